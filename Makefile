@@ -1,0 +1,58 @@
+# Every target builds .venv itself, so a fresh clone needs nothing but python3 and make.
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+PY     := $(BIN)/python
+STAMP  := $(VENV)/.installed
+
+.PHONY: demo test lint typecheck unit docs bench bench-quick stress clean
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+
+$(VENV)/.core: $(BIN)/python pyproject.toml
+	$(PY) -m pip install --quiet -e .
+	touch $@
+
+$(STAMP): $(BIN)/python pyproject.toml
+	$(PY) -m pip install --quiet -e '.[test,cli,spark,docs]'
+	touch $@
+
+## demo: producers and consumers in separate processes share one queue
+demo: $(VENV)/.core
+	$(PY) -m vsqs._demo
+
+## test: lint, type-check, the whole suite with coverage, and the docs build
+test: $(STAMP)
+	$(BIN)/ruff check vsqs tests benchmarks examples docs
+	$(BIN)/ruff format --check vsqs tests benchmarks examples docs
+	$(BIN)/mypy
+	$(BIN)/pytest --cov --cov-report=term
+	$(MAKE) docs
+
+lint: $(STAMP)
+	$(BIN)/ruff check vsqs tests benchmarks examples docs
+	$(BIN)/ruff format --check vsqs tests benchmarks examples docs
+
+docs: $(STAMP)
+	PYTHONWARNINGS=ignore::DeprecationWarning $(BIN)/sphinx-build -W --keep-going -q -b html docs docs/_build/html
+
+$(VENV)/.bench: $(STAMP)
+	$(PY) -m pip install --quiet -e '.[bench]' -r benchmarks/requirements-peers.txt
+	touch $@
+
+## bench: the full side-by-side benchmark (peers installed from PyPI)
+bench: $(VENV)/.bench
+	$(PY) -m benchmarks.run --full
+
+## bench-quick: a subset that finishes in under two minutes
+bench-quick: $(VENV)/.bench
+	$(PY) -m benchmarks.run --quick
+
+## stress: the long crash-injection and fault runs
+stress: $(STAMP)
+	$(BIN)/pytest -m stress --stress-long -p no:randomly tests/reliability
+
+clean:
+	rm -rf $(VENV) docs/_build .pytest_cache .mypy_cache .ruff_cache .coverage*

@@ -1,0 +1,31 @@
+"""Shared fixtures of the vsqs test suite (the public ones live in vsqs.pytest_plugin)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+import vsqs
+from vsqs.testing import ManualClock
+
+
+@pytest.fixture
+def clock() -> ManualClock:
+    return ManualClock()
+
+
+@pytest.fixture
+def qdir(tmp_path: Path) -> Path:
+    return tmp_path / "q"
+
+
+@pytest.fixture
+def q(qdir: Path, clock: ManualClock) -> vsqs.Queue:
+    """A durable queue on the manual clock, 30 s visibility timeout."""
+    return vsqs.Queue(qdir, visibility_timeout=30, clock=clock)
+
+
+def names(path: Path) -> list[str]:
+    """The entries of a queue directory, sorted, metadata excluded."""
+    return sorted(p.name for p in path.iterdir() if p.name != ".vsqs")

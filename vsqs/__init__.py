@@ -1,0 +1,59 @@
+"""vsqs: a brokerless, SQS-like message queue stored in a directory.
+
+>>> import vsqs, tempfile
+>>> q = vsqs.Queue(tempfile.mkdtemp())
+>>> message_id = q.publish(b"hello")
+>>> m = q.receive(timeout=0)
+>>> m.body, m.id == message_id
+(b'hello', True)
+>>> q.delete(m)
+True
+"""
+
+from __future__ import annotations
+
+from ._clock import Clock, SystemClock
+from ._errors import (
+    InvalidAttributes,
+    InvalidId,
+    InvalidName,
+    InvalidPayload,
+    LeaseLost,
+    NotAQueue,
+    QueueClosed,
+    QueueDrained,
+    QueueFull,
+    QueueNotFound,
+    VsqsError,
+)
+from ._ids import Precision
+from ._message import Counts, Message
+from ._queue import Queue
+from ._root import QueueRoot, validate_name
+from ._stats import Stats
+
+__version__ = "1.0.0.dev0"
+
+__all__ = [
+    "Clock",
+    "Counts",
+    "InvalidAttributes",
+    "InvalidId",
+    "InvalidName",
+    "InvalidPayload",
+    "LeaseLost",
+    "Message",
+    "NotAQueue",
+    "Precision",
+    "Queue",
+    "QueueClosed",
+    "QueueDrained",
+    "QueueFull",
+    "QueueNotFound",
+    "QueueRoot",
+    "Stats",
+    "SystemClock",
+    "VsqsError",
+    "__version__",
+    "validate_name",
+]

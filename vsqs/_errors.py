@@ -1,0 +1,168 @@
+"""The vsqs exception hierarchy.
+
+Every error vsqs raises on purpose derives from :class:`VsqsError` *and* from the
+builtin exception a caller would naturally catch, so ``except TimeoutError`` works
+for a full queue without importing vsqs::
+
+    VsqsError
+    ├── QueueFull            (TimeoutError)        publish() waited for room and gave up
+    ├── QueueClosed                                publish() to a closed queue; close() twice
+    │   └── QueueDrained     (EOFError)            receive() on a closed queue with nothing left
+    ├── InvalidId            (ValueError)          an id or receipt that is not one of ours
+    ├── InvalidName          (ValueError)          a queue name that could escape its root
+    ├── InvalidAttributes    (ValueError)          attributes that break the documented limits
+    ├── InvalidPayload       (TypeError)           a message body that is not bytes-like
+    ├── LeaseLost            (LookupError)         the visibility lease of a receipt has ended
+    ├── QueueNotFound        (LookupError)         a named queue that does not exist
+    └── NotAQueue            (NotADirectoryError)  a queue path that exists but is not a directory
+
+Any other :class:`OSError` (a full disk, a read-only filesystem, permission denied)
+passes through unchanged, with its ``errno`` and ``filename`` intact.
+
+All errors keep their data as attributes and pickle cleanly, because they cross
+process boundaries (multiprocessing, Spark executors).
+"""
+
+from __future__ import annotations
+
+import errno
+from typing import Any
+
+
+class VsqsError(Exception):
+    """Base class of every error vsqs raises deliberately."""
+
+    def __init__(self, *args: Any, message: str | None = None) -> None:
+        super().__init__(*(args or ((message,) if message is not None else ())))
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # Subclasses take keyword data; rebuild through __init__ so attributes survive.
+        return (_rebuild, (type(self), self._pickle_args()))
+
+    def _pickle_args(self) -> dict[str, Any]:
+        return {"message": str(self)}
+
+
+def _rebuild(cls: type[VsqsError], kwargs: dict[str, Any]) -> VsqsError:
+    return cls(**kwargs)
+
+
+class QueueFull(VsqsError, TimeoutError):
+    """The queue stayed at its capacity for the whole publish timeout."""
+
+    def __init__(self, path: str, capacity: int, message: str | None = None) -> None:
+        self.path = path
+        self.capacity = capacity
+        super().__init__(message or f"queue {path!r} is full (capacity {capacity})")
+
+    def _pickle_args(self) -> dict[str, Any]:
+        return {"path": self.path, "capacity": self.capacity, "message": str(self)}
+
+
+class QueueClosed(VsqsError):
+    """The queue was closed by a producer: no more messages may be published."""
+
+    def __init__(self, path: str, message: str | None = None) -> None:
+        self.path = path
+        super().__init__(message or f"queue {path!r} is closed")
+
+    def _pickle_args(self) -> dict[str, Any]:
+        return {"path": self.path, "message": str(self)}
+
+
+class QueueDrained(QueueClosed, EOFError):
+    """The queue is closed and every message in it has been deleted: the stream ended."""
+
+    def __init__(self, path: str, message: str | None = None) -> None:
+        super().__init__(path, message or f"queue {path!r} is closed and drained")
+
+
+class InvalidId(VsqsError, ValueError):
+    """A message id or receipt that vsqs could not have issued."""
+
+    def __init__(self, value: object, reason: str = "not a message id or receipt") -> None:
+        self.value = value
+        self.reason = reason
+        super().__init__(f"invalid message id or receipt {value!r}: {reason}")
+
+    def _pickle_args(self) -> dict[str, Any]:
+        return {"value": self.value, "reason": self.reason}
+
+
+class InvalidName(VsqsError, ValueError):
+    """A queue name that is empty, too long, hidden, or could reach outside its root."""
+
+    def __init__(self, name: object, reason: str) -> None:
+        self.name = name
+        self.reason = reason
+        super().__init__(f"invalid queue name {name!r}: {reason}")
+
+    def _pickle_args(self) -> dict[str, Any]:
+        return {"name": self.name, "reason": self.reason}
+
+
+class InvalidAttributes(VsqsError, ValueError):
+    """Message attributes that are not a small ``str`` to ``str`` mapping."""
+
+    def __init__(self, reason: str) -> None:
+        self.reason = reason
+        super().__init__(f"invalid message attributes: {reason}")
+
+    def _pickle_args(self) -> dict[str, Any]:
+        return {"reason": self.reason}
+
+
+class InvalidPayload(VsqsError, TypeError):
+    """A message body that is not bytes-like (``bytes``, ``bytearray``, ``memoryview``)."""
+
+    def __init__(self, value_type: str) -> None:
+        self.value_type = value_type
+        super().__init__(
+            f"message body must be bytes-like (bytes, bytearray, memoryview), not {value_type};"
+            " encode text first, e.g. text.encode()"
+        )
+
+    def _pickle_args(self) -> dict[str, Any]:
+        return {"value_type": self.value_type}
+
+
+class LeaseLost(VsqsError, LookupError):
+    """The receipt no longer names a held message: its lease expired or it was deleted."""
+
+    def __init__(self, receipt: str, message: str | None = None) -> None:
+        self.receipt = receipt
+        super().__init__(
+            message
+            or f"lease {receipt!r} is lost: the message was deleted, or its visibility "
+            "timeout expired and it went back to the queue"
+        )
+
+    def _pickle_args(self) -> dict[str, Any]:
+        return {"receipt": self.receipt, "message": str(self)}
+
+
+class QueueNotFound(VsqsError, LookupError):
+    """A named queue does not exist under its root."""
+
+    def __init__(self, name: str, root: str) -> None:
+        self.name = name
+        self.root = root
+        super().__init__(f"no queue named {name!r} under {root!r}")
+
+    def _pickle_args(self) -> dict[str, Any]:
+        return {"name": self.name, "root": self.root}
+
+
+class NotAQueue(VsqsError, NotADirectoryError):
+    """The queue path exists but is not a directory."""
+
+    def __init__(self, path: str) -> None:
+        # Keep errno/filename like the builtin, so OSError handlers see the usual fields.
+        super().__init__(errno.ENOTDIR, f"queue path {path!r} exists and is not a directory", path)
+        self.path = path
+
+    def __str__(self) -> str:
+        return f"queue path {self.path!r} exists and is not a directory"
+
+    def _pickle_args(self) -> dict[str, Any]:
+        return {"path": self.path}

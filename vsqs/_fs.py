@@ -1,0 +1,262 @@
+"""Every system call that changes a queue, and every platform difference.
+
+The state machine in ``_queue`` decides *what* to do; this module only does it. Keeping
+the syscalls here gives the crash tests one place to patch (kill between any two calls)
+and keeps the policy code free of ``errno`` plumbing.
+
+Guarantees the rest of vsqs relies on:
+
+* :func:`create_exclusive` never opens an existing file (``O_EXCL``), never follows a
+  symlink and never blocks on a FIFO.
+* :func:`rename_noreplace` and :func:`link_noreplace` never replace an existing name;
+  they raise :class:`FileExistsError` instead.
+* :func:`read_regular` reads only regular files, never through a symlink, never
+  blocking on a FIFO or device that someone planted in the queue directory.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import errno
+import os
+import shutil
+import stat
+import sys
+from typing import Final
+
+_O_NOFOLLOW: Final = getattr(os, "O_NOFOLLOW", 0)
+_O_CLOEXEC: Final = getattr(os, "O_CLOEXEC", 0)
+_O_NONBLOCK: Final = getattr(os, "O_NONBLOCK", 0)
+_O_DIRECTORY: Final = getattr(os, "O_DIRECTORY", 0)
+_CREATE_FLAGS: Final = os.O_WRONLY | os.O_CREAT | os.O_EXCL | _O_NOFOLLOW | _O_CLOEXEC
+# O_NONBLOCK: opening a FIFO planted under a message name must not hang the consumer.
+_READ_FLAGS: Final = os.O_RDONLY | _O_NOFOLLOW | _O_CLOEXEC | _O_NONBLOCK
+
+_RENAME_NOREPLACE: Final = 1  # linux/fs.h
+_RENAME_EXCL: Final = 0x4  # macOS sys/stdio.h
+_AT_FDCWD: Final = -100
+
+_libc = ctypes.CDLL(ctypes.util.find_library("c") or None, use_errno=True)
+_renameat2 = getattr(_libc, "renameat2", None) if sys.platform.startswith("linux") else None
+_renamex_np = getattr(_libc, "renamex_np", None) if sys.platform == "darwin" else None
+_syncfs = getattr(_libc, "syncfs", None) if sys.platform.startswith("linux") else None
+# renameat2 is called without argtypes: ctypes passes Python ints and bytes natively, and
+# skipping its per-argument conversion saves a quarter of the call on the hot path.
+if _renamex_np is not None:
+    _renamex_np.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_uint]
+    _renamex_np.restype = ctypes.c_int
+if _syncfs is not None:
+    _syncfs.argtypes = [ctypes.c_int]
+    _syncfs.restype = ctypes.c_int
+
+HAVE_ATOMIC_NOREPLACE: Final = _renameat2 is not None or _renamex_np is not None
+"""Whether the platform has a single-syscall no-replace rename (filesystems may still refuse)."""
+
+_FS_ENCODING: Final = sys.getfilesystemencoding()
+
+
+def _encode(path: str) -> bytes:
+    # os.fsencode, minus its type dispatch: this is on every claim and publish.
+    return path.encode(_FS_ENCODING, "surrogateescape")
+
+
+def _raise_errno(src: str, dst: str | None = None) -> None:
+    code = ctypes.get_errno()
+    raise OSError(code, os.strerror(code), src, None, dst)
+
+
+def create_exclusive(path: str, mode: int = 0o666) -> int:
+    """Create *path* and return a write-only fd; :class:`FileExistsError` if it exists."""
+    return os.open(path, _CREATE_FLAGS, mode)
+
+
+def write_all(fd: int, data: memoryview) -> None:
+    """Write every byte of *data*, looping on short writes (signals, pipes, full quotas)."""
+    written = os.write(fd, data)
+    while written < len(data):
+        data = data[written:]
+        written = os.write(fd, data)
+
+
+def fsync(fd: int) -> None:
+    """Flush a file's data and metadata to stable storage."""
+    os.fsync(fd)
+
+
+def fchmod(fd: int, mode: int) -> None:
+    """Set the permission bits of an open file, regardless of the process umask."""
+    os.fchmod(fd, mode)
+
+
+def close(fd: int) -> None:
+    """Close a file descriptor."""
+    os.close(fd)
+
+
+def fsync_dir(path: str) -> None:
+    """Make the latest renames and unlinks in directory *path* durable."""
+    fd = os.open(path, os.O_RDONLY | _O_DIRECTORY | _O_CLOEXEC)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def sync_filesystem(path: str) -> bool:
+    """Flush every dirty file of the filesystem holding *path* in one call (Linux ``syncfs``).
+
+    Returns ``False`` where the platform has no such call; the caller then fsyncs files
+    one by one.
+    """
+    if _syncfs is None:
+        return False
+    fd = os.open(path, os.O_RDONLY | _O_DIRECTORY | _O_CLOEXEC)
+    try:
+        if _syncfs(fd) != 0:
+            _raise_errno(path)
+    finally:
+        os.close(fd)
+    return True
+
+
+def rename_noreplace(src: str, dst: str) -> None:
+    """Rename *src* to *dst* atomically unless *dst* exists.
+
+    Raises :class:`FileExistsError` if *dst* exists and :class:`FileNotFoundError` if
+    *src* does not. Where the filesystem has no atomic no-replace rename (NFS), it falls
+    back to ``link`` then ``unlink``: still never replacing, but a crash between the two
+    leaves both names on one inode, which the state machine recognises and repairs.
+    """
+    if _renameat2 is not None:
+        if not _renameat2(
+            _AT_FDCWD,
+            src.encode(_FS_ENCODING, "surrogateescape"),
+            _AT_FDCWD,
+            dst.encode(_FS_ENCODING, "surrogateescape"),
+            _RENAME_NOREPLACE,
+        ):
+            return
+        code = ctypes.get_errno()
+        if code not in (errno.EINVAL, errno.ENOSYS, errno.ENOTSUP):
+            raise OSError(code, os.strerror(code), src, None, dst)
+    elif _renamex_np is not None:
+        if not _renamex_np(_encode(src), _encode(dst), _RENAME_EXCL):
+            return
+        code = ctypes.get_errno()
+        if code not in (errno.EINVAL, errno.ENOTSUP):
+            raise OSError(code, os.strerror(code), src, None, dst)
+    link_noreplace(src, dst)
+    unlink(src)
+
+
+def link_noreplace(src: str, dst: str) -> None:
+    """Give the inode at *src* a second name *dst*; :class:`FileExistsError` if *dst* exists."""
+    os.link(src, dst, follow_symlinks=False)
+
+
+def replace(src: str, dst: str) -> None:
+    """Rename *src* over *dst* (only for vsqs's own metadata files, never for messages)."""
+    os.replace(src, dst)
+
+
+def unlink(path: str) -> bool:
+    """Remove *path*; ``False`` if it was already gone."""
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        return False
+    return True
+
+
+def read_regular(path: str) -> bytes:
+    """Read a whole regular file without following symlinks or blocking on FIFOs.
+
+    Raises :class:`FileNotFoundError` if it vanished and :class:`OSError` with ``EINVAL``
+    if the name is held by something that is not a regular file.
+    """
+    fd = os.open(path, _READ_FLAGS)
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise OSError(errno.EINVAL, "not a regular file", path)
+        # A ready or held message is immutable (its writer finished before the rename),
+        # so one read of st_size bytes is normally the whole body.
+        size = info.st_size
+        first = os.read(fd, size) if size else b""
+        if len(first) == size:
+            return first
+        chunks = [first]
+        while chunk := os.read(fd, 1 << 20):  # short read (NFS, signals): go on to EOF
+            chunks.append(chunk)
+        return b"".join(chunks)
+    finally:
+        os.close(fd)
+
+
+def open_regular(path: str) -> int:
+    """Open a regular file for reading (no symlinks, no FIFOs); the caller closes it."""
+    fd = os.open(path, _READ_FLAGS)
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise OSError(errno.EINVAL, "not a regular file", path)
+    return fd
+
+
+def exists(path: str) -> bool:
+    """Whether *path* names anything (without following a final symlink)."""
+    # access() answers without raising: a third cheaper than lstat() when the answer is
+    # "no", which it is on every publish that checks for the closed marker.
+    return os.access(path, os.F_OK, follow_symlinks=False)
+
+
+def same_file(first: str, second: str) -> bool:
+    """Whether two names are links to one inode (a no-replace rename interrupted midway)."""
+    try:
+        a, b = os.lstat(first), os.lstat(second)
+    except FileNotFoundError:
+        return False
+    return (a.st_dev, a.st_ino) == (b.st_dev, b.st_ino)
+
+
+def make_dirs(path: str, mode: int = 0o777) -> None:
+    """Create *path* and its parents; an existing directory is fine."""
+    os.makedirs(path, mode=mode, exist_ok=True)
+
+
+def make_dir(path: str, mode: int = 0o777) -> bool:
+    """Create one directory; ``False`` if it already existed."""
+    try:
+        os.mkdir(path, mode)
+    except FileExistsError:
+        return False
+    return True
+
+
+def chmod(path: str, mode: int) -> None:
+    """Set permission bits on a path (no symlink following where supported)."""
+    os.chmod(path, mode)
+
+
+def remove_tree(path: str) -> None:
+    """Remove a directory tree that vsqs owns (a deleted named queue)."""
+    shutil.rmtree(path)
+
+
+def filesystem_type(path: str) -> str:
+    """The type of the filesystem holding *path* (``"ext4"``, ``"nfs4"``...), or ``""``."""
+    real = os.path.realpath(path)
+    best, best_type = "", ""
+    try:
+        with open("/proc/self/mounts", encoding="utf-8", errors="replace") as mounts:
+            for line in mounts:
+                fields = line.split()
+                if len(fields) < 3:
+                    continue
+                mount_point = fields[1].replace("\\040", " ")
+                inside = real == mount_point or real.startswith(mount_point.rstrip("/") + "/")
+                if inside and len(mount_point) >= len(best):
+                    best, best_type = mount_point, fields[2]
+    except OSError:
+        return ""
+    return best_type

@@ -1,0 +1,57 @@
+"""The value types a queue hands out."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Final
+
+NO_ATTRIBUTES: Final[Mapping[str, str]] = MappingProxyType({})
+
+
+@dataclass(frozen=True, slots=True)
+class Message:
+    """A received (or browsed) message.
+
+    ``receipt`` is the exact file name the message is held under: pass the message (or
+    the receipt) to :meth:`Queue.delete` or :meth:`Queue.change_visibility`. A browsed
+    message is not held; its receipt is its id.
+    """
+
+    id: str
+    body: bytes = field(repr=False)
+    receipt: str
+    expires_at: float
+    """Unix time (seconds) when the lease ends and the message returns to the queue."""
+    receive_count: int = 1
+    """How many times the message has been received, this delivery included."""
+    attributes: Mapping[str, str] = field(
+        default_factory=lambda: NO_ATTRIBUTES, hash=False, compare=False
+    )
+    sent_at: float = 0.0
+    """Unix time (seconds) of the publish, taken from the id."""
+    queue: str = field(default="", compare=False)
+    """The directory of the queue the message came from."""
+
+    @property
+    def text(self) -> str:
+        """The body decoded as UTF-8."""
+        return self.body.decode()
+
+
+@dataclass(frozen=True, slots=True)
+class Counts:
+    """How many messages are in each state (one listing; a snapshot)."""
+
+    ready: int
+    held: int
+    """Received and not yet deleted; back to ``ready`` when the lease ends."""
+    delayed: int
+    """Published with a delay that has not passed yet."""
+    new: int
+    """Being written by a publisher (or left behind by one that crashed)."""
+
+    @property
+    def total(self) -> int:
+        return self.ready + self.held + self.delayed + self.new

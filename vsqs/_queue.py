@@ -1,0 +1,839 @@
+"""The queue: the seed's state machine, its policies, and the public operations.
+
+States and transitions (all in one directory, each transition one atomic syscall)::
+
+    publish        create  <id>.new  (O_EXCL)  --rename-noreplace-->  <id>
+    delayed        <id>.new  --rename-noreplace-->  <id>.<due>
+    receive        <id>  --rename-noreplace-->  <id>.<expiry>
+    heartbeat      <id>.<expiry>  --rename-noreplace-->  <id>.<later>
+    requeue        <id>.<expiry in the past>  --rename-noreplace-->  <id>
+    release        <id>.<expiry>  --rename-noreplace-->  <id>   (change_visibility(m, 0))
+    delete         unlink <id>.<expiry>
+
+No transition ever replaces an existing name, so no collision (two hosts with skewed
+clocks, a vsqs 0.3 peer, a requeue racing a publish) can overwrite a message; the seed's
+directory listing on every publish is replaced by that rule (see ``docs/concepts``).
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+import os
+import threading
+from collections import OrderedDict
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import replace
+from typing import Final
+
+from . import _fs, _lifecycle, _scan
+from ._capacity import Capacity
+from ._clock import SYSTEM_CLOCK, Clock
+from ._dedup import Deduplicator
+from ._errors import InvalidId, InvalidPayload, LeaseLost, NotAQueue, QueueClosed, QueueDrained
+from ._ids import IDS, Precision, decode_ready, format_time, parse_name
+from ._ids import State as _State
+from ._message import NO_ATTRIBUTES, Counts, Message
+from ._meta import Meta, MetaStore, validate_attributes
+from ._stats import Counters, Stats, read_totals
+from ._view import ReadyView
+from ._wait import Waiter, make_waiter
+
+_RECEIPT_CACHE: Final = 4096
+_DRAIN_GRACE_NEW_US: Final = 60_000_000  # a `.new` older than this cannot block a drain
+
+
+def _seconds(value: float, what: str, *, allow_zero: bool = True) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise TypeError(f"{what} must be a number of seconds, not {type(value).__name__}")
+    if math.isnan(value) or math.isinf(value) or value < 0 or (value == 0 and not allow_zero):
+        raise ValueError(f"{what} must be a finite number of seconds >= 0, not {value!r}")
+    return float(value)
+
+
+def _as_view(data: object) -> memoryview:
+    if isinstance(data, (bytes, bytearray, memoryview)):
+        view = memoryview(data)
+        return view if view.c_contiguous and view.format == "B" else memoryview(view.tobytes())
+    raise InvalidPayload(type(data).__name__)
+
+
+class Queue:
+    """A message queue stored in a directory, shareable by any number of processes.
+
+    Creating a ``Queue`` creates the directory if needed and nothing else: no thread, no
+    file, no descriptor. Any number of ``Queue`` objects, in any number of processes and
+    hosts sharing the filesystem, may use one directory at once.
+
+    :param path: the queue directory.
+    :param visibility_timeout: seconds a received message stays hidden before it returns
+        to the queue, unless deleted or extended (default 30, as SQS).
+    :param durable: fsync each message before it becomes visible and the directory after;
+        ``False`` trades crash safety (OS crash, power loss) for speed.
+    :param precision: ``"us"`` (default, as vsqs 0.3 writes) or ``"ms"`` (as the design text
+        shows) for the ids and expiries this queue writes; both are always read.
+    :param capacity: bound the number of messages; publishers block when it is reached.
+    :param dead_letter: a queue (or its path) that receives messages received more than
+        ``max_receives`` times.
+    :param max_receives: receives after which a message is dead-lettered (needs ``dead_letter``).
+    :param retention: seconds after which an unconsumed message is dropped (or dead-lettered).
+    :param dedup_window: seconds during which a ``dedup_id`` is remembered (default 300).
+    :param wait: ``"auto"``, ``"inotify"`` or ``"poll"``: how blocked calls wait.
+    :param poll_interval: polling interval, or the safety re-check period under inotify.
+    :param refresh_interval: the shortest time between two directory listings of a busy
+        consumer, which bounds how late a returned message is noticed.
+    :param umask: create the directory and files with ``0o777 & ~umask`` / ``0o666 & ~umask``
+        whatever the process umask, so several users can share a queue.
+    :param clock: a :class:`~vsqs.testing.ManualClock` in tests; the system clock otherwise.
+    :raises NotAQueue: *path* exists and is not a directory.
+    :raises PermissionError: the directory cannot be created.
+    """
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        visibility_timeout: float = 30.0,
+        durable: bool = True,
+        precision: str | Precision = Precision.US,
+        capacity: int | None = None,
+        dead_letter: Queue | str | os.PathLike[str] | None = None,
+        max_receives: int | None = None,
+        retention: float | None = None,
+        dedup_window: float = 300.0,
+        wait: str = "auto",
+        poll_interval: float | None = None,
+        refresh_interval: float = 1.0,
+        umask: int | None = None,
+        clock: Clock | None = None,
+    ) -> None:
+        raw = os.fspath(path)
+        if not isinstance(raw, str) or not raw or "\0" in raw:
+            raise ValueError(f"queue path must be a non-empty str without NUL bytes: {raw!r}")
+        self.path: Final = os.path.abspath(raw)
+        self.visibility_timeout = _seconds(visibility_timeout, "visibility_timeout")
+        self.durable = bool(durable)
+        self.precision = Precision(precision)
+        self.clock: Clock = clock or SYSTEM_CLOCK
+        self.retention = None if retention is None else _seconds(retention, "retention")
+        self.dedup_window = _seconds(dedup_window, "dedup_window")
+        if max_receives is not None and (not isinstance(max_receives, int) or max_receives < 1):
+            raise ValueError(f"max_receives must be a positive int, not {max_receives!r}")
+        if max_receives is not None and dead_letter is None:
+            raise ValueError("max_receives needs a dead_letter queue to move messages to")
+        self.max_receives = max_receives
+        if umask is not None and not (isinstance(umask, int) and 0 <= umask <= 0o777):
+            raise ValueError(f"umask must be an int between 0 and 0o777, not {umask!r}")
+        self._dir_mode = 0o777 if umask is None else 0o777 & ~umask
+        self._file_mode = None if umask is None else 0o666 & ~umask
+        self._create_directory()
+        self._meta = MetaStore(self.path, self._dir_mode, self._file_mode)
+        if isinstance(dead_letter, Queue):
+            self.dead_letter: Queue | None = dead_letter
+        elif dead_letter is not None:
+            self.dead_letter = Queue(
+                dead_letter, durable=durable, precision=self.precision, umask=umask, clock=clock
+            )
+        else:
+            self.dead_letter = None
+        if self.dead_letter is not None and self.dead_letter.path == self.path:
+            raise ValueError("a queue cannot be its own dead-letter queue")
+        self._capacity = None if capacity is None else Capacity(self, capacity)
+        self._dedup = Deduplicator(self)
+        self._wait_mode = wait
+        self._poll_interval = poll_interval
+        self._waiter: Waiter | None = None
+        self._lock = threading.Lock()
+        self._view = ReadyView(_seconds(refresh_interval, "refresh_interval"))
+        self._meta_possible = True  # until a listing proves there is no metadata at all
+        self._receipts: OrderedDict[str, str] = OrderedDict()
+        # Leases this object handed out, by expiry, so a blocked receive wakes when one
+        # ends undeleted. Deleted ones are skipped lazily (their receipt is gone).
+        self._own_leases: list[tuple[int, str]] = []
+        self._ignored: set[str] = set()  # names that are not regular files (planted)
+        self._counters = Counters(self._meta)
+        self._closed_seen = False
+        self._vt_us = round(self.visibility_timeout * 1e6)
+        self._closed_marker = self._meta.path("closed")
+
+    def _create_directory(self) -> None:
+        try:
+            os.makedirs(self.path, mode=self._dir_mode, exist_ok=True)
+        except FileExistsError:
+            raise NotAQueue(self.path) from None
+        except NotADirectoryError:
+            raise NotAQueue(self.path) from None
+        except PermissionError as exc:
+            raise PermissionError(
+                exc.errno, f"cannot create queue directory {self.path!r}: permission denied",
+                exc.filename,
+            ) from exc  # fmt: skip
+        if not os.path.isdir(self.path):
+            raise NotAQueue(self.path)
+        if self._file_mode is not None:
+            _fs.chmod(self.path, self._dir_mode)
+
+    def __repr__(self) -> str:
+        return f"Queue({self.path!r})"
+
+    def __enter__(self) -> Queue:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.detach()
+
+    def detach(self) -> None:
+        """Release this object's process resources: flush counters, drop the waiter.
+
+        The queue on disk is not changed (use :meth:`close` to end a stream).
+        """
+        self._counters.flush(self.clock.monotonic())
+        if self._waiter is not None:
+            self._waiter.close()
+            self._waiter = None
+
+    # -- paths -------------------------------------------------------------------------
+
+    def _file(self, name: str) -> str:
+        return f"{self.path}/{name}"
+
+    def _get_waiter(self) -> Waiter:
+        if self._waiter is None:
+            self._waiter = make_waiter(self.path, self.clock, self._wait_mode, self._poll_interval)
+        return self._waiter
+
+    # -- publish ----------------------------------------------------------------------
+
+    def publish(
+        self,
+        data: bytes | bytearray | memoryview,
+        *,
+        delay: float = 0.0,
+        attributes: Mapping[str, str] | None = None,
+        dedup_id: str | None = None,
+        timeout: float | None = None,
+    ) -> str:
+        """Add a message and return its id.
+
+        Atomic: the message becomes visible whole, in one rename, or not at all; no
+        existing file is ever replaced. Safe from any number of processes at once.
+
+        :param data: the body, bytes-like.
+        :param delay: seconds before the message can be received (SQS ``DelaySeconds``).
+        :param attributes: a small ``str`` to ``str`` mapping returned with the message.
+        :param dedup_id: publishing the same ``dedup_id`` again within ``dedup_window``
+            returns the first id and adds nothing.
+        :param timeout: for a bounded queue: seconds to wait for room (``None`` forever,
+            ``0`` not at all).
+        :raises InvalidPayload: *data* is not bytes-like.
+        :raises QueueClosed: the queue was closed.
+        :raises QueueFull: the queue stayed full for *timeout* seconds.
+
+        >>> q.publish(b"hello")  # doctest: +SKIP
+        '1732257000123456'
+        """
+        if not (delay or attributes or dedup_id is not None or self._capacity is not None):
+            # The common case, kept lean: one exclusive create, one write, one rename.
+            view = _as_view(data)
+            if self.durable:
+                message_id = self._write(view, {}, 0, sync=True)
+                _fs.fsync_dir(self.path)
+                return message_id
+            return self._write(view, {}, 0, sync=False)
+        return self.publish_batch(
+            (data,),
+            delay=delay,
+            attributes=attributes,
+            dedup_ids=None if dedup_id is None else (dedup_id,),
+            timeout=timeout,
+        )[0]
+
+    def publish_batch(
+        self,
+        bodies: Iterable[bytes | bytearray | memoryview],
+        *,
+        delay: float = 0.0,
+        attributes: Mapping[str, str] | None = None,
+        dedup_ids: Iterable[str | None] | None = None,
+        timeout: float | None = None,
+    ) -> list[str]:
+        """Publish several messages, in order, and return their ids.
+
+        Each message is atomic as in :meth:`publish`; the batch as a whole is not (a crash
+        may leave a prefix published). Durable batches flush all bodies with one
+        filesystem sync and the directory once, instead of twice per message.
+        """
+        views = [_as_view(body) for body in bodies]
+        if not views:
+            return []
+        attrs = validate_attributes(attributes)
+        delay_us = round(_seconds(delay, "delay") * 1e6)
+        dedup: list[str | None] = [None] * len(views) if dedup_ids is None else list(dedup_ids)
+        if len(dedup) != len(views):
+            raise ValueError(f"{len(dedup)} dedup_ids for {len(views)} bodies")
+        for key in dedup:
+            if key is not None and (not isinstance(key, str) or not key):
+                raise ValueError(f"dedup_id must be a non-empty str, not {key!r}")
+        if timeout is not None:
+            _seconds(timeout, "timeout")
+        if self._capacity is not None:
+            return self._capacity.publish(views, attrs, delay_us, dedup, timeout)
+        return self._publish_views(views, attrs, delay_us, dedup)
+
+    def _publish_views(
+        self, views: list[memoryview], attrs: dict[str, str], delay_us: int, dedup: list[str | None]
+    ) -> list[str]:
+        if len(views) == 1 or not self.durable:
+            ids = [
+                self._dedup.publish(view, attrs, delay_us, key, sync=self.durable)
+                if key is not None
+                else self._write(view, attrs, delay_us, sync=self.durable)
+                for view, key in zip(views, dedup, strict=True)
+            ]
+        else:
+            # Write every body unsynced, flush the filesystem once, then rename them all.
+            staged = [self._stage(view) for view in views]
+            if not _fs.sync_filesystem(self.path):
+                for name, _ in staged:
+                    fd = _fs.open_regular(self._file(name))
+                    try:
+                        _fs.fsync(fd)
+                    finally:
+                        _fs.close(fd)
+            ids = [
+                self._dedup.commit_staged(name, size, attrs, delay_us, key)
+                if key is not None
+                else self._commit(name, size, attrs, delay_us)
+                for (name, size), key in zip(staged, dedup, strict=True)
+            ]
+        if self.durable:
+            _fs.fsync_dir(self.path)
+        return ids
+
+    def _write(self, view: memoryview, attrs: dict[str, str], delay_us: int, *, sync: bool) -> str:
+        name, size = self._stage(view, sync=sync)
+        return self._commit(name, size, attrs, delay_us)
+
+    def _stage(self, view: memoryview, *, sync: bool = False) -> tuple[str, int]:
+        """Write a body to a fresh ``<id>.new``; return its name and size."""
+        while True:
+            new = IDS.next(self.clock.time_us(), self.precision) + ".new"
+            path = f"{self.path}/{new}"
+            try:
+                fd = _fs.create_exclusive(path, self._file_mode or 0o666)
+            except FileExistsError:
+                continue  # RACE: another process drew the same id in the same tick
+            try:
+                if self._file_mode is not None:
+                    _fs.fchmod(fd, self._file_mode)
+                _fs.write_all(fd, view)
+                if sync:
+                    _fs.fsync(fd)
+            except BaseException:
+                _fs.close(fd)
+                _fs.unlink(path)  # never leave a partial body behind
+                raise
+            _fs.close(fd)
+            return new, len(view)
+
+    def _commit(self, new: str, size: int, attrs: dict[str, str], delay_us: int) -> str:
+        """Make a staged ``<id>.new`` ready (or delayed); re-id it on a collision."""
+        path = self._file(new)
+        while True:
+            message_id = new[:-4]
+            try:
+                if self._try_commit(path, message_id, attrs, delay_us):
+                    break
+            except BaseException:
+                _fs.unlink(path)  # never leave an unfinished publish behind
+                raise
+            # RACE: a message with this id exists in another state (a publisher with a
+            # skewed clock, a vsqs 0.3 peer): give ours a fresh id and try again.
+            new = IDS.next(self.clock.time_us(), self.precision) + ".new"
+            try:
+                _fs.rename_noreplace(path, self._file(new))
+            except FileExistsError:
+                continue  # RACE: even the fresh `.new` name is taken; draw again
+            path = self._file(new)
+        if attrs:
+            self._meta_possible = True
+        self._counters.add("produced", 1, size, self.clock.monotonic())
+        return message_id
+
+    def _try_commit(self, path: str, message_id: str, attrs: dict[str, str], delay_us: int) -> bool:
+        """One attempt at the final rename; ``False`` if the id is taken."""
+        self._check_open()
+        # Exclusive metadata creation doubles as a collision check: an id that already
+        # has metadata belongs to another message, whatever state its file is in.
+        if attrs and not self._meta.create(
+            message_id, Meta(attributes=attrs), durable=self.durable
+        ):
+            return False
+        target = message_id
+        if delay_us:
+            self._meta.mark_delayed(message_id)
+            target += "." + format_time(self.clock.time_us() + delay_us, self.precision)
+        try:
+            _fs.rename_noreplace(path, self._file(target))
+        except BaseException as exc:
+            if attrs:
+                self._meta.remove(message_id)  # ours: created just above
+            if delay_us:
+                self._meta.unmark_delayed(message_id)
+            if isinstance(exc, FileExistsError):
+                return False
+            raise
+        return True
+
+    def _check_open(self) -> None:
+        # Checked after the `.new` exists and before it becomes ready: a consumer that
+        # sees the closed marker and then lists the directory is sure to see this message
+        # (as `.new` or ready) if it got past this check.
+        if self._closed_seen or _fs.exists(self._closed_marker):
+            self._closed_seen = True
+            raise QueueClosed(self.path)
+
+    # -- receive ----------------------------------------------------------------------
+
+    def receive(
+        self, *, visibility_timeout: float | None = None, timeout: float | None = None
+    ) -> Message | None:
+        """Claim the oldest ready message, waiting up to *timeout* seconds for one.
+
+        Atomic: a message is claimed by exactly one consumer (one rename); it stays hidden
+        for *visibility_timeout* seconds, then returns to the queue unless deleted.
+        Expired leases are returned to the queue first, as the design requires.
+
+        :param visibility_timeout: overrides the queue's for this message.
+        :param timeout: ``None`` waits forever, ``0`` does not wait.
+        :returns: the message, or ``None`` if none came within *timeout*.
+        :raises QueueDrained: the queue is closed and empty.
+        """
+        got = self.receive_batch(1, visibility_timeout=visibility_timeout, timeout=timeout)
+        return got[0] if got else None
+
+    def receive_batch(
+        self,
+        max_messages: int,
+        *,
+        visibility_timeout: float | None = None,
+        timeout: float | None = 0,
+    ) -> list[Message]:
+        """Claim up to *max_messages* ready messages, oldest first.
+
+        Waits (up to *timeout*) only while none is ready; returns as soon as at least one
+        was claimed. Each message is claimed atomically, as in :meth:`receive`.
+        """
+        if not isinstance(max_messages, int) or max_messages < 1:
+            raise ValueError(f"max_messages must be a positive int, not {max_messages!r}")
+        vt_us = (
+            self._vt_us
+            if visibility_timeout is None
+            else round(_seconds(visibility_timeout, "visibility_timeout") * 1e6)
+        )
+        if timeout == 0:  # the non-blocking fast path
+            got = self._claim(max_messages, vt_us)
+            if not got and self._is_drained():
+                raise QueueDrained(self.path)
+            return got
+        deadline = (
+            None if timeout is None else self.clock.monotonic() + _seconds(timeout, "timeout")
+        )
+        waiter = self._get_waiter()
+        while True:
+            token = waiter.token()
+            got = self._claim(max_messages, vt_us)
+            if got:
+                return got
+            if self._is_drained():
+                raise QueueDrained(self.path)
+            now = self.clock.monotonic()
+            if deadline is not None and now >= deadline:
+                return []
+            pause = math.inf if deadline is None else deadline - now
+            expiry = self._next_expiry()
+            if expiry is not None:
+                pause = min(pause, max(0.0, (expiry - self.clock.time_us()) / 1e6) + 0.0005)
+            waiter.wait(token, pause)
+
+    def consume(
+        self, *, visibility_timeout: float | None = None, timeout: float | None = None
+    ) -> Iterator[Message]:
+        """Yield messages as they come; stop when the queue is closed and drained.
+
+        With a *timeout*, also stop after *timeout* seconds without a message. The caller
+        deletes each message when done with it.
+        """
+        while True:
+            try:
+                message = self.receive(visibility_timeout=visibility_timeout, timeout=timeout)
+            except QueueDrained:
+                return
+            if message is None:
+                return
+            yield message
+
+    def _claim(self, limit: int, vt_us: int) -> list[Message]:
+        clock = self.clock
+        view = self._view
+        lock = self._lock
+        now_us = clock.time_us()
+        due = self._next_expiry()
+        if due is not None and due <= now_us:
+            self._requeue_due(now_us)
+        expiry = now_us + vt_us
+        suffix = "." + format_time(expiry, self.precision)
+        prefix = self.path + "/"
+        got: list[Message] = []
+        listed = False
+        if view.stale(clock.monotonic()):
+            self._relist(now_us)
+            listed = True
+        while len(got) < limit:
+            with lock:
+                code = view.take()
+            if code is None:
+                if listed:
+                    break
+                self._relist(now_us)
+                listed = True
+                continue
+            message_id = decode_ready(code)
+            receipt = message_id + suffix
+            try:
+                _fs.rename_noreplace(prefix + message_id, prefix + receipt)
+            except FileNotFoundError:
+                # RACE: another consumer claimed it first, or it was deleted or purged.
+                with lock:
+                    view.miss()
+                continue
+            except FileExistsError:
+                continue  # RACE: a same-id message was claimed into the same tick by a peer
+            view.hit()
+            message = self._open_claimed(message_id, receipt, code, expiry)
+            if message is not None:
+                got.append(message)
+        return got
+
+    def _open_claimed(
+        self, message_id: str, receipt: str, code: int, expiry: int
+    ) -> Message | None:
+        try:
+            body = _fs.read_regular(self._file(receipt))
+        except FileNotFoundError:
+            return None  # RACE: a peer whose clock runs ahead already requeued or deleted it
+        except OSError:
+            # Not a regular file (a planted symlink, FIFO or directory): put the name back
+            # as it was and never look at it again.
+            _fs.rename_noreplace(self._file(receipt), self._file(message_id))
+            self._ignored.add(message_id)
+            return None
+        meta = self._meta.read(message_id) if self._meta_possible else None
+        if len(self._receipts) >= _RECEIPT_CACHE:
+            self._receipts.popitem(last=False)
+        self._receipts[message_id] = receipt
+        heapq.heappush(self._own_leases, (expiry, receipt))
+        return Message(
+            id=message_id,
+            body=body,
+            receipt=receipt,
+            expires_at=expiry / 1e6,
+            receive_count=1 if meta is None else meta.receive_count + 1,
+            attributes=meta.attributes if meta is not None and meta.attributes else NO_ATTRIBUTES,
+            sent_at=(code >> 1) / 1e6,
+            queue=self.path,
+        )
+
+    def _relist(self, now_us: int) -> None:
+        """List the directory, return expired leases, apply retention, reload the view."""
+        started = self.clock.monotonic()
+        listing = _scan.scan(self.path)
+        codes = listing.ready
+        if self._ignored:
+            codes = [c for c in codes if decode_ready(c) not in self._ignored]
+        waiting: list[tuple[int, str]] = []
+        for expires, name in listing.held:
+            if expires <= now_us:
+                code = _lifecycle.return_to_ready(self, name)
+                if code is not None:
+                    codes.append(code)
+            else:
+                waiting.append((expires, name))
+        if len(codes) != len(listing.ready):
+            codes.sort()
+        if self.retention is not None:
+            codes = _lifecycle.apply_retention(self, codes, now_us)
+        # Metadata is written before the message it describes becomes visible, so a check
+        # made after the listing (and after our own requeues) covers every listed message.
+        meta_possible = self._meta.exists()
+        with self._lock:
+            self._meta_possible = meta_possible
+            self._view.load(
+                codes, waiting, self.clock.monotonic(), self.clock.monotonic() - started
+            )
+
+    def _next_expiry(self) -> int | None:
+        """The earliest lease or delay known to end (µs), listed or handed out by us."""
+        own = self._own_leases
+        with self._lock:
+            while own and self._receipts.get(own[0][1].partition(".")[0]) != own[0][1]:
+                heapq.heappop(own)  # deleted, extended or released since: not a lease now
+            listed = self._view.next_expiry()
+        if own and (listed is None or own[0][0] < listed):
+            return own[0][0]
+        return listed
+
+    def _requeue_due(self, now_us: int) -> None:
+        with self._lock:
+            due = self._view.due_leases(now_us)
+            own = self._own_leases
+            while own and own[0][0] <= now_us:
+                due.append(heapq.heappop(own))
+        for _, name in due:
+            code = _lifecycle.return_to_ready(self, name)
+            if code is not None:
+                with self._lock:
+                    self._view.put_back(code)
+
+    def _is_drained(self) -> bool:
+        if not (self._closed_seen or _fs.exists(self._closed_marker)):
+            return False
+        self._closed_seen = True
+        listing = _scan.scan(self.path)
+        stale_before = self.clock.time_us() - _DRAIN_GRACE_NEW_US
+        live_new = [name for created, name in listing.new if created > stale_before]
+        return not (listing.ready or listing.held or live_new)
+
+    # -- delete and visibility ---------------------------------------------------------
+
+    def delete(self, message: Message | str) -> bool:
+        """Delete a received message; return whether this call deleted it.
+
+        Given a :class:`Message` or its receipt, it unlinks exactly the held file: O(1),
+        from any process. It returns ``False``, and deletes nothing, when the receipt no
+        longer names a file: the message was already deleted (deleting twice is not an
+        error), or its lease expired and it went back to the queue or to another consumer,
+        whose copy is never touched. Given a bare id, it deletes the message in whatever
+        state it is, as the design describes (a listing unless this object received it).
+
+        :raises InvalidId: *message* is not an id or receipt of this queue.
+        """
+        if isinstance(message, Message) and message.queue == self.path:
+            receipt = message.receipt  # the fast path: a message this queue handed out
+            size = len(message.body)
+        else:
+            receipt = self._receipt_of(message)
+            size = 0
+        if "." not in receipt:
+            receipt = self._locate(receipt)
+            if not receipt:
+                return False
+        if not _fs.unlink(f"{self.path}/{receipt}"):
+            return False
+        message_id = receipt.partition(".")[0]
+        self._receipts.pop(message_id, None)
+        if self._meta_possible:
+            self._meta.remove(message_id)
+        self._counters.add("consumed", 1, size, self.clock.monotonic())
+        return True
+
+    def delete_batch(self, messages: Iterable[Message | str]) -> int:
+        """Delete several messages (each as :meth:`delete`); return how many were deleted."""
+        return sum(self.delete(message) for message in messages)
+
+    def change_visibility(self, message: Message | str, seconds: float) -> Message:
+        """Extend a lease (a heartbeat) or, with ``0``, release the message now.
+
+        Atomic: one rename of the held file. Returns the message with its new receipt
+        and expiry; use that one for the next call.
+
+        :raises LeaseLost: the lease already ended (deleted, or expired and requeued).
+        """
+        seconds = _seconds(seconds, "seconds")
+        receipt = self._receipt_of(message)
+        message_id, dot, _ = receipt.partition(".")
+        if not dot:
+            raise InvalidId(receipt, "a receipt (id.expiry) is needed, not a bare id")
+        if not isinstance(message, Message):
+            message = Message(id=message_id, body=b"", receipt=receipt, expires_at=0.0)
+        now_us = self.clock.time_us()
+        if seconds == 0:
+            if _lifecycle.return_to_ready(self, receipt, released=True) is None:
+                raise LeaseLost(receipt)
+            self._receipts.pop(message_id, None)
+            self._view.invalidate()  # the released message should be served again soon
+            return replace(message, receipt=message_id, expires_at=now_us / 1e6)
+        expiry = now_us + round(seconds * 1e6)
+        while True:
+            target = f"{message_id}.{format_time(expiry, self.precision)}"
+            if target == receipt:
+                return replace(message, expires_at=expiry / 1e6)
+            try:
+                _fs.rename_noreplace(self._file(receipt), self._file(target))
+            except FileNotFoundError:
+                raise LeaseLost(receipt) from None
+            except FileExistsError:
+                expiry += 1000 if self.precision is Precision.MS else 1  # RACE: same tick
+                continue
+            self._receipts[message_id] = target
+            return replace(message, receipt=target, expires_at=expiry / 1e6)
+
+    def _receipt_of(self, message: Message | str) -> str:
+        if isinstance(message, Message):
+            if message.queue and message.queue != self.path:
+                raise InvalidId(message.receipt, f"the message belongs to {message.queue!r}")
+            return message.receipt
+        if not isinstance(message, str):
+            raise InvalidId(message, "expected a Message, a receipt or an id")
+        entry = parse_name(message)
+        if entry is None or entry.state is _State.NEW:
+            raise InvalidId(message)
+        return message
+
+    def _locate(self, message_id: str) -> str:
+        """The current name of a bare id: a lease we hold, a listed lease, or ready."""
+        cached = self._receipts.get(message_id)
+        if cached and _fs.exists(self._file(cached)):
+            return cached
+        held = _scan.held_names_for(self.path, message_id)
+        if held:
+            return held[0]
+        return message_id if _fs.exists(self._file(message_id)) else ""
+
+    # -- inspection --------------------------------------------------------------------
+
+    def size(self) -> int:
+        """Ready plus held messages (what vsqs 0.3's ``size()`` counts); one listing."""
+        listing = _scan.scan(self.path)
+        return len(listing.ready) + len(listing.held)
+
+    def __len__(self) -> int:
+        return self.size()
+
+    def counts(self) -> Counts:
+        """Messages by state, from one listing (a snapshot)."""
+        listing = _scan.scan(self.path)
+        delayed_ids = self._meta.delayed_ids() if listing.held else set()
+        delayed = sum(1 for _, name in listing.held if name.partition(".")[0] in delayed_ids)
+        return Counts(
+            ready=len(listing.ready),
+            held=len(listing.held) - delayed,
+            delayed=delayed,
+            new=len(listing.new),
+        )
+
+    def browse(self) -> Iterator[Message]:
+        """Iterate over the ready messages, oldest first, without claiming them.
+
+        A snapshot: messages may be claimed by others while you browse; those are skipped.
+        """
+        for code in _scan.scan(self.path).ready:
+            message_id = decode_ready(code)
+            try:
+                body = _fs.read_regular(self._file(message_id))
+            except OSError:
+                continue  # RACE: claimed or deleted since the listing (or not a regular file)
+            meta = self._meta.read(message_id) if self._meta_possible else None
+            yield Message(
+                id=message_id,
+                body=body,
+                receipt=message_id,
+                expires_at=0.0,
+                receive_count=0 if meta is None else meta.receive_count,
+                attributes=meta.attributes if meta and meta.attributes else NO_ATTRIBUTES,
+                sent_at=(code >> 1) / 1e6,
+                queue=self.path,
+            )
+
+    __iter__ = browse
+
+    def peek(self) -> Message | None:
+        """The oldest ready message, without claiming it (``None`` if none is ready)."""
+        return next(self.browse(), None)
+
+    @property
+    def closed(self) -> bool:
+        """Whether a producer closed the queue (see :meth:`close`)."""
+        return self._closed_seen or _fs.exists(self._closed_marker)
+
+    def close(self) -> None:
+        """End the stream: refuse further publishes; consumers drain what is left.
+
+        Persistent and visible to every process. A queue cannot be reopened by vsqs (as in
+        the pressure protocol); to reuse the directory, remove ``.vsqs/closed`` by hand once
+        every consumer has stopped, or publish to a new queue.
+
+        :raises QueueClosed: the queue was already closed.
+        """
+        marker = self._meta.path("closed")
+        self._meta.ensure(self._meta.root)
+        try:
+            _fs.close(_fs.create_exclusive(marker, self._file_mode or 0o666))
+        except FileExistsError:
+            raise QueueClosed(self.path, f"queue {self.path!r} is already closed") from None
+        if self.durable:
+            _fs.fsync_dir(self._meta.root)
+        self._closed_seen = True
+        _lifecycle.poke(self)  # wake consumers blocked in this and other processes
+
+    def stats(self) -> Stats:
+        """Counters (produced and consumed, cross-process) and the current counts."""
+        self._counters.flush(self.clock.monotonic())
+        totals = read_totals(self._meta)
+        counts = self.counts()
+        oldest = self.peek_oldest_key()
+        return Stats(
+            **totals,
+            ready=counts.ready,
+            held=counts.held,
+            delayed=counts.delayed,
+            new=counts.new,
+            oldest_ready_age=None
+            if oldest is None
+            else max(0.0, (self.clock.time_us() - oldest) / 1e6),
+            closed=self.closed,
+        )
+
+    def peek_oldest_key(self) -> int | None:
+        """The publish time (µs) of the oldest ready message, from one listing."""
+        ready = _scan.scan(self.path).ready
+        return (ready[0] >> 1) if ready else None
+
+    # -- upkeep ------------------------------------------------------------------------
+
+    def requeue_expired(self) -> int:
+        """Return every expired lease to the queue now (consumers also do it as they go)."""
+        now_us = self.clock.time_us()
+        count = 0
+        for expires, name in _scan.scan(self.path).held:
+            if expires <= now_us and _lifecycle.return_to_ready(self, name) is not None:
+                count += 1
+        self._view.invalidate()
+        return count
+
+    def purge(self) -> int:
+        """Delete every ready, held and delayed message; return how many.
+
+        Messages being written (``.new``) are left alone: a concurrent publish is never
+        cut short. A message claimed by a consumer during the purge may survive it.
+        """
+        listing = _scan.scan(self.path)
+        names = [decode_ready(code) for code in listing.ready] + [n for _, n in listing.held]
+        removed = 0
+        for name in names:
+            if _fs.unlink(self._file(name)):  # RACE: ENOENT when a consumer got there first
+                removed += 1
+                message_id = name.partition(".")[0]
+                self._meta.remove(message_id)
+                self._meta.unmark_delayed(message_id)
+        self._view.invalidate()
+        return removed
+
+    def clean(self, older_than: float = 3600.0) -> int:
+        """Remove debris older than *older_than* seconds; return how many entries.
+
+        Debris is what crashed processes leave: ``.new`` files of publishers that died
+        mid-write (never visible, so nothing is lost), orphaned metadata, and expired
+        deduplication markers. Young ``.new`` files are never touched.
+        """
+        return _lifecycle.clean(self, _seconds(older_than, "older_than"))

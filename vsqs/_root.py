@@ -1,0 +1,95 @@
+"""A root directory of named queues (SQS CreateQueue / ListQueues / DeleteQueue)."""
+
+from __future__ import annotations
+
+import os
+import re
+from typing import Any, Final
+
+from . import _fs
+from ._errors import InvalidName, NotAQueue, QueueNotFound
+from ._queue import Queue
+
+# As SQS: letters, digits, hyphens and underscores, up to 80 characters; dots are
+# allowed inside so that "orders.dlq" reads naturally, but never first (dot-entries are
+# vsqs metadata) and never two in a row (no "..").
+_NAME: Final = re.compile(r"[A-Za-z0-9_-](?:[A-Za-z0-9_-]|\.(?!\.)){0,79}")
+
+
+def validate_name(name: object) -> str:
+    """Return *name* if it is a valid queue name; raise :class:`InvalidName` otherwise."""
+    if not isinstance(name, str):
+        raise InvalidName(name, "a queue name must be a str")
+    if not name:
+        raise InvalidName(name, "a queue name cannot be empty")
+    if len(name) > 80:
+        raise InvalidName(name, "at most 80 characters")
+    if "/" in name or "\\" in name or "\0" in name:
+        raise InvalidName(name, "path separators and NUL are not allowed")
+    if name.startswith("."):
+        raise InvalidName(name, "names starting with '.' are reserved")
+    if not _NAME.fullmatch(name):
+        raise InvalidName(name, "use letters, digits, '-', '_' and single inner dots only")
+    return name
+
+
+class QueueRoot:
+    """A directory whose subdirectories are queues, addressed by name.
+
+    Names are validated so that no name can reach outside the root.
+
+    :param path: the root directory (created if missing).
+    :param options: default keyword options for every :class:`Queue` opened here.
+    """
+
+    def __init__(self, path: str | os.PathLike[str], **options: Any) -> None:
+        self.path = os.path.abspath(os.fspath(path))
+        try:
+            _fs.make_dirs(self.path)
+        except (FileExistsError, NotADirectoryError):
+            raise NotAQueue(self.path) from None
+        if not os.path.isdir(self.path):
+            raise NotAQueue(self.path)
+        self._options = options
+
+    def __repr__(self) -> str:
+        return f"QueueRoot({self.path!r})"
+
+    def _dir(self, name: str) -> str:
+        return os.path.join(self.path, validate_name(name))
+
+    def create(self, name: str, **options: Any) -> Queue:
+        """Create (or open, if it exists) the queue *name*."""
+        return Queue(self._dir(name), **{**self._options, **options})
+
+    def get(self, name: str, **options: Any) -> Queue:
+        """Open the existing queue *name*; :class:`QueueNotFound` if it does not exist."""
+        path = self._dir(name)
+        if not os.path.isdir(path):
+            raise QueueNotFound(name, self.path)
+        return Queue(path, **{**self._options, **options})
+
+    def __contains__(self, name: object) -> bool:
+        try:
+            return os.path.isdir(self._dir(name))  # type: ignore[arg-type]
+        except InvalidName:
+            return False
+
+    def list(self) -> list[str]:
+        """The names of the queues under the root, sorted."""
+        names = []
+        for entry in os.scandir(self.path):
+            try:
+                valid = entry.is_dir(follow_symlinks=False) and validate_name(entry.name)
+            except InvalidName:
+                continue  # not a queue of ours (a dot-dir, a stray folder)
+            if valid:
+                names.append(entry.name)
+        return sorted(names)
+
+    def delete(self, name: str) -> None:
+        """Delete the queue *name* and every message in it."""
+        path = self._dir(name)
+        if not os.path.isdir(path) or os.path.islink(path):
+            raise QueueNotFound(name, self.path)
+        _fs.remove_tree(path)

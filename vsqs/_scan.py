@@ -1,0 +1,84 @@
+"""One pass over a queue directory: what is ready, held, being written.
+
+A listing is the only operation whose cost grows with the backlog, so the queue does one
+only when its sorted view is used up or stale (see ``_queue``). The pass streams
+``os.scandir`` and keeps ready ids as packed ints (``_ids.encode_ready``), so a consumer
+facing a million messages holds tens of megabytes, not hundreds.
+
+A listing is a snapshot that may be stale by the time it is used: files named in it can
+vanish (claimed, deleted) and new ones appear. Callers treat every name as a hint and let
+the atomic rename decide.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+
+from ._ids import MAX_DIGITS, MS_LIMIT, parse_decimal, parse_name, to_us
+from ._ids import State as _State
+
+
+@dataclass(slots=True)
+class Listing:
+    """What one pass over the directory saw."""
+
+    ready: list[int] = field(default_factory=list)
+    """Packed ready ids (``_ids.encode_ready``), sorted oldest first."""
+    held: list[tuple[int, str]] = field(default_factory=list)
+    """``(expiry_us, name)`` of held messages, unsorted."""
+    new: list[tuple[int, str]] = field(default_factory=list)
+    """``(created_us, name)`` of messages being written."""
+
+    @property
+    def total(self) -> int:
+        """Every message file, whatever its state."""
+        return len(self.ready) + len(self.held) + len(self.new)
+
+
+def scan(path: str) -> Listing:
+    """List *path* once. Raises :class:`FileNotFoundError` if the directory is gone."""
+    listing = Listing()
+    ready_append = listing.ready.append
+    with os.scandir(path) as entries:
+        for entry in entries:
+            name = entry.name
+            # Fast path for the common case, a ready id: digits only.
+            if name.isdigit() and name.isascii():
+                if len(name) > MAX_DIGITS or (name[0] == "0" and name != "0"):
+                    continue
+                value = int(name)
+                ready_append(
+                    ((value * 1000 if value < MS_LIMIT else value) << 1) | (value < MS_LIMIT)
+                )
+                continue
+            parsed = parse_name(name)
+            if parsed is None:
+                continue  # foreign files, dot-entries, directories named oddly: not ours
+            if parsed.state is _State.HELD:
+                assert parsed.expires is not None
+                listing.held.append((parsed.expires, name))
+            elif parsed.state is _State.NEW:
+                listing.new.append((parsed.key, name))
+    listing.ready.sort()
+    return listing
+
+
+def held_names_for(path: str, message_id: str) -> list[str]:
+    """Every held name of one id (normally zero or one), by a full listing."""
+    prefix = message_id + "."
+    found = []
+    with os.scandir(path) as entries:
+        for entry in entries:
+            name = entry.name
+            if name.startswith(prefix):
+                parsed = parse_name(name)
+                if parsed is not None and parsed.state is _State.HELD:
+                    found.append(name)
+    return found
+
+
+def id_key(message_id: str) -> int | None:
+    """The FIFO key of an id string, ``None`` if it is not one."""
+    value = parse_decimal(message_id)
+    return None if value is None else to_us(value)

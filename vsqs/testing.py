@@ -1,0 +1,122 @@
+"""Helpers for testing code that uses vsqs (also used by the pytest plugin).
+
+>>> import tempfile, vsqs
+>>> from vsqs.testing import ManualClock, drain
+>>> clock = ManualClock()
+>>> q = vsqs.Queue(tempfile.mkdtemp(), visibility_timeout=30, clock=clock)
+>>> _ = q.publish(b"job")
+>>> q.receive(timeout=0).body           # received, not deleted...
+b'job'
+>>> q.receive(timeout=0) is None         # ...so hidden
+True
+>>> clock.advance(31)                     # the lease runs out without sleeping
+>>> [m.body for m in drain(q)]
+[b'job']
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+
+from ._ids import State, parse_name
+from ._message import Message
+from ._meta import DIR as META_DIR
+from ._queue import Queue
+
+__all__ = ["ManualClock", "assert_consistent", "assert_empty", "drain"]
+
+
+class ManualClock:
+    """A clock that moves only when told to (thread-safe).
+
+    ``sleep`` advances it instantly, so a blocking ``receive(timeout=5)`` on an empty
+    queue returns after five *manual* seconds and no real ones.
+
+    :param start: the initial wall-clock time in seconds since the epoch.
+    """
+
+    def __init__(self, start: float = 1_700_000_000.0) -> None:
+        self._lock = threading.Lock()
+        self._us = round(start * 1e6)
+        self._mono = 0.0
+
+    def time_us(self) -> int:
+        with self._lock:
+            return self._us
+
+    def monotonic(self) -> float:
+        with self._lock:
+            return self._mono
+
+    def sleep(self, seconds: float) -> None:
+        self.advance(max(0.0, seconds))
+
+    def advance(self, seconds: float) -> None:
+        """Move both clocks forward by *seconds*."""
+        if seconds < 0:
+            raise ValueError("a ManualClock only moves forward; use set() to step it back")
+        with self._lock:
+            self._us += round(seconds * 1e6)
+            self._mono += seconds
+
+    def set(self, wall_seconds: float) -> None:
+        """Step the wall clock to *wall_seconds* (backwards too, like an NTP step)."""
+        with self._lock:
+            self._us = round(wall_seconds * 1e6)
+
+    @property
+    def is_real(self) -> bool:
+        return False
+
+
+def drain(queue: Queue, *, delete: bool = True, limit: int | None = None) -> list[Message]:
+    """Receive every message that is ready now, oldest first (deleting each by default)."""
+    out: list[Message] = []
+    while limit is None or len(out) < limit:
+        message = queue.receive(timeout=0)
+        if message is None:
+            break
+        if delete:
+            queue.delete(message)
+        out.append(message)
+    return out
+
+
+def assert_empty(queue: Queue) -> None:
+    """Fail unless the queue holds no message in any state."""
+    counts = queue.counts()
+    assert counts.total == 0, f"queue {queue.path!r} is not empty: {counts}"
+
+
+def assert_consistent(queue: Queue, *, allow_new: bool = False) -> None:
+    """Fail if the directory holds anything vsqs should not have left there.
+
+    Checks that no ``.new`` file is left (unless *allow_new*), that every entry vsqs could
+    have made is a regular file named by the grammar, and that no metadata describes a
+    message that no longer exists.
+    """
+    problems: list[str] = []
+    ids: set[str] = set()
+    for entry in os.scandir(queue.path):
+        name = entry.name
+        if name == META_DIR:
+            if not entry.is_dir(follow_symlinks=False):
+                problems.append(f"{name} is not a directory")
+            continue
+        parsed = parse_name(name)
+        if parsed is None:
+            continue  # foreign files are the user's, not ours
+        ids.add(parsed.id)
+        if parsed.state is State.NEW and not allow_new:
+            problems.append(f"orphaned {name} (a publish that never finished)")
+        if not entry.is_file(follow_symlinks=False):
+            problems.append(f"{name} is not a regular file")
+    meta_dir = os.path.join(queue.path, META_DIR, "meta")
+    if os.path.isdir(meta_dir):
+        for name in os.listdir(meta_dir):
+            if not name.startswith(".") and name not in ids:
+                problems.append(f"metadata of {name}, which no longer exists")
+            elif name.startswith(".tmp-"):
+                problems.append(f"temporary file {name} left in metadata")
+    assert not problems, f"queue {queue.path!r} is inconsistent: " + "; ".join(problems)
