@@ -25,6 +25,7 @@ demo: $(VENV)/.core
 
 ## test: lint, type-check, the whole suite with coverage, and the docs build
 test: $(STAMP)
+	sh tests/reliability/setup-filesystems.sh
 	$(BIN)/ruff check vsqs tests benchmarks examples docs
 	$(BIN)/ruff format --check vsqs tests benchmarks examples docs
 	$(BIN)/mypy
@@ -52,7 +53,8 @@ bench-quick: $(VENV)/.bench
 
 ## stress: the long crash-injection and fault runs
 stress: $(STAMP)
-	$(BIN)/pytest -m stress --stress-long -p no:randomly tests/reliability
+	sh tests/reliability/setup-filesystems.sh
+	$(BIN)/pytest -m stress --stress-long tests
 
 clean:
 	rm -rf $(VENV) docs/_build .pytest_cache .mypy_cache .ruff_cache .coverage*

@@ -2,12 +2,30 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
 
 import vsqs
 from vsqs.testing import ManualClock
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--stress-long",
+        action="store_true",
+        default=False,
+        help="run the long modes of the stress and crash-injection tests (make stress)",
+    )
+
+
+@pytest.fixture(scope="session")
+def stress_long(request: pytest.FixtureRequest) -> bool:
+    """Whether the long stress modes were asked for (``--stress-long`` or VSQS_STRESS_LONG=1)."""
+    return (
+        bool(request.config.getoption("--stress-long")) or os.environ.get("VSQS_STRESS_LONG") == "1"
+    )
 
 
 @pytest.fixture

@@ -27,9 +27,11 @@ from ._errors import (
     VsqsError,
 )
 from ._ids import Precision
+from ._lifecycle import History
 from ._message import Counts, Message
 from ._queue import Queue
 from ._root import QueueRoot, validate_name
+from ._sets import NullQueue, QueueSet
 from ._stats import Stats
 
 __version__ = "1.0.0.dev0"
@@ -37,6 +39,7 @@ __version__ = "1.0.0.dev0"
 __all__ = [
     "Clock",
     "Counts",
+    "History",
     "InvalidAttributes",
     "InvalidId",
     "InvalidName",
@@ -44,6 +47,7 @@ __all__ = [
     "LeaseLost",
     "Message",
     "NotAQueue",
+    "NullQueue",
     "Precision",
     "Queue",
     "QueueClosed",
@@ -51,6 +55,7 @@ __all__ = [
     "QueueFull",
     "QueueNotFound",
     "QueueRoot",
+    "QueueSet",
     "Stats",
     "SystemClock",
     "VsqsError",

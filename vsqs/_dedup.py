@@ -8,11 +8,21 @@ processes and hosts exactly one publisher wins and the others return the winner'
 Crash safety: the marker is written only once the body is on disk (as ``<id>.new``), and
 a duplicate that finds a marker whose message is still ``<id>.new`` waits for it to
 become ready. If that ``.new`` is left by a crashed publisher, the duplicate takes over
-after ``IN_PROGRESS_LIMIT`` seconds and publishes its own copy: a crash can never turn a
+and publishes its own copy: at once if the marker is older than ``IN_PROGRESS_LIMIT``
+seconds (by the marker's own timestamp), else after waiting that long itself (in case
+the marker's writer has a clock that runs behind). A crash can never turn a
 deduplicated publish into a lost one. Markers older than the window are ignored and
 removed by the next publisher that meets them, and swept by :meth:`Queue.clean` and
 every window by the deduplicating publishers themselves; the sweep lists only the
-markers, so its cost does not grow with the backlog.
+markers directory, so its cost does not grow with the backlog.
+
+Exactness. The window is measured from the first publish, by the clocks of the
+publishers (a marker records its writer's time; the reader compares it with its own).
+Within the window exactly one message is published per ``dedup_id``, across processes
+and hosts. Two limits, both at the edges of the window: duplicates that race with the
+*expiry* of the previous marker may each publish once (removing a file only if it is
+still the one read is not atomic in POSIX); and on a power loss the marker, which is
+synced but whose directory entry may not be, can be lost while the message survives.
 """
 
 from __future__ import annotations
@@ -72,9 +82,12 @@ class Deduplicator:
                     self._expire(marker, created_us)
                     continue
                 if not other_id or _fs.exists(queue._file(other_id + ".new")):
-                    # The first publisher is still writing (or crashed mid-way).
+                    # The first publisher is still writing (or crashed mid-way). Between
+                    # its marker and its rename there are only a few syscalls, so a
+                    # marker that old with its `.new` still there belongs to a dead one.
                     waited_since = clock.monotonic() if waited_since is None else waited_since
-                    if clock.monotonic() - waited_since < IN_PROGRESS_LIMIT:
+                    stale = bool(other_id) and now_us - created_us > IN_PROGRESS_LIMIT * 1e6
+                    if not stale and clock.monotonic() - waited_since < IN_PROGRESS_LIMIT:
                         clock.sleep(_POLL)
                         continue
                     self._expire(marker, created_us)  # it crashed: take over
@@ -82,6 +95,8 @@ class Deduplicator:
                 _fs.unlink(queue._file(new))  # a duplicate: drop our copy, never visible
                 return other_id
             try:
+                if queue._file_mode is not None:
+                    _fs.fchmod(fd, queue._file_mode)  # whatever the process umask
                 _fs.write_all(fd, memoryview(f"{message_id} {now_us}".encode()))
                 if queue.durable:
                     _fs.fsync(fd)
@@ -138,10 +153,21 @@ class Deduplicator:
                 found = None
             else:
                 found = _read_marker(path)
-                if found is None or now_us - found[1] <= queue.dedup_window * 1e6:
+                if found is None:
                     continue
-                self._expire(path, found[1])
-                removed += 1
+                other_id, created_us = found
+                age_us = now_us - created_us
+                expired = age_us > queue.dedup_window * 1e6
+                # A publisher that died between its marker and its rename: free the key
+                # before `Queue.clean` removes the `.new`, or a retry would be dropped.
+                crashed = (
+                    bool(other_id)
+                    and age_us > IN_PROGRESS_LIMIT * 1e6
+                    and _fs.exists(queue._file(other_id + ".new"))
+                )
+                if expired or crashed:
+                    self._expire(path, created_us)
+                    removed += 1
                 continue
             try:
                 age = queue.clock.time_us() / 1e6 - os.lstat(path).st_mtime

@@ -33,6 +33,8 @@ _CREATE_FLAGS: Final = os.O_WRONLY | os.O_CREAT | os.O_EXCL | _O_NOFOLLOW | _O_C
 # O_NONBLOCK: opening a FIFO planted under a message name must not hang the consumer.
 _READ_FLAGS: Final = os.O_RDONLY | _O_NOFOLLOW | _O_CLOEXEC | _O_NONBLOCK
 
+_S_IFMT: Final = stat.S_IFMT(0o777777)
+_S_IFREG: Final = stat.S_IFREG
 _RENAME_NOREPLACE: Final = 1  # linux/fs.h
 _RENAME_EXCL: Final = 0x4  # macOS sys/stdio.h
 _AT_FDCWD: Final = -100
@@ -71,12 +73,13 @@ def create_exclusive(path: str, mode: int = 0o666) -> int:
     return os.open(path, _CREATE_FLAGS, mode)
 
 
-def write_all(fd: int, data: memoryview) -> None:
+def write_all(fd: int, data: bytes | memoryview) -> None:
     """Write every byte of *data*, looping on short writes (signals, pipes, full quotas)."""
     written = os.write(fd, data)
-    while written < len(data):
-        data = data[written:]
-        written = os.write(fd, data)
+    if written < len(data):
+        rest = memoryview(data)[written:]
+        while rest:
+            rest = rest[os.write(fd, rest) :]
 
 
 def fsync(fd: int) -> None:
@@ -175,23 +178,31 @@ def read_regular(path: str) -> bytes:
     Raises :class:`FileNotFoundError` if it vanished and :class:`OSError` with ``EINVAL``
     if the name is held by something that is not a regular file.
     """
+    return read_message(path)[0]
+
+
+def read_message(path: str) -> tuple[bytes, int]:
+    """Read a message file (as :func:`read_regular`); return its body and inode number."""
     fd = os.open(path, _READ_FLAGS)
     try:
         info = os.fstat(fd)
-        if not stat.S_ISREG(info.st_mode):
+        if info.st_mode & _S_IFMT != _S_IFREG:
             raise OSError(errno.EINVAL, "not a regular file", path)
-        # A ready or held message is immutable (its writer finished before the rename),
-        # so one read of st_size bytes is normally the whole body.
         size = info.st_size
         first = os.read(fd, size) if size else b""
         if len(first) == size:
-            return first
+            return first, info.st_ino
         chunks = [first]
         while chunk := os.read(fd, 1 << 20):  # short read (NFS, signals): go on to EOF
             chunks.append(chunk)
-        return b"".join(chunks)
+        return b"".join(chunks), info.st_ino
     finally:
         os.close(fd)
+
+
+def inode(path: str) -> int:
+    """The inode number of *path* (not following a symlink)."""
+    return os.lstat(path).st_ino
 
 
 def open_regular(path: str) -> int:

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import enum
 import threading
+import weakref
 from dataclasses import dataclass
 from typing import Final
 
@@ -84,9 +85,9 @@ def parse_name(name: str) -> Entry | None:
         return Entry(name, State.READY, head, to_us(value))
     if tail == "new":
         return Entry(name, State.NEW, head, to_us(value))
-    whole, _, fraction = tail.partition(".")
+    whole, dot, fraction = tail.partition(".")
     expiry = parse_decimal(whole)
-    if expiry is None or (fraction and not (fraction.isascii() and fraction.isdigit())):
+    if expiry is None or (dot and not (fraction.isascii() and fraction.isdigit())):
         return None
     return Entry(name, State.HELD, head, to_us(value), to_us(expiry))
 
@@ -138,3 +139,23 @@ class IdSource:
 
 
 IDS: Final = IdSource()
+"""The id source of every queue on a real clock in this process."""
+
+_per_clock: weakref.WeakKeyDictionary[object, IdSource] = weakref.WeakKeyDictionary()
+_per_clock_lock = threading.Lock()
+
+
+def source_for(clock: object) -> IdSource:
+    """The id source for queues on *clock*.
+
+    Real clocks share :data:`IDS`, so one process's ids strictly increase across all its
+    queues. A manual clock (tests) gets its own, so ids follow *its* time and not the
+    real ids another test drew earlier in the same process.
+    """
+    if getattr(clock, "is_real", True):
+        return IDS
+    with _per_clock_lock:
+        source = _per_clock.get(clock)
+        if source is None:
+            source = _per_clock[clock] = IdSource()
+        return source

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import json
 import os
+import stat
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
@@ -46,9 +47,19 @@ class Meta:
     last_received_us: int = 0
     history: dict[str, Any] = field(default_factory=dict)
     """Set when dead-lettered: source queue, first sent, last received, receive count."""
+    inode: int = 0
+    """The inode of the message file it describes (kept across renames), so metadata is
+    never attributed to another message that reused the id (a clock-skewed publisher
+    may give a new message the id of one that is held); 0 where unknown."""
+
+    def owned_by(self, inode: int) -> bool:
+        """Whether this metadata describes the message file with *inode*."""
+        return not self.inode or self.inode == inode
 
     def to_json(self) -> bytes:
         data: dict[str, Any] = {}
+        if self.inode:
+            data["inode"] = self.inode
         if self.attributes:
             data["attributes"] = self.attributes
         if self.receive_count:
@@ -71,15 +82,22 @@ class Meta:
         if not isinstance(data, dict):
             return cls()
         attributes = data.get("attributes") or {}
+        history = data.get("history") or {}
         return cls(
             attributes={str(k): str(v) for k, v in attributes.items()}
             if isinstance(attributes, dict)
             else {},
-            receive_count=int(data.get("receive_count", 0) or 0),
+            receive_count=_int(data.get("receive_count")),
             lease=str(data.get("lease", "")),
-            last_received_us=int(data.get("last_received_us", 0) or 0),
-            history=data.get("history") or {},
+            last_received_us=_int(data.get("last_received_us")),
+            history=history if isinstance(history, dict) else {},
+            inode=_int(data.get("inode")),
         )
+
+
+def _int(value: object) -> int:
+    # A hand-edited count must not stop delivery either: anything but an int counts 0.
+    return value if isinstance(value, int) and not isinstance(value, bool) else 0
 
 
 def validate_attributes(attributes: Mapping[str, str] | None) -> dict[str, str]:
@@ -134,7 +152,10 @@ class MetaStore:
             if directory != self.root:
                 self.ensure(self.root)
             if _fs.make_dir(directory, self._dir_mode) and self._file_mode is not None:
-                _fs.chmod(directory, self._dir_mode)
+                # Keep a set-group-id bit inherited from the queue directory: it is how a
+                # shared queue keeps its group on everything created inside it.
+                inherited = os.stat(directory).st_mode & stat.S_ISGID
+                _fs.chmod(directory, self._dir_mode | inherited)
             self._made.add(directory)
         return directory
 

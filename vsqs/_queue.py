@@ -17,21 +17,23 @@ directory listing on every publish is replaced by that rule (see ``docs/concepts
 
 from __future__ import annotations
 
+import bisect
 import heapq
 import math
 import os
 import threading
+import time
 from collections import OrderedDict
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import replace
 from typing import Final
 
-from . import _fs, _lifecycle, _scan
+from . import _fs, _ingest, _lifecycle, _scan
 from ._capacity import Capacity
 from ._clock import SYSTEM_CLOCK, Clock
 from ._dedup import Deduplicator
 from ._errors import InvalidId, InvalidPayload, LeaseLost, NotAQueue, QueueClosed, QueueDrained
-from ._ids import IDS, Precision, decode_ready, format_time, parse_name
+from ._ids import Precision, decode_ready, format_time, parse_name, source_for
 from ._ids import State as _State
 from ._message import NO_ATTRIBUTES, Counts, Message
 from ._meta import Meta, MetaStore, validate_attributes
@@ -41,6 +43,12 @@ from ._wait import Waiter, make_waiter
 
 _RECEIPT_CACHE: Final = 4096
 _DRAIN_GRACE_NEW_US: Final = 60_000_000  # a `.new` older than this cannot block a drain
+CLOSE_GRACE: Final = 0.1
+"""Seconds a publisher trusts that the queue is open, and consumers wait after a close."""
+_monotonic = time.monotonic
+# Until when (monotonic) this process trusts that a queue directory is open; shared by all
+# Queue objects on it, so a close() here is seen by every publisher here at once.
+_open_until: dict[str, float] = {}
 
 
 def _seconds(value: float, what: str, *, allow_zero: bool = True) -> float:
@@ -107,6 +115,22 @@ class Queue:
         umask: int | None = None,
         clock: Clock | None = None,
     ) -> None:
+        # Kept to rebuild the queue in another process (pickling; Spark closures).
+        self._options: dict[str, object] = {
+            "visibility_timeout": visibility_timeout,
+            "durable": durable,
+            "precision": precision,
+            "capacity": capacity,
+            "dead_letter": dead_letter,
+            "max_receives": max_receives,
+            "retention": retention,
+            "dedup_window": dedup_window,
+            "wait": wait,
+            "poll_interval": poll_interval,
+            "refresh_interval": refresh_interval,
+            "umask": umask,
+            "clock": clock,
+        }
         raw = os.fspath(path)
         if not isinstance(raw, str) or not raw or "\0" in raw:
             raise ValueError(f"queue path must be a non-empty str without NUL bytes: {raw!r}")
@@ -114,7 +138,9 @@ class Queue:
         self.visibility_timeout = _seconds(visibility_timeout, "visibility_timeout")
         self.durable = bool(durable)
         self.precision = Precision(precision)
+        self._ms = self.precision is Precision.MS
         self.clock: Clock = clock or SYSTEM_CLOCK
+        self._ids = source_for(self.clock)
         self.retention = None if retention is None else _seconds(retention, "retention")
         self.dedup_window = _seconds(dedup_window, "dedup_window")
         if max_receives is not None and (not isinstance(max_receives, int) or max_receives < 1):
@@ -147,12 +173,24 @@ class Queue:
         self._view = ReadyView(_seconds(refresh_interval, "refresh_interval"))
         self._meta_possible = True  # until a listing proves there is no metadata at all
         self._receipts: OrderedDict[str, str] = OrderedDict()
-        # Leases this object handed out, by expiry, so a blocked receive wakes when one
-        # ends undeleted. Deleted ones are skipped lazily (their receipt is gone).
-        self._own_leases: list[tuple[int, str]] = []
+        # Leases this object handed out (a heap by expiry), so a blocked receive wakes when
+        # one ends undeleted. Deleted, extended or released ones are skipped lazily:
+        # their receipt is no longer the one in _receipts.
+        self._own_leases: list[tuple[int, str, str]] = []
         self._ignored: set[str] = set()  # names that are not regular files (planted)
         self._counters = Counters(self._meta)
         self._closed_seen = False
+        # Listing-race protection (see _defer_listed_during_scan). A manual clock stands
+        # still while ids keep increasing, so there every id looks "recent": tests with a
+        # manual clock run in one process, where the race cannot happen anyway.
+        self._defer_recent = self.clock.is_real
+        self._deferred: set[int] = set()
+        # Real-clock queues trust an "open" look for CLOSE_GRACE (see _check_open); a
+        # manual clock does not move by itself, so those queues look every time, and so
+        # need no grace when draining either.
+        self._trust_open = self.clock.is_real
+        self._grace = self.clock.is_real
+        self._grace_ends: float | None = None
         self._vt_us = round(self.visibility_timeout * 1e6)
         self._closed_marker = self._meta.path("closed")
 
@@ -171,10 +209,24 @@ class Queue:
         if not os.path.isdir(self.path):
             raise NotAQueue(self.path)
         if self._file_mode is not None:
-            _fs.chmod(self.path, self._dir_mode)
+            # Only the owner may chmod (another user sharing the queue gets EPERM), and a
+            # set-group-id bit, which keeps a shared queue's group, must survive.
+            info = os.stat(self.path)
+            if info.st_uid == os.geteuid() and info.st_mode & 0o777 != self._dir_mode:
+                _fs.chmod(self.path, self._dir_mode | (info.st_mode & 0o2000))
 
     def __repr__(self) -> str:
         return f"Queue({self.path!r})"
+
+    @property
+    def _claim_misses(self) -> int:
+        """Claims this object lost to another consumer (for benchmarks and tests)."""
+        return self._view.claim_misses
+
+    def __reduce__(self) -> tuple[object, ...]:
+        # A Queue is a path plus options; another process opens its own (locks, waiters
+        # and caches are per process).
+        return (_reopen, (self.path, self._options))
 
     def __enter__(self) -> Queue:
         return self
@@ -187,7 +239,7 @@ class Queue:
 
         The queue on disk is not changed (use :meth:`close` to end a stream).
         """
-        self._counters.flush(self.clock.monotonic())
+        self._counters.flush()
         if self._waiter is not None:
             self._waiter.close()
             self._waiter = None
@@ -233,13 +285,7 @@ class Queue:
         '1732257000123456'
         """
         if not (delay or attributes or dedup_id is not None or self._capacity is not None):
-            # The common case, kept lean: one exclusive create, one write, one rename.
-            view = _as_view(data)
-            if self.durable:
-                message_id = self._write(view, {}, 0, sync=True)
-                _fs.fsync_dir(self.path)
-                return message_id
-            return self._write(view, {}, 0, sync=False)
+            return self._publish_plain(data)
         return self.publish_batch(
             (data,),
             delay=delay,
@@ -280,6 +326,53 @@ class Queue:
             return self._capacity.publish(views, attrs, delay_us, dedup, timeout)
         return self._publish_views(views, attrs, delay_us, dedup)
 
+    def _publish_plain(self, data: bytes | bytearray | memoryview) -> str:
+        """The common publish, flattened: exclusive create, write, (fsync), rename.
+
+        Same steps as :meth:`_stage` + :meth:`_commit`, in one frame, because this is
+        the path whose cost is compared with the bare syscalls.
+        """
+        body = data if type(data) is bytes else _as_view(data)
+        durable = self.durable
+        prefix = self.path + "/"
+        mode = self._file_mode or 0o666
+        while True:
+            message_id = self._new_id()
+            new = prefix + message_id + ".new"
+            try:
+                fd = _fs.create_exclusive(new, mode)
+            except FileExistsError:
+                continue  # RACE: another process drew the same id in the same tick
+            try:
+                if self._file_mode is not None:
+                    _fs.fchmod(fd, self._file_mode)
+                _fs.write_all(fd, body)
+                if durable:
+                    _fs.fsync(fd)
+            except BaseException:
+                _fs.close(fd)
+                _fs.unlink(new)  # never leave a partial body behind
+                raise
+            _fs.close(fd)
+            try:
+                self._check_open()
+                _fs.rename_noreplace(new, prefix + message_id)
+            except FileExistsError:
+                # RACE: the id is taken by a message in another state (skewed clock, a
+                # vsqs 0.3 peer): the general path re-ids it.
+                message_id = self._commit(message_id + ".new", len(body), {}, 0)
+            except BaseException:
+                _fs.unlink(new)
+                raise
+            else:
+                counters = self._counters
+                counters.produced.append(len(body))
+                if counters.due():
+                    counters.flush()
+            if durable:
+                _fs.fsync_dir(self.path)
+            return message_id
+
     def _publish_views(
         self, views: list[memoryview], attrs: dict[str, str], delay_us: int, dedup: list[str | None]
     ) -> list[str]:
@@ -317,7 +410,7 @@ class Queue:
     def _stage(self, view: memoryview, *, sync: bool = False) -> tuple[str, int]:
         """Write a body to a fresh ``<id>.new``; return its name and size."""
         while True:
-            new = IDS.next(self.clock.time_us(), self.precision) + ".new"
+            new = self._new_id() + ".new"
             path = f"{self.path}/{new}"
             try:
                 fd = _fs.create_exclusive(path, self._file_mode or 0o666)
@@ -349,7 +442,7 @@ class Queue:
                 raise
             # RACE: a message with this id exists in another state (a publisher with a
             # skewed clock, a vsqs 0.3 peer): give ours a fresh id and try again.
-            new = IDS.next(self.clock.time_us(), self.precision) + ".new"
+            new = self._new_id() + ".new"
             try:
                 _fs.rename_noreplace(path, self._file(new))
             except FileExistsError:
@@ -357,7 +450,9 @@ class Queue:
             path = self._file(new)
         if attrs:
             self._meta_possible = True
-        self._counters.add("produced", 1, size, self.clock.monotonic())
+        self._counters.produced.append(size)
+        if self._counters.due():
+            self._counters.flush()
         return message_id
 
     def _try_commit(self, path: str, message_id: str, attrs: dict[str, str], delay_us: int) -> bool:
@@ -365,9 +460,8 @@ class Queue:
         self._check_open()
         # Exclusive metadata creation doubles as a collision check: an id that already
         # has metadata belongs to another message, whatever state its file is in.
-        if attrs and not self._meta.create(
-            message_id, Meta(attributes=attrs), durable=self.durable
-        ):
+        meta = Meta(attributes=attrs, inode=_fs.inode(path)) if attrs else None
+        if meta is not None and not self._meta.create(message_id, meta, durable=self.durable):
             return False
         target = message_id
         if delay_us:
@@ -385,11 +479,33 @@ class Queue:
             raise
         return True
 
+    def _new_id(self) -> str:
+        """A fresh id: the queue's clock, strictly increasing within this process."""
+        return self._ids.next(self.clock.time_us(), self.precision)
+
     def _check_open(self) -> None:
-        # Checked after the `.new` exists and before it becomes ready: a consumer that
-        # sees the closed marker and then lists the directory is sure to see this message
-        # (as `.new` or ready) if it got past this check.
-        if self._closed_seen or _fs.exists(self._closed_marker):
+        """Raise :class:`QueueClosed` if a producer closed the queue.
+
+        Called after this publish's ``.new`` exists and before it becomes ready. A look
+        at the marker that found none is trusted for ``CLOSE_GRACE`` seconds: if that look
+        was at time ``p`` and we are still within ``p + CLOSE_GRACE`` now, the ``.new`` was
+        created before ``p + CLOSE_GRACE``, which is before ``close() + CLOSE_GRACE``
+        (the look came before the marker). A consumer declares the queue drained only
+        after listing it ``CLOSE_GRACE`` after it first saw the marker, so it sees this
+        message, as ``.new`` or ready. Only durations are compared, never two hosts'
+        clocks. This spares a syscall on all but one publish per ``CLOSE_GRACE``.
+        """
+        if self._closed_seen:
+            raise QueueClosed(self.path)
+        if self._trust_open:
+            now = _monotonic()
+            if now < _open_until.get(self.path, -1.0):
+                return
+            if _fs.exists(self._closed_marker):
+                self._closed_seen = True
+                raise QueueClosed(self.path)
+            _open_until[self.path] = now + CLOSE_GRACE
+        elif _fs.exists(self._closed_marker):
             self._closed_seen = True
             raise QueueClosed(self.path)
 
@@ -409,6 +525,13 @@ class Queue:
         :returns: the message, or ``None`` if none came within *timeout*.
         :raises QueueDrained: the queue is closed and empty.
         """
+        if timeout == 0 and visibility_timeout is None:  # the polling fast path
+            got = self._claim(1, self._vt_us)
+            if got:
+                return got[0]
+            if self._is_drained():
+                raise QueueDrained(self.path)
+            return None
         got = self.receive_batch(1, visibility_timeout=visibility_timeout, timeout=timeout)
         return got[0] if got else None
 
@@ -454,6 +577,8 @@ class Queue:
             expiry = self._next_expiry()
             if expiry is not None:
                 pause = min(pause, max(0.0, (expiry - self.clock.time_us()) / 1e6) + 0.0005)
+            if self._grace_ends is not None:  # closed: look again when the grace ends
+                pause = min(pause, max(0.0, self._grace_ends - now) + 0.001)
             waiter.wait(token, pause)
 
     def consume(
@@ -478,27 +603,30 @@ class Queue:
         view = self._view
         lock = self._lock
         now_us = clock.time_us()
-        due = self._next_expiry()
-        if due is not None and due <= now_us:
+        own = self._own_leases
+        held = view._held
+        if (own and own[0][0] <= now_us) or (held and held[0][0] <= now_us):
             self._requeue_due(now_us)
         expiry = now_us + vt_us
-        suffix = "." + format_time(expiry, self.precision)
+        suffix = f".{expiry // 1000}" if self._ms else f".{expiry}"
         prefix = self.path + "/"
         got: list[Message] = []
-        listed = False
+        listed = relisted = False
         if view.stale(clock.monotonic()):
             self._relist(now_us)
             listed = True
         while len(got) < limit:
-            with lock:
-                code = view.take()
+            code = view.take()
             if code is None:
-                if listed:
+                # One listing per call, or two when the first held messages back: the
+                # second one confirms them (see _defer_listed_during_scan).
+                if listed and (relisted or not self._deferred):
                     break
+                relisted = listed
                 self._relist(now_us)
                 listed = True
                 continue
-            message_id = decode_ready(code)
+            message_id = str(code >> 1) if not code & 1 else str((code >> 1) // 1000)
             receipt = message_id + suffix
             try:
                 _fs.rename_noreplace(prefix + message_id, prefix + receipt)
@@ -509,7 +637,6 @@ class Queue:
                 continue
             except FileExistsError:
                 continue  # RACE: a same-id message was claimed into the same tick by a peer
-            view.hit()
             message = self._open_claimed(message_id, receipt, code, expiry)
             if message is not None:
                 got.append(message)
@@ -519,7 +646,7 @@ class Queue:
         self, message_id: str, receipt: str, code: int, expiry: int
     ) -> Message | None:
         try:
-            body = _fs.read_regular(self._file(receipt))
+            body, inode = _fs.read_message(f"{self.path}/{receipt}")
         except FileNotFoundError:
             return None  # RACE: a peer whose clock runs ahead already requeued or deleted it
         except OSError:
@@ -528,30 +655,40 @@ class Queue:
             _fs.rename_noreplace(self._file(receipt), self._file(message_id))
             self._ignored.add(message_id)
             return None
-        meta = self._meta.read(message_id) if self._meta_possible else None
-        if len(self._receipts) >= _RECEIPT_CACHE:
-            self._receipts.popitem(last=False)
-        self._receipts[message_id] = receipt
-        heapq.heappush(self._own_leases, (expiry, receipt))
+        receipts = self._receipts
+        if len(receipts) >= _RECEIPT_CACHE:
+            receipts.popitem(last=False)
+        receipts[message_id] = receipt
+        heapq.heappush(self._own_leases, (expiry, message_id, receipt))
+        if (
+            self._meta_possible
+            and (meta := self._meta.read(message_id)) is not None
+            and meta.owned_by(inode)  # not the metadata of another message with our id
+        ):
+            return Message(
+                message_id,
+                body,
+                receipt,
+                expiry / 1e6,
+                meta.receive_count + 1,
+                meta.attributes or NO_ATTRIBUTES,
+                (code >> 1) / 1e6,
+                self.path,
+            )
         return Message(
-            id=message_id,
-            body=body,
-            receipt=receipt,
-            expires_at=expiry / 1e6,
-            receive_count=1 if meta is None else meta.receive_count + 1,
-            attributes=meta.attributes if meta is not None and meta.attributes else NO_ATTRIBUTES,
-            sent_at=(code >> 1) / 1e6,
-            queue=self.path,
+            message_id, body, receipt, expiry / 1e6, 1, NO_ATTRIBUTES, (code >> 1) / 1e6, self.path
         )
 
     def _relist(self, now_us: int) -> None:
         """List the directory, return expired leases, apply retention, reload the view."""
         started = self.clock.monotonic()
+        started_us = self.clock.time_us()
         listing = _scan.scan(self.path)
         codes = listing.ready
         if self._ignored:
             codes = [c for c in codes if decode_ready(c) not in self._ignored]
         waiting: list[tuple[int, str]] = []
+        listed = len(codes)  # not len(listing.ready): codes may be that very list
         for expires, name in listing.held:
             if expires <= now_us:
                 code = _lifecycle.return_to_ready(self, name)
@@ -559,10 +696,12 @@ class Queue:
                     codes.append(code)
             else:
                 waiting.append((expires, name))
-        if len(codes) != len(listing.ready):
+        if len(codes) != listed:
             codes.sort()
         if self.retention is not None:
             codes = _lifecycle.apply_retention(self, codes, now_us)
+        if self._defer_recent:
+            codes = self._defer_listed_during_scan(codes, started_us)
         # Metadata is written before the message it describes becomes visible, so a check
         # made after the listing (and after our own requeues) covers every listed message.
         meta_possible = self._meta.exists()
@@ -575,21 +714,47 @@ class Queue:
     def _next_expiry(self) -> int | None:
         """The earliest lease or delay known to end (µs), listed or handed out by us."""
         own = self._own_leases
+        receipts = self._receipts
         with self._lock:
-            while own and self._receipts.get(own[0][1].partition(".")[0]) != own[0][1]:
-                heapq.heappop(own)  # deleted, extended or released since: not a lease now
+            while own and receipts.get(own[0][1]) != own[0][2]:
+                heapq.heappop(own)  # deleted, extended or released since: not our lease now
             listed = self._view.next_expiry()
         if own and (listed is None or own[0][0] < listed):
             return own[0][0]
         return listed
 
+    def _defer_listed_during_scan(self, codes: list[int], started_us: int) -> list[int]:
+        """Hold back the messages created while the listing ran, until the next listing.
+
+        A listing is not a snapshot: a name that becomes ready while ``scandir`` runs may
+        or may not be returned, depending on where it lands in the directory. So one
+        producer's messages A then B, both made ready during the scan, could show up as
+        B without A, and serving B would break FIFO. Every message created before the scan
+        began was (if ready at all) ready before it began, and is listed. So only those
+        are served; the others wait for the next listing, which sees every older message
+        that was ready when they were. A message deferred once is served by the next
+        listing whatever its id says, so a publisher whose clock runs ahead cannot
+        starve.
+        """
+        split = bisect.bisect_left(codes, started_us << 1)
+        if split == len(codes):
+            self._deferred = set()
+            return codes
+        recent = codes[split:]
+        earlier = self._deferred
+        confirmed = [code for code in recent if code in earlier]
+        self._deferred = set(recent).difference(confirmed)
+        return codes[:split] + confirmed
+
     def _requeue_due(self, now_us: int) -> None:
         with self._lock:
-            due = self._view.due_leases(now_us)
+            due = [name for _, name in self._view.due_leases(now_us)]
             own = self._own_leases
             while own and own[0][0] <= now_us:
-                due.append(heapq.heappop(own))
-        for _, name in due:
+                _, message_id, receipt = heapq.heappop(own)
+                if self._receipts.get(message_id) == receipt:  # still held, undeleted
+                    due.append(receipt)
+        for name in due:
             code = _lifecycle.return_to_ready(self, name)
             if code is not None:
                 with self._lock:
@@ -599,6 +764,12 @@ class Queue:
         if not (self._closed_seen or _fs.exists(self._closed_marker)):
             return False
         self._closed_seen = True
+        if self._grace_ends is None:
+            # Publishers may trust an "open" look for CLOSE_GRACE (see _check_open): wait
+            # that long after first seeing the marker before believing an empty listing.
+            self._grace_ends = self.clock.monotonic() + (CLOSE_GRACE if self._grace else 0.0)
+        if self.clock.monotonic() < self._grace_ends:
+            return False
         listing = _scan.scan(self.path)
         stale_before = self.clock.time_us() - _DRAIN_GRACE_NEW_US
         live_new = [name for created, name in listing.new if created > stale_before]
@@ -618,8 +789,14 @@ class Queue:
 
         :raises InvalidId: *message* is not an id or receipt of this queue.
         """
-        if isinstance(message, Message) and message.queue == self.path:
-            receipt = message.receipt  # the fast path: a message this queue handed out
+        if (
+            isinstance(message, Message)
+            and message.queue == self.path
+            and self._receipts.get(message.id) == message.receipt
+        ):
+            # The fast path: this object issued the receipt, so it is one of ours (a
+            # hand-made Message with a forged receipt takes the validating path below).
+            receipt = message.receipt
             size = len(message.body)
         else:
             receipt = self._receipt_of(message)
@@ -634,7 +811,10 @@ class Queue:
         self._receipts.pop(message_id, None)
         if self._meta_possible:
             self._meta.remove(message_id)
-        self._counters.add("consumed", 1, size, self.clock.monotonic())
+        counters = self._counters
+        counters.consumed.append(size)
+        if counters.due():
+            counters.flush()
         return True
 
     def delete_batch(self, messages: Iterable[Message | str]) -> int:
@@ -645,7 +825,9 @@ class Queue:
         """Extend a lease (a heartbeat) or, with ``0``, release the message now.
 
         Atomic: one rename of the held file. Returns the message with its new receipt
-        and expiry; use that one for the next call.
+        and expiry; use that one for the next call. A release that ends the message's
+        last allowed receive (``max_receives``) moves it to the dead-letter queue
+        instead; the returned message then names that queue in ``queue``.
 
         :raises LeaseLost: the lease already ended (deleted, or expired and requeued).
         """
@@ -658,8 +840,20 @@ class Queue:
             message = Message(id=message_id, body=b"", receipt=receipt, expires_at=0.0)
         now_us = self.clock.time_us()
         if seconds == 0:
-            if _lifecycle.return_to_ready(self, receipt, released=True) is None:
-                raise LeaseLost(receipt)
+            try:
+                if (
+                    _lifecycle.return_to_ready(
+                        self, receipt, released=True, report_dead_letter=True
+                    )
+                    is None
+                ):
+                    raise LeaseLost(receipt)
+            except _lifecycle.DeadLettered:
+                # This release was its last allowed receive: it went to the dead-letter
+                # queue, which is not a lost lease.
+                assert self.dead_letter is not None
+                self._receipts.pop(message_id, None)
+                return replace(message, receipt=message_id, queue=self.dead_letter.path)
             self._receipts.pop(message_id, None)
             self._view.invalidate()  # the released message should be served again soon
             return replace(message, receipt=message_id, expires_at=now_us / 1e6)
@@ -676,13 +870,15 @@ class Queue:
                 expiry += 1000 if self.precision is Precision.MS else 1  # RACE: same tick
                 continue
             self._receipts[message_id] = target
+            with self._lock:
+                heapq.heappush(self._own_leases, (expiry, message_id, target))
             return replace(message, receipt=target, expires_at=expiry / 1e6)
 
     def _receipt_of(self, message: Message | str) -> str:
         if isinstance(message, Message):
             if message.queue and message.queue != self.path:
                 raise InvalidId(message.receipt, f"the message belongs to {message.queue!r}")
-            return message.receipt
+            message = message.receipt  # validated below too: a Message can be made by hand
         if not isinstance(message, str):
             raise InvalidId(message, "expected a Message, a receipt or an id")
         entry = parse_name(message)
@@ -774,11 +970,12 @@ class Queue:
         if self.durable:
             _fs.fsync_dir(self._meta.root)
         self._closed_seen = True
+        _open_until.pop(self.path, None)
         _lifecycle.poke(self)  # wake consumers blocked in this and other processes
 
     def stats(self) -> Stats:
         """Counters (produced and consumed, cross-process) and the current counts."""
-        self._counters.flush(self.clock.monotonic())
+        self._counters.flush()
         totals = read_totals(self._meta)
         counts = self.counts()
         oldest = self.peek_oldest_key()
@@ -834,6 +1031,102 @@ class Queue:
 
         Debris is what crashed processes leave: ``.new`` files of publishers that died
         mid-write (never visible, so nothing is lost), orphaned metadata, and expired
-        deduplication markers. Young ``.new`` files are never touched.
+        deduplication markers. Young ``.new`` files are never touched. With a
+        ``retention``, messages past it are dropped (or dead-lettered) too and counted.
         """
         return _lifecycle.clean(self, _seconds(older_than, "older_than"))
+
+    # -- lifecycle (issue 4) -------------------------------------------------------------
+
+    def redrive(
+        self, to: Queue | str | os.PathLike[str] | None = None, limit: int | None = None
+    ) -> int:
+        """Move dead letters back: call it on a dead-letter queue; return how many moved.
+
+        Each message goes to *to*, or to the queue it was dead-lettered from (recorded
+        in its history; messages without one stay). Each move is atomic (one no-replace
+        rename after its metadata is written) and never duplicates a message; messages
+        being received from this queue are skipped. The receive count starts again.
+
+        :param to: a queue or path; ``None`` for each message's source queue.
+        :param limit: move at most this many, oldest first (SQS ``StartMessageMoveTask``).
+        """
+        if to is not None and not isinstance(to, Queue):
+            to = _lifecycle._sibling(self, os.fspath(to))
+        return _lifecycle.redrive(self, to, limit)
+
+    def history(self, message: Message | str) -> _lifecycle.History:
+        """What is known of a message's past: receives, first sent, last received, and,
+        in a dead-letter queue, its source queue and why it was moved.
+
+        One read of its metadata (none is taken for a message never requeued: the count
+        is then 0). Safe at any time; a snapshot.
+
+        :raises InvalidId: *message* is not an id or receipt.
+        """
+        name = message.id if isinstance(message, Message) else message
+        if not isinstance(name, str):
+            raise InvalidId(name, "expected a Message, a receipt or an id")
+        return _lifecycle.history(self, name)
+
+    def publish_file(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        attributes: Mapping[str, str] | None = None,
+        delay: float = 0.0,
+        dedup_id: str | None = None,
+    ) -> str:
+        """Move an existing file into the queue as a message, without copying it.
+
+        The file gets a second name ``<id>.new`` by a hard link, which is published as
+        usual (atomic, one no-replace rename), and then loses its original name. On any
+        failure the source is left as it was. A crash after the publish and before the
+        source is unlinked leaves both names (at least once, never lost).
+
+        :raises OSError: with ``errno.EXDEV`` if *path* is on another filesystem than
+            the queue (nothing is copied; use :meth:`publish_stream`).
+        :raises FileNotFoundError: *path* does not exist.
+        :raises ValueError: *path* is not a regular file.
+        :raises QueueClosed: the queue was closed.
+        """
+        attrs, delay_us = self._check_extras(attributes, delay, dedup_id)
+        return _ingest.publish_file(
+            self, os.fspath(path), attrs=attrs, delay_us=delay_us, dedup_id=dedup_id
+        )
+
+    def publish_stream(
+        self,
+        readable: object,
+        *,
+        attributes: Mapping[str, str] | None = None,
+        delay: float = 0.0,
+        dedup_id: str | None = None,
+        chunk_size: int = _ingest.DEFAULT_CHUNK,
+    ) -> str:
+        """Copy a binary file object into one message, in chunks of bounded memory.
+
+        Atomic like :meth:`publish`: the body is written to ``<id>.new`` and becomes
+        visible whole, in one rename. Memory use is one *chunk_size* buffer, whatever
+        the payload size.
+
+        :param readable: has ``readinto(buffer)`` or ``read(n)`` returning bytes.
+        :raises InvalidPayload: the stream returns text.
+        """
+        attrs, delay_us = self._check_extras(attributes, delay, dedup_id)
+        return _ingest.publish_stream(
+            self, readable, attrs=attrs, delay_us=delay_us, dedup_id=dedup_id, chunk_size=chunk_size
+        )
+
+    def _check_extras(
+        self, attributes: Mapping[str, str] | None, delay: float, dedup_id: str | None
+    ) -> tuple[dict[str, str], int]:
+        if self._capacity is not None:
+            raise ValueError("publish_file and publish_stream do not support bounded queues")
+        if dedup_id is not None and (not isinstance(dedup_id, str) or not dedup_id):
+            raise ValueError(f"dedup_id must be a non-empty str, not {dedup_id!r}")
+        return validate_attributes(attributes), round(_seconds(delay, "delay") * 1e6)
+
+
+def _reopen(path: str, options: dict[str, object]) -> Queue:
+    return Queue(path, **options)  # type: ignore[arg-type]

@@ -114,6 +114,9 @@ class InotifyHub:
             os.close(fd)
             raise OSError(code, os.strerror(code), self.path)
         self._fd = fd
+        # Closes the descriptor when the last waiter drops the hub. It must not hold the
+        # hub itself (finalize keeps its arguments alive), or the hub would never go.
+        self._finalizer = weakref.finalize(self, os.close, fd)
         return True
 
     def token(self) -> int:
@@ -151,7 +154,7 @@ class InotifyHub:
     def close(self) -> None:
         with self._cond:
             if self._fd >= 0:
-                os.close(self._fd)
+                self._finalizer()  # closes the descriptor once, now
                 self._fd = -1
 
 
@@ -186,7 +189,6 @@ class InotifyWaiter:
             if hub is None:
                 hub = InotifyHub(path)
                 _hubs[key] = hub
-                weakref.finalize(hub, InotifyHub.close, hub)
         self._hub: InotifyHub | _Detached = hub
         self.interval = recheck
 

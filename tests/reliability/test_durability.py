@@ -1,0 +1,89 @@
+"""The fsync ordering behind the durability statement, traced on the ``_fs`` calls."""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import os
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import vsqs
+from vsqs import _fs
+from vsqs.testing import ManualClock
+
+SYNCS = {"fsync", "fsync_dir", "sync_filesystem"}
+
+
+@pytest.fixture
+def trace(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """Every public ``_fs`` call, as ``name`` or ``name:<its first path>``."""
+    calls: list[str] = []
+
+    def wrap(name: str, real: Callable[..., Any]) -> Callable[..., Any]:
+        @functools.wraps(real)
+        def traced(*args: Any, **kwargs: Any) -> Any:
+            path = next((a for a in args if isinstance(a, str)), "")
+            if not path and args and isinstance(args[0], int):
+                path = os.readlink(f"/proc/self/fd/{args[0]}")  # the file behind a descriptor
+            calls.append(f"{name}:{path}" if path else name)
+            return real(*args, **kwargs)
+
+        return traced
+
+    for name, value in vars(_fs).items():
+        if not name.startswith("_") and inspect.isfunction(value):
+            monkeypatch.setattr(_fs, name, wrap(name, value))
+    return calls  # monkeypatch restores the real functions
+
+
+def _kinds(calls: list[str]) -> list[str]:
+    """The message-changing and syncing calls only, in order."""
+    keep = {"create_exclusive", "write_all", "rename_noreplace", "unlink", *SYNCS}
+    return [c.split(":")[0] for c in calls if c.split(":")[0] in keep and "/.vsqs/" not in c]
+
+
+def test_durable_publish_syncs_file_before_rename_and_directory_after(
+    tmp_path: Path, trace: list[str]
+) -> None:
+    q = vsqs.Queue(tmp_path / "q", clock=ManualClock())
+    q.publish(b"m")
+    kinds = [k for k in _kinds(trace) if k != "unlink"]
+    assert kinds == ["create_exclusive", "write_all", "fsync", "rename_noreplace", "fsync_dir"]
+
+
+def test_durable_batch_syncs_once_then_renames_then_syncs_the_directory_once(
+    tmp_path: Path, trace: list[str]
+) -> None:
+    q = vsqs.Queue(tmp_path / "q", clock=ManualClock())
+    q.publish_batch([b"a", b"b", b"c"])
+    kinds = _kinds(trace)
+    assert kinds[:6] == ["create_exclusive", "write_all"] * 3
+    rest = kinds[6:]
+    first_rename = rest.index("rename_noreplace")
+    # One filesystem sync (or one fsync per file where syncfs is missing) before any rename.
+    assert set(rest[:first_rename]) <= {"sync_filesystem", "fsync"} and rest[:first_rename]
+    assert rest[first_rename:] == ["rename_noreplace"] * 3 + ["fsync_dir"]
+
+
+def test_non_durable_publish_never_syncs(tmp_path: Path, trace: list[str]) -> None:
+    q = vsqs.Queue(tmp_path / "q", durable=False, clock=ManualClock())
+    q.publish(b"m")
+    q.publish_batch([b"a", b"b"])
+    assert not SYNCS & {c.split(":")[0] for c in trace}
+
+
+def test_attributes_are_durable_before_the_message_is_visible(
+    tmp_path: Path, trace: list[str]
+) -> None:
+    """Metadata is written (and synced) before the rename that makes the message visible."""
+    q = vsqs.Queue(tmp_path / "q", clock=ManualClock())
+    q.publish(b"m", attributes={"k": "v"})
+    rename = next(i for i, c in enumerate(trace) if c.startswith("rename_noreplace"))
+    before = trace[:rename]
+    meta_create = next(i for i, c in enumerate(before) if c.startswith("create_exclusive:")
+                       and not c.endswith(".new"))  # fmt: skip
+    assert any(c.startswith("fsync:") for c in before[meta_create:])

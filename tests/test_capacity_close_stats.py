@@ -1,0 +1,206 @@
+"""Flow control across processes (issue 9): the capacity bound, close, and the stats."""
+
+from __future__ import annotations
+
+import gc
+import os
+import time
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+import vsqs
+from vsqs.testing import ManualClock
+
+from . import procs
+from .fixtures_core import children, wait_blocked_in_inotify
+
+
+@pytest.fixture
+def qpath(tmp_path: Path) -> str:
+    path = str(tmp_path / "q")
+    vsqs.Queue(path, durable=False)
+    return path
+
+
+# -- capacity -------------------------------------------------------------------------
+
+
+def test_producers_in_many_processes_never_exceed_the_capacity(qpath: str, tmp_path: Path) -> None:
+    """Three producers push 450 messages through a capacity-5 queue drained by two
+    consumers, while a watcher process lists the directory without pause: it never sees
+    more than 5 messages (ready, held and being written together)."""
+    capacity, producers, per_producer = 5, 3, 150
+    stop = str(tmp_path / "stop")
+    watch_report = str(tmp_path / "watch.json")
+    reports = [str(tmp_path / f"consumer-{n}.json") for n in range(2)]
+    with children() as kids:
+        watcher = kids.start(procs.watch, qpath, stop, watch_report)
+        consumers = [
+            kids.start(procs.consume_all, qpath, r, {"durable": False, "visibility_timeout": 600})
+            for r in reports
+        ]
+        for n in range(producers):
+            kids.start(procs.bounded_produce, qpath, f"p{n}", per_producer, capacity)
+        for producer in kids.processes[3:]:
+            kids.join(producer, timeout=120)
+        vsqs.Queue(qpath, durable=False).close()
+        for consumer in consumers:
+            kids.join(consumer, timeout=120)
+        Path(stop).touch()
+        kids.join(watcher)
+    watched = procs.load(watch_report)
+    assert watched["listings"] > 0
+    assert 0 < watched["most"] <= capacity, watched
+    delivered = Counter(body for r in reports for body, _ in procs.load(r))
+    expected = {f"p{n}:{i}" for n in range(producers) for i in range(per_producer)}
+    assert set(delivered) == expected and set(delivered.values()) == {1}
+
+
+def test_a_blocked_producer_wakes_when_another_process_deletes(qpath: str, tmp_path: Path) -> None:
+    """Its re-check is an hour away: only the delete's file event can wake it in time."""
+    vsqs.Queue(qpath, durable=False, capacity=1).publish(b"first")
+    report = str(tmp_path / "producer.json")
+    with children() as kids:
+        producer = kids.start(procs.bounded_publish_one, qpath, report)
+        wait_blocked_in_inotify(producer)
+        assert not os.path.exists(report)  # still blocked: the queue is full
+        kids.join(kids.start(procs.consume_some, qpath, 1, str(tmp_path / "consumer.json")))
+        kids.join(producer)
+    queue = vsqs.Queue(qpath, durable=False)
+    message = queue.receive(timeout=0)
+    assert message is not None and message.body == b"waited"
+    assert message.id == procs.load(report)
+
+
+def test_publish_with_timeout_zero_on_a_full_queue_raises_at_once(qpath: str) -> None:
+    clock = ManualClock()
+    queue = vsqs.Queue(qpath, durable=False, capacity=2, clock=clock)
+    queue.publish_batch([b"a", b"b"])
+    with pytest.raises(vsqs.QueueFull) as info:
+        queue.publish(b"c", timeout=0)
+    assert isinstance(info.value, TimeoutError)
+    assert (info.value.path, info.value.capacity) == (queue.path, 2)
+    assert clock.monotonic() == 0.0  # it did not wait at all
+    with pytest.raises(vsqs.QueueFull):
+        queue.publish(b"c", timeout=1.5)
+    assert clock.monotonic() >= 1.5  # it waited (on the manual clock) as long as asked
+    with pytest.raises(ValueError, match="can never fit"):
+        queue.publish_batch([b"x"] * 3, timeout=0)
+    # A delete by another queue object (another process) makes room for exactly one.
+    other = vsqs.Queue(qpath, durable=False, clock=clock)
+    message = other.receive(timeout=0)
+    assert message is not None and other.delete(message)
+    queue.publish(b"c", timeout=0)
+    with pytest.raises(vsqs.QueueFull):
+        queue.publish(b"d", timeout=0)
+    assert queue.size() == 2
+
+
+# -- close ----------------------------------------------------------------------------
+
+
+def test_closing_twice_is_an_error_in_any_process(qpath: str, tmp_path: Path) -> None:
+    queue = vsqs.Queue(qpath, durable=False)
+    queue.close()
+    with pytest.raises(vsqs.QueueClosed, match="already closed"):
+        queue.close()
+    with pytest.raises(vsqs.QueueClosed):
+        vsqs.Queue(qpath, durable=False).close()
+    report = str(tmp_path / "close.json")
+    with children() as kids:
+        kids.join(kids.start(procs.close_queue, qpath, report))
+    assert procs.load(report) == "QueueClosed"
+
+
+def test_closed_is_visible_and_enforced_in_other_processes(qpath: str, tmp_path: Path) -> None:
+    before, after = str(tmp_path / "before.json"), str(tmp_path / "after.json")
+    publish = str(tmp_path / "publish.json")
+    queue = vsqs.Queue(qpath, durable=False)
+    with children() as kids:
+        kids.join(kids.start(procs.report_closed, qpath, before))
+        seen = [queue.closed]
+        queue.close()
+        seen.append(queue.closed)
+        assert seen == [False, True]
+        kids.join(kids.start(procs.report_closed, qpath, after))
+        kids.join(kids.start(procs.publish_when_closed, qpath, publish))
+    assert procs.load(before) is False
+    assert procs.load(after) is True
+    assert procs.load(publish) == {"closed": True, "error": "QueueClosed", "path": queue.path}
+    assert queue.size() == 0
+    with pytest.raises(vsqs.QueueClosed):
+        queue.publish_batch([b"a"])
+    with pytest.raises(vsqs.QueueClosed):
+        vsqs.Queue(qpath, durable=False, capacity=3).publish(b"bounded")
+    assert queue.stats().closed is True
+
+
+# -- stats ----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("method", ["spawn", "fork", "forkserver"])
+def test_stats_equal_what_several_processes_did(qpath: str, tmp_path: Path, method: str) -> None:
+    """Three producers and two consumers run in their own processes and exit normally,
+    without calling detach(): their counters reach the disk whatever the start method
+    (fork and forkserver children end with ``os._exit``, skipping ``atexit``)."""
+    sizes = [[1, 10, 100], [7] * 20, [0, 65_536]]
+    with children(method) as kids:
+        for batch in sizes:
+            kids.start(procs.produce_sized, qpath, batch)
+        kids.join_all()
+    reports = [str(tmp_path / f"consumer-{n}.json") for n in range(2)]
+    with children(method) as kids:
+        kids.start(procs.consume_some, qpath, 10, reports[0])
+        kids.start(procs.consume_some, qpath, 5, reports[1])
+        kids.join_all()
+    stats = vsqs.Queue(qpath, durable=False).stats()
+    flat = [size for batch in sizes for size in batch]
+    assert (stats.produced_messages, stats.produced_bytes) == (len(flat), sum(flat))
+    consumed_bytes = procs.load(reports[0]) + procs.load(reports[1])
+    assert (stats.consumed_messages, stats.consumed_bytes) == (15, consumed_bytes)
+    assert (stats.ready, stats.held, stats.delayed, stats.new) == (len(flat) - 15, 0, 0, 0)
+    assert stats.oldest_ready_age is not None and stats.oldest_ready_age >= 0
+    assert stats.closed is False
+
+
+def test_stats_of_one_process_are_exact_at_once(qpath: str) -> None:
+    # Ahead of every id this process drew before: ids never go back, so they would lead.
+    clock = ManualClock(time.time() + 10 * 365 * 86400)
+    queue = vsqs.Queue(qpath, durable=False, clock=clock)
+    queue.publish(b"abc")
+    queue.publish_batch([b"de", b""])
+    queue.publish(b"later", delay=60)
+    message = queue.receive(timeout=0)
+    assert message is not None and queue.delete(message)
+    clock.advance(2)
+    stats = queue.stats()
+    assert (stats.produced_messages, stats.produced_bytes) == (4, 10)
+    assert (stats.consumed_messages, stats.consumed_bytes) == (1, 3)
+    assert (stats.ready, stats.held, stats.delayed, stats.new) == (2, 0, 1, 0)
+    assert stats.oldest_ready_age == pytest.approx(2.0)
+
+
+def test_a_forked_child_counts_what_it_does_with_an_inherited_queue(qpath: str) -> None:
+    """The child uses the parent's Queue object: its counts are its own (not lost when it
+    first flushes, not doubled with the parent's)."""
+    queue = vsqs.Queue(qpath, durable=False)
+    queue.publish(b"parent")  # the first count is flushed at once...
+    queue.publish(b"parent")  # ...this one waits in memory across the fork
+    with children("fork") as kids:
+        kids.join(kids.start(procs.publish_with, queue, 3))
+    stats = queue.stats()
+    assert (stats.produced_messages, stats.produced_bytes) == (5, 2 * 6 + 3 * 5)
+
+
+def test_a_queue_dropped_without_detach_keeps_its_counts(qpath: str) -> None:
+    def publish_and_forget() -> None:
+        queue = vsqs.Queue(qpath, durable=False)
+        queue.publish(b"a")  # flushed at once (the first count)
+        queue.publish(b"bb")  # waits in memory for the next flush
+
+    publish_and_forget()
+    gc.collect()  # the queue object (reference cycles) is collected here
+    stats = vsqs.Queue(qpath, durable=False).stats()
+    assert (stats.produced_messages, stats.produced_bytes) == (2, 3)

@@ -1,0 +1,610 @@
+"""The ``vsqs`` command: every command through click's runner, and the console script
+itself (``vsqs``, ``python -m vsqs``) in real subprocesses, shells and terminals."""
+
+from __future__ import annotations
+
+import json
+import os
+import pty
+import re
+import select
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner, Result
+
+import vsqs
+from vsqs.cli import cli
+from vsqs.testing import drain
+
+BIN = Path(sys.executable).parent
+VSQS = str(BIN / "vsqs")
+REPO = Path(__file__).resolve().parent.parent
+ENV = {**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}", "COLUMNS": "80"}
+ENV.pop("VSQS_DEBUG", None)
+ENV.pop("VSQS_ROOT", None)
+
+
+def run(*args: str, input: str | bytes | None = None, env: dict[str, str] | None = None) -> Result:
+    return CliRunner().invoke(cli, list(args), input=input, env=env, catch_exceptions=False)
+
+
+def shell(args: list[str]) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(args, capture_output=True, text=True, env=ENV, timeout=120, check=False)
+
+
+def bodies(path: Path) -> list[bytes]:
+    with vsqs.Queue(path) as queue:
+        return [m.body for m in drain(queue)]
+
+
+# -- help ------------------------------------------------------------------------------
+
+COMMANDS = [
+    "clean", "close", "delete", "demo", "peek", "publish", "pump", "purge",
+    "queues", "receive", "redrive", "requeue", "sink", "stats",
+]  # fmt: skip
+
+
+def test_help_lists_every_command_with_help_text_and_exit_codes() -> None:
+    result = run("--help")
+    assert result.exit_code == 0
+    for name in COMMANDS:
+        line = next(line for line in result.stdout.splitlines() if line.split()[:1] == [name])
+        assert len(line.split()) > 3, line  # the command and a sentence
+        sub = run(name, "--help")
+        assert sub.exit_code == 0, name
+        assert "Usage: " in sub.stdout
+    for code in ("0", "1", "2", "3", "4", "5", "126", "127", "130"):
+        assert re.search(rf"^\s+{code}\s+\w", result.stdout, re.MULTILINE), code
+    assert "_VSQS_COMPLETE=bash_source vsqs" in result.stdout
+    assert run("--version").stdout.strip() == f"vsqs, version {vsqs.__version__}"
+
+
+def test_a_bad_option_is_a_usage_error(tmp_path: Path) -> None:
+    result = run("receive", str(tmp_path), "--wait", "soon")
+    assert result.exit_code == 2
+    assert "Invalid value for '--wait'" in result.stderr
+
+
+# -- publish ---------------------------------------------------------------------------
+
+
+def test_publish_arguments_prints_ids_in_order(tmp_path: Path) -> None:
+    path = tmp_path / "new" / "q"
+    result = run("publish", str(path), "one", "two", "drei ü")
+    assert result.exit_code == 0
+    ids = result.stdout.split()
+    assert len(ids) == 3
+    assert ids == sorted(ids, key=int)
+    assert bodies(path) == [b"one", b"two", "drei ü".encode()]
+
+
+def test_publish_stdin_lines_in_batches_with_attributes_and_delay(tmp_path: Path) -> None:
+    result = run(
+        "publish", str(tmp_path), "-", "--batch", "2", "--attr", "kind=img", "--attr", "x=",
+        input="a\n\nc\nd",
+    )  # fmt: skip
+    assert result.exit_code == 0
+    assert len(result.stdout.split()) == 4
+    with vsqs.Queue(tmp_path) as queue:
+        got = drain(queue)
+    assert [m.body for m in got] == [b"a", b"", b"c", b"d"]
+    assert all(dict(m.attributes) == {"kind": "img", "x": ""} for m in got)
+    assert run("publish", str(tmp_path), "later", "--delay", "600").exit_code == 0
+    assert vsqs.Queue(tmp_path).counts().delayed == 1
+
+
+def test_publish_files_by_line_and_whole(tmp_path: Path) -> None:
+    data = tmp_path / "input.txt"
+    data.write_bytes(b"first\nsecond\n")
+    queue = tmp_path / "q"
+    assert run("publish", str(queue), "--file", str(data), "-q").stdout == ""
+    assert bodies(queue) == [b"first", b"second"]
+    result = run("publish", str(queue), "--file", str(data), "--file", "-", "--whole", input="x")
+    assert result.exit_code == 0
+    assert bodies(queue) == [b"first\nsecond\n", b"x"]
+
+
+def test_publish_deduplicates(tmp_path: Path) -> None:
+    first = run("publish", str(tmp_path), "job", "--dedup-id", "k1")
+    again = run("publish", str(tmp_path), "job", "--dedup-id", "k1")
+    assert first.stdout == again.stdout
+    assert run("publish", str(tmp_path), "-", "--content-dedup", input="a\na\nb\n").exit_code == 0
+    assert bodies(tmp_path) == [b"job", b"a", b"b"]
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        [],
+        ["a", "b", "--dedup-id", "k"],
+        ["-", "--dedup-id", "k"],
+        ["a", "--attr", "novalue"],
+        ["a", "--attr", "=v"],
+        ["a", "--batch", "0"],
+    ],
+)
+def test_publish_usage_errors_publish_nothing(tmp_path: Path, args: list[str]) -> None:
+    result = run("publish", str(tmp_path / "q"), *args, input="")
+    assert result.exit_code == 2
+    assert "Error" in result.stderr
+    assert not (tmp_path / "q").exists() or bodies(tmp_path / "q") == []
+
+
+def test_publish_errors_are_one_line_and_debug_shows_the_traceback(tmp_path: Path) -> None:
+    missing = str(tmp_path / "missing.txt")
+    result = run("publish", str(tmp_path / "q"), "--file", missing)
+    assert result.exit_code == 1
+    assert result.stderr == f"vsqs: No such file or directory: {missing}\n"
+    with pytest.raises(FileNotFoundError):
+        run("--debug", "publish", str(tmp_path / "q"), "--file", missing)
+    result = run("publish", str(tmp_path / "q"), "a", "--attr", "k" * 300 + "=v")
+    assert result.exit_code == 2
+    assert result.stderr.startswith("vsqs: invalid message attributes")
+
+
+def test_publish_to_a_closed_queue_exits_4(tmp_path: Path) -> None:
+    vsqs.Queue(tmp_path).close()
+    result = run("publish", str(tmp_path), "late")
+    assert result.exit_code == 4
+    assert "closed" in result.stderr
+    assert len(result.stderr.splitlines()) == 1
+
+
+def test_publish_to_a_file_is_not_a_queue(tmp_path: Path) -> None:
+    (tmp_path / "f").write_text("")
+    result = run("publish", str(tmp_path / "f"), "x")
+    assert result.exit_code == 1
+    assert "is not a directory" in result.stderr
+
+
+# -- receive ---------------------------------------------------------------------------
+
+
+def test_receive_prints_and_deletes_until_empty(tmp_path: Path) -> None:
+    run("publish", str(tmp_path), "a", "b", "c")
+    assert run("receive", str(tmp_path), "-n", "2").stdout == "a\nb\n"
+    assert run("receive", str(tmp_path)).stdout == "c\n"
+    assert vsqs.Queue(tmp_path).counts().total == 0
+    empty = run("receive", str(tmp_path), "--wait", "0.1")
+    assert (empty.exit_code, empty.stdout, empty.stderr) == (3, "", "")
+
+
+def test_receive_json_and_keep(tmp_path: Path) -> None:
+    run("publish", str(tmp_path), "x", "--attr", "a=1")
+    run("publish", str(tmp_path), "--file", "-", "--whole", input="")  # an empty body
+    (tmp_path / "1700000000000000").write_bytes(b"\xff\xfe")  # not UTF-8, oldest
+    result = run("receive", str(tmp_path), "--json", "--keep", "--visibility-timeout", "100")
+    assert result.exit_code == 0
+    lines = [json.loads(line) for line in result.stdout.splitlines()]
+    assert [line.get("body") for line in lines] == [None, "x", ""]
+    assert lines[0]["body_base64"] == "//4="
+    assert lines[1]["attributes"] == {"a": "1"}
+    assert lines[1]["receive_count"] == 1
+    assert lines[1]["receipt"].startswith(lines[1]["id"] + ".")
+    assert lines[1]["expires_at"] > time.time() + 50
+    counts = vsqs.Queue(tmp_path).counts()
+    assert (counts.ready, counts.held) == (0, 3)  # kept: held until their lease ends
+
+
+def test_receive_from_a_closed_and_drained_queue_exits_4(tmp_path: Path) -> None:
+    run("publish", str(tmp_path), "last")
+    run("close", str(tmp_path))
+    assert run("receive", str(tmp_path), "--wait", "inf").exit_code == 0
+    assert run("receive", str(tmp_path), "--wait", "inf").exit_code == 4
+
+
+def test_receive_missing_queue_creates_nothing(tmp_path: Path) -> None:
+    for command in ("receive", "peek", "stats", "purge", "clean", "requeue", "close", "sink"):
+        result = run(command, str(tmp_path / "nope"))
+        assert result.exit_code == 1, command
+        assert result.stderr == f"vsqs: no queue at {tmp_path / 'nope'}\n"
+    assert run("redrive", str(tmp_path / "nope")).exit_code == 1
+    assert run("delete", str(tmp_path / "nope"), "1700000000000000").exit_code == 1
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_receive_exec_deletes_on_success_with_the_environment(tmp_path: Path) -> None:
+    run("publish", str(tmp_path / "q"), "one", "two")
+    out = tmp_path / "out"
+    fields = '"$(cat)" "$VSQS_RECEIVE_COUNT" "$VSQS_RECEIPT" "$VSQS_QUEUE"'
+    command = f'printf "%s %s %s %s\\n" {fields} >> {out}; echo ok'
+    result = run("receive", str(tmp_path / "q"), "--exec", command)
+    assert (result.exit_code, result.stdout) == (0, "ok\nok\n")
+    lines = [line.split() for line in out.read_text().splitlines()]
+    assert [(body, count) for body, count, _, _ in lines] == [("one", "1"), ("two", "1")]
+    assert all(re.fullmatch(r"\d+\.\d+", receipt) for _, _, receipt, _ in lines)
+    assert all(queue == str(tmp_path / "q") for *_, queue in lines)
+    assert vsqs.Queue(tmp_path / "q").counts().total == 0
+
+
+def test_receive_exec_json_on_stdin(tmp_path: Path) -> None:
+    run("publish", str(tmp_path), "x", "--attr", "k=v")
+    result = run("receive", str(tmp_path), "--json", "--exec", "cat")
+    assert json.loads(result.stdout)["attributes"] == {"k": "v"}
+
+
+def test_receive_exec_failure_releases_at_the_end_and_exits_5(tmp_path: Path) -> None:
+    run("publish", str(tmp_path), "good", "bad", "good")
+    result = run("receive", str(tmp_path), "--exec", 'test "$(cat)" = good')
+    assert result.exit_code == 5
+    assert "CMD exited with status 1 for message" in result.stderr
+    with vsqs.Queue(tmp_path) as queue:
+        left = drain(queue)
+    assert [m.body for m in left] == [b"bad"]  # released, not retried in a loop
+    assert left[0].receive_count == 2
+
+
+def test_receive_exec_command_not_found_stops_and_releases(tmp_path: Path) -> None:
+    run("publish", str(tmp_path), "a", "b")
+    result = run("receive", str(tmp_path), "--exec", "vsqs-no-such-command-xyz")
+    assert result.exit_code == 127
+    assert result.stderr.splitlines()[-1] == (
+        "vsqs: command not found (exit status 127): vsqs-no-such-command-xyz"
+    )
+    counts = vsqs.Queue(tmp_path).counts()
+    assert (counts.ready, counts.held) == (2, 0)
+    (tmp_path / "script").write_text("echo hi\n")  # not executable
+    result = run("receive", str(tmp_path), "--exec", str(tmp_path / "script"))
+    assert result.exit_code == 126
+    assert vsqs.Queue(tmp_path).counts().ready == 2
+
+
+def test_receive_exec_that_outlives_its_lease_is_reported(tmp_path: Path) -> None:
+    run("publish", str(tmp_path), "slow")
+    # The command itself takes the lease away (as an expiry and another consumer would).
+    result = run(
+        "receive", str(tmp_path),
+        "--exec", f"vsqs requeue {tmp_path} >/dev/null; vsqs receive {tmp_path} >/dev/null",
+        "--visibility-timeout", "0", env={"PATH": ENV["PATH"]},
+    )  # fmt: skip
+    assert result.exit_code == 5
+    assert "ended while CMD ran" in result.stderr
+
+
+def test_receive_usage_errors(tmp_path: Path) -> None:
+    assert run("receive", str(tmp_path), "--keep", "--exec", "true").exit_code == 2
+    assert run("receive", str(tmp_path), "--wait", "-1").exit_code == 2
+
+
+# -- delete and peek -------------------------------------------------------------------
+
+
+def test_delete_by_receipt_twice_and_from_stdin(tmp_path: Path) -> None:
+    run("publish", str(tmp_path), "a", "b", "c")
+    lines = run("receive", str(tmp_path), "--keep", "--json").stdout.splitlines()
+    receipts = [json.loads(line)["receipt"] for line in lines]
+    assert run("delete", str(tmp_path), receipts[0]).exit_code == 0
+    again = run("delete", str(tmp_path), receipts[0])
+    assert again.exit_code == 1
+    assert (
+        again.stderr == f"vsqs: not deleted: {receipts[0]} (already deleted, or its lease ended)\n"
+    )
+    assert run("delete", str(tmp_path), "-", input="\n".join(receipts[1:]) + "\n").exit_code == 0
+    assert vsqs.Queue(tmp_path).counts().total == 0
+
+
+@pytest.mark.parametrize("receipt", ["abc", "1700000000000000.new", "017.5", ""])
+def test_delete_a_bad_receipt_is_a_usage_error(tmp_path: Path, receipt: str) -> None:
+    run("publish", str(tmp_path), "a")
+    result = run("delete", str(tmp_path), "1700000000000000", receipt)
+    if not receipt:
+        assert result.exit_code == 1  # empty lines are skipped; the id names no message
+        return
+    assert result.exit_code == 2
+    assert "is not a receipt or message id" in result.stderr
+    assert vsqs.Queue(tmp_path).counts().ready == 1
+
+
+def test_peek_claims_nothing(tmp_path: Path) -> None:
+    run("publish", str(tmp_path), "a", "b", "c")
+    assert run("peek", str(tmp_path)).stdout == "a\n"
+    assert run("peek", str(tmp_path), "-n", "5").stdout == "a\nb\nc\n"
+    first = json.loads(run("peek", str(tmp_path), "--json").stdout)
+    assert first["receipt"] == first["id"]
+    assert first["receive_count"] == 0
+    assert vsqs.Queue(tmp_path).counts().ready == 3
+    run("purge", str(tmp_path), "--yes")
+    assert run("peek", str(tmp_path)).exit_code == 3
+
+
+# -- operating -------------------------------------------------------------------------
+
+
+def test_stats_table_json_and_watch(tmp_path: Path) -> None:
+    queue = tmp_path / "a-queue-path-long-enough-to-be-folded-at-80-columns" / "orders"
+    run("publish", str(queue), "a", "b", "c")
+    run("receive", str(queue), "-n", "1")
+    run("receive", str(queue), "-n", "1", "--keep")
+    run("publish", str(queue), "d", "--delay", "60")
+    table = run("stats", str(queue)).stdout.splitlines()
+    assert table[0].split() == [
+        "queue", "ready", "held", "delayed", "new", "oldest", "produced", "consumed", "closed",
+    ]  # fmt: skip
+    row = table[2].split()
+    assert row[0] == str(queue)
+    assert row[1:5] == ["1", "1", "1", "0"]
+    assert row[-3:] == ["4", "1", "no"]
+    data = json.loads(run("stats", str(queue), "--json").stdout)
+    assert data["queue"] == str(queue)
+    assert (data["ready"], data["held"], data["delayed"], data["closed"]) == (1, 1, 1, False)
+    assert data["produced_messages"] == 4
+    assert data["consumed_bytes"] == 1
+    assert data["oldest_ready_age"] >= 0
+    watch = run(
+        "stats", str(queue), str(queue), "--json", "--watch", "--interval", "0.05", "--count", "3"
+    )
+    assert len(watch.stdout.splitlines()) == 6
+    tables = run("stats", str(queue), "--watch", "--interval", "0.05", "--count", "2").stdout
+    assert tables.count("produced") == 2
+
+
+def test_purge_needs_yes_without_a_terminal(tmp_path: Path) -> None:
+    run("publish", str(tmp_path), "a", "b")
+    refused = run("purge", str(tmp_path))
+    assert refused.exit_code == 2
+    assert "--yes" in refused.stderr
+    assert vsqs.Queue(tmp_path).counts().ready == 2
+    assert run("purge", str(tmp_path), "-y").stdout == "purged 2 messages\n"
+    assert vsqs.Queue(tmp_path).counts().total == 0
+
+
+def test_clean_removes_old_debris_only(tmp_path: Path) -> None:
+    run("publish", str(tmp_path), "a")
+    old = tmp_path / "1600000000000000.new"
+    old.write_bytes(b"half")
+    os.utime(old, (1_600_000_000, 1_600_000_000))
+    young = tmp_path / f"{time.time_ns() // 1000}.new"
+    young.write_bytes(b"being written")
+    assert run("clean", str(tmp_path)).stdout == "removed 1 entries\n"
+    assert not old.exists()
+    assert young.exists()
+    assert run("clean", str(tmp_path), "--older-than", "-1").exit_code == 2
+
+
+def test_requeue_returns_expired_leases(tmp_path: Path) -> None:
+    run("publish", str(tmp_path), "a")
+    # --keep prints each message once, even when its lease ends during the run.
+    assert run("receive", str(tmp_path), "--keep", "--visibility-timeout", "0").stdout == "a\n"
+    assert run("requeue", str(tmp_path)).stdout == "requeued 1 messages\n"
+    assert vsqs.Queue(tmp_path).counts().ready == 1
+
+
+def test_redrive_to_the_source_and_to_another_queue(tmp_path: Path) -> None:
+    source, dlq, other = tmp_path / "src", tmp_path / "dlq", tmp_path / "other"
+    queue = vsqs.Queue(source, dead_letter=dlq, max_receives=1)
+    for body in (b"x", b"y", b"z"):
+        queue.publish(body)
+        assert queue.receive(timeout=0, visibility_timeout=0) is not None
+        assert queue.requeue_expired() == 0  # one receive ended undeleted: dead-lettered
+    assert vsqs.Queue(dlq).counts().ready == 3
+    assert run("redrive", str(dlq), "--limit", "1").stdout == "redrove 1 messages\n"
+    assert bodies(source) == [b"x"]
+    vsqs.Queue(other)
+    assert run("redrive", str(dlq), "--to", str(other)).stdout == "redrove 2 messages\n"
+    assert bodies(other) == [b"y", b"z"]
+    assert run("redrive", str(dlq), "--to", str(tmp_path / "typo")).exit_code == 1
+
+
+def test_close_twice_exits_4(tmp_path: Path) -> None:
+    assert run("close", str(tmp_path)).stdout == f"closed {tmp_path}\n"
+    assert vsqs.Queue(tmp_path).closed
+    again = run("close", str(tmp_path))
+    assert again.exit_code == 4
+    assert "already closed" in again.stderr
+
+
+def test_queues_under_a_root(tmp_path: Path) -> None:
+    root = str(tmp_path / "root")
+    assert run("queues", "--root", root, "list").exit_code == 1
+    assert not (tmp_path / "root").exists()
+    created = run("queues", "--root", root, "create", "orders", "orders.dlq")
+    assert created.stdout.split() == [f"{root}/orders", f"{root}/orders.dlq"]
+    assert run("queues", "list", env={"VSQS_ROOT": root}).stdout == "orders\norders.dlq\n"
+    bad = run("queues", "--root", root, "create", "ok", "../escape")
+    assert bad.exit_code == 2
+    assert "invalid queue name '../escape'" in bad.stderr
+    assert not (tmp_path / "root" / "ok").exists()  # all or nothing
+    assert run("queues", "--root", root, "remove", "orders").exit_code == 2  # no --yes
+    assert run("queues", "--root", root, "remove", "nope", "--yes").exit_code == 1
+    assert run("queues", "--root", root, "remove", ".vsqs", "--yes").exit_code == 2
+    assert run("queues", "--root", root, "remove", "orders", "--yes").exit_code == 0
+    assert run("queues", "--root", root, "list").stdout == "orders.dlq\n"
+    assert run("queues", "list").exit_code == 2  # no root given
+
+
+def test_pump_and_sink(tmp_path: Path) -> None:
+    pumped = run("pump", str(tmp_path / "q"), "-n", "250", "--size", "20", "--no-durable")
+    assert re.fullmatch(
+        r"published 250 messages in [\d.]+ s: [\d,]+ messages/s \([\d.,]+ MB/s\)\n",
+        pumped.stdout,
+    )
+    assert vsqs.Queue(tmp_path / "q").counts().ready == 250
+    assert run("sink", str(tmp_path / "q"), "-n", "100").stdout.startswith("consumed 100 messages")
+    assert run("sink", str(tmp_path / "q"), "--wait", "0").stdout.startswith("consumed 150 ")
+    assert run("sink", str(tmp_path / "q"), "--wait", "0").exit_code == 3
+    run("close", str(tmp_path / "q"))
+    assert run("sink", str(tmp_path / "q"), "--wait", "5").exit_code == 3  # drained: at once
+
+
+# -- the real console script -----------------------------------------------------------
+
+
+def test_import_vsqs_never_imports_click_or_rich() -> None:
+    code = "import sys, vsqs, vsqs.testing; print(sorted({'click', 'rich'} & set(sys.modules)))"
+    assert shell([sys.executable, "-c", code]).stdout == "[]\n"
+
+
+def test_console_script_and_python_m(tmp_path: Path) -> None:
+    done = shell([VSQS, "publish", str(tmp_path), "hello"])
+    assert (done.returncode, done.stderr) == (0, "")
+    module = shell([sys.executable, "-m", "vsqs", "receive", str(tmp_path)])
+    assert (module.returncode, module.stdout) == (0, "hello\n")
+    usage = shell([sys.executable, "-m", "vsqs", "--help"])
+    assert usage.stdout.startswith("Usage: python -m vsqs")
+    missing = shell([VSQS, "stats", str(tmp_path / "nope")])
+    assert (missing.returncode, missing.stdout) == (1, "")
+    assert missing.stderr == f"vsqs: no queue at {tmp_path / 'nope'}\n"
+
+
+def test_receive_into_a_pipe_closed_early_exits_quietly(tmp_path: Path) -> None:
+    run("pump", str(tmp_path), "-n", "3000", "--size", "2000", "--no-durable")
+    done = shell(["bash", "-c", f"set -o pipefail; {VSQS} receive {tmp_path} | head -1"])
+    assert done.stderr == ""
+    assert (done.returncode, done.stdout) == (0, "000000000000" + "." * 1988 + "\n")
+    counts = vsqs.Queue(tmp_path).counts()
+    assert counts.held == 0  # the unwritten message was released, not left held
+    assert 0 < counts.ready < 3000
+
+
+def test_publish_from_stdin_closed_early(tmp_path: Path) -> None:
+    # A producer that dies mid-stream: what was read is published, nothing is half-done.
+    done = shell(["bash", "-c", f"printf 'a\\nb\\npartial' | {VSQS} publish {tmp_path} - -q"])
+    assert (done.returncode, done.stderr) == (0, "")
+    assert bodies(tmp_path) == [b"a", b"b", b"partial"]
+
+
+def test_ctrl_c_exits_130_without_a_traceback(tmp_path: Path) -> None:
+    vsqs.Queue(tmp_path)
+    child = subprocess.Popen(
+        [VSQS, "receive", str(tmp_path), "--wait", "inf"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=ENV,
+    )
+    time.sleep(1.0)  # let it start and block (a real process: no manual clock to step)
+    child.send_signal(signal.SIGINT)
+    out, err = child.communicate(timeout=60)
+    assert (child.returncode, out, err) == (130, "", "vsqs: interrupted\n")
+
+
+def test_exec_in_a_real_process_inherits_stdout(tmp_path: Path) -> None:
+    shell([VSQS, "publish", str(tmp_path), "a", "b"])
+    done = shell([VSQS, "receive", str(tmp_path), "--exec", 'echo "got $(cat)"; echo err >&2'])
+    assert (done.returncode, done.stdout, done.stderr) == (0, "got a\ngot b\n", "err\nerr\n")
+    missing = shell([VSQS, "receive", str(tmp_path), "--exec", "true"])
+    assert missing.returncode == 3
+
+
+def test_demo_runs(tmp_path: Path) -> None:
+    done = shell([VSQS, "demo", "--producers", "1", "--consumers", "2", "--messages", "300"])
+    assert done.returncode == 0, done.stderr
+    assert "result       OK: 0 missing, 0 duplicated" in done.stdout
+
+
+def _on_a_terminal(args: list[str]) -> tuple[int, str]:
+    """Run the command with stdout on a pseudo-terminal; its exit status and output."""
+    controller, terminal = pty.openpty()
+    child = subprocess.Popen(args, stdout=terminal, stderr=terminal, env={**ENV, "TERM": "xterm"})
+    os.close(terminal)
+    output = b""
+    while True:
+        ready, _, _ = select.select([controller], [], [], 60)
+        if not ready:
+            break
+        try:
+            chunk = os.read(controller, 65536)
+        except OSError:  # EIO: the child closed the terminal
+            break
+        if not chunk:
+            break
+        output += chunk
+    os.close(controller)
+    return child.wait(timeout=60), output.decode(errors="replace")
+
+
+def test_progress_bars_and_live_stats_on_a_terminal(tmp_path: Path) -> None:
+    code, out = _on_a_terminal(
+        [VSQS, "pump", str(tmp_path / "q"), "-n", "3000", "--batch", "10", "--no-durable"]
+    )
+    assert code == 0
+    assert "published 3,000 messages" in out
+    lines = tmp_path / "lines"
+    lines.write_text("".join(f"{n}\n" for n in range(500)))
+    code, out = _on_a_terminal([VSQS, "publish", str(tmp_path / "q"), "--file", str(lines)])
+    assert code == 0
+    assert "published 500 messages to" in out
+    assert not re.search(r"^\d{16}\r?$", out, re.MULTILINE)  # a bar instead of ids
+    code, out = _on_a_terminal(
+        [VSQS, "stats", str(tmp_path / "q"), "--watch", "--interval", "0.1", "--count", "2"]
+    )
+    assert (code, "3,500" in out) == (0, True)
+    code, out = _on_a_terminal([VSQS, "sink", str(tmp_path / "q"), "--wait", "0"])
+    assert (code, "consumed 3,500 messages" in out) == (0, True)
+
+
+def test_shell_completion() -> None:
+    source = subprocess.run(
+        [VSQS], env={**ENV, "_VSQS_COMPLETE": "bash_source"}, capture_output=True, text=True,
+        timeout=60, check=True,
+    )  # fmt: skip
+    assert "complete " in source.stdout
+    words = subprocess.run(
+        [VSQS],
+        env={**ENV, "_VSQS_COMPLETE": "bash_complete", "COMP_WORDS": "vsqs pu", "COMP_CWORD": "1"},
+        capture_output=True, text=True, timeout=60, check=True,
+    )  # fmt: skip
+    assert words.stdout.split() == ["plain,publish", "plain,pump", "plain,purge"]
+
+
+# -- the documented session ------------------------------------------------------------
+
+
+def _session(text: str) -> list[tuple[str, list[str]]]:
+    """The commands and expected outputs of the console block starting ``$ cd "$(mktemp``."""
+    lines = text.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.strip() == '$ cd "$(mktemp -d)"')
+    indent = lines[start].index("$")
+    steps: list[tuple[str, list[str]]] = []
+    for line in lines[start:]:
+        if line.strip() and not line.startswith(" " * indent):
+            break
+        if not line.strip():
+            continue
+        if line[indent:].startswith("$ "):
+            steps.append((line[indent + 2 :], []))
+        else:
+            steps[-1][1].append(line[indent:].rstrip())
+    return steps
+
+
+def _normal(line: str) -> str:
+    line = re.sub(r"\b\d{16}\b", "<id>", line)  # ids are the time of publishing
+    return re.sub(r"\b\d\.\d s\b", "<age>", line)
+
+
+def _check_session(text: str, tmp_path: Path) -> None:
+    steps = _session(text)
+    assert [command.split()[:2] for command, _ in steps][1:] == [
+        ["vsqs", "publish"], ["vsqs", "stats"], ["vsqs", "receive"], ["vsqs", "stats"],
+    ]  # fmt: skip
+    script = "set -e\nexec 2>&1\n" + "".join(
+        f"echo '@@@ step'\n{command}\n" for command, _ in steps
+    )
+    done = subprocess.run(
+        ["bash", "-c", script], capture_output=True, text=True, timeout=120, check=False,
+        env={**ENV, "TMPDIR": str(tmp_path)}, cwd=tmp_path,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout
+    outputs = done.stdout.split("@@@ step\n")[1:]
+    assert len(outputs) == len(steps)
+    for (command, expected), output in zip(steps, outputs, strict=True):
+        got = [_normal(line.rstrip()) for line in output.splitlines()]
+        assert got == [_normal(line) for line in expected], command
+
+
+def test_the_cli_guide_session_works_as_shown(tmp_path: Path) -> None:
+    _check_session((REPO / "docs" / "guides" / "cli.rst").read_text(), tmp_path)
+
+
+def test_the_readme_session_works_as_shown(tmp_path: Path) -> None:
+    readme = (REPO / "README.rst").read_text()
+    guide = (REPO / "docs" / "guides" / "cli.rst").read_text()
+    assert _session(readme) == _session(guide)
+    _check_session(readme, tmp_path)

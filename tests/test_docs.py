@@ -1,0 +1,261 @@
+"""Every code example in README.rst and docs/ runs, so the documentation cannot rot.
+
+The convention for authors (also stated in ``docs/conf.py``):
+
+* A ``.. code-block:: python`` (or ``.. code:: python``) block is executed. The python
+  blocks of one page run in order, as one script, in a fresh temporary directory, so a
+  later block may use what an earlier block defined, like a reader pasting them in turn.
+  Paths written as string literals starting with ``/tmp/`` are redirected into that
+  directory, and ``TMPDIR`` points there too.
+* A block that must not run (it needs a cluster, it is a fragment) is preceded by the
+  comment ``.. skip-test: <reason>``. It is still compiled, so it cannot hold a syntax
+  error, and the reason is mandatory, so a skip is never silent.
+* ``console``, ``text``, ``shell``, ``ini``... blocks are not executed. ``>>>`` examples
+  in ``.. doctest::`` directives, in plain doctest blocks and in the docstrings pulled in
+  by autodoc run under the Sphinx doctest builder (the last test here).
+
+Each page runs in its own interpreter, as a user's script would, with a time limit.
+"""
+
+from __future__ import annotations
+
+import doctest
+import os
+import re
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+DOCS = ROOT / "docs"
+PAGE_TIMEOUT = 240.0  # generous: a page may start processes; this is not a speed check
+
+_DIRECTIVE = re.compile(
+    r"^(?P<indent>[ \t]*)\.\. (?:code-block|code|sourcecode)::[ \t]*(?P<lang>\S*)"
+)
+_SKIP = re.compile(r"^[ \t]*\.\. skip-test:(?P<reason>.*)$")
+_TMP_LITERAL = re.compile(r"""(?P<quote>["'])/tmp/""")
+_PYTHON = frozenset({"python"})
+# Aliases that Pygments accepts but this test would not run: refused, so that nothing
+# meant to run is silently left out. Use "python" (runs) or "text" (does not).
+_REFUSED = frozenset({"py", "python3", "py3", "pycon", "ipython", "ipython3"})
+
+
+@dataclass(frozen=True)
+class Block:
+    """One python code block: its first line number (1-based) in the page and its code."""
+
+    line: int
+    code: str
+    skip_reason: str | None
+
+
+def pages() -> list[Path]:
+    """README.rst and every reStructuredText page of the docs (guides included)."""
+    found = [ROOT / "README.rst"]
+    for path in sorted(DOCS.rglob("*.rst")):
+        relative = path.relative_to(DOCS).parts
+        if relative[0] in ("_build", "dev"):
+            continue
+        found.append(path)
+    return found
+
+
+def _page_id(path: Path) -> str:
+    return str(path.relative_to(ROOT))
+
+
+def _dedent(lines: list[str]) -> list[str]:
+    widths = [len(line) - len(line.lstrip()) for line in lines if line.strip()]
+    cut = min(widths, default=0)
+    return [line[cut:] if line.strip() else "" for line in lines]
+
+
+def extract_blocks(text: str, where: str = "<page>") -> list[Block]:
+    """The python code blocks of a page, with their line numbers and skip markers."""
+    lines = text.splitlines()
+    blocks: list[Block] = []
+    index = 0
+    while index < len(lines):
+        match = _DIRECTIVE.match(lines[index])
+        if match is None:
+            index += 1
+            continue
+        lang = match["lang"].lower()
+        if lang in _REFUSED:
+            raise ValueError(
+                f"{where}:{index + 1}: code-block language {lang!r} is not run by the doc "
+                "tests; write 'python' (executed) or 'text' (not executed)"
+            )
+        indent = len(match["indent"])
+        skip_reason = _skip_marker(lines, index, where)
+        index += 1
+        # Directive options (":caption: ...") come first, then the indented body.
+        while index < len(lines) and lines[index].strip().startswith(":"):
+            index += 1
+        body_start = index
+        while index < len(lines) and (
+            not lines[index].strip() or len(lines[index]) - len(lines[index].lstrip()) > indent
+        ):
+            index += 1
+        if lang not in _PYTHON:
+            continue
+        body = lines[body_start:index]
+        while body and not body[-1].strip():
+            body.pop()
+        first = 0
+        while first < len(body) and not body[first].strip():
+            first += 1
+        code = "\n".join(_dedent(body[first:])) + "\n"
+        blocks.append(Block(body_start + first + 1, code, skip_reason))
+    return blocks
+
+
+def _skip_marker(lines: list[str], directive: int, where: str) -> str | None:
+    """The reason of a ``.. skip-test:`` comment just before the directive, if any."""
+    previous = directive - 1
+    while previous >= 0 and not lines[previous].strip():
+        previous -= 1
+    if previous < 0:
+        return None
+    match = _SKIP.match(lines[previous])
+    if match is None:
+        return None
+    reason = match["reason"].strip()
+    if not reason:
+        raise ValueError(f"{where}:{previous + 1}: '.. skip-test:' needs a reason")
+    return reason
+
+
+def build_script(blocks: list[Block], tmp: Path) -> str:
+    """One script whose line N is line N of the page, so tracebacks point into the page."""
+    out: list[str] = []
+    for block in blocks:
+        if block.skip_reason is not None:
+            continue
+        code = _TMP_LITERAL.sub(lambda m: f"{m['quote']}{tmp}/", block.code)
+        out.extend([""] * (block.line - 1 - len(out)))
+        out.extend(code.splitlines())
+    return "\n".join(out) + "\n"
+
+
+PAGES = pages()
+
+
+@pytest.mark.parametrize("page", PAGES, ids=[_page_id(p) for p in PAGES])
+def test_python_examples_run(page: Path, tmp_path: Path) -> None:
+    """The python blocks of the page run, in order, as one script (skipped ones compile)."""
+    text = page.read_text(encoding="utf-8")
+    blocks = extract_blocks(text, _page_id(page))
+    for block in blocks:
+        if block.skip_reason is not None:
+            # Still compiled, so a skipped example cannot rot into a syntax error.
+            compile("\n" * (block.line - 1) + block.code, str(page), "exec")
+    work = tmp_path / "work"
+    work.mkdir()
+    runnable = [b for b in blocks if b.skip_reason is None]
+    if runnable:
+        script = tmp_path / (page.stem + "_examples.py")
+        script.write_text(build_script(runnable, work), encoding="utf-8")
+        env = {**os.environ, "TMPDIR": str(work)}
+        result = subprocess.run(
+            [sys.executable, str(script)],
+            cwd=work,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=PAGE_TIMEOUT,
+            check=False,
+        )
+        assert result.returncode == 0, (
+            f"an example of {_page_id(page)} failed (line numbers are the page's):\n"
+            + result.stderr.replace(str(script), str(page))
+        )
+    if page.name == "README.rst":
+        # The front page is not part of the Sphinx build: run any >>> examples here.
+        failures, _ = doctest.testfile(str(page), module_relative=False, verbose=False)
+        assert failures == 0
+
+
+def test_sphinx_doctests(tmp_path: Path) -> None:
+    """``.. doctest::`` blocks, doctest blocks and autodoc'ed docstring examples pass."""
+    result = subprocess.run(
+        [
+            *(sys.executable, "-m", "sphinx", "-b", "doctest", "-W", "--keep-going", "-q"),
+            *("-d", str(tmp_path / "doctrees"), str(DOCS), str(tmp_path / "out")),
+        ],
+        cwd=ROOT,
+        env={**os.environ, "PYTHONWARNINGS": "ignore::DeprecationWarning", "TMPDIR": str(tmp_path)},
+        capture_output=True,
+        text=True,
+        timeout=PAGE_TIMEOUT,
+        check=False,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+# -- the extractor itself -------------------------------------------------------------
+
+
+def test_extractor_finds_blocks_lines_and_skips() -> None:
+    """The extractor keeps line numbers, honours skip markers and ignores other languages."""
+    text = "\n".join(
+        [
+            "Title",  # 1
+            "",  # 2
+            ".. code-block:: python",  # 3
+            "   :caption: one",  # 4
+            "",  # 5
+            "   x = 1",  # 6
+            "   if x:",  # 7
+            "       y = 2",  # 8
+            "",  # 9
+            ".. code-block:: console",  # 10
+            "",  # 11
+            "   $ vsqs ls",  # 12
+            "",  # 13
+            ".. skip-test: needs a cluster",  # 14
+            "",  # 15
+            ".. code:: python",  # 16
+            "",  # 17
+            "   spark.stop()",  # 18
+        ]
+    )
+    blocks = extract_blocks(text)
+    assert [(b.line, b.skip_reason) for b in blocks] == [(6, None), (18, "needs a cluster")]
+    assert blocks[0].code == "x = 1\nif x:\n    y = 2\n"
+    script = build_script(blocks, Path("/work"))
+    assert script.splitlines()[5:8] == ["x = 1", "if x:", "    y = 2"]
+    assert "spark" not in script
+
+
+def test_extractor_redirects_tmp_paths() -> None:
+    """String literals under /tmp/ land in the page's own directory."""
+    blocks = extract_blocks('.. code-block:: python\n\n   q = Queue("/tmp/orders")\n')
+    assert build_script(blocks, Path("/x/work")) == '\n\nq = Queue("/x/work/orders")\n'
+
+
+@pytest.mark.parametrize("lang", sorted(_REFUSED))
+def test_extractor_refuses_aliases_it_would_not_run(lang: str) -> None:
+    """A python-looking block that would silently not run is an error, not a pass."""
+    with pytest.raises(ValueError, match="not run by the doc tests"):
+        extract_blocks(f".. code-block:: {lang}\n\n   x = 1\n")
+
+
+def test_extractor_requires_a_skip_reason() -> None:
+    """``.. skip-test:`` without a reason is refused: a skip is never silent."""
+    with pytest.raises(ValueError, match="needs a reason"):
+        extract_blocks(".. skip-test:\n\n.. code-block:: python\n\n   x = 1\n")
+
+
+def test_api_reference_lists_every_public_name() -> None:
+    """Every name in ``vsqs.__all__`` has an entry in docs/api.rst."""
+    import vsqs
+
+    api = (DOCS / "api.rst").read_text(encoding="utf-8")
+    documented = set(re.findall(r"^\.\. auto\w+:: vsqs\.(\w+)", api, re.MULTILINE))
+    missing = sorted(set(vsqs.__all__) - documented - {"__version__"})
+    assert not missing, f"add to docs/api.rst: {missing}"

@@ -1,0 +1,67 @@
+"""The public surface: one complete, sorted ``__all__``, and a light ``import vsqs``."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import types
+
+import vsqs
+
+OPTIONAL = ("click", "rich", "pyspark", "pyarrow")
+
+
+def _public_names(module: types.ModuleType) -> set[str]:
+    """Names a user could reach as ``vsqs.X``: not private, not a submodule, not a
+    ``__future__`` feature."""
+    return {
+        name
+        for name, value in vars(module).items()
+        if not name.startswith("_")
+        and not isinstance(value, types.ModuleType)
+        and type(value).__name__ != "_Feature"
+    }
+
+
+def test_all_is_complete() -> None:
+    assert _public_names(vsqs) <= set(vsqs.__all__)
+    assert "__version__" in vsqs.__all__
+
+
+def test_all_is_sorted_and_unique() -> None:
+    assert vsqs.__all__ == sorted(vsqs.__all__)
+    assert len(set(vsqs.__all__)) == len(vsqs.__all__)
+
+
+def test_everything_in_all_exists() -> None:
+    missing = [name for name in vsqs.__all__ if not hasattr(vsqs, name)]
+    assert not missing
+
+
+def test_public_objects_say_they_belong_to_vsqs() -> None:
+    """Classes and functions are importable from the package (their home is private)."""
+    for name in vsqs.__all__:
+        value = getattr(vsqs, name)
+        if isinstance(value, (type, types.FunctionType)):
+            assert value.__module__.startswith("vsqs"), name
+
+
+def test_import_vsqs_does_not_import_the_optional_extras() -> None:
+    """The CLI and Spark extras are imported lazily: a core user need not install them."""
+    code = (
+        "import json, sys, vsqs, vsqs.testing\n"
+        "q = vsqs.Queue(__import__('tempfile').mkdtemp())\n"
+        f"print(json.dumps(sorted(m for m in {OPTIONAL!r} if m in sys.modules)))\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=120
+    )
+    assert json.loads(result.stdout) == []
+
+
+def test_the_testing_module_has_its_own_sorted_all() -> None:
+    import vsqs.testing
+
+    assert vsqs.testing.__all__ == sorted(vsqs.testing.__all__)
+    assert all(hasattr(vsqs.testing, name) for name in vsqs.testing.__all__)

@@ -1,0 +1,212 @@
+"""Waiting (issue 9): blocked consumers wake on a publish, a release, an expiry or a close.
+
+The blocked consumers run in child processes with ``poll_interval=3600``: the periodic
+re-check is then an hour, so within the test's bounds only the event under test (or the
+earliest known expiry) can wake them. A child that never wakes fails its join.
+"""
+
+from __future__ import annotations
+
+import gc
+import os
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import vsqs
+from vsqs import _wait
+
+from . import procs
+from .fixtures_core import (
+    children,
+    fd_targets,
+    inotify_fds,
+    wait_blocked_in_inotify,
+    wait_until,
+)
+
+NO_RECHECK: dict[str, Any] = {"durable": False, "wait": "inotify", "poll_interval": 3600}
+
+needs_inotify = pytest.mark.skipif(not _wait.HAVE_INOTIFY, reason="inotify is Linux-only")
+
+
+@pytest.fixture
+def qpath(tmp_path: Path) -> str:
+    path = str(tmp_path / "q")
+    vsqs.Queue(path, durable=False)
+    return path
+
+
+@needs_inotify
+def test_a_consumer_blocked_forever_is_woken_by_a_publish_in_another_process(
+    qpath: str, tmp_path: Path
+) -> None:
+    report = str(tmp_path / "report.json")
+    with children() as kids:
+        consumer = kids.start(procs.receive_one, qpath, report, NO_RECHECK, None)
+        wait_blocked_in_inotify(consumer)
+        vsqs.Queue(qpath, durable=False).publish(b"wake up")
+        kids.join(consumer)
+    assert procs.load(report) == {"body": "wake up", "receive_count": 1}
+
+
+@needs_inotify
+def test_a_consumer_blocked_forever_is_woken_by_a_release_in_another_process(
+    qpath: str, tmp_path: Path
+) -> None:
+    """The message is held for an hour by another process, which then releases it."""
+    vsqs.Queue(qpath, durable=False).publish(b"released")
+    report = str(tmp_path / "report.json")
+    with children() as kids:
+        ready, go = procs_events()
+        holder = kids.start(procs.release_later, qpath, ready, go)
+        assert ready.wait(60)
+        consumer = kids.start(procs.receive_one, qpath, report, NO_RECHECK, None)
+        wait_blocked_in_inotify(consumer)
+        go.set()
+        kids.join(holder)
+        kids.join(consumer)
+    assert procs.load(report) == {"body": "released", "receive_count": 2}
+
+
+@needs_inotify
+def test_a_consumer_blocked_forever_is_woken_by_an_expiry_without_any_file_event(
+    qpath: str, tmp_path: Path
+) -> None:
+    """Another process holds the message for 2 s and never touches it again: the blocked
+    consumer must wake at the expiry it saw in its listing (no file event happens)."""
+    holder = vsqs.Queue(qpath, durable=False)
+    holder.publish(b"abandoned")
+    held = holder.receive(visibility_timeout=2.0, timeout=0)
+    assert held is not None
+    report = str(tmp_path / "report.json")
+    with children() as kids:
+        kids.join(kids.start(procs.receive_one, qpath, report, NO_RECHECK, None))
+    assert procs.load(report) == {"body": "abandoned", "receive_count": 2}
+    assert time.time() >= held.expires_at  # it was not served before its lease ended
+
+
+@needs_inotify
+def test_close_wakes_every_blocked_consumer(qpath: str, tmp_path: Path) -> None:
+    """Three consumers blocked in receive() get QueueDrained; one iterating consume()
+    sees the iterator end."""
+    reports = [str(tmp_path / f"consumer-{n}.json") for n in range(4)]
+    with children() as kids:
+        blocked = [kids.start(procs.receive_one, qpath, r, NO_RECHECK, None) for r in reports[:3]]
+        blocked.append(kids.start(procs.consume_to_end, qpath, reports[3], NO_RECHECK))
+        for consumer in blocked:
+            wait_blocked_in_inotify(consumer)
+        vsqs.Queue(qpath, durable=False).close()
+        kids.join_all()
+    assert [procs.load(r) for r in reports[:3]] == ["drained"] * 3
+    assert procs.load(reports[3]) == {"ended": True, "bodies": []}
+
+
+def test_close_lets_consumers_drain_what_is_left_first(qpath: str, tmp_path: Path) -> None:
+    queue = vsqs.Queue(qpath, durable=False)
+    queue.publish_batch([b"a", b"b"])
+    queue.close()
+    report = str(tmp_path / "report.json")
+    with children() as kids:
+        kids.join(kids.start(procs.consume_to_end, qpath, report, {"durable": False}))
+    assert procs.load(report) == {"ended": True, "bodies": ["a", "b"]}
+    with pytest.raises(vsqs.QueueDrained):
+        queue.receive(timeout=None)
+
+
+@pytest.mark.parametrize("wait", ["auto", "poll"])
+def test_a_receive_with_a_timeout_returns_none_after_about_that_long(qpath: str, wait: str) -> None:
+    """Generous bounds: it must neither return early nor hang (not a speed assertion)."""
+    queue = vsqs.Queue(qpath, durable=False, wait=wait, poll_interval=0.05)
+    started = time.monotonic()
+    assert queue.receive(timeout=0.3) is None
+    elapsed = time.monotonic() - started
+    assert 0.3 <= elapsed < 10
+    started = time.monotonic()
+    assert queue.receive_batch(5, timeout=0.3) == []
+    assert 0.3 <= time.monotonic() - started < 10
+
+
+@needs_inotify
+def test_threads_waiting_on_one_queue_share_one_inotify_descriptor(qpath: str) -> None:
+    """Twenty threads, each with its own Queue object on the directory, block at once:
+    the process holds one inotify descriptor for all, and none once they let go."""
+    gc.collect()  # queues of earlier tests (reference cycles) release their descriptors
+    before = inotify_fds()
+    waited: set[int] = set()
+    lock = threading.Lock()
+    real_wait = _wait.InotifyHub.wait
+
+    def counting_wait(hub: _wait.InotifyHub, token: int, seconds: float) -> None:
+        with lock:
+            waited.add(threading.get_ident())
+        real_wait(hub, token, seconds)
+
+    queues = [vsqs.Queue(qpath, **{**NO_RECHECK, "poll_interval": 30}) for _ in range(20)]
+    got: list[vsqs.Message | None] = []
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(_wait.InotifyHub, "wait", counting_wait)
+        threads = [
+            threading.Thread(target=lambda q=q: got.append(q.receive(timeout=60))) for q in queues
+        ]
+        for thread in threads:
+            thread.start()
+        wait_until(lambda: len(waited) == 20, "all threads to wait")
+        vsqs.Queue(qpath, durable=False).publish_batch([b"m"] * 20)
+        for thread in threads:
+            thread.join(60)
+    assert len(got) == 20 and all(m is not None for m in got)
+    assert len({m.id for m in got if m is not None}) == 20
+    assert inotify_fds() == before + 1  # one for everybody, still open for the next wait
+    for queue in queues:
+        queue.detach()
+    queues.clear()
+    threads.clear()  # their targets hold the queues too
+    gc.collect()
+    assert inotify_fds() == before
+
+
+def test_the_constructor_opens_no_descriptor_and_starts_no_thread(qpath: str) -> None:
+    before_fds, before_threads = sorted(fd_targets()), threading.active_count()
+    queues = [vsqs.Queue(qpath, wait=wait) for wait in ("auto", "inotify", "poll")]
+    queues.append(vsqs.Queue(qpath, capacity=3, durable=False))
+    assert sorted(fd_targets()) == before_fds
+    assert threading.active_count() == before_threads
+    assert inotify_fds() == before_fds.count("anon_inode:inotify")
+
+
+def test_poll_waiting_works_and_opens_no_inotify_descriptor(qpath: str) -> None:
+    queue = vsqs.Queue(qpath, durable=False, wait="poll", poll_interval=0.02)
+    before = inotify_fds()
+    publisher = threading.Timer(0.2, lambda: vsqs.Queue(qpath, durable=False).publish(b"p"))
+    publisher.start()
+    message = queue.receive(timeout=30)
+    publisher.join()
+    assert message is not None and message.body == b"p"
+    assert inotify_fds() == before
+
+
+def test_an_unknown_wait_mode_is_refused(qpath: str) -> None:
+    queue = vsqs.Queue(qpath, durable=False, wait="sometimes")
+    with pytest.raises(ValueError, match="wait must be"):
+        queue.receive(timeout=1)
+
+
+def procs_events() -> tuple[Any, Any]:
+    """Two events a spawned child can wait on and set."""
+    from .fixtures_core import SPAWN
+
+    return SPAWN.Event(), SPAWN.Event()
+
+
+def test_no_waiter_is_left_behind_by_a_drained_child(qpath: str, tmp_path: Path) -> None:
+    """Sanity check of the harness: a child exits by itself once drained."""
+    vsqs.Queue(qpath, durable=False).close()
+    report = str(tmp_path / "r.json")
+    with children() as kids:
+        kids.join(kids.start(procs.receive_one, qpath, report, {"durable": False}, None))
+    assert procs.load(report) == "drained"
+    assert os.path.isdir(qpath)

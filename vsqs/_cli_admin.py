@@ -1,0 +1,276 @@
+"""Operator commands: ``stats``, ``purge``, ``clean``, ``requeue``, ``redrive``, ``close``,
+``queues``."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import sys
+import time
+from typing import TYPE_CHECKING, Any
+
+import click
+
+from . import _lifecycle
+from ._cli_common import (
+    CliError,
+    format_age,
+    json_line,
+    open_queue,
+    progress,
+    stdout_is_terminal,
+)
+from ._root import QueueRoot, validate_name
+from ._stats import Stats
+
+if TYPE_CHECKING:
+    from rich.table import Table
+
+    from ._queue import Queue
+
+
+def _confirm(what: str, yes: bool) -> None:
+    """Ask before destroying messages; refuse without --yes when nobody can answer."""
+    if yes:
+        return
+    if not sys.stdin.isatty():
+        raise click.UsageError(f"{what}: pass --yes to confirm (stdin is not a terminal)")
+    click.confirm(f"{what}?", abort=True)
+
+
+@click.command()
+@click.argument("queue", type=click.Path())
+@click.option("-y", "--yes", is_flag=True, help="Do not ask for confirmation.")
+def purge(queue: str, yes: bool) -> None:
+    """Delete every ready, held and delayed message of QUEUE.
+
+    Messages being written are left alone, so a concurrent publish is never cut short;
+    a message received during the purge may survive it.
+    """
+    target = open_queue(queue)
+    _confirm(f"delete every message in {queue}", yes)
+    with progress(f"purging {queue}", None, show=stdout_is_terminal()) as advance:
+        removed = target.purge()
+        advance(removed)
+    click.echo(f"purged {removed:,} messages")
+
+
+@click.command()
+@click.argument("queue", type=click.Path())
+@click.option(
+    "--older-than",
+    type=click.FloatRange(min=0),
+    default=3600.0,
+    show_default=True,
+    help="Only debris older than this many seconds.",
+)
+def clean(queue: str, older_than: float) -> None:
+    """Remove the debris of crashed processes from QUEUE.
+
+    Debris is unfinished publishes (never visible, so nothing is lost), orphaned
+    metadata and expired deduplication markers. Young entries are never touched.
+    """
+    removed = open_queue(queue).clean(older_than)
+    click.echo(f"removed {removed:,} entries")
+
+
+@click.command()
+@click.argument("queue", type=click.Path())
+def requeue(queue: str) -> None:
+    """Return every expired lease of QUEUE to the queue now.
+
+    Consumers do this as they go; this is for a queue nobody is consuming.
+    """
+    count = open_queue(queue).requeue_expired()
+    click.echo(f"requeued {count:,} messages")
+
+
+def _redrive(dead: Queue, to: Queue | None, limit: int | None) -> int:
+    method = getattr(dead, "redrive", None)
+    if method is not None:
+        return int(method(to=to, limit=limit))
+    return _lifecycle.redrive(dead, to, limit)
+
+
+@click.command()
+@click.argument("dead_letter_queue", type=click.Path())
+@click.option("--to", "to", type=click.Path(), help="Move to this queue instead of each source.")
+@click.option("--limit", type=click.IntRange(min=1), help="Move at most this many messages.")
+def redrive(dead_letter_queue: str, to: str | None, limit: int | None) -> None:
+    """Move dead-lettered messages back to their source queues.
+
+    Each message moves in one rename and keeps its attributes; its receive count starts
+    again. Messages with no recorded source stay unless --to is given.
+    """
+    dead = open_queue(dead_letter_queue)
+    target = open_queue(to) if to is not None else None
+    total = dead.counts().ready if limit is None else min(limit, dead.counts().ready)
+    chunk = 100
+    moved = 0
+    with progress(f"redriving {dead_letter_queue}", total, show=stdout_is_terminal()) as advance:
+        while limit is None or moved < limit:
+            want = chunk if limit is None else min(chunk, limit - moved)
+            count = _redrive(dead, target, want)
+            moved += count
+            advance(count)
+            if count < want:
+                break  # the rest has no recorded source, or was taken by a consumer
+    click.echo(f"redrove {moved:,} messages")
+
+
+@click.command()
+@click.argument("queue", type=click.Path())
+def close(queue: str) -> None:
+    """Close QUEUE: publishing ends, consumers stop once drained.
+
+    Persistent and seen by every process. Closing twice fails with exit status 4.
+    """
+    open_queue(queue).close()
+    click.echo(f"closed {queue}")
+
+
+def _row(name: str, stats: Stats) -> dict[str, Any]:
+    return {"queue": name, **dataclasses.asdict(stats)}
+
+
+def _table(rows: list[dict[str, Any]]) -> Table:
+    from rich import box  # noqa: PLC0415 -- rich costs ~60 ms; only stats needs it
+    from rich.table import Table  # noqa: PLC0415
+
+    table = Table(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False)
+    table.add_column("queue", overflow="fold")
+    for name in ("ready", "held", "delayed", "new", "oldest", "produced", "consumed"):
+        table.add_column(name, justify="right")
+    table.add_column("closed")
+    for row in rows:
+        table.add_row(
+            row["queue"],
+            *(f"{row[key]:,}" for key in ("ready", "held", "delayed", "new")),
+            format_age(row["oldest_ready_age"]),
+            f"{row['produced_messages']:,}",
+            f"{row['consumed_messages']:,}",
+            "yes" if row["closed"] else "no",
+        )
+    return table
+
+
+@click.command()
+@click.argument("queues", nargs=-1, required=True, type=click.Path())
+@click.option("--json", "as_json", is_flag=True, help="One JSON object per queue per line.")
+@click.option("--watch", is_flag=True, help="Refresh until interrupted (Ctrl-C).")
+@click.option(
+    "--interval",
+    type=click.FloatRange(min=0.05),
+    default=2.0,
+    show_default=True,
+    help="Seconds between refreshes with --watch.",
+)
+@click.option("--count", type=click.IntRange(min=1), help="With --watch: stop after N refreshes.")
+def stats(
+    queues: tuple[str, ...], as_json: bool, watch: bool, interval: float, count: int | None
+) -> None:
+    """Show message counts by state, oldest age, throughput totals.
+
+    For each QUEUE: messages ready, held (received, not deleted), delayed and new (being
+    written), the age of the oldest ready message, and the messages produced and
+    consumed (by every process, ever).
+
+    Read-only. A table by default; --json for scripts; --watch for a live view.
+    """
+    from rich.console import Console  # noqa: PLC0415 -- see _table
+
+    opened = [(name, open_queue(name)) for name in queues]
+    console = Console(highlight=False)
+    if not console.is_terminal:
+        console.width = 1000  # a file or pipe has no width: never fold a long queue path
+
+    def snapshot() -> list[dict[str, Any]]:
+        return [_row(name, queue.stats()) for name, queue in opened]
+
+    def show(rows: list[dict[str, Any]]) -> None:
+        if as_json:
+            for row in rows:
+                click.echo(json_line(row), nl=False)
+        else:
+            console.print(_table(rows))
+
+    if not watch:
+        show(snapshot())
+        return
+    refreshes = 0
+    if console.is_terminal and not as_json:
+        from rich.live import Live  # noqa: PLC0415 -- see _table
+
+        with Live(_table(snapshot()), console=console, auto_refresh=False) as live:
+            while True:
+                refreshes += 1
+                if count is not None and refreshes >= count:
+                    break
+                time.sleep(interval)
+                live.update(_table(snapshot()), refresh=True)
+        return
+    while True:  # not a terminal: one table (or JSON lines) per refresh, as vmstat
+        show(snapshot())
+        refreshes += 1
+        if count is not None and refreshes >= count:
+            return
+        time.sleep(interval)
+
+
+@click.group()
+@click.option(
+    "--root",
+    envvar="VSQS_ROOT",
+    required=True,
+    type=click.Path(file_okay=False),
+    help="The directory of named queues (or $VSQS_ROOT).",
+)
+@click.pass_context
+def queues(ctx: click.Context, root: str) -> None:
+    """List, create and remove named queues under a root directory.
+
+    Names are letters, digits, '-', '_' and single inner dots, up to 80 characters.
+    """
+    ctx.obj = root
+
+
+def _existing_root(root: str) -> QueueRoot:
+    if not os.path.isdir(root):
+        raise CliError(f"no queue root at {root}")
+    return QueueRoot(root)
+
+
+@queues.command("list")
+@click.pass_obj
+def list_queues(root: str) -> None:
+    """Print the name of each queue under the root, sorted."""
+    for name in _existing_root(root).list():
+        click.echo(name)
+
+
+@queues.command()
+@click.argument("names", nargs=-1, required=True)
+@click.pass_obj
+def create(root: str, names: tuple[str, ...]) -> None:
+    """Create the queues NAMES (existing ones are kept as they are)."""
+    for name in names:
+        validate_name(name)  # all or nothing: check every name before creating any
+    parent = QueueRoot(root)
+    for name in names:
+        parent.create(name).detach()
+        click.echo(os.path.join(parent.path, name))
+
+
+@queues.command()
+@click.argument("names", nargs=-1, required=True)
+@click.option("-y", "--yes", is_flag=True, help="Do not ask for confirmation.")
+@click.pass_obj
+def remove(root: str, names: tuple[str, ...], yes: bool) -> None:
+    """Remove the queues NAMES and every message in them."""
+    parent = _existing_root(root)
+    for name in names:
+        if name not in parent:
+            parent.get(name)  # raises QueueNotFound, or InvalidName for a bad name
+    _confirm(f"remove {', '.join(names)} and every message in them", yes)
+    for name in names:
+        parent.delete(name)

@@ -1,0 +1,175 @@
+"""What every ``vsqs`` command shares: exit codes, opening queues, output and progress.
+
+Imported only by :mod:`vsqs.cli` (the ``cli`` extra), never by ``import vsqs``.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import json
+import os
+import sys
+from collections.abc import Callable, Iterator
+from typing import Any, Final
+
+import click
+
+from ._errors import LeaseLost, QueueClosed, QueueDrained, QueueFull, VsqsError
+from ._message import Message
+from ._queue import Queue
+
+# The documented exit codes (the epilog of `vsqs --help` and docs/guides/cli.rst).
+OK: Final = 0
+ERROR: Final = 1
+USAGE: Final = 2  # click's own code for usage errors
+EMPTY: Final = 3  # nothing received / ready in the time allowed; a full queue timed out
+CLOSED: Final = 4  # publish to a closed queue, receive from a closed and drained one
+EXEC_FAILED: Final = 5  # receive --exec: a command failed or a message could not be acked
+INTERRUPTED: Final = 130  # Ctrl-C, as a shell reports SIGINT
+
+EXIT_CODES_HELP: Final = f"""\b
+Exit codes:
+  {OK}    success
+  {ERROR}    error (no queue at the path, a lost lease, an I/O error, ...)
+  {USAGE}    usage error (bad option, queue name or receipt)
+  {EMPTY}    nothing to receive or peek within --wait; a full queue timed out
+  {CLOSED}    the queue is closed (publish) or closed and drained (receive)
+  {EXEC_FAILED}    receive --exec: a command failed; its message was released
+  126  receive --exec: the command cannot be executed
+  127  receive --exec: the command was not found
+  {INTERRUPTED}  interrupted (Ctrl-C)
+\b
+Run with --debug (or VSQS_DEBUG=1) to see the traceback of an error.
+Shell completion: eval "$(_VSQS_COMPLETE=bash_source vsqs)" (zsh_source, fish_source)."""
+
+
+class CliError(click.ClickException):
+    """A one-line error with its exit code; click prints it as ``Error: <message>``."""
+
+    def __init__(self, message: str, exit_code: int = ERROR) -> None:
+        super().__init__(message)
+        # click declares exit_code a class variable; an instance value overrides it fine.
+        self.exit_code = exit_code  # type: ignore[misc]
+
+    def show(self, file: Any = None) -> None:
+        click.echo(f"vsqs: {self.format_message()}", err=True)
+
+
+def describe(exc: BaseException) -> tuple[int, str]:
+    """The exit code and one-line message for an error that ended a command."""
+    if isinstance(exc, (QueueClosed, QueueDrained)):
+        return CLOSED, str(exc)
+    if isinstance(exc, QueueFull):
+        return EMPTY, str(exc)
+    if isinstance(exc, ValueError) and isinstance(exc, VsqsError):
+        return USAGE, str(exc)  # InvalidId, InvalidName, InvalidAttributes: a bad argument
+    if isinstance(exc, VsqsError):
+        return ERROR, str(exc)
+    if isinstance(exc, OSError) and exc.strerror:
+        where = f": {exc.filename}" if exc.filename else ""
+        return ERROR, f"{exc.strerror}{where}"
+    return ERROR, f"{type(exc).__name__}: {exc} (run with --debug for the traceback)"
+
+
+def queue_options(**options: Any) -> dict[str, Any]:
+    """Drop unset (``None``) options so that :class:`Queue` keeps its own defaults."""
+    return {key: value for key, value in options.items() if value is not None}
+
+
+def open_queue(path: str, *, create: bool = False, **options: Any) -> Queue:
+    """Open the queue at *path*, detached when the command ends.
+
+    Only commands that publish may *create* the directory: a typo in the path of
+    ``stats`` or ``receive`` must be an error, not a new empty queue.
+    """
+    if not create and not os.path.lexists(path):
+        raise CliError(f"no queue at {path}")
+    queue = Queue(path, **queue_options(**options))
+    click.get_current_context().with_resource(queue)
+    return queue
+
+
+def release(queue: Queue, message: Message) -> None:
+    """Make a held message visible again now (its lease may already have ended)."""
+    try:
+        queue.change_visibility(message, 0)
+    except LeaseLost:
+        pass  # RACE: its lease ran out and the queue or another consumer took it back
+
+
+def message_json(message: Message) -> dict[str, Any]:
+    """A message as a JSON object; a body that is not UTF-8 is given in base64."""
+    data: dict[str, Any] = {"id": message.id, "receipt": message.receipt}
+    try:
+        data["body"] = message.body.decode()
+    except UnicodeDecodeError:
+        data["body_base64"] = base64.b64encode(message.body).decode()
+    data["receive_count"] = message.receive_count
+    data["sent_at"] = message.sent_at
+    if message.expires_at:
+        data["expires_at"] = message.expires_at
+    data["attributes"] = dict(message.attributes)
+    return data
+
+
+def json_line(data: object) -> bytes:
+    return json.dumps(data, ensure_ascii=False, sort_keys=False).encode() + b"\n"
+
+
+def stdout_is_terminal() -> bool:
+    return sys.stdout.isatty()
+
+
+@contextlib.contextmanager
+def progress(
+    description: str, total: float | None, *, show: bool
+) -> Iterator[Callable[[float], None]]:
+    """Yield an ``advance(n)`` callable that drives a rich progress bar, if *show*.
+
+    Callers pass ``show=stdout_is_terminal()`` (and not ``--quiet``): progress is for a
+    person watching, and would be noise in a pipe or a log file.
+    """
+    if not show:
+        yield lambda amount: None
+        return
+    from rich.progress import (  # noqa: PLC0415 -- rich costs ~60 ms; load it when drawn
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        SpinnerColumn,
+        TextColumn,
+        TimeElapsedColumn,
+    )
+
+    with Progress(
+        SpinnerColumn(),
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn() if total is not None else TextColumn("{task.completed:,.0f}"),
+        TimeElapsedColumn(),
+        transient=True,
+    ) as bar:
+        task = bar.add_task(description, total=total)
+        yield lambda amount: bar.advance(task, amount)
+
+
+def format_age(seconds: float | None) -> str:
+    if seconds is None:
+        return "-"
+    if seconds < 60:
+        return f"{seconds:.1f} s"
+    if seconds < 3600:
+        return f"{seconds / 60:.1f} min"
+    if seconds < 86400:
+        return f"{seconds / 3600:.1f} h"
+    return f"{seconds / 86400:.1f} d"
+
+
+def format_rate(count: int, nbytes: int, elapsed: float) -> str:
+    """``N messages in T s: R messages/s (B MB/s)`` for pump and sink."""
+    elapsed = max(elapsed, 1e-9)
+    return (
+        f"{count:,} messages in {elapsed:.2f} s: {count / elapsed:,.0f} messages/s"
+        f" ({nbytes / elapsed / 1e6:,.2f} MB/s)"
+    )

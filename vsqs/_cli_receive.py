@@ -1,0 +1,197 @@
+"""``vsqs receive``: print messages, or run a command per message like xargs."""
+
+from __future__ import annotations
+
+import io
+import math
+import os
+import subprocess
+import sys
+
+import click
+
+from ._cli_common import (
+    CLOSED,
+    EMPTY,
+    EXEC_FAILED,
+    OK,
+    CliError,
+    json_line,
+    message_json,
+    open_queue,
+    release,
+)
+from ._errors import QueueDrained
+from ._message import Message
+from ._queue import Queue
+
+_SHELL = "/bin/sh"
+_STOP_CODES = (126, 127)  # the command cannot run at all: every later message would fail too
+
+
+def _child_stdout() -> int | None:
+    """Our stdout as a file descriptor the command can inherit, or ``None`` to relay it.
+
+    Relaying is for callers that replaced ``sys.stdout`` (click's test runner, an
+    embedding program): the command's output then still ends up where ours goes.
+    """
+    try:
+        sys.stdout.flush()
+        return sys.stdout.fileno()
+    except (AttributeError, ValueError, io.UnsupportedOperation):
+        return None
+
+
+def _run(command: str, queue: Queue, message: Message, as_json: bool) -> int:
+    env = {
+        **os.environ,
+        "VSQS_QUEUE": queue.path,
+        "VSQS_MESSAGE_ID": message.id,
+        "VSQS_RECEIPT": message.receipt,
+        "VSQS_RECEIVE_COUNT": str(message.receive_count),
+    }
+    data = json_line(message_json(message)) if as_json else message.body
+    fd = _child_stdout()
+    # Through /bin/sh, as find -exec sh -c / GNU parallel: pipes and $VSQS_* work in CMD.
+    # The body only ever travels on stdin, so it can never be interpreted by the shell.
+    done = subprocess.run(
+        [_SHELL, "-c", command],
+        input=data,
+        env=env,
+        stdout=subprocess.PIPE if fd is None else fd,
+        check=False,
+    )
+    if fd is None:
+        click.echo(done.stdout, nl=False)
+    return done.returncode
+
+
+@click.command()
+@click.argument("queue", type=click.Path())
+@click.option(
+    "-n",
+    "--max-messages",
+    "limit",
+    type=click.IntRange(min=0),
+    default=0,
+    help="Stop after N messages (default 0: no limit).",
+)
+@click.option(
+    "--wait",
+    type=click.FloatRange(min=0),
+    default=0.0,
+    help="Seconds to wait for a message when none is ready (default 0; 'inf' waits until "
+    "the queue is closed and drained).",
+)
+@click.option("--visibility-timeout", type=click.FloatRange(min=0), help="Lease seconds.")
+@click.option(
+    "--exec",
+    "command",
+    metavar="CMD",
+    help="Run CMD (with /bin/sh) per message, body on stdin; delete on exit 0, release otherwise.",
+)
+@click.option("--keep", is_flag=True, help="Print but do not delete (the lease runs out).")
+@click.option("--json", "as_json", is_flag=True, help="Write each message as a JSON line.")
+def receive(
+    *,
+    queue: str,
+    limit: int,
+    wait: float,
+    visibility_timeout: float | None,
+    command: str | None,
+    keep: bool,
+    as_json: bool,
+) -> None:
+    """Receive, print and delete messages, or --exec a command for each.
+
+    Prints each body on a line, then deletes the message.
+    A message is deleted only after its body was written; if the output is closed
+    (e.g. `| head -1`) the unwritten message is released and vsqs exits quietly.
+
+    With --exec, like xargs for a queue: CMD runs once per message with the body on
+    stdin and VSQS_MESSAGE_ID, VSQS_RECEIPT, VSQS_RECEIVE_COUNT and VSQS_QUEUE in its
+    environment. Exit status 0 deletes the message; any other status releases it when
+    this command ends (so one run does not retry it in a loop). With --json, CMD gets
+    the message as JSON on stdin. CMD must finish within the visibility timeout.
+
+    \b
+      vsqs receive /tmp/jobs -n 10
+      vsqs receive /tmp/jobs --wait inf --exec 'convert-one "$(cat)"'
+    """
+    if keep and command:
+        raise click.UsageError("--keep and --exec cannot be combined")
+    source = open_queue(queue, visibility_timeout=visibility_timeout)
+    timeout = None if math.isinf(wait) else wait
+    received = 0
+    drained = False
+    failed: list[Message] = []
+    seen: set[str] = set()
+    status = OK
+    try:
+        while not limit or received < limit:
+            want = 1 if command else min(10, limit - received if limit else 10)
+            try:
+                batch = source.receive_batch(want, timeout=timeout)
+            except QueueDrained:
+                drained = True
+                break
+            if not batch:
+                break
+            came_back = False
+            if keep:
+                # A kept message whose lease ran out comes back: all were printed once.
+                # It stays held, as the printed ones do, until its lease ends.
+                fresh = [message for message in batch if message.id not in seen]
+                came_back = len(fresh) < len(batch)
+                seen.update(message.id for message in fresh)
+                batch = fresh
+            received += len(batch)
+            if command is None:
+                _print(source, batch, keep=keep, as_json=as_json)
+                if came_back:
+                    break
+                continue
+            message = batch[0]
+            try:
+                code = _run(command, source, message, as_json)
+            except BaseException:
+                release(source, message)  # interrupted: give the message back at once
+                raise
+            if code == 0:
+                if not source.delete(message):
+                    click.echo(
+                        f"vsqs: the lease of message {message.id} ended while CMD ran; "
+                        "it will be delivered again",
+                        err=True,
+                    )
+                    status = EXEC_FAILED
+                continue
+            failed.append(message)
+            if code in _STOP_CODES:
+                what = "not found" if code == 127 else "cannot be executed"
+                raise CliError(f"command {what} (exit status {code}): {command}", code)
+            click.echo(f"vsqs: CMD exited with status {code} for message {message.id}", err=True)
+            status = EXEC_FAILED
+    finally:
+        for message in failed:
+            release(source, message)
+    if status == OK and received == 0:
+        status = CLOSED if drained else EMPTY
+    click.get_current_context().exit(status)
+
+
+def _print(queue: Queue, batch: list[Message], *, keep: bool, as_json: bool) -> None:
+    """Write each message, deleting it once written; release whatever was not written."""
+    pending = list(batch)
+    try:
+        while pending:
+            message = pending[0]
+            click.echo(
+                json_line(message_json(message)) if as_json else message.body, nl=not as_json
+            )
+            pending.pop(0)
+            if not keep:
+                queue.delete(message)
+    finally:
+        for message in pending:
+            release(queue, message)

@@ -1,0 +1,93 @@
+"""The ``vsqs`` command (the ``cli`` extra: click and rich).
+
+Every command takes queue *paths*; only ``publish`` and ``pump`` create a missing queue
+directory, so a typo in ``vsqs stats /tmp/jbos`` is an error rather than a new queue.
+Errors are one line on stderr with a documented exit status (see
+:data:`~vsqs._cli_common.EXIT_CODES_HELP`); ``--debug`` shows the traceback instead.
+
+``import vsqs`` never imports this module, click or rich.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from typing import Any
+
+import click
+
+from . import __version__
+from ._cli_admin import clean, close, purge, queues, redrive, requeue, stats
+from ._cli_common import EXIT_CODES_HELP, INTERRUPTED, OK, CliError, describe
+from ._cli_load import demo, pump, sink
+from ._cli_messages import delete, peek, publish
+from ._cli_receive import receive
+
+__all__ = ["cli", "main"]
+
+
+def _silence_stdout() -> None:
+    """Point stdout at /dev/null so the interpreter's last flush cannot fail again."""
+    try:
+        fd = sys.stdout.fileno()
+    except (AttributeError, ValueError, OSError):
+        return  # a replaced sys.stdout (click's test runner): nothing will flush to a pipe
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, fd)
+    os.close(devnull)
+
+
+class _Group(click.Group):
+    """Maps every error of a command to one line on stderr and an exit status."""
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except (click.exceptions.Exit, click.ClickException, click.Abort):
+            raise  # click's own: usage errors, ctx.exit(status), a declined prompt
+        except BrokenPipeError:
+            # The reader went away (`vsqs receive q | head -1`): that is its choice, not
+            # an error. Unwritten messages were already released by the command.
+            _silence_stdout()
+            raise click.exceptions.Exit(OK) from None
+        except KeyboardInterrupt:
+            if ctx.params.get("debug"):
+                raise
+            click.echo("vsqs: interrupted", err=True)
+            raise click.exceptions.Exit(INTERRUPTED) from None
+        except Exception as exc:  # the one place every error becomes a line
+            if ctx.params.get("debug"):
+                raise
+            code, text = describe(exc)
+            raise CliError(text, code) from None
+
+
+@click.group(
+    cls=_Group,
+    epilog=EXIT_CODES_HELP,
+    context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100},
+)
+@click.version_option(__version__, "-V", "--version", prog_name="vsqs")
+@click.option(
+    "--debug",
+    is_flag=True,
+    envvar="VSQS_DEBUG",
+    help="Show the traceback of an error instead of one line.",
+)
+def cli(debug: bool) -> None:
+    """vsqs: a message queue that is just a directory.
+
+    A QUEUE argument is the queue's directory; any number of processes and hosts may
+    use it at once.
+    """
+
+
+for _command in (publish, receive, delete, peek, stats, purge, clean, requeue, redrive, close):
+    cli.add_command(_command)
+for _command in (queues, pump, sink, demo):
+    cli.add_command(_command)
+
+
+def main(argv: list[str] | None = None, prog_name: str | None = "vsqs") -> None:
+    """The console script: run the command line and exit with its status."""
+    cli.main(args=argv, prog_name=prog_name)
