@@ -608,3 +608,36 @@ def test_the_readme_session_works_as_shown(tmp_path: Path) -> None:
     guide = (REPO / "docs" / "guides" / "cli.rst").read_text()
     assert _session(readme) == _session(guide)
     _check_session(readme, tmp_path)
+
+
+def test_exec_renews_the_lease_while_a_slow_command_runs(tmp_path: Path) -> None:
+    """A command that outlives the visibility timeout keeps its message: another consumer
+    trying after the timeout (here, the command itself) does not get it."""
+    path = tmp_path / "q"
+    queue = vsqs.Queue(path)
+    queue.publish(b"slow job")
+    steal = f'sleep 1; {VSQS} receive "$VSQS_QUEUE" --keep; echo "steal exit $?"'
+    done = subprocess.run(
+        [VSQS, "receive", str(path), "--visibility-timeout", "0.3", "--exec", steal],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    assert "slow job" not in done.stdout  # the competing receive found nothing...
+    assert "steal exit 3" in done.stdout  # ...and said so (3: nothing received)
+    assert queue.counts().total == 0  # deleted by the run, never delivered twice
+
+
+def test_publish_respects_a_capacity_and_times_out_when_full(tmp_path: Path) -> None:
+    path = tmp_path / "bounded"
+    runner = CliRunner()
+    ok = runner.invoke(cli, ["publish", str(path), "a", "b", "--capacity", "2", "--timeout", "0"])
+    assert ok.exit_code == 0, ok.output
+    full = runner.invoke(cli, ["publish", str(path), "c", "--capacity", "2", "--timeout", "0"])
+    assert full.exit_code == 3, full.output
+    assert "full" in full.output
+    assert vsqs.Queue(path).size() == 2
+    usage = runner.invoke(cli, ["publish", str(path), "c", "--timeout", "1"])
+    assert usage.exit_code == 2

@@ -107,6 +107,16 @@ def _input_size(files: tuple[str, ...]) -> int | None:
 @click.option(
     "--content-dedup", is_flag=True, help="Deduplicate by body: the SHA-256 of each body."
 )
+@click.option(
+    "--capacity",
+    type=click.IntRange(min=1),
+    help="The queue's bound: wait while it holds this many (give every producer the same).",
+)
+@click.option(
+    "--timeout",
+    type=click.FloatRange(min=0),
+    help="With --capacity: seconds to wait for room (default: forever; exit 3 when full).",
+)
 @click.option("-q", "--quiet", is_flag=True, help="Print nothing (no ids, no progress).")
 def publish(
     *,
@@ -119,6 +129,8 @@ def publish(
     attributes: dict[str, str],
     dedup_id: str | None,
     content_dedup: bool,
+    capacity: int | None,
+    timeout: float | None,
     quiet: bool,
 ) -> None:
     """Publish messages to QUEUE and print their ids.
@@ -139,7 +151,11 @@ def publish(
         streams = len(messages) - len(singles) + len(files)
         if not ((len(singles) == 1 and streams == 0) or (not singles and streams == 1 and whole)):
             raise click.UsageError("--dedup-id needs exactly one message")
-    target = open_queue(queue, create=True)
+    if timeout is not None and capacity is None:
+        raise click.UsageError("--timeout only applies to a bounded queue: add --capacity")
+    target = open_queue(queue, create=True, capacity=capacity)
+    if capacity is not None:
+        batch = min(batch, capacity)  # a batch is published whole, so it must fit
     bulk = bool(files) or "-" in messages
     show = bulk and not quiet and stdout_is_terminal()
     published = 0
@@ -154,7 +170,9 @@ def publish(
                 keys = [hashlib.sha256(body).hexdigest() for body in pending]
             else:
                 keys = [dedup_id] * len(pending)
-            ids = target.publish_batch(pending, delay=delay, attributes=attributes, dedup_ids=keys)
+            ids = target.publish_batch(
+                pending, delay=delay, attributes=attributes, dedup_ids=keys, timeout=timeout
+            )
             published += len(ids)
             if not (quiet or show):
                 click.echo("\n".join(ids))

@@ -21,7 +21,7 @@ from ._cli_common import (
     open_queue,
     release,
 )
-from ._errors import QueueDrained
+from ._errors import LeaseLost, QueueDrained
 from ._message import Message
 from ._queue import Queue
 
@@ -42,7 +42,13 @@ def _child_stdout() -> int | None:
         return None
 
 
-def _run(command: str, queue: Queue, message: Message, as_json: bool) -> int:
+def _run(command: str, queue: Queue, message: Message, as_json: bool) -> tuple[int, Message]:
+    """Run *command* for *message*, renewing its lease while it runs.
+
+    Returns the exit status and the message under its latest receipt. Every third of
+    the visibility timeout the lease is extended by a whole one, so a command may run
+    as long as it needs without the message being delivered to someone else.
+    """
     env = {
         **os.environ,
         "VSQS_QUEUE": queue.path,
@@ -54,16 +60,30 @@ def _run(command: str, queue: Queue, message: Message, as_json: bool) -> int:
     fd = _child_stdout()
     # Through /bin/sh, as find -exec sh -c / GNU parallel: pipes and $VSQS_* work in CMD.
     # The body only ever travels on stdin, so it can never be interpreted by the shell.
-    done = subprocess.run(
+    lease = queue.visibility_timeout if message.expires_at else 0.0
+    lease = max(0.0, message.expires_at - queue.clock.time_us() / 1e6) or lease
+    beat = max(0.05, lease / 3) if lease else None
+    with subprocess.Popen(
         [_SHELL, "-c", command],
-        input=data,
-        env=env,
+        stdin=subprocess.PIPE,
         stdout=subprocess.PIPE if fd is None else fd,
-        check=False,
-    )
-    if fd is None:
-        click.echo(done.stdout, nl=False)
-    return done.returncode
+        env=env,
+    ) as child:
+        pending: bytes | None = data  # input goes with the first call only
+        while True:
+            try:
+                out, _ = child.communicate(pending, timeout=beat)
+            except subprocess.TimeoutExpired:
+                pending = None
+                try:
+                    message = queue.change_visibility(message, lease)  # the heartbeat
+                except LeaseLost:
+                    beat = None  # deleted or taken meanwhile: nothing left to renew
+                continue
+            break
+    if fd is None and out:
+        click.echo(out, nl=False)
+    return child.returncode, message
 
 
 @click.command()
@@ -112,7 +132,8 @@ def receive(
     stdin and VSQS_MESSAGE_ID, VSQS_RECEIPT, VSQS_RECEIVE_COUNT and VSQS_QUEUE in its
     environment. Exit status 0 deletes the message; any other status releases it when
     this command ends (so one run does not retry it in a loop). With --json, CMD gets
-    the message as JSON on stdin. CMD must finish within the visibility timeout.
+    the message as JSON on stdin. While CMD runs, its lease is renewed, however long
+    CMD takes.
 
     \b
       vsqs receive /tmp/jobs -n 10
@@ -153,7 +174,7 @@ def receive(
                 continue
             message = batch[0]
             try:
-                code = _run(command, source, message, as_json)
+                code, message = _run(command, source, message, as_json)
             except BaseException:
                 release(source, message)  # interrupted: give the message back at once
                 raise
