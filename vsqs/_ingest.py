@@ -95,31 +95,17 @@ def publish_stream(
 
 
 def _stage_stream(queue: Queue, readable: Any, chunk_size: int) -> tuple[str, int]:
-    while True:
-        new = queue._new_id() + ".new"
-        path = queue._file(new)
-        try:
-            fd = _fs.create_exclusive(path, queue._file_mode or 0o666)
-        except FileExistsError:
-            continue  # RACE: another process drew the same id in the same tick
-        break
     buffer = memoryview(bytearray(chunk_size))  # the only copy of the data we hold
     readinto = getattr(readable, "readinto", None)
-    size = 0
-    try:
-        if queue._file_mode is not None:
-            _fs.fchmod(fd, queue._file_mode)
+
+    def copy(fd: int) -> int:
+        size = 0
         while chunk := _next_chunk(readable, readinto, buffer):
             _fs.write_all(fd, chunk)
             size += len(chunk)
-        if queue.durable:
-            _fs.fsync(fd)
-    except BaseException:
-        _fs.close(fd)
-        _fs.unlink(path)  # never leave a partial body behind
-        raise
-    _fs.close(fd)
-    return new, size
+        return size
+
+    return queue._stage(copy, sync=queue.durable)
 
 
 def _next_chunk(readable: Any, readinto: Any, buffer: memoryview) -> memoryview:

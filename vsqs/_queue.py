@@ -24,7 +24,7 @@ import os
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import replace
 from typing import Final
 
@@ -327,51 +327,34 @@ class Queue:
         return self._publish_views(views, attrs, delay_us, dedup)
 
     def _publish_plain(self, data: bytes | bytearray | memoryview) -> str:
-        """The common publish, flattened: exclusive create, write, (fsync), rename.
+        """The common publish: :meth:`_stage`, then :meth:`_commit` without its options.
 
-        Same steps as :meth:`_stage` + :meth:`_commit`, in one frame, because this is
-        the path whose cost is compared with the bare syscalls.
+        Kept lean because this is the path whose cost is compared with the bare syscalls.
         """
         body = data if type(data) is bytes else _as_view(data)
         durable = self.durable
-        prefix = self.path + "/"
-        mode = self._file_mode or 0o666
-        while True:
-            message_id = self._new_id()
-            new = prefix + message_id + ".new"
-            try:
-                fd = _fs.create_exclusive(new, mode)
-            except FileExistsError:
-                continue  # RACE: another process drew the same id in the same tick
-            try:
-                if self._file_mode is not None:
-                    _fs.fchmod(fd, self._file_mode)
-                _fs.write_all(fd, body)
-                if durable:
-                    _fs.fsync(fd)
-            except BaseException:
-                _fs.close(fd)
-                _fs.unlink(new)  # never leave a partial body behind
-                raise
-            _fs.close(fd)
-            try:
-                self._check_open()
-                _fs.rename_noreplace(new, prefix + message_id)
-            except FileExistsError:
-                # RACE: the id is taken by a message in another state (skewed clock, a
-                # vsqs 0.3 peer): the general path re-ids it.
-                message_id = self._commit(message_id + ".new", len(body), {}, 0)
-            except BaseException:
-                _fs.unlink(new)
-                raise
-            else:
-                counters = self._counters
-                counters.produced.append(len(body))
-                if counters.due():
-                    counters.flush()
-            if durable:
-                _fs.fsync_dir(self.path)
-            return message_id
+        name, size = self._stage(body, sync=durable)
+        message_id = name[:-4]
+        new = f"{self.path}/{name}"
+        # The commit of _commit, minus its generality.
+        try:
+            self._check_open()
+            _fs.rename_noreplace(new, f"{self.path}/{message_id}")
+        except FileExistsError:
+            # RACE: the id is taken by a message in another state (skewed clock, a
+            # vsqs 0.3 peer): the general path re-ids it.
+            message_id = self._commit(name, size, {}, 0)
+        except BaseException:
+            _fs.unlink(new)
+            raise
+        else:
+            counters = self._counters
+            counters.produced.append(size)
+            if counters.due():
+                counters.flush()
+        if durable:
+            _fs.fsync_dir(self.path)
+        return message_id
 
     def _publish_views(
         self, views: list[memoryview], attrs: dict[str, str], delay_us: int, dedup: list[str | None]
@@ -407,8 +390,14 @@ class Queue:
         name, size = self._stage(view, sync=sync)
         return self._commit(name, size, attrs, delay_us)
 
-    def _stage(self, view: memoryview, *, sync: bool = False) -> tuple[str, int]:
-        """Write a body to a fresh ``<id>.new``; return its name and size."""
+    def _stage(
+        self, body: bytes | memoryview | Callable[[int], int], *, sync: bool = False
+    ) -> tuple[str, int]:
+        """Write a body to a fresh ``<id>.new``; return its name and size.
+
+        *body* is the bytes, or a function that writes them to the descriptor it is
+        given and returns how many it wrote (to stream a large body in chunks).
+        """
         while True:
             new = self._new_id() + ".new"
             path = f"{self.path}/{new}"
@@ -419,7 +408,11 @@ class Queue:
             try:
                 if self._file_mode is not None:
                     _fs.fchmod(fd, self._file_mode)
-                _fs.write_all(fd, view)
+                if callable(body):
+                    size = body(fd)
+                else:
+                    _fs.write_all(fd, body)
+                    size = len(body)
                 if sync:
                     _fs.fsync(fd)
             except BaseException:
@@ -427,7 +420,7 @@ class Queue:
                 _fs.unlink(path)  # never leave a partial body behind
                 raise
             _fs.close(fd)
-            return new, len(view)
+            return new, size
 
     def _commit(self, new: str, size: int, attrs: dict[str, str], delay_us: int) -> str:
         """Make a staged ``<id>.new`` ready (or delayed); re-id it on a collision."""
