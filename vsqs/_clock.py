@@ -7,6 +7,7 @@ file names). Timeouts of blocking calls use a monotonic clock. Tests pass a manu
 
 from __future__ import annotations
 
+import math
 import time
 from typing import Final, Protocol, runtime_checkable
 
@@ -47,3 +48,12 @@ class SystemClock:
 
 
 SYSTEM_CLOCK: Final = SystemClock()
+
+
+def check_seconds(value: float, what: str, *, allow_zero: bool = True) -> float:
+    """Return *value* as float seconds; a clear error if it is not a finite duration."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise TypeError(f"{what} must be a number of seconds, not {type(value).__name__}")
+    if math.isnan(value) or math.isinf(value) or value < 0 or (value == 0 and not allow_zero):
+        raise ValueError(f"{what} must be a finite number of seconds >= 0, not {value!r}")
+    return float(value)
