@@ -59,9 +59,20 @@ class Deduplicator:
         return self.commit_staged(new, size, attrs, delay_us, key)
 
     def commit_staged(
-        self, new: str, size: int, attrs: dict[str, str], delay_us: int, key: str
+        self,
+        new: str,
+        size: int,
+        attrs: dict[str, str],
+        delay_us: int,
+        key: str,
+        *,
+        sync_marker: bool = True,
     ) -> str:
-        """Make a staged ``<id>.new`` ready unless *key* was published within the window."""
+        """Make a staged ``<id>.new`` ready unless *key* was published within the window.
+
+        :param sync_marker: fsync the marker (durable queues). A batch passes ``False``
+            and syncs the whole filesystem once after its last marker instead.
+        """
         queue = self._queue
         clock = queue.clock
         self._queue._meta.ensure(self._queue._meta.root)
@@ -98,7 +109,7 @@ class Deduplicator:
                 if queue._file_mode is not None:
                     _fs.fchmod(fd, queue._file_mode)  # whatever the process umask
                 _fs.write_all(fd, memoryview(f"{message_id} {now_us}".encode()))
-                if queue.durable:
+                if queue.durable and sync_marker:
                     _fs.fsync(fd)
             finally:
                 _fs.close(fd)

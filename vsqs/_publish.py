@@ -163,11 +163,15 @@ class Publishing(QueueState):
                     finally:
                         _fs.close(fd)
             ids = [
-                self._dedup.commit_staged(name, size, attrs, delay_us, key)
+                self._dedup.commit_staged(name, size, attrs, delay_us, key, sync_marker=False)
                 if key is not None
                 else self._commit(name, size, attrs, delay_us)
                 for (name, size), key in zip(staged, dedup, strict=True)
             ]
+            if any(key is not None for key in dedup) and _fs.sync_filesystem(self.path):
+                # One flush makes every marker, and every rename above, durable at once
+                # (syncfs covers directory entries too): no fsync per marker.
+                return ids
         if self.durable:
             _fs.fsync_dir(self.path)
         return ids

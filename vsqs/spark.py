@@ -1,0 +1,171 @@
+"""PySpark helpers and the ``vsqs`` Spark data source (the ``spark`` extra).
+
+``import vsqs`` never imports pyspark; this module does, at import. The executors need
+vsqs installed, like any library their tasks use.
+
+Design
+======
+
+Publishing from executors
+-------------------------
+:func:`publish_partition` runs inside a task (``df.foreachPartition``). It publishes in
+batches of ``batch_size`` with :meth:`Queue.publish_batch`: one filesystem sync and one
+directory fsync per batch. Every message carries a deduplication id, so that a task
+that Spark runs twice (a retry after a failure, a speculative copy, a stage resubmitted
+after a lost executor) publishes each row once:
+
+* with ``key_column``, the id is ``"key:" + str(row[key_column])``: the row's identity,
+  the same in any job that publishes that row;
+* otherwise ``"t:<run_id>:<stageId>:<partitionId>:<index>"``, from the
+  ``TaskContext``. ``attemptNumber`` is deliberately left out: every attempt of a task
+  maps to the same ids. ``run_id`` tells two jobs (or applications, whose stage ids both
+  start at 0) apart; :func:`publish_dataframe` and :func:`partition_publisher` draw a
+  fresh one on the driver.
+
+Guaranteed: within the queue's ``dedup_window`` (default 300 s), a row is published at
+most once however many attempts run, provided each attempt sees the same rows in the
+same order (a deterministic partition) or rows carry a key. Not guaranteed: a retry that
+starts after the window, a non-deterministic partition (e.g. after an unordered
+shuffle) without a key, and a batch is not atomic: a failed task leaves a published
+prefix, which its retry then completes.
+
+The data source
+---------------
+:func:`register` makes the format ``vsqs`` available to a session.
+
+* ``spark.read.format("vsqs").load(path)`` with ``mode`` ``browse`` (default: a snapshot
+  of the ready messages, nothing claimed) or ``consume`` (``numPartitions`` tasks claim
+  with ``visibilityTimeout`` and delete their messages once Spark has read their last
+  row; a task that fails first leaves its leases to expire). The schema is
+  :data:`SCHEMA`.
+* ``df.write.format("vsqs").mode("append").save(path)``: column ``body`` (binary or
+  string), optional ``attributes`` (map<string,string>); option ``keyColumn``. The writer
+  is built once on the driver with a fresh run id, so task retries deduplicate as above.
+* ``spark.readStream.format("vsqs").load(path)``: at least once. For each micro-batch
+  the driver claims up to ``maxMessagesPerBatch`` messages with a long
+  ``visibilityTimeout``, records their receipts durably in
+  ``<queue>/.vsqs/spark/<consumer>/<seq>.json`` (or ``stateDir``) and only then hands
+  the offset ``{"seq": n}`` to Spark. A heartbeat thread extends the leases every
+  ``heartbeatInterval`` while the batch is not committed. Messages are deleted once Spark
+  reports the batch complete (``commit``, or a later start offset). After a crash and a
+  restart from the checkpoint, completed batches are deleted; a batch claimed but not
+  completed is released to the queue (or its leases expire) and its messages come again
+  in a later batch. Nothing is lost; a message may be delivered twice only if the leases
+  of a completed batch ended before the restart deleted them.
+* ``df.writeStream.format("vsqs")``: each micro-batch is published by its tasks, with ids
+  (query id, batch id, partition, index), so a replayed batch publishes nothing new.
+"""
+
+from __future__ import annotations
+
+import functools
+import uuid
+from collections.abc import Callable, Iterable, Mapping
+from typing import TYPE_CHECKING, Any
+
+from pyspark import TaskContext
+
+from ._queue import Queue
+from ._spark_options import SCHEMA, ReadMode
+from ._spark_publish import DEFAULT_BATCH_SIZE, RowFormat, publish_rows
+from ._spark_source import VsqsDataSource
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+__all__ = [
+    "SCHEMA",
+    "ReadMode",
+    "VsqsDataSource",
+    "partition_publisher",
+    "publish_dataframe",
+    "publish_partition",
+    "register",
+]
+
+
+def register(spark: SparkSession) -> None:
+    """Make the ``vsqs`` format available in *spark* (idempotent).
+
+    >>> vsqs.spark.register(spark)  # doctest: +SKIP
+    >>> spark.read.format("vsqs").load("/data/q").show()  # doctest: +SKIP
+    """
+    spark.dataSource.register(VsqsDataSource)
+
+
+def publish_partition(
+    rows: Iterable[Any],
+    queue_path: str,
+    *,
+    column: str = "body",
+    key_column: str | None = None,
+    json_rows: bool = False,
+    attributes: Mapping[str, str] | None = None,
+    attributes_column: str | None = None,
+    batch_size: int = DEFAULT_BATCH_SIZE,
+    run_id: str | None = None,
+    queue_options: Mapping[str, Any] | None = None,
+) -> int:
+    """Publish the rows of one Spark partition; return how many rows were handed over.
+
+    Exactly once per row under task retries and speculation, within the queue's
+    ``dedup_window`` (see the module docstring for the id scheme and its limits).
+    Not atomic as a whole: a failing task leaves a prefix, which its retry completes.
+
+    :param rows: the partition (``Row`` objects, or mappings).
+    :param queue_path: the queue directory, as seen from the executors.
+    :param column: the body column, binary or string.
+    :param key_column: a column identifying the row: its value is the deduplication id.
+    :param json_rows: publish each whole row as a JSON object instead of *column*.
+    :param attributes: attributes for every message.
+    :param attributes_column: a ``map<string,string>`` column merged over *attributes*.
+    :param batch_size: messages per ``publish_batch`` (one directory fsync each).
+    :param run_id: tells this job's ids from another job's; without a key column and
+        without it, ids are only unique within one Spark application.
+    :param queue_options: keyword arguments for :class:`vsqs.Queue`.
+    :raises KeyError: a column is missing.
+    :raises ValueError: a body or key is null.
+    :raises TypeError: the body column is neither binary nor string.
+
+    >>> df.foreachPartition(vsqs.spark.partition_publisher("/data/q"))  # doctest: +SKIP
+    """
+    fmt = RowFormat(column, json_rows, key_column, attributes_column, attributes)
+    if key_column is not None:
+        prefix = "key:"
+    else:
+        context = TaskContext.get()
+        if context is None:
+            raise RuntimeError("publish_partition outside a Spark task needs a key_column")
+        prefix = f"t:{run_id or '-'}:{context.stageId()}:{context.partitionId()}:"
+    with Queue(queue_path, **dict(queue_options or {})) as queue:
+        return publish_rows(queue, rows, fmt, prefix, batch_size=batch_size)
+
+
+def partition_publisher(queue_path: str, **options: Any) -> Callable[[Iterable[Any]], None]:
+    """:func:`publish_partition` bound to *queue_path*, *options* and a fresh ``run_id``.
+
+    Call it on the driver, once per job, and pass the result to ``foreachPartition``.
+    """
+    options.setdefault("run_id", uuid.uuid4().hex)
+    return functools.partial(_publish_quietly, queue_path=queue_path, **options)
+
+
+def _publish_quietly(rows: Iterable[Any], **options: Any) -> None:
+    publish_partition(rows, **options)
+
+
+def publish_dataframe(df: DataFrame, queue_path: str, **options: Any) -> int:
+    """Publish every row of *df*; return the number of rows (retried tasks counted once).
+
+    Takes the keyword options of :func:`publish_partition`.
+
+    >>> vsqs.spark.publish_dataframe(df, "/data/q", column="payload")  # doctest: +SKIP
+    1000
+    """
+    options.setdefault("run_id", uuid.uuid4().hex)
+
+    def publish(rows: Iterable[Any]) -> list[int]:
+        return [publish_partition(rows, queue_path, **options)]
+
+    counts = df.rdd.mapPartitions(publish).collect()
+    return int(sum(counts))
