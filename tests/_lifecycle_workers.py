@@ -17,6 +17,8 @@ from multiprocessing.synchronize import Barrier
 
 import vsqs
 
+from .users import run_as
+
 CHUNK = 1 << 20
 _PATTERN = bytes(range(256)) * (CHUNK // 256)
 
@@ -67,28 +69,29 @@ def as_user(uid: int, gid: int, action: str, path: str, umask: int | None) -> No
 
     Exit status: 0 done, 13 PermissionError (its text on stderr); anything else is a bug.
     """
-    os.setgroups([])
-    os.setgid(gid)
-    os.setuid(uid)
-    os.umask(0o077)  # the most restrictive process umask: the queue's own must win
-    try:
-        queue = vsqs.Queue(path, umask=umask)
-        if action == "create":
-            queue.publish(b"from the creator", attributes={"by": str(uid)})
-        elif action == "publish":
-            queue.publish(b"from another user", attributes={"by": str(uid)})
-        elif action == "consume":
-            got = [queue.receive(timeout=0) for _ in range(2)]
-            assert all(m is not None for m in got), got
-            for message in got:
-                assert message is not None
-                assert queue.delete(message)
-        else:
-            raise AssertionError(action)
-    except PermissionError as exc:
-        sys.stderr.write(f"PermissionError: {exc}\n")
-        sys.stderr.flush()
-        os._exit(13)
+
+    def act() -> int:
+        os.umask(0o077)  # the most restrictive process umask: the queue's own must win
+        try:
+            queue = vsqs.Queue(path, umask=umask)
+            if action == "create":
+                queue.publish(b"from the creator", attributes={"by": str(uid)})
+            elif action == "publish":
+                queue.publish(b"from another user", attributes={"by": str(uid)})
+            elif action == "consume":
+                got = [queue.receive(timeout=0) for _ in range(2)]
+                assert all(m is not None for m in got), got
+                for message in got:
+                    assert message is not None
+                    assert queue.delete(message)
+            else:
+                raise AssertionError(action)
+        except PermissionError as exc:
+            sys.stderr.write(f"PermissionError: {exc}\n")
+            return 13
+        return 0
+
+    run_as(uid, gid, act)
 
 
 class PatternStream(io.RawIOBase):

@@ -14,6 +14,8 @@ from typing import Any
 import vsqs
 from vsqs._ids import parse_name
 
+from .users import run_as
+
 
 def dump(path: str, data: object) -> None:
     """Write *data* as JSON, atomically (the reader never sees half a report)."""
@@ -156,19 +158,20 @@ def permission_probe(locked: str, report: str) -> None:
     Root bypasses permission checks, so a test running as root needs a child that gives
     up its privileges to see a real ``EACCES``.
     """
-    os.setgroups([])
-    os.setgid(65534)
-    os.setuid(65534)
-    existing = vsqs.Queue(f"{locked}/q", durable=False)
-    dump(
-        report,
-        {
-            "create": _outcome(lambda: vsqs.Queue(f"{locked}/new-queue")),
-            "publish": _outcome(lambda: existing.publish(b"x")),
-            "receive": _outcome(lambda: existing.receive(timeout=0)),
-            "delete": _outcome(lambda: existing.delete("1700000000000000")),
-        },
-    )
+
+    def probe() -> None:
+        existing = vsqs.Queue(f"{locked}/q", durable=False)
+        dump(
+            report,
+            {
+                "create": _outcome(lambda: vsqs.Queue(f"{locked}/new-queue")),
+                "publish": _outcome(lambda: existing.publish(b"x")),
+                "receive": _outcome(lambda: existing.receive(timeout=0)),
+                "delete": _outcome(lambda: existing.delete("1700000000000000")),
+            },
+        )
+
+    run_as(65534, 65534, probe)
 
 
 def bounded_produce(path: str, producer: str, count: int, capacity: int) -> None:

@@ -18,6 +18,7 @@ from typing import Any, Final
 import vsqs
 from vsqs.testing import ManualClock
 
+from ..users import run_as
 from ._harness import forkserver
 
 NOBODY: Final = 65534
@@ -42,16 +43,17 @@ def outcome(step: Callable[[], object]) -> Outcome:
 
 def as_nobody(path: str, out: str) -> None:
     """As user ``nobody``: open, publish, receive on a queue owned by root."""
-    os.setgroups([])
-    os.setgid(NOBODY)
-    os.setuid(NOBODY)
-    steps = {
-        "open": lambda: vsqs.Queue(path) is not None,
-        "publish": lambda: vsqs.Queue(path).publish(b"from nobody"),
-        "receive": lambda: _body(vsqs.Queue(path).receive(timeout=0)),
-        "create": lambda: vsqs.Queue(os.path.join(path, "inner")) is not None,
-    }
-    _write(out, {name: outcome(step) for name, step in steps.items()})
+
+    def steps() -> None:
+        attempts = {
+            "open": lambda: vsqs.Queue(path) is not None,
+            "publish": lambda: vsqs.Queue(path).publish(b"from nobody"),
+            "receive": lambda: _body(vsqs.Queue(path).receive(timeout=0)),
+            "create": lambda: vsqs.Queue(os.path.join(path, "inner")) is not None,
+        }
+        _write(out, {name: outcome(step) for name, step in attempts.items()})
+
+    run_as(NOBODY, NOBODY, steps)
 
 
 def few_descriptors(path: str, out: str) -> None:
