@@ -29,7 +29,10 @@ test: $(STAMP)
 	$(BIN)/ruff check vsqs tests benchmarks examples docs
 	$(BIN)/ruff format --check vsqs tests benchmarks examples docs
 	$(BIN)/mypy
-	$(BIN)/pytest --cov --cov-report=term
+	$(BIN)/coverage erase
+	COVERAGE_PROCESS_START=$(CURDIR)/pyproject.toml $(BIN)/coverage run -m pytest
+	$(BIN)/coverage combine -q
+	$(BIN)/coverage report
 	$(MAKE) docs
 
 lint: $(STAMP)
