@@ -10,6 +10,7 @@ requires.
 from __future__ import annotations
 
 import bisect
+import errno
 import heapq
 import math
 from collections.abc import Iterable, Iterator
@@ -29,6 +30,10 @@ if TYPE_CHECKING:
     pass
 
 _RECEIPT_CACHE: Final = 4096
+# What reading a planted non-file under a message name gives: a symlink (ELOOP, as we
+# open with O_NOFOLLOW), a FIFO or directory (EINVAL from _fs.read_message's check), a
+# socket (ENXIO).
+_NOT_A_MESSAGE: Final = frozenset({errno.ELOOP, errno.EINVAL, errno.EISDIR, errno.ENXIO})
 _DRAIN_GRACE_NEW_US: Final = 60_000_000  # a `.new` older than this cannot block a drain
 
 
@@ -150,6 +155,7 @@ class Consuming(QueueState):
                 self._relist(now_us)
                 listed = True
                 continue
+            # decode_ready(code), inlined: this loop is the receive hot path.
             message_id = str(code >> 1) if not code & 1 else str((code >> 1) // 1000)
             receipt = message_id + suffix
             try:
@@ -173,12 +179,17 @@ class Consuming(QueueState):
             body, inode = _fs.read_message(f"{self.path}/{receipt}")
         except FileNotFoundError:
             return None  # RACE: a peer whose clock runs ahead already requeued or deleted it
-        except OSError:
-            # Not a regular file (a planted symlink, FIFO or directory): put the name back
-            # as it was and never look at it again.
-            _fs.rename_noreplace(self._file(receipt), self._file(message_id))
-            self._ignored.add(message_id)
-            return None
+        except OSError as exc:
+            # We cannot read what we claimed: put the name back as it was.
+            try:
+                _fs.rename_noreplace(self._file(receipt), self._file(message_id))
+            except (FileExistsError, FileNotFoundError):
+                pass  # RACE: a peer requeued or replaced it meanwhile; its lease will end
+            if exc.errno in _NOT_A_MESSAGE:
+                self._ignored.add(message_id)  # planted; never look at it again
+                return None
+            raise  # a real fault (EMFILE, EIO...): the caller must hear of it
+
         receipts = self._receipts
         if len(receipts) >= _RECEIPT_CACHE:
             receipts.popitem(last=False)
