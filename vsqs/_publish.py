@@ -93,7 +93,15 @@ class Publishing(QueueState):
 
         Each message is atomic as in :meth:`publish`; the batch as a whole is not (a crash
         may leave a prefix published). Durable batches flush all bodies with one
-        filesystem sync and the directory once, instead of twice per message.
+        filesystem sync (Linux ``syncfs``; elsewhere one ``fsync`` per body) and the
+        directory once, instead of twice per message. ``syncfs`` flushes every dirty file
+        of that filesystem, other programs' too: on a disk busy with other writers, very
+        small batches may do better as single publishes.
+
+        :param bodies: the bodies, bytes-like, in publish order.
+        :param dedup_ids: one deduplication id (or ``None``) per body; see :meth:`publish`.
+        :raises ValueError: as many ``dedup_ids`` as bodies are needed; a bounded queue
+            cannot take a batch larger than its capacity.
         """
         views = [_as_view(body) for body in bodies]
         if not views:
