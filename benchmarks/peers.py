@@ -8,6 +8,7 @@ that is missing is left out of the run (and the report says so).
 
 from __future__ import annotations
 
+import abc
 import functools
 import importlib.util
 import os
@@ -53,7 +54,29 @@ def load_vsqs03() -> ModuleType:
     return module
 
 
-class Vsqs03Adapter:
+class _OneByOne(abc.ABC):
+    """Batches for peers that have no batch API: one operation at a time."""
+
+    @abc.abstractmethod
+    def publish(self, data: bytes) -> None:
+        """Publish one message."""
+
+    @abc.abstractmethod
+    def consume(self) -> bytes | None:
+        """Receive and delete one message; ``None`` when none is ready."""
+
+    def publish_batch(self, bodies: Sequence[bytes]) -> None:
+        for data in bodies:
+            self.publish(data)
+
+    def consume_batch(self, n: int) -> int:
+        got = 0
+        while got < n and self.consume() is not None:
+            got += 1
+        return got
+
+
+class Vsqs03Adapter(_OneByOne):
     """vsqs 0.3: lists and sorts the whole directory on every publish and receive."""
 
     def __init__(self, path: Path, *, capacity: int | None = None) -> None:
@@ -63,10 +86,6 @@ class Vsqs03Adapter:
 
     def publish(self, data: bytes) -> None:
         self.q.publish(data)
-
-    def publish_batch(self, bodies: Sequence[bytes]) -> None:
-        for data in bodies:  # no batch API
-            self.q.publish(data)
 
     def receive(self, timeout: float) -> tuple[str, bytes] | None:
         # Its visibility_timeout must be an int: a float expiry strands the message.
@@ -81,25 +100,20 @@ class Vsqs03Adapter:
         self.q.delete(got[0])
         return got[1]
 
-    def consume_batch(self, n: int) -> int:
-        got = 0
-        while got < n and self.consume() is not None:
-            got += 1
-        return got
-
     def close(self) -> None:
         self.q.close()
         self.manager.close()
         self.manager.observer.join(5)
 
 
-class _DirqBase:
+class _DirqBase(_OneByOne):
     """dirq's consumer idiom: walk a cached listing, lock, get, remove; re-list when it runs dry."""
 
     q: Any
 
+    @abc.abstractmethod
     def _read(self, name: str) -> bytes:
-        raise NotImplementedError
+        """The body of the locked element *name* (the two dirq classes differ here)."""
 
     def consume(self) -> bytes | None:
         for attempt in range(2):  # the cached listing first, then one fresh listing
@@ -111,19 +125,6 @@ class _DirqBase:
                     return data
                 name = self.q.next()
         return None
-
-    def publish_batch(self, bodies: Sequence[bytes]) -> None:
-        for data in bodies:  # no batch API
-            self.publish(data)
-
-    def publish(self, data: bytes) -> None:
-        raise NotImplementedError
-
-    def consume_batch(self, n: int) -> int:
-        got = 0
-        while got < n and self.consume() is not None:
-            got += 1
-        return got
 
     def close(self) -> None:
         pass
@@ -157,7 +158,7 @@ class DirqQueueAdapter(_DirqBase):
         return data
 
 
-class PersistFileAdapter:
+class PersistFileAdapter(_OneByOne):
     """persist-queue's file ``Queue``: chunk files; one process only (documented)."""
 
     def __init__(self, path: Path) -> None:
@@ -167,10 +168,6 @@ class PersistFileAdapter:
 
     def publish(self, data: bytes) -> None:
         self.q.put(data)
-
-    def publish_batch(self, bodies: Sequence[bytes]) -> None:
-        for data in bodies:
-            self.q.put(data)
 
     def consume(self) -> bytes | None:
         import persistqueue
@@ -182,17 +179,11 @@ class PersistFileAdapter:
         self.q.task_done()  # persists the new head
         return data
 
-    def consume_batch(self, n: int) -> int:
-        got = 0
-        while got < n and self.consume() is not None:
-            got += 1
-        return got
-
     def close(self) -> None:
         pass
 
 
-class PersistAckAdapter:
+class PersistAckAdapter(_OneByOne):
     """persist-queue's ``SQLiteAckQueue``: get, then ack."""
 
     def __init__(self, path: Path) -> None:
@@ -204,10 +195,6 @@ class PersistAckAdapter:
     def publish(self, data: bytes) -> None:
         self.q.put(data)
 
-    def publish_batch(self, bodies: Sequence[bytes]) -> None:
-        for data in bodies:
-            self.q.put(data)
-
     def consume(self) -> bytes | None:
         import persistqueue
 
@@ -218,17 +205,11 @@ class PersistAckAdapter:
         self.q.ack(data)
         return data
 
-    def consume_batch(self, n: int) -> int:
-        got = 0
-        while got < n and self.consume() is not None:
-            got += 1
-        return got
-
     def close(self) -> None:
         self.q.close()
 
 
-class LiteQueueAdapter:
+class LiteQueueAdapter(_OneByOne):
     """litequeue: SQLite in WAL mode; text payloads only."""
 
     def __init__(self, path: Path) -> None:
@@ -240,10 +221,6 @@ class LiteQueueAdapter:
     def publish(self, data: bytes) -> None:
         self.q.put(data.decode())
 
-    def publish_batch(self, bodies: Sequence[bytes]) -> None:
-        for data in bodies:
-            self.q.put(data.decode())
-
     def consume(self) -> bytes | None:
         m = self.q.pop()
         if m is None:
@@ -251,12 +228,6 @@ class LiteQueueAdapter:
         self.q.done(m.message_id)
         data: str = m.data
         return data.encode()
-
-    def consume_batch(self, n: int) -> int:
-        got = 0
-        while got < n and self.consume() is not None:
-            got += 1
-        return got
 
     def close(self) -> None:
         self.q.close()
