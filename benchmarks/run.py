@@ -25,7 +25,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from functools import partial
 from pathlib import Path
 from typing import Any, Final
@@ -174,12 +174,16 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--backends", default=None, help="comma list of backend names to keep")
     p.add_argument("--no-peers", action="store_true", help="only vsqs and the raw floor")
     p.add_argument("--skip-procs", action="store_true", help="only the depth tables")
+    p.add_argument("--depths", default=None, help="comma list of backlog depths (default: mode's)")
     return p.parse_args(argv)
 
 
 def main(argv: list[str] | None = None) -> int:
     args = _parse(argv)
     mode = MODES[args.mode]
+    if args.depths:
+        depths = tuple(int(d) for d in args.depths.split(","))
+        mode = replace(mode, plan=replace(mode.plan, depths=depths))
     fss = (args.fs or ("shm" if mode.name == "smoke" else "shm,disk")).split(",")
     bases = {"shm": args.shm_dir, "disk": args.disk_dir}
     specs = all_specs(peers=mode.peers and not args.no_peers)
