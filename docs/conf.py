@@ -37,6 +37,6 @@ intersphinx_mapping: dict[str, tuple[str, None]] = {}
 html_theme = "furo"
 html_title = "vsqs"
 html_static_path = ["_static"]
-exclude_patterns = ["_build", "dev"]
+exclude_patterns = ["_build"]
 # Plain ">>>" blocks (outside a doctest directive) are tested too.
 doctest_test_doctest_blocks = "default"
