@@ -7,8 +7,7 @@ from pathlib import Path
 import pytest
 
 import vsqs
-from vsqs._ids import IDS
-from vsqs._scan import id_key
+from vsqs._ids import IDS, parse_id
 from vsqs.testing import ManualClock
 
 from ._lifecycle_workers import forkserver, interleaved_producer, late_publisher
@@ -51,7 +50,7 @@ def test_oldest_order_across_queues_with_interleaved_producers(tmp_path: Path) -
     while batch := qset.receive_batch(7):
         got += batch
         assert qset.delete_batch(batch) == len(batch)
-    keys = [id_key(m.id) or 0 for m in got]
+    keys = [parse_id(m.id) or 0 for m in got]
     assert len(got) == 120
     assert keys == sorted(keys)
     assert {m.queue for m in got} == {q.path for q in queues}
@@ -142,10 +141,10 @@ def test_null_queue_accepts_and_discards(tmp_path: Path) -> None:
     null = vsqs.NullQueue()
     ids = [null.publish(b"x"), *null.publish_batch([b"y", b"z"], attributes={"a": "b"})]
     assert len(set(ids)) == 3
-    assert all(id_key(i) is not None for i in ids)
+    assert all(parse_id(i) is not None for i in ids)
     path = tmp_path / "file"
     path.write_bytes(b"data")
-    assert id_key(null.publish_file(path)) is not None
+    assert parse_id(null.publish_file(path)) is not None
     assert not path.exists()
     assert null.receive(timeout=None) is None  # never waits: nothing will come
     assert null.receive_batch(10, timeout=5) == []

@@ -112,11 +112,6 @@ def decode_ready(code: int) -> str:
     return str(key // 1000) if code & 1 else str(key)
 
 
-def key_of_code(code: int) -> int:
-    """The microsecond key of a packed id."""
-    return code >> 1
-
-
 class IdSource:
     """Hands out strictly increasing ids within a process (thread-safe).
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 
-from ._ids import MAX_DIGITS, MS_LIMIT, parse_decimal, parse_name, to_us
+from ._ids import MAX_DIGITS, MS_LIMIT, parse_name
 from ._ids import State as _State
 
 
@@ -76,9 +76,3 @@ def held_names_for(path: str, message_id: str) -> list[str]:
                 if parsed is not None and parsed.state is _State.HELD:
                     found.append(name)
     return found
-
-
-def id_key(message_id: str) -> int | None:
-    """The FIFO key of an id string, ``None`` if it is not one."""
-    value = parse_decimal(message_id)
-    return None if value is None else to_us(value)

@@ -14,7 +14,7 @@ from typing import Final
 from . import _scan
 from ._clock import SYSTEM_CLOCK, Clock
 from ._errors import InvalidId, LeaseLost, QueueDrained
-from ._ids import IDS, Precision, parse_name
+from ._ids import IDS, Precision, parse_id, parse_name
 from ._lifecycle import History
 from ._message import Counts, Message
 from ._queue import Queue
@@ -141,7 +141,7 @@ class QueueSet:
             except QueueDrained:
                 drained += 1
         if self.order == "oldest":
-            got.sort(key=lambda message: _scan.id_key(message.id) or 0)
+            got.sort(key=lambda message: parse_id(message.id) or 0)
         return got, drained
 
     def _oldest_plan(self, limit: int) -> list[tuple[Queue, int]]:

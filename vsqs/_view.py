@@ -81,10 +81,6 @@ class ReadyView:
         except IndexError:
             return None  # RACE: another thread took the last candidate meanwhile
 
-    def peek_all(self) -> list[int]:
-        """The remaining candidates in order (for browsing)."""
-        return sorted([*self._returned, *self._codes])
-
     def miss(self) -> None:
         """Someone else took the candidate: jump to a random place ahead of it.
 
@@ -102,9 +98,6 @@ class ReadyView:
         """Offer an id that this process returned to the queue."""
         heapq.heappush(self._returned, code)
 
-    def add_held(self, expiry_us: int, name: str) -> None:
-        heapq.heappush(self._held, (expiry_us, name))
-
     def due_leases(self, now_us: int) -> list[tuple[int, str]]:
         """Pop the known leases that have expired by *now_us*."""
         due = []
@@ -115,6 +108,3 @@ class ReadyView:
     def next_expiry(self) -> int | None:
         """The earliest known lease or delay expiry (µs), to bound a wait."""
         return self._held[0][0] if self._held else None
-
-    def remaining(self) -> int:
-        return len(self._codes) + len(self._returned)
