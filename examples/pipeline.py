@@ -25,7 +25,7 @@ def producer(root: str) -> None:
     numbers = vsqs.QueueRoot(root).create("numbers", capacity=100, durable=False)
     for n in range(COUNT):
         numbers.publish(str(n).encode(), timeout=60)  # blocks while 100 are waiting
-    numbers.close()  # end of stream: consumers stop once everything is consumed
+    numbers.shutdown()  # end of stream: consumers stop once everything is consumed
 
 
 def worker(root: str, done: mp.synchronize.Barrier) -> None:
@@ -45,7 +45,7 @@ def worker(root: str, done: mp.synchronize.Barrier) -> None:
         squares.publish(str(n * n).encode())
         numbers.delete(message)
     if done.wait() == 0:  # the last worker to finish closes the next stage
-        squares.close()
+        squares.shutdown()
 
 
 def main() -> int:

@@ -70,7 +70,7 @@ def main() -> int:
         fn.col("id").alias("item"), (fn.col("id") % 97).alias("n")
     )
     published = vsqs.spark.publish_dataframe(items, work_path, json_rows=True, key_column="item")
-    vsqs.Queue(work_path).close()
+    vsqs.Queue(work_path).shutdown()
 
     # 2. Workers outside Spark.
     context = multiprocessing.get_context("spawn")

@@ -45,7 +45,7 @@ def produce_sized(path: str, sizes: list[int]) -> None:
 
 
 def consume_all(path: str, report: str, options: dict[str, Any]) -> None:
-    """Receive and delete until the queue is closed and drained; report bodies and counts."""
+    """Receive and delete until the queue is shut down and drained; report bodies and counts."""
     queue = vsqs.Queue(path, **options)
     seen = []
     for message in queue.consume():
@@ -108,7 +108,7 @@ def watch(path: str, stop: str, report: str) -> None:
 def publish_when_closed(path: str, report: str) -> None:
     """Try to publish to a queue closed by another process; report what happened."""
     queue = vsqs.Queue(path, durable=False)
-    closed = queue.closed
+    closed = queue.is_shutdown
     try:
         queue.publish(b"too late")
     except vsqs.QueueClosed as exc:
@@ -118,10 +118,10 @@ def publish_when_closed(path: str, report: str) -> None:
 
 
 def close_queue(path: str, report: str) -> None:
-    """Close a queue; report the error type if it was already closed."""
+    """Shut a queue down; report the error type if that raised."""
     queue = vsqs.Queue(path, durable=False)
     try:
-        queue.close()
+        queue.shutdown()
     except vsqs.QueueClosed as exc:
         dump(report, type(exc).__name__)
         return
@@ -186,7 +186,7 @@ def bounded_publish_one(path: str, report: str) -> None:
 
 
 def report_closed(path: str, report: str) -> None:
-    dump(report, vsqs.Queue(path, durable=False).closed)
+    dump(report, vsqs.Queue(path, durable=False).is_shutdown)
 
 
 def consume_some(path: str, count: int, report: str) -> None:
@@ -205,3 +205,13 @@ def publish_with(queue: vsqs.Queue, count: int) -> None:
     """Publish through a Queue object inherited from the parent (fork only)."""
     for _ in range(count):
         queue.publish(b"child")
+
+
+def consume_in_order(path: str, report: str) -> None:
+    """Receive and delete until the queue is empty; report the bodies as ints, in order."""
+    queue = vsqs.Queue(path, durable=False)
+    got = []
+    while (message := queue.receive(timeout=0)) is not None:
+        got.append(int(message.body))
+        queue.delete(message)
+    dump(report, got)

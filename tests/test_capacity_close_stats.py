@@ -45,7 +45,7 @@ def test_producers_in_many_processes_never_exceed_the_capacity(qpath: str, tmp_p
             kids.start(procs.bounded_produce, qpath, f"p{n}", per_producer, capacity)
         for producer in kids.processes[3:]:
             kids.join(producer, timeout=120)
-        vsqs.Queue(qpath, durable=False).close()
+        vsqs.Queue(qpath, durable=False).shutdown()
         for consumer in consumers:
             kids.join(consumer, timeout=120)
         Path(stop).touch()
@@ -98,20 +98,22 @@ def test_publish_with_timeout_zero_on_a_full_queue_raises_at_once(qpath: str) ->
     assert queue.size() == 2
 
 
-# -- close ----------------------------------------------------------------------------
+# -- shutdown -------------------------------------------------------------------------
 
 
-def test_closing_twice_is_an_error_in_any_process(qpath: str, tmp_path: Path) -> None:
+def test_shutting_down_twice_is_harmless_in_any_process(qpath: str, tmp_path: Path) -> None:
+    """As Python 3.13's queue.Queue.shutdown(): a second shutdown does nothing."""
     queue = vsqs.Queue(qpath, durable=False)
-    queue.close()
-    with pytest.raises(vsqs.QueueClosed, match="already closed"):
-        queue.close()
-    with pytest.raises(vsqs.QueueClosed):
-        vsqs.Queue(qpath, durable=False).close()
+    queue.shutdown()
+    queue.shutdown()
+    vsqs.Queue(qpath, durable=False).shutdown()
     report = str(tmp_path / "close.json")
     with children() as kids:
         kids.join(kids.start(procs.close_queue, qpath, report))
-    assert procs.load(report) == "QueueClosed"
+    assert procs.load(report) is None
+    assert queue.is_shutdown
+    with pytest.raises(vsqs.QueueClosed):
+        queue.publish(b"late")
 
 
 def test_closed_is_visible_and_enforced_in_other_processes(qpath: str, tmp_path: Path) -> None:
@@ -120,9 +122,9 @@ def test_closed_is_visible_and_enforced_in_other_processes(qpath: str, tmp_path:
     queue = vsqs.Queue(qpath, durable=False)
     with children() as kids:
         kids.join(kids.start(procs.report_closed, qpath, before))
-        seen = [queue.closed]
-        queue.close()
-        seen.append(queue.closed)
+        seen = [queue.is_shutdown]
+        queue.shutdown()
+        seen.append(queue.is_shutdown)
         assert seen == [False, True]
         kids.join(kids.start(procs.report_closed, qpath, after))
         kids.join(kids.start(procs.publish_when_closed, qpath, publish))
@@ -134,7 +136,7 @@ def test_closed_is_visible_and_enforced_in_other_processes(qpath: str, tmp_path:
         queue.publish_batch([b"a"])
     with pytest.raises(vsqs.QueueClosed):
         vsqs.Queue(qpath, durable=False, capacity=3).publish(b"bounded")
-    assert queue.stats().closed is True
+    assert queue.stats().is_shutdown is True
 
 
 # -- stats ----------------------------------------------------------------------------
@@ -162,7 +164,7 @@ def test_stats_equal_what_several_processes_did(qpath: str, tmp_path: Path, meth
     assert (stats.consumed_messages, stats.consumed_bytes) == (15, consumed_bytes)
     assert (stats.ready, stats.held, stats.delayed, stats.new) == (len(flat) - 15, 0, 0, 0)
     assert stats.oldest_ready_age is not None and stats.oldest_ready_age >= 0
-    assert stats.closed is False
+    assert stats.is_shutdown is False
 
 
 def test_stats_of_one_process_are_exact_at_once(qpath: str) -> None:

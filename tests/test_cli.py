@@ -45,8 +45,8 @@ def bodies(path: Path) -> list[bytes]:
 # -- help ------------------------------------------------------------------------------
 
 COMMANDS = [
-    "clean", "close", "delete", "demo", "peek", "publish", "pump", "purge",
-    "queues", "receive", "redrive", "requeue", "sink", "stats",
+    "clean", "delete", "demo", "peek", "publish", "pump", "purge",
+    "queues", "receive", "redrive", "requeue", "shutdown", "sink", "stats",
 ]  # fmt: skip
 
 
@@ -149,10 +149,10 @@ def test_publish_errors_are_one_line_and_debug_shows_the_traceback(tmp_path: Pat
 
 
 def test_publish_to_a_closed_queue_exits_4(tmp_path: Path) -> None:
-    vsqs.Queue(tmp_path).close()
+    vsqs.Queue(tmp_path).shutdown()
     result = run("publish", str(tmp_path), "late")
     assert result.exit_code == 4
-    assert "closed" in result.stderr
+    assert "shut down" in result.stderr
     assert len(result.stderr.splitlines()) == 1
 
 
@@ -194,13 +194,13 @@ def test_receive_json_and_keep(tmp_path: Path) -> None:
 
 def test_receive_from_a_closed_and_drained_queue_exits_4(tmp_path: Path) -> None:
     run("publish", str(tmp_path), "last")
-    run("close", str(tmp_path))
+    run("shutdown", str(tmp_path))
     assert run("receive", str(tmp_path), "--wait", "inf").exit_code == 0
     assert run("receive", str(tmp_path), "--wait", "inf").exit_code == 4
 
 
 def test_receive_missing_queue_creates_nothing(tmp_path: Path) -> None:
-    for command in ("receive", "peek", "stats", "purge", "clean", "requeue", "close", "sink"):
+    for command in ("receive", "peek", "stats", "purge", "clean", "requeue", "shutdown", "sink"):
         result = run(command, str(tmp_path / "nope"))
         assert result.exit_code == 1, command
         assert result.stderr == f"vsqs: no queue at {tmp_path / 'nope'}\n"
@@ -324,7 +324,7 @@ def test_stats_table_json_and_watch(tmp_path: Path) -> None:
     run("publish", str(queue), "d", "--delay", "60")
     table = run("stats", str(queue)).stdout.splitlines()
     assert table[0].split() == [
-        "queue", "ready", "held", "delayed", "new", "oldest", "produced", "consumed", "closed",
+        "queue", "ready", "held", "delayed", "new", "oldest", "produced", "consumed", "shutdown",
     ]  # fmt: skip
     row = table[2].split()
     assert row[0] == str(queue)
@@ -332,7 +332,7 @@ def test_stats_table_json_and_watch(tmp_path: Path) -> None:
     assert row[-3:] == ["4", "1", "no"]
     data = json.loads(run("stats", str(queue), "--json").stdout)
     assert data["queue"] == str(queue)
-    assert (data["ready"], data["held"], data["delayed"], data["closed"]) == (1, 1, 1, False)
+    assert (data["ready"], data["held"], data["delayed"], data["is_shutdown"]) == (1, 1, 1, False)
     assert data["produced_messages"] == 4
     assert data["consumed_bytes"] == 1
     assert data["oldest_ready_age"] >= 0
@@ -391,12 +391,12 @@ def test_redrive_to_the_source_and_to_another_queue(tmp_path: Path) -> None:
     assert run("redrive", str(dlq), "--to", str(tmp_path / "typo")).exit_code == 1
 
 
-def test_close_twice_exits_4(tmp_path: Path) -> None:
-    assert run("close", str(tmp_path)).stdout == f"closed {tmp_path}\n"
-    assert vsqs.Queue(tmp_path).closed
-    again = run("close", str(tmp_path))
-    assert again.exit_code == 4
-    assert "already closed" in again.stderr
+def test_shutdown_twice_is_harmless(tmp_path: Path) -> None:
+    assert run("shutdown", str(tmp_path)).stdout == f"shut down {tmp_path}\n"
+    assert vsqs.Queue(tmp_path).is_shutdown
+    again = run("shutdown", str(tmp_path))
+    assert again.exit_code == 0
+    assert vsqs.Queue(tmp_path).is_shutdown
 
 
 def test_queues_under_a_root(tmp_path: Path) -> None:
@@ -428,7 +428,7 @@ def test_pump_and_sink(tmp_path: Path) -> None:
     assert run("sink", str(tmp_path / "q"), "-n", "100").stdout.startswith("consumed 100 messages")
     assert run("sink", str(tmp_path / "q"), "--wait", "0").stdout.startswith("consumed 150 ")
     assert run("sink", str(tmp_path / "q"), "--wait", "0").exit_code == 3
-    run("close", str(tmp_path / "q"))
+    run("shutdown", str(tmp_path / "q"))
     assert run("sink", str(tmp_path / "q"), "--wait", "5").exit_code == 3  # drained: at once
 
 

@@ -20,7 +20,7 @@ def test_four_producers_and_four_consumers_deliver_each_message_exactly_once(
     tmp_path: Path,
 ) -> None:
     """4 producer × 4 consumer processes × 5,000 messages each: none lost, none twice.
-    Consumers stop by themselves once the queue is closed and drained."""
+    Consumers stop by themselves once the queue is shut down and drained."""
     path = str(tmp_path / "q")
     producers, consumers, per_producer = 4, 4, 5000
     reports = [str(tmp_path / f"consumer-{n}.json") for n in range(consumers)]
@@ -31,7 +31,7 @@ def test_four_producers_and_four_consumers_deliver_each_message_exactly_once(
             kids.start(procs.produce, path, f"p{n}", per_producer, PRODUCER)
         for producer in kids.processes[consumers:]:
             kids.join(producer, timeout=240)
-        vsqs.Queue(path, durable=False).close()
+        vsqs.Queue(path, durable=False).shutdown()
         kids.join_all(timeout=240)
     received = [entry for report in reports for entry in procs.load(report)]
     times = Counter(body for body, _ in received)
@@ -52,6 +52,6 @@ def test_one_producer_and_one_consumer_get_strict_fifo(tmp_path: Path) -> None:
     with children() as kids:
         consumer = kids.start(procs.consume_all, path, report, CONSUMER)
         kids.join(kids.start(procs.produce, path, "p", 3000, PRODUCER), timeout=240)
-        vsqs.Queue(path, durable=False).close()
+        vsqs.Queue(path, durable=False).shutdown()
         kids.join(consumer, timeout=240)
     assert [body for body, _ in procs.load(report)] == [f"p:{i}" for i in range(3000)]

@@ -52,7 +52,7 @@ def test_publish_file_failure_leaves_the_source(q: vsqs.Queue, qdir: Path, tmp_p
         q.publish_file(tmp_path)
     with pytest.raises(FileNotFoundError):
         q.publish_file(tmp_path / "missing")
-    q.close()
+    q.shutdown()
     with pytest.raises(vsqs.QueueClosed):
         q.publish_file(source)
     assert source.read_bytes() == b"data"

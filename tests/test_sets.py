@@ -108,15 +108,15 @@ def test_blocked_receive_wakes_for_any_queue(tmp_path: Path) -> None:
 
 def test_timeout_and_drained(tmp_path: Path, clock: ManualClock) -> None:
     """An empty set returns None after the timeout (manual seconds); once every queue
-    is closed and drained, receive raises QueueDrained and consume stops."""
+    is shut down and drained, receive raises QueueDrained and consume stops."""
     first = vsqs.Queue(tmp_path / "a", clock=clock)
     second = vsqs.Queue(tmp_path / "b", clock=clock)
     qset = vsqs.QueueSet(first, second)
     assert qset.receive(timeout=5) is None
     assert clock.monotonic() >= 5
-    first.close()
+    first.shutdown()
     second.publish(b"last")
-    second.close()
+    second.shutdown()
     assert [m.body for m in qset.consume(timeout=0)] == [b"last"]  # not deleted: held
     clock.advance(31)  # the lease ends: it comes back
     assert [qset.delete(m) for m in qset.consume()] == [True]  # stops once drained

@@ -62,6 +62,9 @@ class QueueMachine(RuleBasedStateMachine):
         )  # fmt: skip
         self.model: dict[str, Model] = {}
         self.serial = 0
+        # Receipts this handle superseded by extending them -> the next receipt: the
+        # queue acts on the current lease when given one of them (heartbeats).
+        self.superseded: dict[str, str] = {}
 
     def teardown(self) -> None:
         shutil.rmtree(self.dir)
@@ -89,6 +92,11 @@ class QueueMachine(RuleBasedStateMachine):
                 found.setdefault(entry.id, []).append(name)
         return found
 
+    def _current(self, receipt: str) -> str:
+        while receipt in self.superseded:
+            receipt = self.superseded[receipt]
+        return receipt
+
     def _body(self) -> bytes:
         self.serial += 1
         return f"m{self.serial}".encode()
@@ -108,6 +116,7 @@ class QueueMachine(RuleBasedStateMachine):
         entry = parse_name(message.receipt)
         assert entry is not None and entry.state is State.HELD and entry.id == message.id
         assert entry.expires == model.due
+        self.superseded.pop(message.receipt, None)
 
     # -- rules --------------------------------------------------------------------------
 
@@ -153,11 +162,12 @@ class QueueMachine(RuleBasedStateMachine):
     @rule(message=consumes(leases))
     def delete(self, message: vsqs.Message) -> None:
         model = self.model.get(message.id)
-        live = model is not None and model.name == message.receipt
+        receipt = self._current(message.receipt)
+        live = model is not None and model.name == receipt
         if live and model is not None and model.due > self.clock.time_us():
             # The lease has not expired: the held file must still be there.
-            assert os.path.exists(os.path.join(self.dir, message.receipt))
-        present = os.path.exists(os.path.join(self.dir, message.receipt))
+            assert os.path.exists(os.path.join(self.dir, receipt))
+        present = os.path.exists(os.path.join(self.dir, receipt))
         deleted = self.queue.delete(message)
         assert deleted == present, "delete must report whether it removed the held file"
         if deleted:
@@ -166,26 +176,30 @@ class QueueMachine(RuleBasedStateMachine):
 
     @rule(message=consumes(leases))
     def delete_by_receipt_string(self, message: vsqs.Message) -> None:
-        present = os.path.exists(os.path.join(self.dir, message.receipt))
+        present = os.path.exists(os.path.join(self.dir, self._current(message.receipt)))
         assert self.queue.delete(message.receipt) == present
         if present:
             del self.model[message.id]
 
     @rule(target=leases, message=consumes(leases), seconds=HEARTBEAT)
     def change_visibility(self, message: vsqs.Message, seconds: float) -> object:
-        present = os.path.exists(os.path.join(self.dir, message.receipt))
+        receipt = self._current(message.receipt)
+        present = os.path.exists(os.path.join(self.dir, receipt))
         if not present:
             with pytest.raises(vsqs.LeaseLost):
                 self.queue.change_visibility(message, seconds)
             return multiple()
         model = self.model[message.id]
-        assert model.name == message.receipt
+        assert model.name == receipt
         updated = self.queue.change_visibility(message, seconds)
         if seconds == 0:
             model.state, model.name, model.due = "ready", "", 0
             return multiple()
         model.due = self._expiry(seconds)
         model.state, model.name = "held", updated.receipt
+        if updated.receipt != receipt:
+            self.superseded[receipt] = updated.receipt
+            self.superseded.pop(updated.receipt, None)
         assert updated.id == message.id
         entry = parse_name(updated.receipt)
         assert entry is not None and entry.expires == model.due

@@ -78,8 +78,12 @@ def test_heartbeat_held_to_held(q: vsqs.Queue, qdir: Path, clock: ManualClock) -
     assert extended.expires_at == pytest.approx(T0 + 80)
     clock.advance(30)  # past the first expiry, not the extended one
     assert q.receive(timeout=0) is None
-    with pytest.raises(vsqs.LeaseLost):
-        q.change_visibility(message, 10)  # the old receipt is no longer valid
+    # Another handle cannot use the old receipt: the lease lives on under the new one.
+    other = vsqs.Queue(qdir, clock=clock)
+    with pytest.raises(vsqs.LeaseLost) as lost:
+        other.change_visibility(message, 10)
+    assert (lost.value.reason, lost.value.current) == ("superseded", extended.receipt)
+    assert "newer receipt" in str(lost.value)
 
 
 def test_requeue_expired_held_to_ready(q: vsqs.Queue, qdir: Path, clock: ManualClock) -> None:

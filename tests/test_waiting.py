@@ -99,7 +99,7 @@ def test_close_wakes_every_blocked_consumer(qpath: str, tmp_path: Path) -> None:
         blocked.append(kids.start(procs.consume_to_end, qpath, reports[3], NO_RECHECK))
         for consumer in blocked:
             wait_blocked_in_inotify(consumer)
-        vsqs.Queue(qpath, durable=False).close()
+        vsqs.Queue(qpath, durable=False).shutdown()
         kids.join_all()
     assert [procs.load(r) for r in reports[:3]] == ["drained"] * 3
     assert procs.load(reports[3]) == {"ended": True, "bodies": []}
@@ -108,7 +108,7 @@ def test_close_wakes_every_blocked_consumer(qpath: str, tmp_path: Path) -> None:
 def test_close_lets_consumers_drain_what_is_left_first(qpath: str, tmp_path: Path) -> None:
     queue = vsqs.Queue(qpath, durable=False)
     queue.publish_batch([b"a", b"b"])
-    queue.close()
+    queue.shutdown()
     report = str(tmp_path / "report.json")
     with children() as kids:
         kids.join(kids.start(procs.consume_to_end, qpath, report, {"durable": False}))
@@ -204,7 +204,7 @@ def procs_events() -> tuple[Any, Any]:
 
 def test_no_waiter_is_left_behind_by_a_drained_child(qpath: str, tmp_path: Path) -> None:
     """Sanity check of the harness: a child exits by itself once drained."""
-    vsqs.Queue(qpath, durable=False).close()
+    vsqs.Queue(qpath, durable=False).shutdown()
     report = str(tmp_path / "r.json")
     with children() as kids:
         kids.join(kids.start(procs.receive_one, qpath, report, {"durable": False}, None))

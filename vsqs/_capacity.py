@@ -8,6 +8,13 @@ make it pessimistic. While ``bound + n <= capacity`` a publish needs no listing;
 bound says "full", one listing replaces it with the true count. So a bounded publish costs
 a lock and two tiny file operations, and a listing only when the queue is (nearly) full.
 
+The bound is trusted only once it was checked: a missing or unreadable counter (the
+first bounded publish to a queue that already holds messages, published without a
+capacity or by vsqs 0.3) is rebuilt from a listing, and so is any counter this process
+has not checked against a listing for ``VERIFY_INTERVAL`` seconds. So messages that
+unbounded producers add are counted within that interval; a bounded queue's listing is
+short, so this costs little.
+
 Every producer of a bounded queue must open it with the same ``capacity``: a producer that
 does not take the lock is not bounded by it.
 """
@@ -15,7 +22,7 @@ does not take the lock is not bounded by it.
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Final
 
 import filelock
 
@@ -26,6 +33,8 @@ if TYPE_CHECKING:
     from ._queue import Queue
 
 _NEW_GRACE_US = 60_000_000  # a `.new` older than this belongs to a crashed publisher
+VERIFY_INTERVAL: Final = 1.0
+"""Seconds this process trusts the shared counter before checking it with a listing."""
 
 
 class Capacity:
@@ -37,6 +46,7 @@ class Capacity:
         self.capacity = capacity
         self._queue = queue
         self._lock: filelock.BaseFileLock | None = None
+        self._verified_at = -math.inf  # monotonic time of this process's last listing
 
     def _filelock(self) -> filelock.BaseFileLock:
         if self._lock is None:
@@ -79,8 +89,14 @@ class Capacity:
                 raise QueueFull(queue.path, self.capacity) from None
             try:
                 bound = _read_int(counter)
-                if bound + need > self.capacity:
+                now = clock.monotonic()
+                if (
+                    bound is None
+                    or bound + need > self.capacity
+                    or now - self._verified_at > VERIFY_INTERVAL
+                ):
                     bound = self.count()
+                    self._verified_at = now
                 if bound + need <= self.capacity:
                     ids = queue._publish_views(views, attrs, delay_us, dedup)
                     queue._meta.write_file(
@@ -98,9 +114,10 @@ class Capacity:
             waiter.wait(token, remaining)  # a delete in any process wakes us
 
 
-def _read_int(path: str) -> int:
+def _read_int(path: str) -> int | None:
+    """The recorded bound, or ``None`` when there is none to trust."""
     try:
         with open(path, "rb") as handle:
-            return int(handle.read() or b"0")
+            return int(handle.read())
     except (FileNotFoundError, ValueError):
-        return 0  # no bound recorded yet (or a torn hand edit): assume empty, then verify
+        return None  # never recorded (or a hand edit): the caller counts with a listing

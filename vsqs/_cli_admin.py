@@ -1,4 +1,4 @@
-"""Operator commands: ``stats``, ``purge``, ``clean``, ``requeue``, ``redrive``, ``close``,
+"""Operator commands: ``stats``, ``purge``, ``clean``, ``requeue``, ``redrive``, ``shutdown``,
 ``queues``."""
 
 from __future__ import annotations
@@ -120,13 +120,13 @@ def redrive(dead_letter_queue: str, to: str | None, limit: int | None) -> None:
 
 @click.command()
 @click.argument("queue", type=click.Path())
-def close(queue: str) -> None:
-    """Close QUEUE: publishing ends, consumers stop once drained.
+def shutdown(queue: str) -> None:
+    """Shut QUEUE down: publishing ends, consumers stop once drained.
 
-    Persistent and seen by every process. Closing twice fails with exit status 4.
+    Persistent and seen by every process. Shutting down twice is harmless.
     """
-    open_queue(queue).close()
-    click.echo(f"closed {queue}")
+    open_queue(queue).shutdown()
+    click.echo(f"shut down {queue}")
 
 
 def _row(name: str, stats: Stats) -> dict[str, Any]:
@@ -141,7 +141,7 @@ def _table(rows: list[dict[str, Any]]) -> Table:
     table.add_column("queue", overflow="fold")
     for name in ("ready", "held", "delayed", "new", "oldest", "produced", "consumed"):
         table.add_column(name, justify="right")
-    table.add_column("closed")
+    table.add_column("shutdown")
     for row in rows:
         table.add_row(
             row["queue"],
@@ -149,7 +149,7 @@ def _table(rows: list[dict[str, Any]]) -> Table:
             format_age(row["oldest_ready_age"]),
             f"{row['produced_messages']:,}",
             f"{row['consumed_messages']:,}",
-            "yes" if row["closed"] else "no",
+            "yes" if row["is_shutdown"] else "no",
         )
     return table
 

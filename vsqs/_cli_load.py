@@ -71,7 +71,7 @@ def sink(queue: str, count: int, wait: float, batch: int) -> None:
     Receives and deletes messages from QUEUE as fast as it can.
 
     Stops after COUNT messages, after --wait seconds without one, or when the queue is
-    closed and drained. Exit status 3 if nothing came.
+    shut down and drained. Exit status 3 if nothing came.
     """
     source = open_queue(queue)
     consumed = 0

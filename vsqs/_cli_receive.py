@@ -101,7 +101,7 @@ def _run(command: str, queue: Queue, message: Message, as_json: bool) -> tuple[i
     type=click.FloatRange(min=0),
     default=0.0,
     help="Seconds to wait for a message when none is ready (default 0; 'inf' waits until "
-    "the queue is closed and drained).",
+    "the queue is shut down and drained).",
 )
 @click.option("--visibility-timeout", type=click.FloatRange(min=0), help="Lease seconds.")
 @click.option(

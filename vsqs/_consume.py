@@ -35,6 +35,9 @@ _RECEIPT_CACHE: Final = 4096
 # socket (ENXIO).
 _NOT_A_MESSAGE: Final = frozenset({errno.ELOOP, errno.EINVAL, errno.EISDIR, errno.ENXIO})
 _DRAIN_GRACE_NEW_US: Final = 60_000_000  # a `.new` older than this cannot block a drain
+DRAIN_SKEW: Final = 1.0
+"""Seconds of clock difference between hosts that the drain rule tolerates."""
+_PROVEN_OVER_US: Final = round((CLOSE_GRACE + DRAIN_SKEW) * 1e6)
 
 
 class Consuming(QueueState):
@@ -130,7 +133,6 @@ class Consuming(QueueState):
     def _claim(self, limit: int, vt_us: int) -> list[Message]:
         clock = self.clock
         view = self._view
-        lock = self._lock
         now_us = clock.time_us()
         own = self._own_leases
         held = view._held
@@ -161,9 +163,9 @@ class Consuming(QueueState):
             try:
                 _fs.rename_noreplace(prefix + message_id, prefix + receipt)
             except FileNotFoundError:
-                # RACE: another consumer claimed it first, or it was deleted or purged.
-                with lock:
-                    view.miss()
+                # RACE: another consumer claimed it first, or it was deleted or purged:
+                # try the next one (never skip ahead, which would break FIFO).
+                view.miss()
                 continue
             except FileExistsError:
                 continue  # RACE: a same-id message was claimed into the same tick by a peer
@@ -194,6 +196,9 @@ class Consuming(QueueState):
         if len(receipts) >= _RECEIPT_CACHE:
             receipts.popitem(last=False)
         receipts[message_id] = receipt
+        # A live receipt is never a superseded one (a manual clock, or a coarse one, may
+        # give a new lease a receipt that an older lease had): chains end at live leases.
+        self._superseded.pop(receipt, None)
         heapq.heappush(self._own_leases, (expiry, message_id, receipt))
         if (
             self._meta_possible
@@ -300,15 +305,33 @@ class Consuming(QueueState):
             return False
         self._closed_seen = True
         if self._grace_ends is None:
-            # Publishers may trust an "open" look for CLOSE_GRACE (see _check_open): wait
-            # that long after first seeing the marker before believing an empty listing.
-            self._grace_ends = self.clock.monotonic() + (CLOSE_GRACE if self._grace else 0.0)
+            self._grace_ends = self._drain_grace_ends()
         if self.clock.monotonic() < self._grace_ends:
             return False
         listing = _scan.scan(self.path)
         stale_before = self.clock.time_us() - _DRAIN_GRACE_NEW_US
         live_new = [name for created, name in listing.new if created > stale_before]
         return not (listing.ready or listing.held or live_new)
+
+    def _drain_grace_ends(self) -> float:
+        """When (monotonic) an empty listing proves the shut-down queue drained.
+
+        Publishers may trust an "open" look for ``CLOSE_GRACE`` (see ``_check_open``), so
+        a message may still become ready until ``CLOSE_GRACE`` after the shutdown. The
+        marker records when that was, by the clock of the process that shut the queue
+        down: once this clock says it was more than ``CLOSE_GRACE + DRAIN_SKEW`` ago,
+        the grace is over already (a handle that arrives later does not wait again).
+        Otherwise the grace is counted from now, when this handle first saw the marker,
+        which needs no clock agreement at all. ``DRAIN_SKEW`` is the clock difference
+        between hosts that this tolerates.
+        """
+        now = self.clock.monotonic()
+        if not self._grace:
+            return now
+        shut_us = _marker_time_us(self._closed_marker)
+        if shut_us is not None and self.clock.time_us() - shut_us > _PROVEN_OVER_US:
+            return now
+        return now + CLOSE_GRACE
 
     def delete(self, message: Message | str) -> bool:
         """Delete a received message; return whether this call deleted it.
@@ -332,8 +355,8 @@ class Consuming(QueueState):
             receipt = message.receipt
             size = len(message.body)
         else:
-            receipt = self._receipt_of(message)
-            size = 0
+            receipt = self._current(self._receipt_of(message))
+            size = len(message.body) if isinstance(message, Message) else 0
         if "." not in receipt:
             receipt = self._locate(receipt)
             if not receipt:
@@ -365,7 +388,7 @@ class Consuming(QueueState):
         :raises LeaseLost: the lease already ended (deleted, or expired and requeued).
         """
         seconds = _seconds(seconds, "seconds")
-        receipt = self._receipt_of(message)
+        receipt = self._current(self._receipt_of(message))
         message_id, dot, _ = receipt.partition(".")
         if not dot:
             raise InvalidId(receipt, "a receipt (id.expiry) is needed, not a bare id")
@@ -378,7 +401,7 @@ class Consuming(QueueState):
                     self._as_queue(), receipt, released=True, report_dead_letter=True
                 )
                 if returned is None:
-                    raise LeaseLost(receipt)
+                    raise self._lease_lost(receipt)
             except _lifecycle.DeadLettered:
                 # This release was its last allowed receive: it went to the dead-letter
                 # queue, which is not a lost lease.
@@ -396,14 +419,59 @@ class Consuming(QueueState):
             try:
                 _fs.rename_noreplace(self._file(receipt), self._file(target))
             except FileNotFoundError:
-                raise LeaseLost(receipt) from None
+                raise self._lease_lost(receipt) from None
             except FileExistsError:
                 expiry += 1000 if self.precision is Precision.MS else 1  # RACE: same tick
                 continue
             self._receipts[message_id] = target
+            superseded = self._superseded
+            if len(superseded) >= _RECEIPT_CACHE:
+                superseded.popitem(last=False)
+            superseded[receipt] = target
+            superseded.pop(target, None)  # live now (see _open_claimed): no cycle can form
             with self._lock:
                 heapq.heappush(self._own_leases, (expiry, message_id, target))
             return replace(message, receipt=target, expires_at=expiry / 1e6)
+
+    def _current(self, receipt: str) -> str:
+        """The receipt that this handle's later extensions of *receipt* gave the lease.
+
+        A heartbeat (``change_visibility``) renames the held file, so the ``Message`` it
+        was given names a file that no longer exists. This handle issued both receipts,
+        so the lease is still the caller's: follow the chain to its latest receipt.
+        Receipts from other handles (or processes) are not followed.
+        """
+        superseded = self._superseded
+        while receipt in superseded:
+            receipt = superseded[receipt]
+        return receipt
+
+    def _lease_lost(self, receipt: str) -> LeaseLost:
+        """A :class:`LeaseLost` for *receipt* that says what became of the lease.
+
+        A diagnosis after the fact, from one listing and one metadata read: a message
+        held under another name was either extended through another handle (its lease
+        lives on) or returned and received again. A return after our lease is recorded
+        in the metadata (every requeue writes its hold there), so no such record means
+        the lease was extended.
+        """
+        message_id = receipt.partition(".")[0]
+        held = _scan.held_names_for(self.path, message_id)
+        if held:
+            ours = parse_name(receipt)
+            meta = self._meta.read(message_id)
+            hold = parse_name(f"{message_id}.{meta.lease}") if meta and meta.lease else None
+            returned_since = (
+                hold is not None
+                and hold.expires is not None
+                and (ours is None or ours.expires is None or hold.expires > ours.expires)
+            )
+            if not returned_since:
+                return LeaseLost(receipt, reason="superseded", current=held[0])
+            return LeaseLost(receipt, reason="expired")
+        if _fs.exists(self._file(message_id)):
+            return LeaseLost(receipt, reason="expired")
+        return LeaseLost(receipt, reason="deleted")
 
     def _receipt_of(self, message: Message | str) -> str:
         if isinstance(message, Message):
@@ -426,3 +494,22 @@ class Consuming(QueueState):
         if held:
             return held[0]
         return message_id if _fs.exists(self._file(message_id)) else ""
+
+
+def _marker_time_us(marker: str) -> int | None:
+    """When the queue was shut down (µs), as its marker records it; ``None`` if unknown.
+
+    The shutdown writes its clock's time into the marker; a marker without it (written
+    by hand, or by vsqs before 1.0) is dated by its modification time.
+    """
+    try:
+        raw = _fs.read_regular(marker)
+    except OSError:
+        return None  # RACE: removed by hand meanwhile; or not a regular file (planted)
+    text = raw.strip()
+    if text.isdigit():
+        return int(text)
+    try:
+        return _fs.mtime_us(marker)
+    except OSError:
+        return None  # RACE: removed by hand meanwhile

@@ -59,7 +59,7 @@ def run(producers: int = 3, consumers: int = 3, messages: int = 20_000, path: st
         worker.start()
     for worker in workers[consumers:]:
         worker.join()
-    queue.close()  # the producers are done: consumers stop once the queue is drained
+    queue.shutdown()  # the producers are done: consumers stop once the queue is drained
     for worker in workers[:consumers]:
         worker.join()
     elapsed = time.perf_counter() - started

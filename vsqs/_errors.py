@@ -6,8 +6,8 @@ for a full queue without importing vsqs::
 
     VsqsError
     ├── QueueFull            (TimeoutError)        publish() waited for room and gave up
-    ├── QueueClosed                                publish() to a closed queue; close() twice
-    │   └── QueueDrained     (EOFError)            receive() on a closed queue with nothing left
+    ├── QueueClosed                                publish() to a queue that was shut down
+    │   └── QueueDrained     (EOFError)            receive() on a shut-down queue with nothing left
     ├── InvalidId            (ValueError)          an id or receipt that is not one of ours
     ├── InvalidName          (ValueError)          a queue name that could escape its root
     ├── InvalidAttributes    (ValueError)          attributes that break the documented limits
@@ -26,7 +26,7 @@ process boundaries (multiprocessing, Spark executors).
 from __future__ import annotations
 
 import errno
-from typing import Any
+from typing import Any, ClassVar
 
 
 class VsqsError(Exception):
@@ -60,21 +60,23 @@ class QueueFull(VsqsError, TimeoutError):
 
 
 class QueueClosed(VsqsError):
-    """The queue was closed by a producer: no more messages may be published."""
+    """The queue was shut down (:meth:`vsqs.Queue.shutdown`): no more messages may be
+    published."""
 
     def __init__(self, path: str, message: str | None = None) -> None:
         self.path = path
-        super().__init__(message or f"queue {path!r} is closed")
+        super().__init__(message or f"queue {path!r} was shut down")
 
     def _pickle_args(self) -> dict[str, Any]:
         return {"path": self.path, "message": str(self)}
 
 
 class QueueDrained(QueueClosed, EOFError):
-    """The queue is closed and every message in it has been deleted: the stream ended."""
+    """The queue was shut down and every message in it has been deleted: the stream
+    ended."""
 
     def __init__(self, path: str, message: str | None = None) -> None:
-        super().__init__(path, message or f"queue {path!r} is closed and drained")
+        super().__init__(path, message or f"queue {path!r} was shut down and is drained")
 
 
 class InvalidId(VsqsError, ValueError):
@@ -127,18 +129,46 @@ class InvalidPayload(VsqsError, TypeError):
 
 
 class LeaseLost(VsqsError, LookupError):
-    """The receipt no longer names a held message: its lease expired or it was deleted."""
+    """The receipt no longer names a held message: the lease it stood for has ended.
 
-    def __init__(self, receipt: str, message: str | None = None) -> None:
+    :attr:`reason` says how: ``"deleted"`` (deleted, or moved to the dead-letter queue),
+    ``"expired"`` (its visibility timeout ran out, or it was released, and it went back
+    to the queue; another consumer may hold it now), ``"superseded"`` (the lease lives
+    on under a newer receipt that another handle got by extending it; :attr:`current`
+    names it), or ``""`` when unknown.
+    """
+
+    _REASONS: ClassVar[dict[str, str]] = {
+        "deleted": "the message was deleted (or dead-lettered)",
+        "expired": "its visibility timeout expired (or it was released) and it went back "
+        "to the queue",
+        "superseded": "the lease was extended through another handle and now has a newer receipt",
+    }
+
+    def __init__(
+        self, receipt: str, message: str | None = None, *, reason: str = "", current: str = ""
+    ) -> None:
         self.receipt = receipt
-        super().__init__(
-            message
-            or f"lease {receipt!r} is lost: the message was deleted, or its visibility "
-            "timeout expired and it went back to the queue"
-        )
+        self.reason = reason
+        self.current = current
+        if message is None:
+            why = self._REASONS.get(
+                reason,
+                "the message was deleted, or its visibility timeout expired and it went "
+                "back to the queue",
+            )
+            message = f"lease {receipt!r} is lost: {why}"
+            if current:
+                message += f" ({current!r})"
+        super().__init__(message)
 
     def _pickle_args(self) -> dict[str, Any]:
-        return {"receipt": self.receipt, "message": str(self)}
+        return {
+            "receipt": self.receipt,
+            "message": str(self),
+            "reason": self.reason,
+            "current": self.current,
+        }
 
 
 class QueueNotFound(VsqsError, LookupError):

@@ -205,6 +205,11 @@ def inode(path: str) -> int:
     return os.lstat(path).st_ino
 
 
+def mtime_us(path: str) -> int:
+    """The modification time of *path* in µs (not following a symlink)."""
+    return os.lstat(path).st_mtime_ns // 1000
+
+
 def open_regular(path: str) -> int:
     """Open a regular file for reading (no symlinks, no FIFOs); the caller closes it."""
     fd = os.open(path, _READ_FLAGS)

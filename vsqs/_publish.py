@@ -1,4 +1,4 @@
-"""The producer side of a queue: publishing, its commit protocol, and close.
+"""The producer side of a queue: publishing, its commit protocol, and shutdown.
 
 A publish writes the body under ``<id>.new`` (created exclusively, so no two publishers
 ever share a file), flushes it when durable, checks that the queue is still open, then
@@ -25,10 +25,10 @@ if TYPE_CHECKING:
     pass
 
 CLOSE_GRACE: Final = 0.1
-"""Seconds a publisher trusts that the queue is open, and consumers wait after a close."""
+"""Seconds a publisher trusts that the queue is open, and consumers wait after a shutdown."""
 _monotonic = time.monotonic
 # Until when (monotonic) this process trusts that a queue directory is open; shared by all
-# Queue objects on it, so a close() here is seen by every publisher here at once.
+# Queue objects on it, so a shutdown() here is seen by every publisher here at once.
 _open_until: dict[str, float] = {}
 
 
@@ -40,7 +40,7 @@ def _as_view(data: object) -> memoryview:
 
 
 class Publishing(QueueState):
-    """Publish, publish_batch, publish_file, publish_stream and close (part of Queue)."""
+    """Publish, publish_batch, publish_file, publish_stream and shutdown (part of Queue)."""
 
     def publish(
         self,
@@ -64,7 +64,7 @@ class Publishing(QueueState):
         :param timeout: for a bounded queue: seconds to wait for room (``None`` forever,
             ``0`` not at all).
         :raises InvalidPayload: *data* is not bytes-like.
-        :raises QueueClosed: the queue was closed.
+        :raises QueueClosed: the queue was shut down.
         :raises QueueFull: the queue stayed full for *timeout* seconds.
 
         >>> q.publish(b"hello")  # doctest: +SKIP
@@ -275,16 +275,17 @@ class Publishing(QueueState):
         return self._ids.next(self.clock.time_us(), self.precision)
 
     def _check_open(self) -> None:
-        """Raise :class:`QueueClosed` if a producer closed the queue.
+        """Raise :class:`QueueClosed` if the queue was shut down.
 
         Called after this publish's ``.new`` exists and before it becomes ready. A look
         at the marker that found none is trusted for ``CLOSE_GRACE`` seconds: if that look
         was at time ``p`` and we are still within ``p + CLOSE_GRACE`` now, the ``.new`` was
-        created before ``p + CLOSE_GRACE``, which is before ``close() + CLOSE_GRACE``
+        created before ``p + CLOSE_GRACE``, which is before ``shutdown() + CLOSE_GRACE``
         (the look came before the marker). A consumer declares the queue drained only
-        after listing it ``CLOSE_GRACE`` after it first saw the marker, so it sees this
-        message, as ``.new`` or ready. Only durations are compared, never two hosts'
-        clocks. This spares a syscall on all but one publish per ``CLOSE_GRACE``.
+        after listing it ``CLOSE_GRACE`` after the shutdown, so it sees this message, as
+        ``.new`` or ready (see ``Consuming._drain_grace_ends`` for how a consumer knows
+        when the shutdown was). This spares a syscall on all but one publish per
+        ``CLOSE_GRACE``.
         """
         if self._closed_seen:
             raise QueueClosed(self.path)
@@ -300,21 +301,37 @@ class Publishing(QueueState):
             self._closed_seen = True
             raise QueueClosed(self.path)
 
-    def close(self) -> None:
-        """End the stream: refuse further publishes; consumers drain what is left.
+    def shutdown(self) -> None:
+        """End the stream for every process: refuse further publishes; consumers drain.
 
-        Persistent and visible to every process. A queue cannot be reopened by vsqs (as in
-        the pressure protocol); to reuse the directory, remove ``.vsqs/closed`` by hand once
-        every consumer has stopped, or publish to a new queue.
+        Like Python 3.13's :meth:`queue.Queue.shutdown`: once shut down, :meth:`publish`
+        raises :class:`~vsqs.QueueClosed` in every process and host that shares the
+        directory, and consumers receive what is left, then :class:`~vsqs.QueueDrained`
+        (``consume()`` stops). Persistent: one exclusive create of ``.vsqs/closed``,
+        which records when the queue was shut down. Idempotent: shutting down a queue
+        that is already shut down does nothing. A queue cannot be reopened by vsqs; to
+        reuse the directory, remove ``.vsqs/closed`` by hand once every consumer has
+        stopped, or publish to a new queue.
 
-        :raises QueueClosed: the queue was already closed.
+        This is not :meth:`close`, which only releases this handle.
         """
-        marker = self._meta.path("closed")
+        marker = self._closed_marker
         self._meta.ensure(self._meta.root)
         try:
-            _fs.close(_fs.create_exclusive(marker, self._file_mode or 0o666))
+            fd = _fs.create_exclusive(marker, self._file_mode or 0o666)
         except FileExistsError:
-            raise QueueClosed(self.path, f"queue {self.path!r} is already closed") from None
+            self._closed_seen = True
+            return  # RACE: shut down already (by us or another process): nothing to do
+        try:
+            if self._file_mode is not None:
+                _fs.fchmod(fd, self._file_mode)
+            # When it was shut down, by this host's clock: consumers arriving later
+            # need not wait the grace again (see _drain_grace_ends).
+            _fs.write_all(fd, str(self.clock.time_us()).encode())
+            if self.durable:
+                _fs.fsync(fd)
+        finally:
+            _fs.close(fd)
         if self.durable:
             _fs.fsync_dir(self._meta.root)
         self._closed_seen = True
@@ -340,7 +357,7 @@ class Publishing(QueueState):
             the queue (nothing is copied; use :meth:`publish_stream`).
         :raises FileNotFoundError: *path* does not exist.
         :raises ValueError: *path* is not a regular file.
-        :raises QueueClosed: the queue was closed.
+        :raises QueueClosed: the queue was shut down.
         """
         attrs, delay_us = self._check_extras(attributes, delay, dedup_id)
         return _ingest.publish_file(

@@ -145,6 +145,8 @@ class Queue(Publishing, Consuming):
         self._view = ReadyView(_seconds(refresh_interval, "refresh_interval"))
         self._meta_possible = True  # until a listing proves there is no metadata at all
         self._receipts: OrderedDict[str, str] = OrderedDict()
+        # Receipts this object superseded by extending their lease -> the next receipt.
+        self._superseded: OrderedDict[str, str] = OrderedDict()
         # Leases this object handed out (a heap by expiry), so a blocked receive wakes when
         # one ends undeleted. Deleted, extended or released ones are skipped lazily:
         # their receipt is no longer the one in _receipts.
@@ -204,17 +206,29 @@ class Queue(Publishing, Consuming):
         return self
 
     def __exit__(self, *exc_info: object) -> None:
-        self.detach()
+        self.close()
 
-    def detach(self) -> None:
-        """Release this object's process resources: flush counters, drop the waiter.
+    def close(self) -> None:
+        """Release this handle: flush its counters, drop its waiter (inotify descriptor).
 
-        The queue on disk is not changed (use :meth:`close` to end a stream).
+        As ``close()`` on a file, a socket or a vsqs 0.3 queue, this touches only this
+        object: the queue on disk, and every other handle in this or another process,
+        go on as before. The object may be used again afterwards (it re-acquires what
+        it needs lazily). ``with Queue(...) as q:`` calls it at the end of the block.
+        To end the stream for everybody, use :meth:`shutdown`.
         """
         self._counters.flush()
         if self._waiter is not None:
             self._waiter.close()
             self._waiter = None
+
+    detach = close
+    """An alias of :meth:`close` (its name before 1.0)."""
+
+    def __bool__(self) -> bool:
+        # A queue object is always true, empty or not: ``if queue.dead_letter:`` asks
+        # whether one is configured, and must not list a directory to answer.
+        return True
 
     def size(self) -> int:
         """Ready plus held messages (what vsqs 0.3's ``size()`` counts); one listing."""
@@ -266,8 +280,8 @@ class Queue(Publishing, Consuming):
         return next(self.browse(), None)
 
     @property
-    def closed(self) -> bool:
-        """Whether a producer closed the queue (see :meth:`close`)."""
+    def is_shutdown(self) -> bool:
+        """Whether the queue was shut down, by any process (see :meth:`shutdown`)."""
         return self._closed_seen or _fs.exists(self._closed_marker)
 
     def stats(self) -> Stats:
@@ -285,7 +299,7 @@ class Queue(Publishing, Consuming):
             oldest_ready_age=None
             if oldest is None
             else max(0.0, (self.clock.time_us() - oldest) / 1e6),
-            closed=self.closed,
+            is_shutdown=self.is_shutdown,
         )
 
     def peek_oldest_key(self) -> int | None:

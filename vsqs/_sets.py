@@ -69,7 +69,7 @@ class QueueSet:
     ) -> Message | None:
         """Claim one message from the set, waiting up to *timeout* (``None``: forever).
 
-        :raises QueueDrained: every queue of the set is closed and drained.
+        :raises QueueDrained: every queue of the set is shut down and drained.
         """
         got = self.receive_batch(1, visibility_timeout=visibility_timeout, timeout=timeout)
         return got[0] if got else None
@@ -85,7 +85,7 @@ class QueueSet:
 
         Returns as soon as at least one was claimed; waits up to *timeout* while none is.
 
-        :raises QueueDrained: every queue of the set is closed and drained.
+        :raises QueueDrained: every queue of the set is shut down and drained.
         """
         if isinstance(max_messages, bool) or not isinstance(max_messages, int) or max_messages < 1:
             raise ValueError(f"max_messages must be a positive int, not {max_messages!r}")
@@ -101,7 +101,7 @@ class QueueSet:
             if got:
                 return got
             if drained == len(self.queues):
-                raise QueueDrained(first.path, "every queue of the set is closed and drained")
+                raise QueueDrained(first.path, "every queue of the set is shut down and drained")
             remaining = math.inf if deadline is None else deadline - clock.monotonic()
             if waiter is None or remaining <= 0:
                 return []
@@ -110,7 +110,7 @@ class QueueSet:
     def consume(
         self, *, visibility_timeout: float | None = None, timeout: float | None = None
     ) -> Iterator[Message]:
-        """Yield messages as they come; stop when every queue is closed and drained.
+        """Yield messages as they come; stop when every queue is shut down and drained.
 
         With a *timeout*, also stop after *timeout* seconds without a message.
         """
@@ -222,10 +222,15 @@ class NullQueue:
         return self
 
     def __exit__(self, *exc_info: object) -> None:
-        self.detach()
+        self.close()
 
-    def detach(self) -> None:
+    def close(self) -> None:
         """Nothing to release."""
+
+    detach = close
+
+    def __bool__(self) -> bool:
+        return True
 
     def _new_id(self) -> str:
         return IDS.next(self.clock.time_us(), self.precision)
@@ -337,11 +342,11 @@ class NullQueue:
         return None
 
     @property
-    def closed(self) -> bool:
+    def is_shutdown(self) -> bool:
         return False
 
-    def close(self) -> None:
-        """A null queue never closes: it keeps accepting."""
+    def shutdown(self) -> None:
+        """A null queue never shuts down: it keeps accepting."""
 
     def stats(self) -> Stats:
         return Stats(
@@ -354,7 +359,7 @@ class NullQueue:
             delayed=0,
             new=0,
             oldest_ready_age=None,
-            closed=False,
+            is_shutdown=False,
         )
 
     def requeue_expired(self) -> int:

@@ -53,6 +53,7 @@ class QueueState:
     _view: ReadyView
     _meta_possible: bool
     _receipts: OrderedDict[str, str]
+    _superseded: OrderedDict[str, str]
     _own_leases: list[tuple[int, str, str]]
     _ignored: set[str]
     _closed_seen: bool

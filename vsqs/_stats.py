@@ -5,7 +5,7 @@ Each process keeps its own counters in memory and writes them to its own file,
 object is detached or the process exits. Readers sum every file. No publish ever waits
 on a lock shared with another process.
 
-Exactness: counts are exact once every process has flushed (a clean exit, ``detach()``
+Exactness: counts are exact once every process has flushed (a clean exit, ``close()``
 or :meth:`vsqs.Queue.stats`). A process killed with SIGKILL loses at most the counts of
 its last flush interval (one second by default); counts never go backwards.
 """
@@ -47,7 +47,8 @@ class Stats:
     new: int
     oldest_ready_age: float | None
     """Seconds since the oldest ready message was published, ``None`` if none is ready."""
-    closed: bool
+    is_shutdown: bool
+    """Whether the queue was shut down (:meth:`vsqs.Queue.shutdown`)."""
 
 
 class Counters:
@@ -70,7 +71,7 @@ class Counters:
         _flush_at_child_exit()
 
     def __del__(self) -> None:
-        # A queue dropped without detach() (or collected before exit) must not lose what it
+        # A queue dropped without close() (or collected before exit) must not lose what it
         # counted since its last flush.
         try:
             self.flush()

@@ -17,7 +17,7 @@ from typing import Any
 import click
 
 from . import __version__
-from ._cli_admin import clean, close, purge, queues, redrive, requeue, stats
+from ._cli_admin import clean, purge, queues, redrive, requeue, shutdown, stats
 from ._cli_common import EXIT_CODES_HELP, INTERRUPTED, OK, CliError, describe
 from ._cli_load import demo, pump, sink
 from ._cli_messages import delete, peek, publish
@@ -82,7 +82,7 @@ def cli(debug: bool) -> None:
     """
 
 
-for _command in (publish, receive, delete, peek, stats, purge, clean, requeue, redrive, close):
+for _command in (publish, receive, delete, peek, stats, purge, clean, requeue, redrive, shutdown):
     cli.add_command(_command)
 for _command in (queues, pump, sink, demo):
     cli.add_command(_command)
