@@ -343,6 +343,11 @@ class Consuming(QueueState):
         whose copy is never touched. Given a bare id, it deletes the message in whatever
         state it is, as the design describes (a listing unless this object received it).
 
+        A receipt that this object has since extended with :meth:`change_visibility`
+        (a heartbeat) still deletes the message: this object issued both receipts, so the
+        lease is still the caller's, and the current receipt is used. A superseded
+        receipt from another object (or process) deletes nothing.
+
         :raises InvalidId: *message* is not an id or receipt of this queue.
         """
         if (
@@ -381,11 +386,15 @@ class Consuming(QueueState):
         """Extend a lease (a heartbeat) or, with ``0``, release the message now.
 
         Atomic: one rename of the held file. Returns the message with its new receipt
-        and expiry; use that one for the next call. A release that ends the message's
-        last allowed receive (``max_receives``) moves it to the dead-letter queue
-        instead; the returned message then names that queue in ``queue``.
+        and expiry. On this object, the receipt it replaced keeps working (it stands for
+        the same lease); elsewhere only the new one does, so pass the returned message
+        on. A release that ends the message's last allowed receive (``max_receives``)
+        moves it to the dead-letter queue instead; the returned message then names that
+        queue in ``queue``.
 
-        :raises LeaseLost: the lease already ended (deleted, or expired and requeued).
+        :raises LeaseLost: the lease already ended; its ``reason`` says whether it was
+            ``"deleted"``, ``"expired"`` (and returned to the queue), or ``"superseded"``
+            (extended through another object, whose newer receipt is ``current``).
         """
         seconds = _seconds(seconds, "seconds")
         receipt = self._current(self._receipt_of(message))
