@@ -65,3 +65,25 @@ def test_the_testing_module_has_its_own_sorted_all() -> None:
 
     assert vsqs.testing.__all__ == sorted(vsqs.testing.__all__)
     assert all(hasattr(vsqs.testing, name) for name in vsqs.testing.__all__)
+
+
+def test_queue_like_classes_offer_their_protocols() -> None:
+    """mypy checks these assignments: a signature that drifts from the protocol fails it.
+
+    At run time, every protocol member exists on every class that offers the protocol.
+    """
+    import tempfile
+
+    queue = vsqs.Queue(tempfile.mkdtemp())
+    full: list[vsqs.QueueLike] = [queue, vsqs.NullQueue()]
+    receivers: list[vsqs.Receiver] = [*full, vsqs.QueueSet(queue)]
+    for protocol, objects in ((vsqs.QueueLike, full), (vsqs.Receiver, receivers)):
+        members = {
+            name
+            for klass in protocol.__mro__
+            if klass.__module__ == "vsqs._protocol"
+            for name in vars(klass)
+            if not name.startswith("_") or name == "__len__"
+        }
+        for obj in objects:
+            assert members <= set(dir(obj)), (type(obj).__name__, members - set(dir(obj)))

@@ -29,9 +29,11 @@ from ._errors import (
 from ._ids import Precision
 from ._lifecycle import History
 from ._message import Counts, Message
+from ._null import NullQueue
+from ._protocol import QueueLike, Receiver
 from ._queue import Queue
 from ._root import QueueRoot, validate_name
-from ._sets import NullQueue, QueueSet
+from ._sets import QueueSet
 from ._stats import Stats
 
 __version__ = "1.0.0.dev0"
@@ -53,9 +55,11 @@ __all__ = [
     "QueueClosed",
     "QueueDrained",
     "QueueFull",
+    "QueueLike",
     "QueueNotFound",
     "QueueRoot",
     "QueueSet",
+    "Receiver",
     "Stats",
     "SystemClock",
     "VsqsError",

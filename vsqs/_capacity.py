@@ -22,17 +22,20 @@ does not take the lock is not bounded by it.
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, Final
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Final
 
 import filelock
 
-from . import _scan
+from . import _fs, _scan
+from ._clock import Clock
 from ._errors import QueueFull
+from ._layout import Layout
+from ._wait import Waiter
 
-if TYPE_CHECKING:
-    from ._queue import Queue
-
-_NEW_GRACE_US = 60_000_000  # a `.new` older than this belongs to a crashed publisher
+NEW_GRACE_US: Final = 60_000_000
+"""A ``.new`` older than this (µs) belongs to a crashed publisher: it counts for nothing."""
 VERIFY_INTERVAL: Final = 1.0
 """Seconds this process trusts the shared counter before checking it with a listing."""
 
@@ -40,84 +43,77 @@ VERIFY_INTERVAL: Final = 1.0
 class Capacity:
     """The bound of one queue object (the lock file is created on first publish)."""
 
-    def __init__(self, queue: Queue, capacity: int) -> None:
-        if isinstance(capacity, bool) or not isinstance(capacity, int) or capacity < 1:
-            raise ValueError(f"capacity must be a positive int, not {capacity!r}")
+    def __init__(self, layout: Layout, clock: Clock, capacity: int) -> None:
         self.capacity = capacity
-        self._queue = queue
+        self._layout = layout
+        self._clock = clock
         self._lock: filelock.BaseFileLock | None = None
         self._verified_at = -math.inf  # monotonic time of this process's last listing
 
     def _filelock(self) -> filelock.BaseFileLock:
         if self._lock is None:
-            store = self._queue._meta
-            store.ensure(store.root)
-            self._lock = filelock.FileLock(store.path("capacity.lock"), mode=0o666)
+            self._layout.ensure(self._layout.root)
+            self._lock = filelock.FileLock(self._layout.capacity_lock, mode=0o666)
         return self._lock
 
     def count(self) -> int:
         """The true number of messages (one listing), crashed publishers' debris excluded."""
-        queue = self._queue
-        listing = _scan.scan(queue.path)
-        young = queue.clock.time_us() - _NEW_GRACE_US
+        listing = _scan.scan(self._layout.path)
+        young = self._clock.time_us() - NEW_GRACE_US
         return len(listing.ready) + len(listing.held) + sum(1 for c, _ in listing.new if c > young)
 
-    def publish(
-        self,
-        views: list[memoryview],
-        attrs: dict[str, str],
-        delay_us: int,
-        dedup: list[str | None],
-        timeout: float | None,
-    ) -> list[str]:
-        """Publish when there is room for all of *views*, waiting up to *timeout*."""
-        queue = self._queue
-        need = len(views)
+    @contextmanager
+    def room(self, need: int, timeout: float | None, waiter: Waiter | None) -> Iterator[None]:
+        """Hold the queue's capacity lock while there is room for *need* more messages.
+
+        The body of the ``with`` publishes them; on leaving it, the bound is raised by
+        *need*. Waits up to *timeout* seconds for room (``None``: forever), woken by
+        deletes in any process through *waiter*; ``waiter=None`` does not wait.
+
+        :raises QueueFull: no room came within *timeout*.
+        :raises ValueError: *need* is larger than the capacity itself.
+        """
         if need > self.capacity:
             raise ValueError(f"a batch of {need} can never fit a queue of capacity {self.capacity}")
-        clock = queue.clock
+        clock = self._clock
         deadline = None if timeout is None else clock.monotonic() + timeout
-        waiter = None if timeout == 0 else queue._get_waiter()
         lock = self._filelock()
-        counter = queue._meta.path("capacity.count")
         while True:
             token = waiter.token() if waiter is not None else 0
             remaining = math.inf if deadline is None else deadline - clock.monotonic()
             try:
                 lock.acquire(timeout=-1 if math.isinf(remaining) else max(0.0, remaining))
             except filelock.Timeout:
-                raise QueueFull(queue.path, self.capacity) from None
+                raise QueueFull(self._layout.path, self.capacity) from None
             try:
-                bound = _read_int(counter)
-                now = clock.monotonic()
-                if (
-                    bound is None
-                    or bound + need > self.capacity
-                    or now - self._verified_at > VERIFY_INTERVAL
-                ):
-                    bound = self.count()
-                    self._verified_at = now
+                bound = self._bound(need)
                 if bound + need <= self.capacity:
-                    ids = queue._publish_views(views, attrs, delay_us, dedup)
-                    queue._meta.write_file(
-                        queue._meta.root,
-                        "capacity.count",
-                        str(bound + need).encode(),
-                        durable=False,
+                    yield
+                    self._layout.write_atomic(
+                        self._layout.capacity_count, str(bound + need).encode(), durable=False
                     )
-                    return ids
+                    return
             finally:
                 lock.release()
             remaining = math.inf if deadline is None else deadline - clock.monotonic()
             if waiter is None or remaining <= 0:
-                raise QueueFull(queue.path, self.capacity)
+                raise QueueFull(self._layout.path, self.capacity)
             waiter.wait(token, remaining)  # a delete in any process wakes us
+
+    def _bound(self, need: int) -> int:
+        """An upper bound of the message count, from the counter when it can be trusted."""
+        bound = _read_int(self._layout.capacity_count)
+        now = self._clock.monotonic()
+        unchecked = now - self._verified_at > VERIFY_INTERVAL
+        if bound is None or bound + need > self.capacity or unchecked:
+            bound = self.count()
+            self._verified_at = now
+        return bound
 
 
 def _read_int(path: str) -> int | None:
     """The recorded bound, or ``None`` when there is none to trust."""
     try:
-        with open(path, "rb") as handle:
-            return int(handle.read())
+        return int(_fs.read_regular(path))
     except (FileNotFoundError, ValueError):
         return None  # never recorded (or a hand edit): the caller counts with a listing

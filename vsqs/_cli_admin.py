@@ -11,7 +11,6 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from . import _lifecycle
 from ._cli_common import (
     CliError,
     format_age,
@@ -86,10 +85,7 @@ def requeue(queue: str) -> None:
 
 
 def _redrive(dead: Queue, to: Queue | None, limit: int | None) -> int:
-    method = getattr(dead, "redrive", None)
-    if method is not None:
-        return int(method(to=to, limit=limit))
-    return _lifecycle.redrive(dead, to, limit)
+    return dead.redrive(to=to, limit=limit)
 
 
 @click.command()

@@ -7,9 +7,11 @@ file names). Timeouts of blocking calls use a monotonic clock. Tests pass a manu
 
 from __future__ import annotations
 
-import math
 import time
+from collections.abc import Callable
 from typing import Final, Protocol, runtime_checkable
+
+from ._ids import IDS, bind_source
 
 
 @runtime_checkable
@@ -25,9 +27,14 @@ class Clock(Protocol):
     def sleep(self, seconds: float) -> None:
         """Let *seconds* pass."""
 
-    @property
-    def is_real(self) -> bool:
-        """Whether this clock follows real time (so the queue may block in the kernel)."""
+    def wait(self, seconds: float, block: Callable[[float], None]) -> None:
+        """Let up to *seconds* pass while waiting for an event.
+
+        *block(s)* waits in the kernel for an event, at most *s* real seconds. The
+        system clock calls it with *seconds*; a manual clock moves its own time instead,
+        and calls it only to collect events that already happened. Either way the caller
+        runs the same code: a clock changes what time it is, never which branch runs.
+        """
 
 
 class SystemClock:
@@ -42,18 +49,18 @@ class SystemClock:
     def sleep(self, seconds: float) -> None:
         time.sleep(max(0.0, seconds))
 
+    def wait(self, seconds: float, block: Callable[[float], None]) -> None:
+        block(max(0.0, seconds))
+
+    def __reduce__(self) -> str:
+        # Unpickled as the one system clock of the receiving process (its id source too).
+        return "SYSTEM_CLOCK"
+
     @property
     def is_real(self) -> bool:
+        """``True``: this clock follows real time (kept for code written for 1.0 betas)."""
         return True
 
 
 SYSTEM_CLOCK: Final = SystemClock()
-
-
-def check_seconds(value: float, what: str, *, allow_zero: bool = True) -> float:
-    """Return *value* as float seconds; a clear error if it is not a finite duration."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise TypeError(f"{what} must be a number of seconds, not {type(value).__name__}")
-    if math.isnan(value) or math.isinf(value) or value < 0 or (value == 0 and not allow_zero):
-        raise ValueError(f"{what} must be a finite number of seconds >= 0, not {value!r}")
-    return float(value)
+bind_source(SYSTEM_CLOCK, IDS)

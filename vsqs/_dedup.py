@@ -1,5 +1,8 @@
 """Idempotent publishing: the same ``dedup_id`` within the window publishes once.
 
+The queue asks this helper, between writing a body and making it ready, whether the
+body's ``dedup_id`` is new (:meth:`Deduplicator.claim`); the helper never publishes.
+
 A marker ``.vsqs/dedup/<sha256 of the dedup id>`` is created with ``O_EXCL`` after the
 body is written and before it becomes ready; it holds the message id and its creation
 time. Exclusive creation is atomic on every local filesystem and on NFSv3+, so across
@@ -29,70 +32,74 @@ from __future__ import annotations
 
 import hashlib
 import os
-from typing import TYPE_CHECKING, Final
+from dataclasses import dataclass
+from typing import Final
 
 from . import _fs
-
-if TYPE_CHECKING:
-    from ._queue import Queue
+from ._clock import Clock
+from ._layout import Layout
 
 IN_PROGRESS_LIMIT: Final = 30.0
 _POLL: Final = 0.005
 
 
-class Deduplicator:
-    """The deduplication markers of one queue."""
+@dataclass(frozen=True, slots=True)
+class DedupClaim:
+    """What :meth:`Deduplicator.claim` decided for one ``dedup_id``."""
 
-    def __init__(self, queue: Queue) -> None:
-        self._queue = queue
-        self._dir = queue._meta.path("dedup")
+    marker: str
+    """The marker file of the ``dedup_id``."""
+    created_us: int
+    """The time written into the marker (by this process's clock)."""
+    duplicate_of: str | None
+    """The id already published under this ``dedup_id``; ``None`` if this publish won."""
+
+
+class Deduplicator:
+    """The deduplication markers of one queue.
+
+    :param window: seconds a ``dedup_id`` is remembered.
+    """
+
+    def __init__(self, layout: Layout, clock: Clock, window: float) -> None:
+        self._layout = layout
+        self._clock = clock
+        self._window_us = window * 1e6
+        self._window = window
         self._last_sweep = float("-inf")
 
     def _marker(self, key: str) -> str:
         digest = hashlib.sha256(key.encode("utf-8", "surrogatepass")).hexdigest()
-        return os.path.join(self._dir, digest)
+        return self._layout.dedup(digest)
 
-    def publish(
-        self, view: memoryview, attrs: dict[str, str], delay_us: int, key: str, *, sync: bool
-    ) -> str:
-        new, size = self._queue._stage(view, sync=sync)
-        return self.commit_staged(new, size, attrs, delay_us, key)
+    def claim(self, key: str, message_id: str, *, durable: bool) -> DedupClaim:
+        """Record that *message_id* publishes *key*, unless another id did within the window.
 
-    def commit_staged(
-        self,
-        new: str,
-        size: int,
-        attrs: dict[str, str],
-        delay_us: int,
-        key: str,
-        *,
-        sync_marker: bool = True,
-    ) -> str:
-        """Make a staged ``<id>.new`` ready unless *key* was published within the window.
+        Call it once the body is written (as ``<message_id>.new``) and before it becomes
+        ready. Atomic across processes and hosts (one exclusive create): of all the
+        publishers of one *key*, exactly one wins. A loser is told the winner's id; if the
+        winner is still writing, this waits for it (up to ``IN_PROGRESS_LIMIT``), and takes
+        over from one that crashed.
 
-        :param sync_marker: fsync the marker (durable queues). A batch passes ``False``
-            and syncs the whole filesystem once after its last marker instead.
+        :param durable: fsync the marker (a batch passes ``False`` and syncs once).
         """
-        queue = self._queue
-        clock = queue.clock
-        self._queue._meta.ensure(self._queue._meta.root)
-        self._queue._meta.ensure(self._dir)
+        layout, clock = self._layout, self._clock
+        layout.ensure(layout.dedup_dir)
         marker = self._marker(key)
-        message_id = new[:-4]
         waited_since = None
         while True:
             now_us = clock.time_us()
             try:
-                fd = _fs.create_exclusive(marker, queue._file_mode or 0o666)
+                fd = _fs.create_exclusive(marker, layout.create_mode)
             except FileExistsError:
                 found = _read_marker(marker)
                 if found is None:
                     continue  # RACE: the marker was just expired by another publisher
                 other_id, created_us = found
-                if other_id and now_us - created_us > queue.dedup_window * 1e6:
+                if other_id and now_us - created_us > self._window_us:
                     self._expire(marker, created_us)
                     continue
-                if not other_id or _fs.exists(queue._file(other_id + ".new")):
+                if not other_id or _fs.exists(layout.message(other_id + ".new")):
                     # The first publisher is still writing (or crashed mid-way). Between
                     # its marker and its rename there are only a few syscalls, so a
                     # marker that old with its `.new` still there belongs to a dead one.
@@ -103,31 +110,26 @@ class Deduplicator:
                         continue
                     self._expire(marker, created_us)  # it crashed: take over
                     continue
-                _fs.unlink(queue._file(new))  # a duplicate: drop our copy, never visible
-                return other_id
-            try:
-                if queue._file_mode is not None:
-                    _fs.fchmod(fd, queue._file_mode)  # whatever the process umask
-                _fs.write_all(fd, memoryview(f"{message_id} {now_us}".encode()))
-                if queue.durable and sync_marker:
-                    _fs.fsync(fd)
-            finally:
-                _fs.close(fd)
-            break
-        try:
-            final_id = queue._commit(new, size, attrs, delay_us)
-        except BaseException:
-            _fs.unlink(marker)  # not published: a retry must be free to publish
-            raise
-        if final_id != message_id:
-            # The id collided and was re-drawn: point the marker at the published id.
-            queue._meta.write_file(
-                self._dir, os.path.basename(marker), f"{final_id} {now_us}".encode(), durable=False
-            )
-        if clock.monotonic() - self._last_sweep > queue.dedup_window:
-            self._last_sweep = clock.monotonic()
+                return DedupClaim(marker, created_us, other_id)
+            layout.fill(fd, marker, f"{message_id} {now_us}".encode(), durable=durable)
+            return DedupClaim(marker, now_us, None)
+
+    def repoint(self, claim: DedupClaim, message_id: str) -> None:
+        """Point a won marker at the id its message was finally published under."""
+        self._layout.write_atomic(
+            claim.marker, f"{message_id} {claim.created_us}".encode(), durable=False
+        )
+
+    def release(self, claim: DedupClaim) -> None:
+        """Forget a won marker whose message was not published: a retry must be free."""
+        _fs.unlink(claim.marker)
+
+    def sweep_if_due(self) -> None:
+        """Remove expired markers, once per window (called by deduplicating publishers)."""
+        now = self._clock.monotonic()
+        if now - self._last_sweep > self._window:
+            self._last_sweep = now
             self.clean()
-        return final_id
 
     def _expire(self, marker: str, created_us: int) -> None:
         """Remove an expired marker, unless someone replaced it meanwhile."""
@@ -150,41 +152,31 @@ class Deduplicator:
 
     def clean(self) -> int:
         """Remove the markers older than the window; return how many."""
-        queue = self._queue
-        now_us = queue.clock.time_us()
+        layout = self._layout
+        now_us = self._clock.time_us()
         removed = 0
-        try:
-            names = os.listdir(self._dir)
-        except FileNotFoundError:
-            return 0
-        for name in names:
-            path = os.path.join(self._dir, name)
+        for name in _fs.list_all(layout.dedup_dir):
+            path = layout.dedup(name)
             if "." in name:
                 # An interrupted expiry (tomb) or a temporary file: debris once old.
-                found = None
-            else:
-                found = _read_marker(path)
-                if found is None:
-                    continue
-                other_id, created_us = found
-                age_us = now_us - created_us
-                expired = age_us > queue.dedup_window * 1e6
-                # A publisher that died between its marker and its rename: free the key
-                # before `Queue.clean` removes the `.new`, or a retry would be dropped.
-                crashed = (
-                    bool(other_id)
-                    and age_us > IN_PROGRESS_LIMIT * 1e6
-                    and _fs.exists(queue._file(other_id + ".new"))
-                )
-                if expired or crashed:
-                    self._expire(path, created_us)
+                age = now_us / 1e6 - _fs.mtime(path)
+                if age > max(self._window, IN_PROGRESS_LIMIT) and _fs.unlink(path):
                     removed += 1
                 continue
-            try:
-                age = queue.clock.time_us() / 1e6 - os.lstat(path).st_mtime
-            except FileNotFoundError:
-                continue  # RACE: removed by a concurrent sweep
-            if age > max(queue.dedup_window, IN_PROGRESS_LIMIT) and _fs.unlink(path):
+            found = _read_marker(path)
+            if found is None:
+                continue
+            other_id, created_us = found
+            age_us = now_us - created_us
+            # A publisher that died between its marker and its rename: free the key
+            # before `Queue.clean` removes the `.new`, or a retry would be dropped.
+            crashed = (
+                bool(other_id)
+                and age_us > IN_PROGRESS_LIMIT * 1e6
+                and _fs.exists(layout.message(other_id + ".new"))
+            )
+            if age_us > self._window_us or crashed:
+                self._expire(path, created_us)
                 removed += 1
         return removed
 

@@ -19,6 +19,7 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 import errno
+import math
 import os
 import shutil
 import stat
@@ -51,9 +52,6 @@ if _renamex_np is not None:
 if _syncfs is not None:
     _syncfs.argtypes = [ctypes.c_int]
     _syncfs.restype = ctypes.c_int
-
-HAVE_ATOMIC_NOREPLACE: Final = _renameat2 is not None or _renamex_np is not None
-"""Whether the platform has a single-syscall no-replace rename (filesystems may still refuse)."""
 
 _FS_ENCODING: Final = sys.getfilesystemencoding()
 
@@ -247,6 +245,30 @@ def make_dir(path: str, mode: int = 0o777) -> bool:
     except FileExistsError:
         return False
     return True
+
+
+def list_names(path: str) -> list[str]:
+    """The names in directory *path*, dot-files excluded; none if it does not exist."""
+    try:
+        return [name for name in os.listdir(path) if not name.startswith(".")]
+    except FileNotFoundError:
+        return []
+
+
+def list_all(path: str) -> list[str]:
+    """Every name in directory *path*, dot-files included; none if it does not exist."""
+    try:
+        return os.listdir(path)
+    except FileNotFoundError:
+        return []
+
+
+def mtime(path: str) -> float:
+    """The modification time of *path* (seconds); infinity if it is gone."""
+    try:
+        return os.lstat(path).st_mtime
+    except FileNotFoundError:
+        return math.inf  # RACE: removed meanwhile; whoever asks treats it as brand new
 
 
 def chmod(path: str, mode: int) -> None:

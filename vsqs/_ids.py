@@ -134,21 +134,24 @@ class IdSource:
 
 
 IDS: Final = IdSource()
-"""The id source of every queue on a real clock in this process."""
+"""The id source of every queue on the system clock in this process."""
 
 _per_clock: weakref.WeakKeyDictionary[object, IdSource] = weakref.WeakKeyDictionary()
 _per_clock_lock = threading.Lock()
 
 
-def source_for(clock: object) -> IdSource:
-    """The id source for queues on *clock*.
+def bind_source(clock: object, source: IdSource) -> None:
+    """Make *source* the id source of the queues on *clock* (before any is created)."""
+    with _per_clock_lock:
+        _per_clock[clock] = source
 
-    Real clocks share :data:`IDS`, so one process's ids strictly increase across all its
-    queues. A manual clock (tests) gets its own, so ids follow *its* time and not the
-    real ids another test drew earlier in the same process.
+
+def source_for(clock: object) -> IdSource:
+    """The id source of the queues on *clock*: one per clock object.
+
+    So one process's ids strictly increase across all its queues on one clock, and a
+    manual clock's ids follow *its* time, not the ids drawn on the system clock.
     """
-    if getattr(clock, "is_real", True):
-        return IDS
     with _per_clock_lock:
         source = _per_clock.get(clock)
         if source is None:

@@ -1,5 +1,6 @@
-"""What happens to a message after its first lease: requeue, receive counts, dead
-letters, retention, redrive, and the clean-up of what crashed processes leave behind.
+"""The decisions about a message after its first lease: receive counts, dead letters,
+retention, redrive records, and what counts as debris. The queue performs each move
+(``Queue._return``, ``Queue._transfer``...); this module only says what to record.
 
 Receive counts are kept off the hot path: a receive only renames. When a lease *ends
 without a delete* (it expires, or the consumer releases it), the process that returns
@@ -31,20 +32,15 @@ receives, once, however many consumers race.
 from __future__ import annotations
 
 import bisect
-import errno
-import os
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Final
+from typing import Any, Final
 
-from . import _fs, _scan
-from ._errors import InvalidId
-from ._ids import State, decode_ready, encode_ready, format_time, parse_name, to_us
-from ._meta import Meta
+from . import _fs
+from ._ids import Entry, parse_name, to_us
+from ._layout import Layout
+from ._meta import Meta, MetaStore
 
-if TYPE_CHECKING:
-    from ._queue import Queue
-
-_REQUEUE_HOLD_US: Final = 30_000_000
+REQUEUE_HOLD_US: Final = 30_000_000
 """The shortest requeue hold: a stalled requeuer keeps sole ownership at least this long."""
 
 
@@ -71,275 +67,78 @@ class History:
     """``"max_receives"`` or ``"retention"``."""
 
 
-class DeadLettered(Exception):
-    """Raised by :func:`return_to_ready` when the message went to the dead-letter queue
-    instead (only when the caller asks, with ``report_dead_letter=True``)."""
+def hold_until(now_us: int, vt_us: int) -> int:
+    """The expiry of a requeue hold taken at *now_us* (see the module doc)."""
+    return now_us + max(vt_us, REQUEUE_HOLD_US)
 
 
-def return_to_ready(
-    queue: Queue, held_name: str, *, released: bool = False, report_dead_letter: bool = False
-) -> int | None:
-    """Move a held (or delayed) message back to ready, counting the receive that ended.
+def count_ended_lease(
+    meta: Meta, message_id: str, lease: str, hold: str, *, released: bool, now_us: int, vt_us: int
+) -> None:
+    """Record in *meta* the receive whose lease *lease* ended, unless it was counted.
 
-    Returns the packed id now ready, or ``None`` if another process got there first or
-    the message was dead-lettered instead. Never replaces an existing file: a ready
-    message that took the same id meanwhile keeps it, and ours gets a fresh id.
+    A lease that is a requeue hold tagged in *meta* (a requeuer that died after counting)
+    is not counted again. *hold* becomes the tag.
     """
-    message_id, _, lease = held_name.partition(".")
-    if _fs.exists(os.path.join(queue._meta.delayed_dir, message_id)):
-        # A delayed publish coming due: not a receive, nothing to count.
-        code = _make_ready(queue, queue._file(held_name), message_id, None)
-        if code is not None:
-            queue._meta.unmark_delayed(message_id)
-        return code
-    now_us = queue.clock.time_us()
-    hold_us = now_us + max(queue._vt_us, _REQUEUE_HOLD_US)
-    while True:
-        # The ".0" fraction (tolerated by the grammar) keeps a hold's name apart from
-        # every consumer lease, which vsqs writes without one: a tag is never mistaken.
-        hold = format_time(hold_us, queue.precision) + ".0"
-        try:
-            _fs.rename_noreplace(queue._file(held_name), queue._file(f"{message_id}.{hold}"))
-        except FileNotFoundError:
-            return None  # RACE: another process requeued, deleted or dead-lettered it first
-        except FileExistsError:
-            hold_us += 1000  # RACE: a same-id lease with this expiry (a clock-skewed peer)
-            continue
-        break
-    held_name = f"{message_id}.{hold}"
-    # From here on this process alone holds the message.
-    inode = _fs.inode(queue._file(held_name))
-    meta = queue._meta.read(message_id) or Meta()
-    target = message_id
-    if not meta.owned_by(inode):
-        # RACE: a publisher with a skewed clock (or a vsqs 0.3 peer) gave a new message
-        # our id while we were held; that metadata is the newcomer's. Ours starts afresh,
-        # under a fresh id, so neither message's metadata is ever mixed up.
-        meta = Meta()
-        target = queue._new_id()
-    meta.inode = inode
     if meta.lease != lease:
-        # The lease that ended was a consumer's (a requeue hold we tagged was counted).
         meta.receive_count += 1
         entry = parse_name(f"{message_id}.{lease}")
         if entry is not None and entry.expires is not None:
             # The lease began one visibility timeout before it ended (an estimate when
             # the consumer chose another timeout; released leases end early).
-            meta.last_received_us = now_us if released else entry.expires - queue._vt_us
+            meta.last_received_us = now_us if released else entry.expires - vt_us
     meta.lease = hold
-    if queue.max_receives is not None and meta.receive_count >= queue.max_receives:
-        if target == message_id:
-            queue._meta.write(message_id, meta, durable=queue.durable)
-        moved = dead_letter(queue, held_name, meta, reason="max_receives")
-        if moved and report_dead_letter:
-            raise DeadLettered(held_name)
-        return None
-    queue._meta.write(target, meta, durable=queue.durable)
-    queue._meta_possible = True
-    return _make_ready(queue, queue._file(held_name), target, meta)
 
 
-def _make_ready(queue: Queue, source: str, message_id: str, meta: Meta | None) -> int | None:
-    """Rename a held file to ``<message_id>``, or to a fresh id if that one is taken."""
-    target = message_id
-    while True:
-        try:
-            _fs.rename_noreplace(source, queue._file(target))
-        except FileNotFoundError:
-            return None  # RACE: another consumer requeued, deleted or dead-lettered it first
-        except FileExistsError:
-            if _fs.same_file(source, queue._file(target)):
-                # A link-then-unlink rename (NFS) was cut short: both names are one message.
-                _fs.unlink(source)
-                break
-            # RACE: a message published with the same id meanwhile (skewed clock, vsqs 0.3).
-            fresh = queue._new_id()
-            if meta is not None:
-                queue._meta.write(fresh, meta, durable=queue.durable)
-                theirs = queue._meta.read(target)
-                if theirs is not None and meta.inode and theirs.inode == meta.inode:
-                    queue._meta.remove(target)  # ours, written under the id we lost
-            target = fresh
-            continue
-        break
-    return encode_ready(int(target))
+def exhausted(meta: Meta, max_receives: int | None) -> bool:
+    """Whether a message with *meta* has used up its receives (goes to dead letters)."""
+    return max_receives is not None and meta.receive_count >= max_receives
 
 
-def _transfer(queue: Queue, held_name: str, dest: Queue, meta: Meta) -> str | None:
-    """Move a held message of *queue* into *dest* as ready, with *meta*; return its id.
-
-    The metadata is created (exclusively) in *dest* before the one no-replace rename
-    that moves the file, so whoever sees the message there sees its metadata. Returns
-    ``None`` if the file was gone (another process moved or deleted it first).
-    """
-    source = queue._file(held_name)
-    target = held_name.partition(".")[0]
-    now_us = queue.clock.time_us()
-    with_meta = meta.to_json() != b"{}"
-    try:
-        meta.inode = _fs.inode(source)  # a rename keeps it: the metadata stays matched
-    except FileNotFoundError:
-        return None  # RACE: another process moved or deleted it first
-    while True:
-        if with_meta and not dest._meta.create(target, meta, durable=dest.durable):
-            target = dest._ids.next(now_us, dest.precision)  # the id is taken in *dest*
-            continue
-        try:
-            _fs.rename_noreplace(source, dest._file(target))
-        except FileNotFoundError:
-            if with_meta:
-                dest._meta.remove(target)
-            return None  # RACE: another process moved or deleted it first
-        except FileExistsError:
-            if with_meta:
-                dest._meta.remove(target)
-            target = dest._ids.next(now_us, dest.precision)
-            continue
-        except OSError as exc:
-            if exc.errno != errno.EXDEV:
-                if with_meta:
-                    dest._meta.remove(target)
-                raise
-            # Another filesystem: copy, then remove. A crash in between leaves the message
-            # in both queues (at least once, never lost).
-            body = _fs.read_regular(source)
-            new, _ = dest._stage(memoryview(body), sync=dest.durable)
-            if with_meta:  # a copy is a new inode: match the metadata to it
-                meta.inode = _fs.inode(dest._file(new))
-                dest._meta.write(target, meta, durable=dest.durable)
-            try:
-                _fs.rename_noreplace(dest._file(new), dest._file(target))
-            except FileExistsError:
-                _fs.unlink(dest._file(new))
-                if with_meta:
-                    dest._meta.remove(target)
-                target = dest._ids.next(now_us, dest.precision)
-                continue
-            _fs.unlink(source)
-        break
-    if with_meta:
-        dest._meta_possible = True
-    if dest.durable:
-        _fs.fsync_dir(dest.path)
-        _fs.fsync_dir(queue.path)
-    return target
-
-
-def dead_letter(queue: Queue, held_name: str, meta: Meta, *, reason: str) -> bool:
-    """Move a held message to the dead-letter queue, keeping body, attributes and history.
-
-    Atomic on one filesystem: one no-replace rename moves the file, after its metadata
-    was written in the dead-letter queue. Returns ``False`` if another process moved or
-    deleted the message first. A crash before the rename leaves the message held in the
-    source queue, where it is dead-lettered again when that hold expires: never lost,
-    never in both queues (except across filesystems, see :func:`_transfer`).
-    """
-    dlq = queue.dead_letter
-    assert dlq is not None
-    message_id = held_name.partition(".")[0]
+def dead_letter_record(
+    meta: Meta, *, source: str, message_id: str, now_us: int, reason: str
+) -> Meta:
+    """The metadata a message takes into the dead-letter queue: its attributes and past."""
     first_sent = meta.history.get("first_sent_us")
     history: dict[str, Any] = {
-        "source": queue.path,
+        "source": source,
         "source_id": message_id,
         "first_sent_us": first_sent if isinstance(first_sent, int) else to_us(int(message_id)),
         "last_received_us": meta.last_received_us,
         "receive_count": meta.receive_count,
-        "dead_lettered_us": queue.clock.time_us(),
+        "dead_lettered_us": now_us,
         "reason": reason,
     }
-    moved = Meta(attributes=meta.attributes, history=history)
-    if _transfer(queue, held_name, dlq, moved) is None:
-        return False
-    queue._meta.remove(message_id)
-    return True
+    return Meta(attributes=meta.attributes, history=history)
 
 
-def apply_retention(queue: Queue, codes: list[int], now_us: int) -> list[int]:
-    """Drop (or dead-letter) the ready messages older than the retention period.
-
-    A message's age is read from its id, that is by its publisher's clock: none younger
-    than the retention is dropped, unless that publisher's clock ran behind. Each is
-    claimed first, so a consumer that got it a moment earlier keeps it.
-    """
-    assert queue.retention is not None
-    # Strictly older: a message exactly `retention` old is kept.
-    cutoff = (now_us - round(queue.retention * 1e6)) << 1
-    split = bisect.bisect_left(codes, cutoff)
-    if not split:
-        return codes
-    suffix = format_time(now_us + queue._vt_us, queue.precision)
-    for code in codes[:split]:
-        message_id = decode_ready(code)
-        held = f"{message_id}.{suffix}"
-        try:
-            _fs.rename_noreplace(queue._file(message_id), queue._file(held))
-        except (FileNotFoundError, FileExistsError):
-            continue  # RACE: a consumer claimed it first; it is theirs now
-        if queue.dead_letter is not None:
-            meta = queue._meta.read(message_id) or Meta()
-            dead_letter(queue, held, meta, reason="retention")
-        else:
-            _fs.unlink(queue._file(held))
-            queue._meta.remove(message_id)
-    return codes[split:]
-
-
-def redrive(queue: Queue, to: Queue | None, limit: int | None) -> int:
-    """Move ready messages of *queue* (a dead-letter queue) back to *to* or their source.
-
-    Each message is claimed in the dead-letter queue first (so a consumer inspecting it
-    keeps it), then moved with one no-replace rename. Its receive count starts again
-    from zero; its attributes and first-sent time are kept.
-    """
-    if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 0):
-        raise ValueError(f"limit must be an int >= 0 or None, not {limit!r}")
-    moved = 0
-    targets: dict[str, Queue] = {}
-    for code in _scan.scan(queue.path).ready:
-        if limit is not None and moved >= limit:
-            break
-        message_id = decode_ready(code)
-        lease_end = queue.clock.time_us() + queue._vt_us
-        held = f"{message_id}.{format_time(lease_end, queue.precision)}"
-        try:
-            _fs.rename_noreplace(queue._file(message_id), queue._file(held))
-        except (FileNotFoundError, FileExistsError):
-            continue  # RACE: a consumer of the dead-letter queue took it
-        meta = queue._meta.read(message_id) or Meta()
-        destination = to
-        if destination is None:
-            source = meta.history.get("source")
-            if not isinstance(source, str) or not source:
-                _fs.rename_noreplace(queue._file(held), queue._file(message_id))
-                continue  # no recorded source and no explicit target: leave it
-            if source not in targets:
-                targets[source] = _sibling(queue, source)
-            destination = targets[source]
-        first_sent = meta.history.get("first_sent_us")
-        fresh = Meta(
-            attributes=meta.attributes,
-            history={"first_sent_us": first_sent} if isinstance(first_sent, int) else {},
-        )
-        if _transfer(queue, held, destination, fresh) is not None:
-            queue._meta.remove(message_id)
-            moved += 1
-    return moved
-
-
-def _sibling(queue: Queue, path: str) -> Queue:
-    """A queue object for *path* with the same durability, precision, modes and clock."""
-    umask = None if queue._file_mode is None else 0o777 & ~queue._dir_mode
-    return type(queue)(
-        path, durable=queue.durable, precision=queue.precision, umask=umask, clock=queue.clock
+def redrive_record(meta: Meta) -> Meta:
+    """The metadata a redriven message starts again with: attributes and first-sent time."""
+    first_sent = meta.history.get("first_sent_us")
+    return Meta(
+        attributes=meta.attributes,
+        history={"first_sent_us": first_sent} if isinstance(first_sent, int) else {},
     )
 
 
-def history(queue: Queue, message_id: str) -> History:
-    """Read the history of *message_id* from its metadata (see :class:`History`)."""
-    entry = parse_name(message_id)
-    if entry is None or entry.state is State.NEW:
-        raise InvalidId(message_id)
-    meta = queue._meta.read(entry.id) or Meta()
+def redrive_source(meta: Meta) -> str | None:
+    """The queue a dead letter came from, if its history records one."""
+    source = meta.history.get("source")
+    return source if isinstance(source, str) and source else None
+
+
+def expired_split(codes: list[int], now_us: int, retention: float) -> int:
+    """How many of the sorted ready *codes* are older than *retention* (strictly).
+
+    A message's age is read from its id, that is by its publisher's clock: none younger
+    than the retention is dropped, unless that publisher's clock ran behind.
+    """
+    cutoff = (now_us - round(retention * 1e6)) << 1
+    return bisect.bisect_left(codes, cutoff)
+
+
+def history_of(meta: Meta, entry: Entry) -> History:
+    """The :class:`History` recorded in *meta* for the message *entry*."""
     past = meta.history
 
     def seconds(key: str) -> float | None:
@@ -362,66 +161,24 @@ def history(queue: Queue, message_id: str) -> History:
     )
 
 
-def clean(queue: Queue, older_than: float) -> int:
-    """Remove debris older than *older_than* seconds (see :meth:`Queue.clean`)."""
-    now_us = queue.clock.time_us()
-    wall_cutoff = now_us / 1e6 - older_than
-    cutoff_us = now_us - round(older_than * 1e6)
-    # Markers first: one whose publisher died leaves a stale `.new` that is removed below.
-    removed = queue._dedup.clean()
-    listing = _scan.scan(queue.path)
-    kept_new = []
-    for created, name in listing.new:
-        path = queue._file(name)
-        # Judged by the id *and* the file's mtime: a publisher whose clock runs behind
-        # must not lose a message that it is still writing.
-        if created < cutoff_us and _mtime(path) < wall_cutoff and _fs.unlink(path):
-            removed += 1
-        else:
-            kept_new.append((created, name))
-    listing.new = kept_new  # a removed `.new` no longer keeps its metadata alive
-    if queue.retention is not None:
-        removed += len(listing.ready) - len(apply_retention(queue, listing.ready, now_us))
-    live = _live_ids(listing)
+def remove_orphans(layout: Layout, store: MetaStore, live: set[str], wall_cutoff: float) -> int:
+    """Remove metadata, delayed markers and temporary files that no message needs.
+
+    Only what is older than *wall_cutoff* (unix seconds, by modification time) and not
+    about an id in *live* (every message file listed, ``.new`` included).
+    """
+    removed = 0
     for directory, ids in (
-        (queue._meta.meta_dir, queue._meta.meta_ids()),
-        (queue._meta.delayed_dir, list(queue._meta.delayed_ids())),
+        (layout.meta_dir, store.meta_ids()),
+        (layout.delayed_dir, list(store.delayed_ids())),
     ):
         for message_id in ids:
-            path = os.path.join(directory, message_id)
-            if message_id not in live and _mtime(path) < wall_cutoff and _fs.unlink(path):
+            path = f"{directory}/{message_id}"
+            if message_id not in live and _fs.mtime(path) < wall_cutoff and _fs.unlink(path):
                 removed += 1
-    for directory in (queue._meta.meta_dir, queue._meta.delayed_dir, queue._meta.path("stats")):
-        for name in _listdir(directory):
-            path = os.path.join(directory, name)
-            if name.startswith(".tmp-") and _mtime(path) < wall_cutoff and _fs.unlink(path):
+    for directory in (layout.meta_dir, layout.delayed_dir, layout.stats_dir):
+        for name in _fs.list_all(directory):
+            path = f"{directory}/{name}"
+            if name.startswith(".tmp-") and _fs.mtime(path) < wall_cutoff and _fs.unlink(path):
                 removed += 1
     return removed
-
-
-def _live_ids(listing: _scan.Listing) -> set[str]:
-    ids = {decode_ready(code) for code in listing.ready}
-    ids.update(name.partition(".")[0] for _, name in listing.held)
-    ids.update(name.partition(".")[0] for _, name in listing.new)
-    return ids
-
-
-def _mtime(path: str) -> float:
-    try:
-        return os.lstat(path).st_mtime
-    except FileNotFoundError:
-        return float("inf")  # RACE: gone already; nothing to clean
-
-
-def _listdir(path: str) -> list[str]:
-    try:
-        return os.listdir(path)
-    except FileNotFoundError:
-        return []
-
-
-def poke(queue: Queue) -> None:
-    """Make an inotify event in the queue directory, to wake blocked consumers."""
-    name = queue._file(f".wake-{os.getpid()}-{os.urandom(4).hex()}")
-    _fs.close(_fs.create_exclusive(name))
-    _fs.unlink(name)

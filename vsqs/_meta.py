@@ -1,16 +1,8 @@
-"""Everything vsqs stores besides message bodies, all under one dot-directory.
+"""Per-message metadata: attributes, receive counts, history, delayed markers.
 
-A plain message is exactly the seed's file and nothing else. What vsqs needs beyond that
-lives in ``<queue>/.vsqs/``, which vsqs 0.3 and any other reader of the seed's format
-ignore (its name does not parse as an id)::
-
-    .vsqs/meta/<id>         JSON: attributes, receive count, history (only when needed)
-    .vsqs/delayed/<id>      empty: the held file of <id> is a delayed publish, not a lease
-    .vsqs/dedup/<digest>    the id published under a deduplication id (expires)
-    .vsqs/stats/<process>   JSON counters of one process (summed on read)
-    .vsqs/closed            present once a producer closed the queue
-    .vsqs/capacity.lock     the cross-process lock of bounded queues
-    .vsqs/capacity.count    an upper bound on the message count (under that lock)
+A plain message is exactly the design's file and nothing else; what vsqs knows beyond
+that is kept under ``.vsqs/meta`` and ``.vsqs/delayed`` (see ``_layout``), written only
+for the messages that need it.
 
 Metadata is written *before* the transition that makes it matter (before a publish
 becomes ready, before a held message returns to the queue), so a reader that sees the
@@ -21,15 +13,14 @@ from __future__ import annotations
 
 import json
 import os
-import stat
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
 
 from . import _fs
 from ._errors import InvalidAttributes
+from ._layout import Layout
 
-DIR: Final = ".vsqs"
 MAX_ATTRIBUTES: Final = 10  # as SQS
 MAX_ATTRIBUTE_BYTES: Final = 8192  # all names and values together, UTF-8
 MAX_NAME_CHARS: Final = 256
@@ -133,39 +124,27 @@ def validate_attributes(attributes: Mapping[str, str] | None) -> dict[str, str]:
 
 
 class MetaStore:
-    """The ``.vsqs`` directory of one queue."""
+    """The per-message metadata of one queue (``.vsqs/meta`` and ``.vsqs/delayed``).
 
-    def __init__(self, queue_path: str, dir_mode: int = 0o777, file_mode: int | None = None):
-        self.root = os.path.join(queue_path, DIR)
-        self.meta_dir = os.path.join(self.root, "meta")
-        self.delayed_dir = os.path.join(self.root, "delayed")
-        self._dir_mode = dir_mode
-        self._file_mode = file_mode
-        self._made: set[str] = set()
+    Every write is atomic (an exclusive create, or a temporary file renamed into place):
+    a reader sees a whole record or none.
+    """
 
-    def path(self, *parts: str) -> str:
-        return os.path.join(self.root, *parts)
+    def __init__(self, layout: Layout) -> None:
+        self.layout = layout
+        self.possible = True
+        """Whether any metadata may exist; ``False`` once a listing proved there is none,
+        so a plain queue never looks for it. Set again by every metadata write."""
 
-    def ensure(self, directory: str) -> str:
-        """Create a metadata directory on first use (never in a constructor)."""
-        if directory not in self._made:
-            if directory != self.root:
-                self.ensure(self.root)
-            if _fs.make_dir(directory, self._dir_mode) and self._file_mode is not None:
-                # Keep a set-group-id bit inherited from the queue directory: it is how a
-                # shared queue keeps its group on everything created inside it.
-                inherited = os.stat(directory).st_mode & stat.S_ISGID
-                _fs.chmod(directory, self._dir_mode | inherited)
-            self._made.add(directory)
-        return directory
-
-    def exists(self) -> bool:
-        """Whether any per-message metadata was ever written to this queue."""
-        return os.path.isdir(self.meta_dir)
+    def refresh(self) -> bool:
+        """Look whether any per-message metadata was ever written (after a listing)."""
+        self.possible = os.path.isdir(self.layout.meta_dir)
+        return self.possible
 
     def read(self, message_id: str) -> Meta | None:
+        """The metadata of *message_id*, or ``None`` if it has none."""
         try:
-            return Meta.from_json(_fs.read_regular(os.path.join(self.meta_dir, message_id)))
+            return Meta.from_json(_fs.read_regular(self.layout.meta(message_id)))
         except FileNotFoundError:
             return None
 
@@ -175,62 +154,43 @@ class MetaStore:
         Exclusive creation doubles as a collision check: an id with metadata belongs to
         another message, whatever state its file is in.
         """
-        path = os.path.join(self.ensure(self.meta_dir), message_id)
+        layout = self.layout
+        layout.ensure(layout.meta_dir)
+        path = layout.meta(message_id)
         try:
-            fd = _fs.create_exclusive(path, self._create_mode())
+            fd = _fs.create_exclusive(path, layout.create_mode)
         except FileExistsError:
             return False
-        self._write_fd(fd, path, meta.to_json(), durable=durable)
+        self.possible = True
+        layout.fill(fd, path, meta.to_json(), durable=durable)
         return True
 
     def write(self, message_id: str, meta: Meta, *, durable: bool) -> None:
         """Replace the metadata of an existing message atomically."""
-        self.write_file(self.ensure(self.meta_dir), message_id, meta.to_json(), durable=durable)
-
-    def write_file(self, directory: str, name: str, data: bytes, *, durable: bool) -> None:
-        """Atomically replace ``directory/name`` with *data* (temp file, then rename)."""
-        tmp = os.path.join(directory, f".tmp-{name}-{os.getpid()}-{os.urandom(4).hex()}")
-        fd = _fs.create_exclusive(tmp, self._create_mode())
-        self._write_fd(fd, tmp, data, durable=durable)
-        _fs.replace(tmp, os.path.join(directory, name))
+        layout = self.layout
+        layout.ensure(layout.meta_dir)
+        self.possible = True
+        layout.write_atomic(layout.meta(message_id), meta.to_json(), durable=durable)
 
     def remove(self, message_id: str) -> bool:
-        return _fs.unlink(os.path.join(self.meta_dir, message_id))
+        return _fs.unlink(self.layout.meta(message_id))
 
     def mark_delayed(self, message_id: str) -> None:
-        path = os.path.join(self.ensure(self.delayed_dir), message_id)
+        layout = self.layout
+        layout.ensure(layout.delayed_dir)
         try:
-            _fs.close(_fs.create_exclusive(path, self._create_mode()))
+            _fs.close(_fs.create_exclusive(layout.delayed(message_id), layout.create_mode))
         except FileExistsError:
             pass  # RACE: a colliding publisher marked the same id; the marker means the same
 
     def unmark_delayed(self, message_id: str) -> None:
-        _fs.unlink(os.path.join(self.delayed_dir, message_id))
+        _fs.unlink(self.layout.delayed(message_id))
+
+    def is_delayed(self, message_id: str) -> bool:
+        return _fs.exists(self.layout.delayed(message_id))
 
     def delayed_ids(self) -> set[str]:
-        try:
-            return {n for n in os.listdir(self.delayed_dir) if not n.startswith(".")}
-        except FileNotFoundError:
-            return set()
+        return set(_fs.list_names(self.layout.delayed_dir))
 
     def meta_ids(self) -> list[str]:
-        try:
-            return [n for n in os.listdir(self.meta_dir) if not n.startswith(".")]
-        except FileNotFoundError:
-            return []
-
-    def _create_mode(self) -> int:
-        return 0o666 if self._file_mode is None else self._file_mode
-
-    def _write_fd(self, fd: int, path: str, data: bytes, *, durable: bool) -> None:
-        try:
-            if self._file_mode is not None:
-                _fs.fchmod(fd, self._file_mode)
-            _fs.write_all(fd, memoryview(data))
-            if durable:
-                _fs.fsync(fd)
-        except BaseException:
-            _fs.close(fd)
-            _fs.unlink(path)
-            raise
-        _fs.close(fd)
+        return _fs.list_names(self.layout.meta_dir)

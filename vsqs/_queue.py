@@ -1,49 +1,87 @@
-"""The queue: the seed's state machine, its policies, and the public operations.
+"""The queue: the design's state machine, in one class.
 
 States and transitions (all in one directory, each transition one atomic syscall)::
 
-    publish        create  <id>.new  (O_EXCL)  --rename-noreplace-->  <id>
-    delayed        <id>.new  --rename-noreplace-->  <id>.<due>
-    receive        <id>  --rename-noreplace-->  <id>.<expiry>
-    heartbeat      <id>.<expiry>  --rename-noreplace-->  <id>.<later>
-    requeue        <id>.<expiry in the past>  --rename-noreplace-->  <id>
-    release        <id>.<expiry>  --rename-noreplace-->  <id>   (change_visibility(m, 0))
-    delete         unlink <id>.<expiry>
+    create         create  <id>.new  (O_EXCL)                          Queue._stage
+    commit         <id>.new  --rename-noreplace-->  <id>                 Queue._commit
+    delay          <id>.new  --rename-noreplace-->  <id>.<due>           Queue._commit
+    claim          <id>  --rename-noreplace-->  <id>.<expiry>            Queue._claim
+    extend         <id>.<expiry>  --rename-noreplace-->  <id>.<later>    Queue.change_visibility
+    release        <id>.<expiry>  --rename-noreplace-->  <id>.<hold>.0  --> <id>
+                                                                         Queue._return
+    requeue        <id>.<expiry in the past>  --> <id>.<hold>.0  --> <id>  Queue._return
+    delete         unlink <id>.<expiry>                                  Queue.delete
+    dead-letter    <id>.<hold>.0  --rename-noreplace-->  <dlq>/<id>      Queue._transfer
 
 No transition ever replaces an existing name, so no collision (two hosts with skewed
-clocks, a vsqs 0.3 peer, a requeue racing a publish) can overwrite a message; the seed's
-directory listing on every publish is replaced by that rule (see ``docs/concepts``).
+clocks, a vsqs 0.3 peer, a requeue racing a publish) can overwrite a message. Every
+syscall goes through ``_fs``; every path comes from ``_layout``; each decision that is
+not a syscall (metadata, deduplication, capacity, receive counts, shutdown, the view of
+the directory) is asked of a helper that never sees the queue.
 """
 
 from __future__ import annotations
 
+import bisect
+import enum
+import errno
+import heapq
+import math
 import os
 import threading
 from collections import OrderedDict
-from collections.abc import Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from dataclasses import replace
+from typing import Final
 
-from . import _fs, _lifecycle, _scan
-from ._capacity import Capacity
-from ._clock import SYSTEM_CLOCK, Clock
-from ._clock import check_seconds as _seconds
-from ._consume import Consuming
+from . import _fs, _ingest, _lifecycle, _scan
+from ._capacity import NEW_GRACE_US, Capacity
+from ._clock import Clock
+from ._config import Config, queue_path
+from ._config import seconds as _seconds
 from ._dedup import Deduplicator
-from ._errors import InvalidId, NotAQueue
-from ._ids import Precision, decode_ready, source_for
+from ._errors import InvalidId, InvalidPayload, LeaseLost, NotAQueue, QueueDrained
+from ._ids import Precision, decode_ready, encode_ready, format_time, parse_name, source_for
+from ._ids import State as _State
+from ._layout import Layout
+from ._lifecycle import History
 from ._message import NO_ATTRIBUTES, Counts, Message
-from ._meta import MetaStore
-from ._publish import Publishing
+from ._meta import Meta, MetaStore, validate_attributes
+from ._shutdown import ShutdownWatch
 from ._stats import Counters, Stats, read_totals
 from ._view import ReadyView
-from ._wait import Waiter
+from ._wait import Waiter, make_waiter
+
+_RECEIPT_CACHE: Final = 4096
+# What reading a planted non-file under a message name gives: a symlink (ELOOP, as we
+# open with O_NOFOLLOW), a FIFO or directory (EINVAL from _fs.read_message's check), a
+# socket (ENXIO).
+_NOT_A_MESSAGE: Final = frozenset({errno.ELOOP, errno.EINVAL, errno.EISDIR, errno.ENXIO})
 
 
-class Queue(Publishing, Consuming):
+class Gone(enum.Enum):
+    """Why a held message did not come back to ready (see :meth:`Queue._return`)."""
+
+    LOST = "lost"
+    """Another process requeued, deleted or dead-lettered it first."""
+    DEAD_LETTERED = "dead-lettered"
+    """This call moved it to the dead-letter queue (its receives were used up)."""
+
+
+def _as_view(data: object) -> memoryview:
+    if isinstance(data, (bytes, bytearray, memoryview)):
+        view = memoryview(data)
+        return view if view.c_contiguous and view.format == "B" else memoryview(view.tobytes())
+    raise InvalidPayload(type(data).__name__)
+
+
+class Queue:
     """A message queue stored in a directory, shareable by any number of processes.
 
     Creating a ``Queue`` creates the directory if needed and nothing else: no thread, no
     file, no descriptor. Any number of ``Queue`` objects, in any number of processes and
-    hosts sharing the filesystem, may use one directory at once.
+    hosts sharing the filesystem, may use one directory at once. Every option is checked
+    here, once; a wrong one raises :class:`TypeError` or :class:`ValueError` naming it.
 
     :param path: the queue directory.
     :param visibility_timeout: seconds a received message stays hidden before it returns
@@ -53,8 +91,9 @@ class Queue(Publishing, Consuming):
     :param precision: ``"us"`` (default, as vsqs 0.3 writes) or ``"ms"`` (as the design text
         shows) for the ids and expiries this queue writes; both are always read.
     :param capacity: bound the number of messages; publishers block when it is reached.
-    :param dead_letter: a queue (or its path) that receives messages received more than
-        ``max_receives`` times.
+    :param dead_letter: a queue (or its path) that receives each message whose
+        ``max_receives``-th receive ended without a delete: a message is dead-lettered
+        after exactly ``max_receives`` receives.
     :param max_receives: receives after which a message is dead-lettered (needs ``dead_letter``).
     :param retention: seconds after which an unconsumed message is dropped (or dead-lettered).
     :param dedup_window: seconds during which a ``dedup_id`` is remembered (default 300).
@@ -87,63 +126,55 @@ class Queue(Publishing, Consuming):
         umask: int | None = None,
         clock: Clock | None = None,
     ) -> None:
-        # Kept to rebuild the queue in another process (pickling; Spark closures).
-        self._options: dict[str, object] = {
-            "visibility_timeout": visibility_timeout,
-            "durable": durable,
-            "precision": precision,
-            "capacity": capacity,
-            "dead_letter": dead_letter,
-            "max_receives": max_receives,
-            "retention": retention,
-            "dedup_window": dedup_window,
-            "wait": wait,
-            "poll_interval": poll_interval,
-            "refresh_interval": refresh_interval,
-            "umask": umask,
-            "clock": clock,
-        }
-        raw = os.fspath(path)
-        if not isinstance(raw, str) or not raw or "\0" in raw:
-            raise ValueError(f"queue path must be a non-empty str without NUL bytes: {raw!r}")
-        self.path = os.path.abspath(raw)
-        self.visibility_timeout = _seconds(visibility_timeout, "visibility_timeout")
-        self.durable = bool(durable)
-        self.precision = Precision(precision)
-        self._ms = self.precision is Precision.MS
-        self.clock: Clock = clock or SYSTEM_CLOCK
-        self._ids = source_for(self.clock)
-        self.retention = None if retention is None else _seconds(retention, "retention")
-        self.dedup_window = _seconds(dedup_window, "dedup_window")
-        if max_receives is not None and (not isinstance(max_receives, int) or max_receives < 1):
-            raise ValueError(f"max_receives must be a positive int, not {max_receives!r}")
-        if max_receives is not None and dead_letter is None:
-            raise ValueError("max_receives needs a dead_letter queue to move messages to")
-        self.max_receives = max_receives
-        if umask is not None and not (isinstance(umask, int) and 0 <= umask <= 0o777):
-            raise ValueError(f"umask must be an int between 0 and 0o777, not {umask!r}")
-        self._dir_mode = 0o777 if umask is None else 0o777 & ~umask
-        self._file_mode = None if umask is None else 0o666 & ~umask
-        self._create_directory()
-        self._meta = MetaStore(self.path, self._dir_mode, self._file_mode)
-        if isinstance(dead_letter, Queue):
-            self.dead_letter: Queue | None = dead_letter
-        elif dead_letter is not None:
-            self.dead_letter = Queue(
-                dead_letter, durable=durable, precision=self.precision, umask=umask, clock=clock
-            )
-        else:
-            self.dead_letter = None
-        if self.dead_letter is not None and self.dead_letter.path == self.path:
+        self.path = queue_path(path)
+        config = Config.build(
+            visibility_timeout=visibility_timeout,
+            durable=durable,
+            precision=precision,
+            capacity=capacity,
+            dead_letter=dead_letter.path if isinstance(dead_letter, Queue) else dead_letter,
+            max_receives=max_receives,
+            retention=retention,
+            dedup_window=dedup_window,
+            wait=wait,
+            poll_interval=poll_interval,
+            refresh_interval=refresh_interval,
+            umask=umask,
+            clock=clock,
+        )
+        if config.dead_letter == self.path:
             raise ValueError("a queue cannot be its own dead-letter queue")
-        self._capacity = None if capacity is None else Capacity(self, capacity)
-        self._dedup = Deduplicator(self)
-        self._wait_mode = wait
-        self._poll_interval = poll_interval
+        self.config: Final = config
+        """The validated options (a frozen :class:`~vsqs._config.Config`)."""
+        self.clock: Final = config.clock
+        self.durable: Final = config.durable
+        self.precision: Final = config.precision
+        self.visibility_timeout: Final = config.visibility_timeout
+        self.retention: Final = config.retention
+        self.dedup_window: Final = config.dedup_window
+        self.max_receives: Final = config.max_receives
+        self._create_directory()
+        self.layout: Final = Layout(self.path, config.dir_mode, config.file_mode)
+        """Where every file of this queue lives (the on-disk format; see ``docs/concepts``)."""
+        dlq: Queue | None = None
+        if isinstance(dead_letter, Queue):
+            dlq = dead_letter
+        elif config.dead_letter is not None:
+            dlq = self._sibling(config.dead_letter)
+        self.dead_letter: Final = dlq
+        self._ids = source_for(self.clock)
+        self._ms = self.precision is Precision.MS
+        self._vt_us = config.vt_us
+        self._meta = MetaStore(self.layout)
+        self._counters = Counters(self.layout)
+        self._dedup = Deduplicator(self.layout, self.clock, config.dedup_window)
+        self._capacity = (
+            None if config.capacity is None else Capacity(self.layout, self.clock, config.capacity)
+        )
+        self._shutdown = ShutdownWatch(self.layout, self.clock)
         self._waiter: Waiter | None = None
         self._lock = threading.Lock()
-        self._view = ReadyView(_seconds(refresh_interval, "refresh_interval"))
-        self._meta_possible = True  # until a listing proves there is no metadata at all
+        self._view = ReadyView(config.refresh_interval)
         self._receipts: OrderedDict[str, str] = OrderedDict()
         # Receipts this object superseded by extending their lease -> the next receipt.
         self._superseded: OrderedDict[str, str] = OrderedDict()
@@ -152,28 +183,18 @@ class Queue(Publishing, Consuming):
         # their receipt is no longer the one in _receipts.
         self._own_leases: list[tuple[int, str, str]] = []
         self._ignored: set[str] = set()  # names that are not regular files (planted)
-        self._counters = Counters(self._meta)
-        self._closed_seen = False
-        # Listing-race protection (see _defer_listed_during_scan). A manual clock stands
-        # still while ids keep increasing, so there every id looks "recent": tests with a
-        # manual clock run in one process, where the race cannot happen anyway.
-        self._defer_recent = self.clock.is_real
-        self._deferred: set[int] = set()
-        # Real-clock queues trust an "open" look for CLOSE_GRACE (see _check_open); a
-        # manual clock does not move by itself, so those queues look every time, and so
-        # need no grace when draining either.
-        self._trust_open = self.clock.is_real
-        self._grace = self.clock.is_real
-        self._grace_ends: float | None = None
-        self._vt_us = round(self.visibility_timeout * 1e6)
-        self._closed_marker = self._meta.path("closed")
+        self._deferred: set[int] = set()  # see _defer_listed_during_scan
+
+    @classmethod
+    def from_config(cls, path: str | os.PathLike[str], config: Config) -> Queue:
+        """A queue on *path* with an already validated *config* (pickling, Spark)."""
+        return cls(path, **config.options())
 
     def _create_directory(self) -> None:
+        config = self.config
         try:
-            os.makedirs(self.path, mode=self._dir_mode, exist_ok=True)
-        except FileExistsError:
-            raise NotAQueue(self.path) from None
-        except NotADirectoryError:
+            os.makedirs(self.path, mode=config.dir_mode, exist_ok=True)
+        except (FileExistsError, NotADirectoryError):
             raise NotAQueue(self.path) from None
         except PermissionError as exc:
             raise PermissionError(
@@ -182,25 +203,22 @@ class Queue(Publishing, Consuming):
             ) from exc  # fmt: skip
         if not os.path.isdir(self.path):
             raise NotAQueue(self.path)
-        if self._file_mode is not None:
+        if config.file_mode is not None:
             # Only the owner may chmod (another user sharing the queue gets EPERM), and a
             # set-group-id bit, which keeps a shared queue's group, must survive.
             info = os.stat(self.path)
-            if info.st_uid == os.geteuid() and info.st_mode & 0o777 != self._dir_mode:
-                _fs.chmod(self.path, self._dir_mode | (info.st_mode & 0o2000))
+            if info.st_uid == os.geteuid() and info.st_mode & 0o777 != config.dir_mode:
+                _fs.chmod(self.path, config.dir_mode | (info.st_mode & 0o2000))
+
+    # -- the handle ---------------------------------------------------------------------
 
     def __repr__(self) -> str:
         return f"Queue({self.path!r})"
 
-    @property
-    def _claim_misses(self) -> int:
-        """Claims this object lost to another consumer (for benchmarks and tests)."""
-        return self._view.claim_misses
-
-    def __reduce__(self) -> tuple[object, ...]:
-        # A Queue is a path plus options; another process opens its own (locks, waiters
-        # and caches are per process).
-        return (_reopen, (self.path, self._options))
+    def __reduce__(self) -> tuple[Callable[[str, Config], Queue], tuple[str, Config]]:
+        # A Queue is a path plus its configuration; another process opens its own (locks,
+        # waiters and caches are per process).
+        return (Queue.from_config, (self.path, self.config))
 
     def __enter__(self) -> Queue:
         return self
@@ -230,6 +248,1061 @@ class Queue(Publishing, Consuming):
         # whether one is configured, and must not list a directory to answer.
         return True
 
+    def waiter(self) -> Waiter:
+        """What a blocked call on this queue waits on (created on first use).
+
+        ``token = queue.waiter().token()`` before looking at the queue, then
+        ``wait(token, seconds)``: a change made in between is never missed.
+        """
+        if self._waiter is None:
+            config = self.config
+            self._waiter = make_waiter(self.path, self.clock, config.wait, config.poll_interval)
+        return self._waiter
+
+    @property
+    def _claim_misses(self) -> int:
+        """Claims this object lost to another consumer (for benchmarks and tests)."""
+        return self._view.claim_misses
+
+    # -- publishing: create and commit --------------------------------------------------
+
+    def publish(
+        self,
+        data: bytes | bytearray | memoryview,
+        *,
+        delay: float = 0.0,
+        attributes: Mapping[str, str] | None = None,
+        dedup_id: str | None = None,
+        timeout: float | None = None,
+    ) -> str:
+        """Add a message and return its id.
+
+        Atomic: the message becomes visible whole, in one rename, or not at all; no
+        existing file is ever replaced. Safe from any number of processes at once.
+
+        :param data: the body, bytes-like.
+        :param delay: seconds before the message can be received (SQS ``DelaySeconds``).
+        :param attributes: a small ``str`` to ``str`` mapping returned with the message.
+        :param dedup_id: publishing the same ``dedup_id`` again within ``dedup_window``
+            returns the first id and adds nothing.
+        :param timeout: for a bounded queue: seconds to wait for room (``None`` forever,
+            ``0`` not at all).
+        :raises InvalidPayload: *data* is not bytes-like.
+        :raises QueueClosed: the queue was shut down.
+        :raises QueueFull: the queue stayed full for *timeout* seconds.
+
+        >>> q.publish(b"hello")  # doctest: +SKIP
+        '1732257000123456'
+        """
+        if not (delay or attributes or dedup_id is not None or self._capacity is not None):
+            return self._publish_plain(data)
+        return self.publish_batch(
+            (data,),
+            delay=delay,
+            attributes=attributes,
+            dedup_ids=None if dedup_id is None else (dedup_id,),
+            timeout=timeout,
+        )[0]
+
+    def publish_batch(
+        self,
+        bodies: Iterable[bytes | bytearray | memoryview],
+        *,
+        delay: float = 0.0,
+        attributes: Mapping[str, str] | None = None,
+        dedup_ids: Iterable[str | None] | None = None,
+        timeout: float | None = None,
+    ) -> list[str]:
+        """Publish several messages, in order, and return their ids.
+
+        Each message is atomic as in :meth:`publish`; the batch as a whole is not (a crash
+        may leave a prefix published). Durable batches flush all bodies with one
+        filesystem sync (Linux ``syncfs``; elsewhere one ``fsync`` per body) and the
+        directory once, instead of twice per message. ``syncfs`` flushes every dirty file
+        of that filesystem, other programs' too: on a disk busy with other writers, very
+        small batches may do better as single publishes.
+
+        :param bodies: the bodies, bytes-like, in publish order.
+        :param dedup_ids: one deduplication id (or ``None``) per body; see :meth:`publish`.
+        :raises ValueError: as many ``dedup_ids`` as bodies are needed; a bounded queue
+            cannot take a batch larger than its capacity.
+        """
+        views = [_as_view(body) for body in bodies]
+        if not views:
+            return []
+        attrs = validate_attributes(attributes)
+        delay_us = round(_seconds(delay, "delay") * 1e6)
+        keys: list[str | None] = [None] * len(views) if dedup_ids is None else list(dedup_ids)
+        if len(keys) != len(views):
+            raise ValueError(f"{len(keys)} dedup_ids for {len(views)} bodies")
+        for key in keys:
+            _check_dedup_id(key)
+        if timeout is not None:
+            _seconds(timeout, "timeout")
+        if self._capacity is None:
+            return self._publish_views(views, attrs, delay_us, keys)
+        waiter = None if timeout == 0 else self.waiter()
+        with self._capacity.room(len(views), timeout, waiter):
+            return self._publish_views(views, attrs, delay_us, keys)
+
+    def _publish_plain(self, data: bytes | bytearray | memoryview) -> str:
+        """The common publish: create, then the commit rename, without options.
+
+        Kept lean because this is the path whose cost is compared with the bare syscalls.
+        """
+        body = data if type(data) is bytes else _as_view(data)
+        durable = self.durable
+        name, size = self._stage(body, sync=durable)
+        message_id = name[:-4]
+        new = f"{self.path}/{name}"
+        try:
+            self._shutdown.check_open()
+            _fs.rename_noreplace(new, f"{self.path}/{message_id}")
+        except FileExistsError:
+            # RACE: the id is taken by a message in another state (skewed clock, a
+            # vsqs 0.3 peer): the general commit re-ids it.
+            message_id = self._commit(name, size, {}, 0)
+        except BaseException:
+            _fs.unlink(new)
+            raise
+        else:
+            self._counters.add_produced(size)
+        if durable:
+            _fs.fsync_dir(self.path)
+        return message_id
+
+    def _publish_views(
+        self, views: list[memoryview], attrs: dict[str, str], delay_us: int, keys: list[str | None]
+    ) -> list[str]:
+        durable = self.durable
+        if len(views) == 1 or not durable:
+            ids = []
+            for view, key in zip(views, keys, strict=True):
+                name, size = self._stage(view, sync=durable)
+                ids.append(self._commit_keyed(name, size, attrs, delay_us, key))
+        else:
+            ids = self._publish_synced(views, attrs, delay_us, keys)
+            if any(keys) and _fs.sync_filesystem(self.path):
+                return ids  # one flush covers every marker and every rename
+        if durable:
+            _fs.fsync_dir(self.path)
+        return ids
+
+    def _publish_synced(
+        self, views: list[memoryview], attrs: dict[str, str], delay_us: int, keys: list[str | None]
+    ) -> list[str]:
+        """Write every body unsynced, flush the filesystem once, then commit them all."""
+        staged = [self._stage(view) for view in views]
+        ids: list[str] = []
+        try:
+            if not _fs.sync_filesystem(self.path):
+                for name, _ in staged:
+                    fd = _fs.open_regular(self.layout.message(name))
+                    try:
+                        _fs.fsync(fd)
+                    finally:
+                        _fs.close(fd)
+            for (name, size), key in zip(staged, keys, strict=True):
+                # The markers are flushed by the caller's syncfs, not one fsync each.
+                ids.append(self._commit_keyed(name, size, attrs, delay_us, key, sync_marker=False))
+        except BaseException:
+            for name, _ in staged[len(ids) :]:
+                _fs.unlink(self.layout.message(name))  # never visible: left as no debris
+            raise
+        return ids
+
+    def _stage(
+        self, body: bytes | memoryview | Callable[[int], int], *, sync: bool = False
+    ) -> tuple[str, int]:
+        """The *create* arrow: write a body to a fresh ``<id>.new``; its name and size.
+
+        *body* is the bytes, or a function that writes them to the descriptor it is
+        given and returns how many it wrote (to stream a large body in chunks).
+        """
+        file_mode = self.config.file_mode
+        while True:
+            new = self._new_id() + ".new"
+            path = f"{self.path}/{new}"
+            try:
+                fd = _fs.create_exclusive(path, file_mode or 0o666)
+            except FileExistsError:
+                continue  # RACE: another process drew the same id in the same tick
+            try:
+                if file_mode is not None:
+                    _fs.fchmod(fd, file_mode)
+                if callable(body):
+                    size = body(fd)
+                else:
+                    _fs.write_all(fd, body)
+                    size = len(body)
+                if sync:
+                    _fs.fsync(fd)
+            except BaseException:
+                _fs.close(fd)
+                _fs.unlink(path)  # never leave a partial body behind
+                raise
+            _fs.close(fd)
+            return new, size
+
+    def _commit_keyed(
+        self,
+        new: str,
+        size: int,
+        attrs: dict[str, str],
+        delay_us: int,
+        key: str | None,
+        *,
+        sync_marker: bool = True,
+    ) -> str:
+        """Commit a staged ``.new``, unless its *key* was published within the window."""
+        if key is None:
+            return self._commit(new, size, attrs, delay_us)
+        claim = self._dedup.claim(key, new[:-4], durable=self.durable and sync_marker)
+        if claim.duplicate_of is not None:
+            _fs.unlink(self.layout.message(new))  # a duplicate: drop our copy, never visible
+            return claim.duplicate_of
+        try:
+            message_id = self._commit(new, size, attrs, delay_us)
+        except BaseException:
+            self._dedup.release(claim)  # not published: a retry must be free to publish
+            raise
+        if message_id != new[:-4]:
+            self._dedup.repoint(claim, message_id)  # the id collided and was re-drawn
+        self._dedup.sweep_if_due()
+        return message_id
+
+    def _commit(self, new: str, size: int, attrs: dict[str, str], delay_us: int) -> str:
+        """The *commit* (or *delay*) arrow: make a staged ``<id>.new`` ready (or delayed).
+
+        One no-replace rename; an id taken meanwhile by a message in another state
+        re-ids ours, so nothing is ever overwritten. On failure the ``.new`` is removed.
+        """
+        path = self.layout.message(new)
+        while True:
+            message_id = new[:-4]
+            try:
+                if self._try_commit(path, message_id, attrs, delay_us):
+                    break
+            except BaseException:
+                _fs.unlink(path)  # never leave an unfinished publish behind
+                raise
+            # RACE: a message with this id exists in another state (a publisher with a
+            # skewed clock, a vsqs 0.3 peer): give ours a fresh id and try again.
+            new = self._new_id() + ".new"
+            try:
+                _fs.rename_noreplace(path, self.layout.message(new))
+            except FileExistsError:
+                continue  # RACE: even the fresh `.new` name is taken; draw again
+            path = self.layout.message(new)
+        self._counters.add_produced(size)
+        return message_id
+
+    def _try_commit(self, path: str, message_id: str, attrs: dict[str, str], delay_us: int) -> bool:
+        """One attempt at the commit rename; ``False`` if the id is taken."""
+        self._shutdown.check_open()
+        # Exclusive metadata creation doubles as a collision check: an id that already
+        # has metadata belongs to another message, whatever state its file is in.
+        meta = Meta(attributes=attrs, inode=_fs.inode(path)) if attrs else None
+        if meta is not None and not self._meta.create(message_id, meta, durable=self.durable):
+            return False
+        target = message_id
+        if delay_us:
+            self._meta.mark_delayed(message_id)
+            target += "." + format_time(self.clock.time_us() + delay_us, self.precision)
+        try:
+            _fs.rename_noreplace(path, self.layout.message(target))
+        except BaseException as exc:
+            if attrs:
+                self._meta.remove(message_id)  # ours: created just above
+            if delay_us:
+                self._meta.unmark_delayed(message_id)
+            if isinstance(exc, FileExistsError):
+                return False
+            raise
+        return True
+
+    def _new_id(self) -> str:
+        """A fresh id: the queue's clock, strictly increasing within this process."""
+        return self._ids.next(self.clock.time_us(), self.precision)
+
+    def publish_file(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        attributes: Mapping[str, str] | None = None,
+        delay: float = 0.0,
+        dedup_id: str | None = None,
+    ) -> str:
+        """Move an existing file into the queue as a message, without copying it.
+
+        The file gets a second name ``<id>.new`` by a hard link, which is published as
+        usual (atomic, one no-replace rename), and then loses its original name. On any
+        failure the source is left as it was. A crash after the publish and before the
+        source is unlinked leaves both names (at least once, never lost).
+
+        :raises OSError: with ``errno.EXDEV`` if *path* is on another filesystem than
+            the queue (nothing is copied; use :meth:`publish_stream`).
+        :raises FileNotFoundError: *path* does not exist.
+        :raises ValueError: *path* is not a regular file.
+        :raises QueueClosed: the queue was shut down.
+        """
+        attrs, delay_us = self._check_extras(attributes, delay, dedup_id)
+        source = os.fspath(path)
+        size = _ingest.check_source(source)
+        self._shutdown.check_open()  # fail before touching anything
+        new = _ingest.link_new(source, self.path, lambda: self._new_id() + ".new")
+        try:
+            if self.config.file_mode is not None:
+                _fs.chmod(self.layout.message(new), self.config.file_mode)
+            if self.durable:
+                fd = _fs.open_regular(self.layout.message(new))
+                try:
+                    _fs.fsync(fd)
+                finally:
+                    _fs.close(fd)
+        except BaseException:
+            _fs.unlink(self.layout.message(new))  # only our second name: the source stays
+            raise
+        # On failure the commit removes `<id>.new`, our link, and nothing else.
+        message_id = self._commit_keyed(new, size, attrs, delay_us, dedup_id)
+        if self.durable:
+            _fs.fsync_dir(self.path)
+        # Published: now drop the original name. A crash before this leaves the file in
+        # both places, one inode (at least once, never lost).
+        _fs.unlink(source)
+        if self.durable:
+            _fs.fsync_dir(os.path.dirname(os.path.abspath(source)))
+        return message_id
+
+    def publish_stream(
+        self,
+        readable: object,
+        *,
+        attributes: Mapping[str, str] | None = None,
+        delay: float = 0.0,
+        dedup_id: str | None = None,
+        chunk_size: int = _ingest.DEFAULT_CHUNK,
+    ) -> str:
+        """Copy a binary file object into one message, in chunks of bounded memory.
+
+        Atomic like :meth:`publish`: the body is written to ``<id>.new`` and becomes
+        visible whole, in one rename. Memory use is one *chunk_size* buffer, whatever
+        the payload size.
+
+        :param readable: has ``readinto(buffer)`` or ``read(n)`` returning bytes.
+        :raises InvalidPayload: the stream returns text.
+        """
+        attrs, delay_us = self._check_extras(attributes, delay, dedup_id)
+        copy = _ingest.stream_writer(readable, chunk_size)
+        self._shutdown.check_open()
+        new, size = self._stage(copy, sync=self.durable)
+        message_id = self._commit_keyed(new, size, attrs, delay_us, dedup_id)
+        if self.durable:
+            _fs.fsync_dir(self.path)
+        return message_id
+
+    def _check_extras(
+        self, attributes: Mapping[str, str] | None, delay: float, dedup_id: str | None
+    ) -> tuple[dict[str, str], int]:
+        if self._capacity is not None:
+            raise ValueError("publish_file and publish_stream do not support bounded queues")
+        _check_dedup_id(dedup_id)
+        return validate_attributes(attributes), round(_seconds(delay, "delay") * 1e6)
+
+    # -- shutdown -----------------------------------------------------------------------
+
+    @property
+    def is_shutdown(self) -> bool:
+        """Whether the queue was shut down, by any process (see :meth:`shutdown`)."""
+        return self._shutdown.is_shut_down()
+
+    def shutdown(self) -> None:
+        """End the stream for every process: refuse further publishes; consumers drain.
+
+        Like Python 3.13's :meth:`queue.Queue.shutdown`: once shut down, :meth:`publish`
+        raises :class:`~vsqs.QueueClosed` in every process and host that shares the
+        directory, and consumers receive what is left, then :class:`~vsqs.QueueDrained`
+        (``consume()`` stops). Persistent: one exclusive create of ``.vsqs/closed``,
+        which records when the queue was shut down. Idempotent: shutting down a queue
+        that is already shut down does nothing. A queue cannot be reopened by vsqs; to
+        reuse the directory, remove ``.vsqs/closed`` by hand once every consumer has
+        stopped, or publish to a new queue.
+
+        This is not :meth:`close`, which only releases this handle.
+        """
+        if self._shutdown.mark(durable=self.durable):
+            self._poke()  # wake consumers blocked in this and other processes
+
+    def _poke(self) -> None:
+        """Make an inotify event in the queue directory, to wake blocked consumers."""
+        name = self.layout.wake()
+        _fs.close(_fs.create_exclusive(name))
+        _fs.unlink(name)
+
+    def _is_drained(self) -> bool:
+        """Whether the queue is shut down and provably empty (see ``_shutdown``)."""
+        watch = self._shutdown
+        if not watch.is_shut_down() or watch.in_grace():
+            return False
+        listing = _scan.scan(self.path)
+        stale_before = self.clock.time_us() - NEW_GRACE_US
+        live_new = [name for created, name in listing.new if created > stale_before]
+        return not (listing.ready or listing.held or live_new)
+
+    # -- receiving: the claim arrow -----------------------------------------------------
+
+    def receive(
+        self, *, visibility_timeout: float | None = None, timeout: float | None = None
+    ) -> Message | None:
+        """Claim the oldest ready message, waiting up to *timeout* seconds for one.
+
+        Atomic: a message is claimed by exactly one consumer (one rename); it stays hidden
+        for *visibility_timeout* seconds, then returns to the queue unless deleted.
+        Expired leases are returned to the queue first, as the design requires.
+
+        :param visibility_timeout: overrides the queue's for this message.
+        :param timeout: ``None`` waits forever, ``0`` does not wait.
+        :returns: the message, or ``None`` if none came within *timeout*.
+        :raises QueueDrained: the queue is shut down and empty.
+        """
+        if timeout == 0 and visibility_timeout is None:  # the polling fast path
+            got = self._claim(1, self._vt_us)
+            if got:
+                return got[0]
+            if self._is_drained():
+                raise QueueDrained(self.path)
+            return None
+        got = self.receive_batch(1, visibility_timeout=visibility_timeout, timeout=timeout)
+        return got[0] if got else None
+
+    def receive_batch(
+        self,
+        max_messages: int,
+        *,
+        visibility_timeout: float | None = None,
+        timeout: float | None = 0,
+    ) -> list[Message]:
+        """Claim up to *max_messages* ready messages, oldest first.
+
+        Waits (up to *timeout*) only while none is ready; returns as soon as at least one
+        was claimed. Each message is claimed atomically, as in :meth:`receive`.
+
+        :raises QueueDrained: the queue is shut down and empty.
+        """
+        if isinstance(max_messages, bool) or not isinstance(max_messages, int) or max_messages < 1:
+            raise ValueError(f"max_messages must be a positive int, not {max_messages!r}")
+        vt_us = (
+            self._vt_us
+            if visibility_timeout is None
+            else round(_seconds(visibility_timeout, "visibility_timeout") * 1e6)
+        )
+        if timeout == 0:  # the non-blocking fast path
+            got = self._claim(max_messages, vt_us)
+            if not got and self._is_drained():
+                raise QueueDrained(self.path)
+            return got
+        clock = self.clock
+        deadline = None if timeout is None else clock.monotonic() + _seconds(timeout, "timeout")
+        waiter = self.waiter()
+        while True:
+            token = waiter.token()
+            got = self._claim(max_messages, vt_us)
+            if got:
+                return got
+            if self._is_drained():
+                raise QueueDrained(self.path)
+            now = clock.monotonic()
+            if deadline is not None and now >= deadline:
+                return []
+            waiter.wait(token, self._pause(now, deadline))
+
+    def _pause(self, now: float, deadline: float | None) -> float:
+        """How long a blocked receive may wait before something it knows of changes."""
+        pause = math.inf if deadline is None else deadline - now
+        expiry = self._next_expiry()
+        if expiry is not None:
+            pause = min(pause, max(0.0, (expiry - self.clock.time_us()) / 1e6) + 0.0005)
+        grace_ends = self._shutdown.grace_ends
+        if grace_ends is not None:  # shut down: look again when the grace ends
+            pause = min(pause, max(0.0, grace_ends - now) + 0.001)
+        return pause
+
+    def consume(
+        self, *, visibility_timeout: float | None = None, timeout: float | None = None
+    ) -> Iterator[Message]:
+        """Yield messages as they come; stop when the queue is shut down and drained.
+
+        With a *timeout*, also stop after *timeout* seconds without a message. The caller
+        deletes each message when done with it.
+        """
+        while True:
+            try:
+                message = self.receive(visibility_timeout=visibility_timeout, timeout=timeout)
+            except QueueDrained:
+                return
+            if message is None:
+                return
+            yield message
+
+    def _claim(self, limit: int, vt_us: int) -> list[Message]:
+        """The *claim* arrow, for up to *limit* messages: ``<id>`` to ``<id>.<expiry>``.
+
+        Takes the oldest candidate of the view; a lost race (the file is gone) moves on
+        to the next one, never further: each consumer claims in id order.
+        """
+        clock = self.clock
+        view = self._view
+        now_us = clock.time_us()
+        own = self._own_leases
+        if (own and own[0][0] <= now_us) or view.lease_due(now_us):
+            self._requeue_due(now_us)
+        expiry = now_us + vt_us
+        suffix = f".{expiry // 1000}" if self._ms else f".{expiry}"
+        prefix = self.path + "/"
+        got: list[Message] = []
+        listed = relisted = False
+        if view.stale(clock.monotonic()):
+            self._relist(now_us)
+            listed = True
+        while len(got) < limit:
+            code = view.take()
+            if code is None:
+                # One listing per call, or two when the first held messages back: the
+                # second one confirms them (see _defer_listed_during_scan).
+                if listed and (relisted or not self._deferred):
+                    break
+                relisted = listed
+                self._relist(now_us)
+                listed = True
+                continue
+            # decode_ready(code), inlined: this loop is the receive hot path.
+            message_id = str(code >> 1) if not code & 1 else str((code >> 1) // 1000)
+            receipt = message_id + suffix
+            try:
+                _fs.rename_noreplace(prefix + message_id, prefix + receipt)
+            except FileNotFoundError:
+                # RACE: another consumer claimed it first, or it was deleted or purged:
+                # try the next one (never skip ahead, which would break FIFO).
+                view.miss()
+                continue
+            except FileExistsError:
+                continue  # RACE: a same-id message was claimed into the same tick by a peer
+            message = self._open_claimed(message_id, receipt, code, expiry)
+            if message is not None:
+                got.append(message)
+        return got
+
+    def _open_claimed(
+        self, message_id: str, receipt: str, code: int, expiry: int
+    ) -> Message | None:
+        """Read a message this object just claimed, and remember its lease."""
+        try:
+            body, inode = _fs.read_message(f"{self.path}/{receipt}")
+        except FileNotFoundError:
+            return None  # RACE: a peer whose clock runs ahead already requeued or deleted it
+        except OSError as exc:
+            # We cannot read what we claimed: put the name back as it was.
+            try:
+                _fs.rename_noreplace(self.layout.message(receipt), self.layout.message(message_id))
+            except (FileExistsError, FileNotFoundError):
+                pass  # RACE: a peer requeued or replaced it meanwhile; its lease will end
+            if exc.errno in _NOT_A_MESSAGE:
+                self._ignored.add(message_id)  # planted; never look at it again
+                return None
+            raise  # a real fault (EMFILE, EIO...): the caller must hear of it
+        receipts = self._receipts
+        if len(receipts) >= _RECEIPT_CACHE:
+            receipts.popitem(last=False)
+        receipts[message_id] = receipt
+        # A live receipt is never a superseded one (a manual clock, or a coarse one, may
+        # give a new lease a receipt that an older lease had): chains end at live leases.
+        self._superseded.pop(receipt, None)
+        heapq.heappush(self._own_leases, (expiry, message_id, receipt))
+        sent_at = (code >> 1) / 1e6
+        meta = self._meta.read(message_id) if self._meta.possible else None
+        if meta is not None and meta.owned_by(inode):  # not another message's, with our id
+            attributes = meta.attributes or NO_ATTRIBUTES
+            return Message(
+                message_id, body, receipt, expiry / 1e6, meta.receive_count + 1, attributes,
+                sent_at, self.path,
+            )  # fmt: skip
+        return Message(
+            message_id, body, receipt, expiry / 1e6, 1, NO_ATTRIBUTES, sent_at, self.path
+        )
+
+    def _relist(self, now_us: int) -> None:
+        """List the directory, return expired leases, apply retention, reload the view."""
+        clock = self.clock
+        started = clock.monotonic()
+        started_us = clock.time_us()
+        listing = _scan.scan(self.path)
+        codes = listing.ready
+        if self._ignored:
+            codes = [c for c in codes if decode_ready(c) not in self._ignored]
+        waiting: list[tuple[int, str]] = []
+        listed = len(codes)  # not len(listing.ready): codes may be that very list
+        for expires, name in listing.held:
+            if expires <= now_us:
+                code = self._return(name)
+                if not isinstance(code, Gone):
+                    codes.append(code)
+            else:
+                waiting.append((expires, name))
+        if len(codes) != listed:
+            codes.sort()
+        if self.retention is not None:
+            codes = self._apply_retention(codes, now_us)
+        codes = self._defer_listed_during_scan(codes, started_us)
+        # Metadata is written before the message it describes becomes visible, so a check
+        # made after the listing (and after our own requeues) covers every listed message.
+        self._meta.refresh()
+        with self._lock:
+            self._view.load(codes, waiting, clock.monotonic(), clock.monotonic() - started)
+
+    def _defer_listed_during_scan(self, codes: list[int], started_us: int) -> list[int]:
+        """Hold back the messages created while the listing ran, until the next listing.
+
+        A listing is not a snapshot: a name that becomes ready while ``scandir`` runs may
+        or may not be returned, depending on where it lands in the directory. So one
+        producer's messages A then B, both made ready during the scan, could show up as
+        B without A, and serving B would break FIFO. Every message created before the scan
+        began was (if ready at all) ready before it began, and is listed. So only those
+        are served; the others wait for the next listing, which sees every older message
+        that was ready when they were. A message deferred once is served by the next
+        listing whatever its id says, so a publisher whose clock runs ahead cannot
+        starve. (On a manual clock that stands still, every message published "now" is
+        deferred once: the same rule, so the model tests exercise it.)
+        """
+        split = bisect.bisect_left(codes, started_us << 1)
+        if split == len(codes):
+            self._deferred = set()
+            return codes
+        recent = codes[split:]
+        earlier = self._deferred
+        confirmed = [code for code in recent if code in earlier]
+        self._deferred = set(recent).difference(confirmed)
+        return codes[:split] + confirmed
+
+    def _next_expiry(self) -> int | None:
+        """The earliest lease or delay known to end (µs), listed or handed out by us."""
+        own = self._own_leases
+        receipts = self._receipts
+        with self._lock:
+            while own and receipts.get(own[0][1]) != own[0][2]:
+                heapq.heappop(own)  # deleted, extended or released since: not our lease now
+            listed = self._view.next_expiry()
+        if own and (listed is None or own[0][0] < listed):
+            return own[0][0]
+        return listed
+
+    def _requeue_due(self, now_us: int) -> None:
+        """Return the leases known to have ended (listed, or handed out by us)."""
+        with self._lock:
+            due = [name for _, name in self._view.due_leases(now_us)]
+            own = self._own_leases
+            while own and own[0][0] <= now_us:
+                _, message_id, receipt = heapq.heappop(own)
+                if self._receipts.get(message_id) == receipt:  # still held, undeleted
+                    due.append(receipt)
+        for name in due:
+            code = self._return(name)
+            if not isinstance(code, Gone):
+                with self._lock:
+                    self._view.put_back(code)
+
+    # -- leases: extend, release, delete ------------------------------------------------
+
+    def delete(self, message: Message | str) -> bool:
+        """Delete a received message; return whether this call deleted it.
+
+        Given a :class:`Message` or its receipt, it unlinks exactly the held file: O(1),
+        from any process. It returns ``False``, and deletes nothing, when the receipt no
+        longer names a file: the message was already deleted (deleting twice is not an
+        error), or its lease expired and it went back to the queue or to another consumer,
+        whose copy is never touched. Given a bare id, it deletes the message in whatever
+        state it is, as the design describes (a listing unless this object received it).
+
+        A receipt that this object has since extended with :meth:`change_visibility`
+        (a heartbeat) still deletes the message: this object issued both receipts, so the
+        lease is still the caller's, and the current receipt is used. A superseded
+        receipt from another object (or process) deletes nothing.
+
+        :raises InvalidId: *message* is not an id or receipt of this queue.
+        """
+        if (
+            isinstance(message, Message)
+            and message.queue == self.path
+            and self._receipts.get(message.id) == message.receipt
+        ):
+            # The fast path: this object issued the receipt, so it is one of ours (a
+            # hand-made Message with a forged receipt takes the validating path below).
+            receipt = message.receipt
+            size = len(message.body)
+        else:
+            receipt = self._current(self._receipt_of(message))
+            size = len(message.body) if isinstance(message, Message) else 0
+        if "." not in receipt:
+            receipt = self._locate(receipt)
+            if not receipt:
+                return False
+        if not _fs.unlink(f"{self.path}/{receipt}"):
+            return False
+        message_id = receipt.partition(".")[0]
+        self._receipts.pop(message_id, None)
+        if self._meta.possible:
+            self._meta.remove(message_id)
+        self._counters.add_consumed(size)
+        return True
+
+    def delete_batch(self, messages: Iterable[Message | str]) -> int:
+        """Delete several messages (each as :meth:`delete`); return how many were deleted."""
+        return sum(self.delete(message) for message in messages)
+
+    def change_visibility(self, message: Message | str, seconds: float) -> Message:
+        """Extend a lease (a heartbeat) or, with ``0``, release the message now.
+
+        Atomic: one rename of the held file. Returns the message with its new receipt
+        and expiry. On this object, the receipt it replaced keeps working (it stands for
+        the same lease); elsewhere only the new one does, so pass the returned message
+        on. A release that ends the message's last allowed receive (``max_receives``)
+        moves it to the dead-letter queue instead; the returned message then names that
+        queue in ``queue``.
+
+        :raises LeaseLost: the lease already ended; its ``reason`` says whether it was
+            ``"deleted"``, ``"expired"`` (and returned to the queue), or ``"superseded"``
+            (extended through another object, whose newer receipt is ``current``).
+        """
+        duration = _seconds(seconds, "seconds")
+        receipt = self._current(self._receipt_of(message))
+        message_id, dot, _ = receipt.partition(".")
+        if not dot:
+            raise InvalidId(receipt, "a receipt (id.expiry) is needed, not a bare id")
+        if not isinstance(message, Message):
+            message = Message(id=message_id, body=b"", receipt=receipt, expires_at=0.0)
+        if duration == 0:
+            return self._release(message, receipt)
+        return self._extend(message, receipt, self.clock.time_us() + round(duration * 1e6))
+
+    def _release(self, message: Message, receipt: str) -> Message:
+        """The *release* arrow: end this lease now (the message is ready again)."""
+        now_us = self.clock.time_us()
+        outcome = self._return(receipt, released=True)
+        if outcome is Gone.LOST:
+            raise self._lease_lost(receipt)
+        self._receipts.pop(message.id, None)
+        if outcome is Gone.DEAD_LETTERED:
+            # This release was its last allowed receive: it went to the dead-letter
+            # queue, which is not a lost lease.
+            assert self.dead_letter is not None
+            return replace(message, receipt=message.id, queue=self.dead_letter.path)
+        self._view.invalidate()  # the released message should be served again soon
+        return replace(message, receipt=message.id, expires_at=now_us / 1e6)
+
+    def _extend(self, message: Message, receipt: str, expiry: int) -> Message:
+        """The *extend* arrow: rename the held file to a later expiry (a heartbeat)."""
+        message_id = receipt.partition(".")[0]
+        while True:
+            target = f"{message_id}.{format_time(expiry, self.precision)}"
+            if target == receipt:
+                return replace(message, expires_at=expiry / 1e6)
+            try:
+                _fs.rename_noreplace(self.layout.message(receipt), self.layout.message(target))
+            except FileNotFoundError:
+                raise self._lease_lost(receipt) from None
+            except FileExistsError:
+                expiry += 1000 if self._ms else 1  # RACE: a same-id lease with this expiry
+                continue
+            break
+        self._receipts[message_id] = target
+        superseded = self._superseded
+        if len(superseded) >= _RECEIPT_CACHE:
+            superseded.popitem(last=False)
+        superseded[receipt] = target
+        superseded.pop(target, None)  # live now (see _open_claimed): no cycle can form
+        with self._lock:
+            heapq.heappush(self._own_leases, (expiry, message_id, target))
+        return replace(message, receipt=target, expires_at=expiry / 1e6)
+
+    def _current(self, receipt: str) -> str:
+        """The receipt that this handle's later extensions of *receipt* gave the lease.
+
+        A heartbeat (``change_visibility``) renames the held file, so the ``Message`` it
+        was given names a file that no longer exists. This handle issued both receipts,
+        so the lease is still the caller's: follow the chain to its latest receipt.
+        Receipts from other handles (or processes) are not followed.
+        """
+        superseded = self._superseded
+        while receipt in superseded:
+            receipt = superseded[receipt]
+        return receipt
+
+    def _lease_lost(self, receipt: str) -> LeaseLost:
+        """A :class:`LeaseLost` for *receipt* that says what became of the lease.
+
+        A diagnosis after the fact, from one listing and one metadata read: a message
+        held under another name was either extended through another handle (its lease
+        lives on) or returned and received again. A return after our lease is recorded
+        in the metadata (every requeue writes its hold there), so no such record means
+        the lease was extended.
+        """
+        message_id = receipt.partition(".")[0]
+        held = _scan.held_names_for(self.path, message_id)
+        if held:
+            ours = parse_name(receipt)
+            meta = self._meta.read(message_id)
+            hold = parse_name(f"{message_id}.{meta.lease}") if meta and meta.lease else None
+            returned_since = (
+                hold is not None
+                and hold.expires is not None
+                and (ours is None or ours.expires is None or hold.expires > ours.expires)
+            )
+            if not returned_since:
+                return LeaseLost(receipt, reason="superseded", current=held[0])
+            return LeaseLost(receipt, reason="expired")
+        if _fs.exists(self.layout.message(message_id)):
+            return LeaseLost(receipt, reason="expired")
+        return LeaseLost(receipt, reason="deleted")
+
+    def _receipt_of(self, message: Message | str) -> str:
+        if isinstance(message, Message):
+            if message.queue and message.queue != self.path:
+                raise InvalidId(message.receipt, f"the message belongs to {message.queue!r}")
+            message = message.receipt  # validated below too: a Message can be made by hand
+        if not isinstance(message, str):
+            raise InvalidId(message, "expected a Message, a receipt or an id")
+        entry = parse_name(message)
+        if entry is None or entry.state is _State.NEW:
+            raise InvalidId(message)
+        return message
+
+    def _locate(self, message_id: str) -> str:
+        """The current name of a bare id: a lease we hold, a listed lease, or ready."""
+        cached = self._receipts.get(message_id)
+        if cached and _fs.exists(self.layout.message(cached)):
+            return cached
+        held = _scan.held_names_for(self.path, message_id)
+        if held:
+            return held[0]
+        return message_id if _fs.exists(self.layout.message(message_id)) else ""
+
+    # -- requeue, dead letters, moves ---------------------------------------------------
+
+    def _return(self, held_name: str, *, released: bool = False) -> int | Gone:
+        """The *requeue* (or *release*) arrow: a held or delayed message back to ready.
+
+        A lease that ended undeleted is first taken out of everybody's reach by a rename
+        to a requeue hold ``<id>.<hold>.0`` that only this process owns; the receive is
+        counted in the metadata, tagged with that hold; then the message becomes ready,
+        or goes to the dead-letter queue once its receives are used up. A delayed
+        publish coming due is made ready at once (no receive to count).
+
+        Returns the packed id now ready, or why the message did not come back. Never
+        replaces an existing file: a message that took the id meanwhile keeps it, and
+        ours gets a fresh id.
+        """
+        message_id, _, lease = held_name.partition(".")
+        if self._meta.is_delayed(message_id):
+            code = self._make_ready(self.layout.message(held_name), message_id, None)
+            if code is not None:
+                self._meta.unmark_delayed(message_id)
+            return Gone.LOST if code is None else code
+        now_us = self.clock.time_us()
+        hold = self._take_hold(held_name, _lifecycle.hold_until(now_us, self._vt_us))
+        if hold is None:
+            return Gone.LOST  # RACE: another process requeued, deleted or dead-lettered it
+        held_name = f"{message_id}.{hold}"
+        # From here on this process alone holds the message.
+        inode = _fs.inode(self.layout.message(held_name))
+        meta = self._meta.read(message_id) or Meta()
+        target = message_id
+        if not meta.owned_by(inode):
+            # RACE: a publisher with a skewed clock (or a vsqs 0.3 peer) gave a new message
+            # our id while we were held; that metadata is the newcomer's. Ours starts
+            # afresh, under a fresh id, so neither message's metadata is ever mixed up.
+            meta = Meta()
+            target = self._new_id()
+        meta.inode = inode
+        _lifecycle.count_ended_lease(
+            meta, message_id, lease, hold, released=released, now_us=now_us, vt_us=self._vt_us
+        )
+        if _lifecycle.exhausted(meta, self.max_receives):
+            if target == message_id:
+                self._meta.write(message_id, meta, durable=self.durable)
+            moved = self._dead_letter(held_name, meta, reason="max_receives")
+            return Gone.DEAD_LETTERED if moved else Gone.LOST
+        self._meta.write(target, meta, durable=self.durable)
+        code = self._make_ready(self.layout.message(held_name), target, meta)
+        return Gone.LOST if code is None else code
+
+    def _take_hold(self, held_name: str, hold_us: int) -> str | None:
+        """Rename a held message to a requeue hold only this process owns; its suffix.
+
+        The ``.0`` fraction (tolerated by the grammar) keeps a hold's name apart from
+        every consumer lease, which vsqs writes without one: a tag is never mistaken.
+        """
+        message_id = held_name.partition(".")[0]
+        while True:
+            hold = format_time(hold_us, self.precision) + ".0"
+            try:
+                _fs.rename_noreplace(
+                    self.layout.message(held_name), self.layout.message(f"{message_id}.{hold}")
+                )
+            except FileNotFoundError:
+                return None  # RACE: another process requeued, deleted or dead-lettered it
+            except FileExistsError:
+                hold_us += 1000  # RACE: a same-id lease with this expiry (a clock-skewed peer)
+                continue
+            return hold
+
+    def _make_ready(self, source: str, message_id: str, meta: Meta | None) -> int | None:
+        """Rename a held file to ``<message_id>``, or to a fresh id if that one is taken."""
+        target = message_id
+        while True:
+            try:
+                _fs.rename_noreplace(source, self.layout.message(target))
+            except FileNotFoundError:
+                return None  # RACE: another consumer requeued, deleted or dead-lettered it
+            except FileExistsError:
+                if _fs.same_file(source, self.layout.message(target)):
+                    # A link-then-unlink rename (NFS) was cut short: both names are one file.
+                    _fs.unlink(source)
+                    break
+                # RACE: a message published with the same id meanwhile (skewed clock, 0.3).
+                fresh = self._new_id()
+                if meta is not None:
+                    self._meta.write(fresh, meta, durable=self.durable)
+                    theirs = self._meta.read(target)
+                    if theirs is not None and meta.inode and theirs.inode == meta.inode:
+                        self._meta.remove(target)  # ours, written under the id we lost
+                target = fresh
+                continue
+            break
+        return encode_ready(int(target))
+
+    def _dead_letter(self, held_name: str, meta: Meta, *, reason: str) -> bool:
+        """The *dead-letter* arrow: move a held message to the dead-letter queue.
+
+        Atomic on one filesystem: one no-replace rename moves the file, after its metadata
+        was written in the dead-letter queue. Returns ``False`` if another process moved
+        or deleted the message first. A crash before the rename leaves the message held
+        here, where it is dead-lettered again when that hold expires: never lost, never
+        in both queues (except across filesystems, see :meth:`_transfer`).
+        """
+        dlq = self.dead_letter
+        assert dlq is not None
+        message_id = held_name.partition(".")[0]
+        record = _lifecycle.dead_letter_record(
+            meta, source=self.path, message_id=message_id, now_us=self.clock.time_us(),
+            reason=reason,
+        )  # fmt: skip
+        if self._transfer(held_name, dlq, record) is None:
+            return False
+        self._meta.remove(message_id)
+        return True
+
+    def _transfer(self, held_name: str, dest: Queue, meta: Meta) -> str | None:
+        """Move a held message of this queue into *dest* as ready, with *meta*; its id.
+
+        The metadata is created (exclusively) in *dest* before the one no-replace rename
+        that moves the file, so whoever sees the message there sees its metadata. Returns
+        ``None`` if the file was gone (another process moved or deleted it first).
+        """
+        source = self.layout.message(held_name)
+        target = held_name.partition(".")[0]
+        with_meta = meta.to_json() != b"{}"
+        try:
+            meta.inode = _fs.inode(source)  # a rename keeps it: the metadata stays matched
+        except FileNotFoundError:
+            return None  # RACE: another process moved or deleted it first
+        while True:
+            if with_meta and not dest._meta.create(target, meta, durable=dest.durable):
+                target = dest._new_id()  # the id is taken in *dest*
+                continue
+            try:
+                _fs.rename_noreplace(source, dest.layout.message(target))
+            except FileNotFoundError:
+                if with_meta:
+                    dest._meta.remove(target)
+                return None  # RACE: another process moved or deleted it first
+            except FileExistsError:
+                if with_meta:
+                    dest._meta.remove(target)
+                target = dest._new_id()  # RACE: a message took that id in *dest*
+                continue
+            except OSError as exc:
+                if with_meta:
+                    dest._meta.remove(target)
+                if exc.errno != errno.EXDEV:
+                    raise
+                target = dest._copy_in(source, target, meta if with_meta else None)
+                _fs.unlink(source)
+            break
+        if dest.durable:
+            _fs.fsync_dir(dest.path)
+            _fs.fsync_dir(self.path)
+        return target
+
+    def _copy_in(self, source: str, target: str, meta: Meta | None) -> str:
+        """Publish a copy of *source* (on another filesystem) as *target*, with *meta*.
+
+        Used when a move between queues meets ``EXDEV``. The id is kept unless it is
+        taken here; the id used is returned. A crash before the caller removes *source*
+        leaves the message in both queues (at least once, never lost).
+        """
+        new, _ = self._stage(memoryview(_fs.read_regular(source)), sync=self.durable)
+        new_path = self.layout.message(new)
+        if meta is not None:
+            meta.inode = _fs.inode(new_path)  # a copy is a new inode: match the metadata
+        while True:
+            if meta is not None and not self._meta.create(target, meta, durable=self.durable):
+                target = self._new_id()  # RACE: the id has another message's metadata here
+                continue
+            try:
+                _fs.rename_noreplace(new_path, self.layout.message(target))
+            except FileExistsError:
+                if meta is not None:
+                    self._meta.remove(target)
+                target = self._new_id()  # RACE: a message took that id meanwhile
+                continue
+            except BaseException:
+                if meta is not None:
+                    self._meta.remove(target)
+                _fs.unlink(new_path)
+                raise
+            return target
+
+    def _claim_for_move(self, message_id: str) -> str | None:
+        """Claim a ready message for a move (retention, redrive); its held name or None."""
+        lease_end = format_time(self.clock.time_us() + self._vt_us, self.precision)
+        held = f"{message_id}.{lease_end}"
+        try:
+            _fs.rename_noreplace(self.layout.message(message_id), self.layout.message(held))
+        except (FileNotFoundError, FileExistsError):
+            return None  # RACE: a consumer claimed it first; it is theirs now
+        return held
+
+    def _apply_retention(self, codes: list[int], now_us: int) -> list[int]:
+        """Drop (or dead-letter) the ready messages older than the retention period.
+
+        Each is claimed first, so a consumer that got it a moment earlier keeps it.
+        """
+        assert self.retention is not None
+        split = _lifecycle.expired_split(codes, now_us, self.retention)
+        for code in codes[:split]:
+            message_id = decode_ready(code)
+            held = self._claim_for_move(message_id)
+            if held is None:
+                continue
+            if self.dead_letter is not None:
+                meta = self._meta.read(message_id) or Meta()
+                self._dead_letter(held, meta, reason="retention")
+            else:
+                _fs.unlink(self.layout.message(held))
+                self._meta.remove(message_id)
+        return codes[split:]
+
+    # -- looking and housekeeping -------------------------------------------------------
+
     def size(self) -> int:
         """Ready plus held messages (what vsqs 0.3's ``size()`` counts); one listing."""
         listing = _scan.scan(self.path)
@@ -258,10 +1331,10 @@ class Queue(Publishing, Consuming):
         for code in _scan.scan(self.path).ready:
             message_id = decode_ready(code)
             try:
-                body = _fs.read_regular(self._file(message_id))
+                body = _fs.read_regular(self.layout.message(message_id))
             except OSError:
                 continue  # RACE: claimed or deleted since the listing (or not a regular file)
-            meta = self._meta.read(message_id) if self._meta_possible else None
+            meta = self._meta.read(message_id) if self._meta.possible else None
             yield Message(
                 id=message_id,
                 body=body,
@@ -279,15 +1352,10 @@ class Queue(Publishing, Consuming):
         """The oldest ready message, without claiming it (``None`` if none is ready)."""
         return next(self.browse(), None)
 
-    @property
-    def is_shutdown(self) -> bool:
-        """Whether the queue was shut down, by any process (see :meth:`shutdown`)."""
-        return self._closed_seen or _fs.exists(self._closed_marker)
-
     def stats(self) -> Stats:
         """Counters (produced and consumed, cross-process) and the current counts."""
         self._counters.flush()
-        totals = read_totals(self._meta)
+        totals = read_totals(self.layout)
         counts = self.counts()
         oldest = self.peek_oldest_key()
         return Stats(
@@ -312,7 +1380,7 @@ class Queue(Publishing, Consuming):
         now_us = self.clock.time_us()
         count = 0
         for expires, name in _scan.scan(self.path).held:
-            if expires <= now_us and _lifecycle.return_to_ready(self, name) is not None:
+            if expires <= now_us and not isinstance(self._return(name), Gone):
                 count += 1
         self._view.invalidate()
         return count
@@ -327,7 +1395,7 @@ class Queue(Publishing, Consuming):
         names = [decode_ready(code) for code in listing.ready] + [n for _, n in listing.held]
         removed = 0
         for name in names:
-            if _fs.unlink(self._file(name)):  # RACE: ENOENT when a consumer got there first
+            if _fs.unlink(self.layout.message(name)):  # RACE: ENOENT: a consumer got there first
                 removed += 1
                 message_id = name.partition(".")[0]
                 self._meta.remove(message_id)
@@ -343,7 +1411,27 @@ class Queue(Publishing, Consuming):
         deduplication markers. Young ``.new`` files are never touched. With a
         ``retention``, messages past it are dropped (or dead-lettered) too and counted.
         """
-        return _lifecycle.clean(self, _seconds(older_than, "older_than"))
+        age = _seconds(older_than, "older_than")
+        now_us = self.clock.time_us()
+        wall_cutoff = now_us / 1e6 - age
+        cutoff_us = now_us - round(age * 1e6)
+        # Markers first: one whose publisher died leaves a stale `.new` that is removed below.
+        removed = self._dedup.clean()
+        listing = _scan.scan(self.path)
+        kept_new = []
+        for created, name in listing.new:
+            path = self.layout.message(name)
+            # Judged by the id *and* the file's mtime: a publisher whose clock runs behind
+            # must not lose a message that it is still writing.
+            if created < cutoff_us and _fs.mtime(path) < wall_cutoff and _fs.unlink(path):
+                removed += 1
+            else:
+                kept_new.append((created, name))
+        if self.retention is not None:
+            removed += len(listing.ready) - len(self._apply_retention(listing.ready, now_us))
+        live = {decode_ready(code) for code in listing.ready}
+        live.update(name.partition(".")[0] for _, name in (*listing.held, *kept_new))
+        return removed + _lifecycle.remove_orphans(self.layout, self._meta, live, wall_cutoff)
 
     def redrive(
         self, to: Queue | str | os.PathLike[str] | None = None, limit: int | None = None
@@ -358,11 +1446,46 @@ class Queue(Publishing, Consuming):
         :param to: a queue or path; ``None`` for each message's source queue.
         :param limit: move at most this many, oldest first (SQS ``StartMessageMoveTask``).
         """
-        if to is not None and not isinstance(to, Queue):
-            to = _lifecycle._sibling(self, os.fspath(to))
-        return _lifecycle.redrive(self, to, limit)
+        bad_limit = isinstance(limit, bool) or not isinstance(limit, int) or limit < 0
+        if limit is not None and bad_limit:
+            raise ValueError(f"limit must be an int >= 0 or None, not {limit!r}")
+        fixed = to if to is None or isinstance(to, Queue) else self._sibling(os.fspath(to))
+        moved = 0
+        targets: dict[str, Queue] = {}
+        for code in _scan.scan(self.path).ready:
+            if limit is not None and moved >= limit:
+                break
+            message_id = decode_ready(code)
+            held = self._claim_for_move(message_id)
+            if held is None:
+                continue  # RACE: a consumer of the dead-letter queue took it
+            meta = self._meta.read(message_id) or Meta()
+            destination = fixed
+            if destination is None:
+                source = _lifecycle.redrive_source(meta)
+                if source is None:
+                    _fs.rename_noreplace(self.layout.message(held), self.layout.message(message_id))
+                    continue  # no recorded source and no explicit target: leave it
+                if source not in targets:
+                    targets[source] = self._sibling(source)
+                destination = targets[source]
+            if self._transfer(held, destination, _lifecycle.redrive_record(meta)) is not None:
+                self._meta.remove(message_id)
+                moved += 1
+        return moved
 
-    def history(self, message: Message | str) -> _lifecycle.History:
+    def _sibling(self, path: str) -> Queue:
+        """A queue object for *path* with the same durability, precision, modes and clock."""
+        config = self.config
+        return Queue(
+            path,
+            durable=config.durable,
+            precision=config.precision,
+            umask=config.umask,
+            clock=config.clock,
+        )
+
+    def history(self, message: Message | str) -> History:
         """What is known of a message's past: receives, first sent, last received, and,
         in a dead-letter queue, its source queue and why it was moved.
 
@@ -374,8 +1497,12 @@ class Queue(Publishing, Consuming):
         name = message.id if isinstance(message, Message) else message
         if not isinstance(name, str):
             raise InvalidId(name, "expected a Message, a receipt or an id")
-        return _lifecycle.history(self, name)
+        entry = parse_name(name)
+        if entry is None or entry.state is _State.NEW:
+            raise InvalidId(name)
+        return _lifecycle.history_of(self._meta.read(entry.id) or Meta(), entry)
 
 
-def _reopen(path: str, options: dict[str, object]) -> Queue:
-    return Queue(path, **options)  # type: ignore[arg-type]
+def _check_dedup_id(key: object) -> None:
+    if key is not None and (not isinstance(key, str) or not key):
+        raise ValueError(f"dedup_id must be a non-empty str, not {key!r}")

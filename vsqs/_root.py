@@ -4,11 +4,15 @@ from __future__ import annotations
 
 import os
 import re
-from typing import Any, Final
+from typing import TYPE_CHECKING, Final
 
 from . import _fs
+from ._config import Config, QueueOptions
 from ._errors import InvalidName, NotAQueue, QueueNotFound
 from ._queue import Queue
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
 
 # As SQS: letters, digits, hyphens and underscores, up to 80 characters; dots are
 # allowed inside so that "orders.dlq" reads naturally, but never first (dot-entries are
@@ -42,7 +46,7 @@ class QueueRoot:
     :param options: default keyword options for every :class:`Queue` opened here.
     """
 
-    def __init__(self, path: str | os.PathLike[str], **options: Any) -> None:
+    def __init__(self, path: str | os.PathLike[str], **options: Unpack[QueueOptions]) -> None:
         self.path = os.path.abspath(os.fspath(path))
         try:
             _fs.make_dirs(self.path)
@@ -50,6 +54,7 @@ class QueueRoot:
             raise NotAQueue(self.path) from None
         if not os.path.isdir(self.path):
             raise NotAQueue(self.path)
+        Config.build(**options)  # a wrong option fails here, naming it, not at create()
         self._options = options
 
     def __repr__(self) -> str:
@@ -58,16 +63,18 @@ class QueueRoot:
     def _dir(self, name: str) -> str:
         return os.path.join(self.path, validate_name(name))
 
-    def create(self, name: str, **options: Any) -> Queue:
+    def create(self, name: str, **options: Unpack[QueueOptions]) -> Queue:
         """Create (or open, if it exists) the queue *name*."""
-        return Queue(self._dir(name), **{**self._options, **options})
+        merged: QueueOptions = {**self._options, **options}
+        return Queue(self._dir(name), **merged)
 
-    def get(self, name: str, **options: Any) -> Queue:
+    def get(self, name: str, **options: Unpack[QueueOptions]) -> Queue:
         """Open the existing queue *name*; :class:`QueueNotFound` if it does not exist."""
         path = self._dir(name)
         if not os.path.isdir(path):
             raise QueueNotFound(name, self.path)
-        return Queue(path, **{**self._options, **options})
+        merged: QueueOptions = {**self._options, **options}
+        return Queue(path, **merged)
 
     def __contains__(self, name: object) -> bool:
         try:

@@ -9,8 +9,8 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any, Final
 
+from ._layout import Layout
 from ._message import Message
-from ._meta import DIR as META_DIR
 
 SCHEMA: Final = (
     "id string, body binary, attributes map<string,string>, receive_count int, sent_at timestamp"
@@ -111,8 +111,7 @@ class SourceOptions:
             max_messages=None if max_messages is None else _integer(raw, "maxMessages", 1),
             max_messages_per_batch=_integer(raw, "maxMessagesPerBatch", 10_000),
             consumer=consumer,
-            state_dir=raw.get("statedir")
-            or os.path.join(os.path.abspath(path), META_DIR, "spark", consumer),
+            state_dir=raw.get("statedir") or Layout(os.path.abspath(path)).spark_dir(consumer),
             durable=_flag(raw, "durable", True),
             batch_size=_integer(raw, "batchSize", 500),
             key_column=raw.get("keycolumn"),

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final
 
 if TYPE_CHECKING:
-    from ._meta import MetaStore
+    from ._layout import Layout
 
 FLUSH_INTERVAL: Final = 1.0
 _FIELDS: Final = ("produced_messages", "produced_bytes", "consumed_messages", "consumed_bytes")
@@ -58,8 +58,8 @@ class Counters:
     the sizes are summed into the totals when the counters are flushed.
     """
 
-    def __init__(self, store: MetaStore) -> None:
-        self._store = store
+    def __init__(self, layout: Layout) -> None:
+        self._layout = layout
         self._lock = threading.Lock()  # serialises flushes, not the hot path
         self._values = dict.fromkeys(_FIELDS, 0)
         self.produced: deque[int] = deque()
@@ -78,15 +78,23 @@ class Counters:
         except OSError:
             pass  # the queue directory is gone: nothing left to count into
 
-    def due(self) -> bool:
-        """Whether a flush is due (call after counting; cheap)."""
-        return _monotonic() - self._last_flush >= FLUSH_INTERVAL
+    def add_produced(self, size: int) -> None:
+        """Count one published message of *size* bytes (flushing when one is due)."""
+        self.produced.append(size)
+        if _monotonic() - self._last_flush >= FLUSH_INTERVAL:
+            self.flush()
+
+    def add_consumed(self, size: int) -> None:
+        """Count one deleted message of *size* bytes (flushing when one is due)."""
+        self.consumed.append(size)
+        if _monotonic() - self._last_flush >= FLUSH_INTERVAL:
+            self.flush()
 
     def flush(self) -> None:
         """Write this process's totals (atomically replacing its previous file)."""
         if os.getpid() != self._pid:
             # A forked child inherited our counters; it must not overwrite our file.
-            self._reset_after_fork()
+            self.after_fork()
         with self._lock:
             self._last_flush = _monotonic()
             dirty = False
@@ -103,15 +111,21 @@ class Counters:
                 return
             data = json.dumps(self._values).encode()
             try:
-                directory = self._store.ensure(self._store.path("stats"))
-                self._store.write_file(directory, self._name, data, durable=False)
+                layout = self._layout
+                layout.ensure(layout.stats_dir)
+                layout.write_atomic(f"{layout.stats_dir}/{self._name}", data, durable=False)
             except OSError:
                 # Counters are advisory: a full disk, a read-only remount or another user's
                 # `.vsqs/stats` must not fail the publish or delete that already happened
                 # (its caller would retry and duplicate). The totals stay for the next flush.
                 pass
 
-    def _reset_after_fork(self) -> None:
+    def after_fork(self) -> None:
+        """Start this process's own counts (in a forked child: the parent's are its own).
+
+        A fresh lock first: another thread of the parent may have held it at the fork.
+        """
+        self._lock = threading.Lock()
         with self._lock:
             self._values = dict.fromkeys(_FIELDS, 0)
             self.produced.clear()
@@ -120,10 +134,10 @@ class Counters:
             self._pid = os.getpid()
 
 
-def read_totals(store: MetaStore) -> dict[str, int]:
+def read_totals(layout: Layout) -> dict[str, int]:
     """Sum the counter files of every process that ever used the queue."""
     totals = dict.fromkeys(_FIELDS, 0)
-    directory = store.path("stats")
+    directory = layout.stats_dir
     try:
         names = os.listdir(directory)
     except FileNotFoundError:
@@ -170,11 +184,9 @@ def _flush_at_child_exit() -> None:
 
 
 def _after_fork_in_child() -> None:
-    # The child's own counts start now; what it inherited is the parent's to write. A
-    # fresh lock first: another thread of the parent may have held it at the fork.
+    # The child's own counts start now; what it inherited is the parent's to write.
     for counters in list(_live):
-        counters._lock = threading.Lock()
-        counters._reset_after_fork()
+        counters.after_fork()
     util = sys.modules.get("multiprocessing.util")
     if util is not None:
         # A multiprocessing child clears its finalizers after this hook, then runs its

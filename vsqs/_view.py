@@ -87,6 +87,11 @@ class ReadyView:
         """Offer an id that this process returned to the queue."""
         heapq.heappush(self._returned, code)
 
+    def lease_due(self, now_us: int) -> bool:
+        """Whether a known lease has expired by *now_us* (cheap: the claim hot path)."""
+        held = self._held
+        return bool(held) and held[0][0] <= now_us
+
     def due_leases(self, now_us: int) -> list[tuple[int, str]]:
         """Pop the known leases that have expired by *now_us*."""
         due = []

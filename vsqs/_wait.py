@@ -26,6 +26,7 @@ import os
 import select
 import sys
 import threading
+import time
 import weakref
 from typing import Final, Protocol
 
@@ -83,7 +84,7 @@ class PollWaiter:
         return 0
 
     def wait(self, token: int, seconds: float) -> None:
-        self._clock.sleep(min(seconds, self.interval))
+        self._clock.wait(min(seconds, self.interval), time.sleep)
 
     def close(self) -> None:
         pass
@@ -190,13 +191,15 @@ class InotifyWaiter:
                 hub = InotifyHub(path)
                 _hubs[key] = hub
         self._hub: InotifyHub | _Detached = hub
+        self._clock = clock
         self.interval = recheck
 
     def token(self) -> int:
         return self._hub.token()
 
     def wait(self, token: int, seconds: float) -> None:
-        self._hub.wait(token, min(seconds, self.interval))
+        hub = self._hub
+        self._clock.wait(min(seconds, self.interval), lambda real: hub.wait(token, real))
 
     def close(self) -> None:
         # The hub is shared; it closes its descriptor when the last waiter lets go of it.
@@ -210,9 +213,7 @@ def make_waiter(path: str, clock: Clock, mode: str, interval: float | None) -> W
         ``"inotify"`` or ``"poll"``.
     :param interval: the polling interval, or the periodic re-check under inotify.
     """
-    if mode not in ("auto", "inotify", "poll"):
-        raise ValueError(f"wait must be 'auto', 'inotify' or 'poll', not {mode!r}")
-    use_inotify = clock.is_real and HAVE_INOTIFY and mode != "poll"
+    use_inotify = HAVE_INOTIFY and mode != "poll"
     if use_inotify and mode == "auto" and filesystem_type(path) in NETWORK_FILESYSTEMS:
         use_inotify = False
     if use_inotify:

@@ -27,17 +27,25 @@ fresh directories, so tests can run in parallel (pytest-xdist) without sharing a
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import pytest
 
+from ._config import QueueOptions
 from ._queue import Queue
 from ._root import QueueRoot, validate_name
 from .testing import ManualClock
 
-QueueFactory = Callable[..., Queue]
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
+
+
+class QueueFactory(Protocol):
+    """The type of the ``vsqs_queue_factory`` fixture: options are checked by mypy."""
+
+    def __call__(self, name: str = "queue", **options: Unpack[QueueOptions]) -> Queue: ...
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -61,7 +69,7 @@ def vsqs_queue_factory(tmp_path: Path, vsqs_clock: ManualClock) -> Iterator[Queu
     """
     made: list[Queue] = []
 
-    def factory(name: str = "queue", **options: Any) -> Queue:
+    def factory(name: str = "queue", **options: Unpack[QueueOptions]) -> Queue:
         options.setdefault("clock", vsqs_clock)
         options.setdefault("durable", False)
         queue = Queue(tmp_path / "vsqs" / validate_name(name), **options)

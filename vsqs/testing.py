@@ -16,15 +16,21 @@ True
 
 from __future__ import annotations
 
+import math
 import os
 import threading
+import warnings
+from collections.abc import Callable
+from typing import Final
 
 from ._ids import State, parse_name
+from ._layout import DIR as META_DIR
 from ._message import Message
-from ._meta import DIR as META_DIR
 from ._queue import Queue
 
 __all__ = ["ManualClock", "assert_consistent", "assert_empty", "drain"]
+
+_REAL_SLICE: Final = 0.05  # real seconds an endless wait on a manual clock sleeps per look
 
 
 class ManualClock:
@@ -40,6 +46,7 @@ class ManualClock:
         self._lock = threading.Lock()
         self._us = round(start * 1e6)
         self._mono = 0.0
+        self._warned = False
 
     def time_us(self) -> int:
         with self._lock:
@@ -51,6 +58,29 @@ class ManualClock:
 
     def sleep(self, seconds: float) -> None:
         self.advance(max(0.0, seconds))
+
+    def wait(self, seconds: float, block: Callable[[float], None]) -> None:
+        """Move the clock by *seconds* instead of waiting for them.
+
+        Events that already happened are still collected (``block(0)``). A wait with no
+        end (``receive()`` without a timeout, nothing held) cannot be skipped: time does
+        not pass by itself, so only another thread can end it. It then waits in real
+        time, in short slices (never a busy loop), and warns once that it does.
+        """
+        if math.isinf(seconds):
+            if not self._warned:
+                self._warned = True
+                warnings.warn(
+                    "a call without a timeout is waiting on a ManualClock: it waits in real "
+                    "time until another thread publishes (the manual clock does not move by "
+                    "itself); pass a timeout, or advance() the clock from another thread",
+                    RuntimeWarning,
+                    stacklevel=4,
+                )
+            block(_REAL_SLICE)
+            return
+        self.advance(max(0.0, seconds))
+        block(0.0)
 
     def advance(self, seconds: float) -> None:
         """Move both clocks forward by *seconds*."""
@@ -112,7 +142,7 @@ def assert_consistent(queue: Queue, *, allow_new: bool = False) -> None:
             problems.append(f"orphaned {name} (a publish that never finished)")
         if not entry.is_file(follow_symlinks=False):
             problems.append(f"{name} is not a regular file")
-    meta_dir = os.path.join(queue.path, META_DIR, "meta")
+    meta_dir = queue.layout.meta_dir
     if os.path.isdir(meta_dir):
         for name in os.listdir(meta_dir):
             if not name.startswith(".") and name not in ids:

@@ -1,0 +1,182 @@
+"""A queue's configuration: every constructor option, checked once, frozen.
+
+Pure values, no I/O. :class:`Config` is built when a :class:`~vsqs.Queue` is created
+and never changes; it is what a pickled queue (a Spark closure, a multiprocessing
+argument) carries to rebuild itself in another process. Every option is checked here,
+once, with one rule per kind, and the error names the option:
+
+* durations are non-negative finite numbers of seconds (``bool`` is not a number);
+* counts are positive ``int`` (``bool`` is not an ``int`` here either);
+* flags are ``bool``; enumerations are one of their listed values.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from dataclasses import dataclass, field
+from typing import Final, Literal, TypedDict, cast
+
+from ._clock import SYSTEM_CLOCK, Clock
+from ._ids import Precision
+
+WaitMode = Literal["auto", "inotify", "poll"]
+WAIT_MODES: Final = ("auto", "inotify", "poll")
+
+
+class QueueOptions(TypedDict, total=False):
+    """The keyword options of :class:`~vsqs.Queue` (for ``QueueRoot(**options)``)."""
+
+    visibility_timeout: float
+    durable: bool
+    precision: str | Precision
+    capacity: int | None
+    dead_letter: str | os.PathLike[str] | None
+    max_receives: int | None
+    retention: float | None
+    dedup_window: float
+    wait: str
+    poll_interval: float | None
+    refresh_interval: float
+    umask: int | None
+    clock: Clock | None
+
+
+def seconds(value: object, name: str, *, positive: bool = False) -> float:
+    """*value* as float seconds, or a :class:`TypeError`/:class:`ValueError` naming *name*."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise TypeError(f"{name} must be a number of seconds, not {type(value).__name__}")
+    if math.isnan(value) or math.isinf(value) or value < 0 or (positive and value == 0):
+        bound = "> 0" if positive else ">= 0"
+        raise ValueError(f"{name} must be a finite number of seconds {bound}, not {value!r}")
+    return float(value)
+
+
+def count(value: object, name: str, *, minimum: int = 1) -> int:
+    """*value* as an ``int`` of at least *minimum*, or an error naming *name*."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"{name} must be an int, not {type(value).__name__}")
+    if value < minimum:
+        raise ValueError(f"{name} must be an int >= {minimum}, not {value!r}")
+    return value
+
+
+def flag(value: object, name: str) -> bool:
+    """*value* if it is a ``bool``, or a :class:`TypeError` naming *name*."""
+    if not isinstance(value, bool):
+        raise TypeError(f"{name} must be True or False, not {value!r}")
+    return value
+
+
+def queue_path(value: object, name: str = "path") -> str:
+    """An absolute queue path from a ``str`` or ``os.PathLike``, or an error naming *name*."""
+    try:
+        raw = os.fspath(cast("str", value))
+    except TypeError:
+        kind = type(value).__name__
+        raise TypeError(f"{name} must be a str or os.PathLike, not {kind}") from None
+    if not isinstance(raw, str) or not raw or "\0" in raw:
+        raise ValueError(f"{name} must be a non-empty str without NUL bytes: {raw!r}")
+    return os.path.abspath(raw)
+
+
+@dataclass(frozen=True, slots=True)
+class Config:
+    """The validated options of one queue (see :class:`~vsqs.Queue` for each one)."""
+
+    visibility_timeout: float = 30.0
+    durable: bool = True
+    precision: Precision = Precision.US
+    capacity: int | None = None
+    dead_letter: str | None = None
+    """The dead-letter queue's absolute path."""
+    max_receives: int | None = None
+    retention: float | None = None
+    dedup_window: float = 300.0
+    wait: WaitMode = "auto"
+    poll_interval: float | None = None
+    refresh_interval: float = 1.0
+    umask: int | None = None
+    clock: Clock = field(default=SYSTEM_CLOCK, compare=False)
+
+    @classmethod
+    def build(
+        cls,
+        *,
+        visibility_timeout: object = 30.0,
+        durable: object = True,
+        precision: object = Precision.US,
+        capacity: object = None,
+        dead_letter: object = None,
+        max_receives: object = None,
+        retention: object = None,
+        dedup_window: object = 300.0,
+        wait: object = "auto",
+        poll_interval: object = None,
+        refresh_interval: object = 1.0,
+        umask: object = None,
+        clock: object = None,
+    ) -> Config:
+        """Check every option and return the configuration; an error names the option."""
+        if not isinstance(precision, (str, Precision)) or precision not in ("us", "ms"):
+            raise ValueError(f"precision must be 'us' or 'ms', not {precision!r}")
+        if wait not in WAIT_MODES:
+            raise ValueError(f"wait must be one of {', '.join(WAIT_MODES)}, not {wait!r}")
+        if umask is not None:
+            count(umask, "umask", minimum=0)
+            if cast("int", umask) > 0o777:
+                raise ValueError(f"umask must be an int between 0 and 0o777, not {umask!r}")
+        if clock is not None and not isinstance(clock, Clock):
+            raise TypeError(f"clock must be a vsqs.Clock, not {type(clock).__name__}")
+        if max_receives is not None and dead_letter is None:
+            raise ValueError("max_receives needs a dead_letter queue to move messages to")
+        return cls(
+            visibility_timeout=seconds(visibility_timeout, "visibility_timeout"),
+            durable=flag(durable, "durable"),
+            precision=Precision(precision),
+            capacity=None if capacity is None else count(capacity, "capacity"),
+            dead_letter=None if dead_letter is None else queue_path(dead_letter, "dead_letter"),
+            max_receives=None if max_receives is None else count(max_receives, "max_receives"),
+            retention=None if retention is None else seconds(retention, "retention"),
+            dedup_window=seconds(dedup_window, "dedup_window"),
+            wait=wait,
+            poll_interval=None
+            if poll_interval is None
+            else seconds(poll_interval, "poll_interval", positive=True),
+            refresh_interval=seconds(refresh_interval, "refresh_interval"),
+            umask=cast("int | None", umask),
+            clock=SYSTEM_CLOCK if clock is None else clock,
+        )
+
+    @property
+    def vt_us(self) -> int:
+        """The visibility timeout in microseconds."""
+        return round(self.visibility_timeout * 1e6)
+
+    @property
+    def dir_mode(self) -> int:
+        """The mode of the directories vsqs creates (before the process umask, if none)."""
+        return 0o777 if self.umask is None else 0o777 & ~self.umask
+
+    @property
+    def file_mode(self) -> int | None:
+        """The mode to force on created files; ``None``: leave it to the process umask."""
+        return None if self.umask is None else 0o666 & ~self.umask
+
+    def options(self) -> QueueOptions:
+        """The options to rebuild this configuration (``Queue(path, **options)``)."""
+        return QueueOptions(
+            visibility_timeout=self.visibility_timeout,
+            durable=self.durable,
+            precision=self.precision,
+            capacity=self.capacity,
+            dead_letter=self.dead_letter,
+            max_receives=self.max_receives,
+            retention=self.retention,
+            dedup_window=self.dedup_window,
+            wait=self.wait,
+            poll_interval=self.poll_interval,
+            refresh_interval=self.refresh_interval,
+            umask=self.umask,
+            clock=None if self.clock is SYSTEM_CLOCK else self.clock,
+        )
