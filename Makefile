@@ -29,6 +29,7 @@ test: $(STAMP)
 	$(BIN)/ruff check vsqs tests benchmarks examples docs
 	$(BIN)/ruff format --check vsqs tests benchmarks examples docs
 	$(BIN)/mypy
+	$(BIN)/lint-imports
 	$(BIN)/coverage erase
 	COVERAGE_PROCESS_START=$(CURDIR)/pyproject.toml $(BIN)/coverage run -m pytest
 	$(BIN)/coverage combine -q
@@ -38,6 +39,7 @@ test: $(STAMP)
 lint: $(STAMP)
 	$(BIN)/ruff check vsqs tests benchmarks examples docs
 	$(BIN)/ruff format --check vsqs tests benchmarks examples docs
+	$(BIN)/lint-imports
 
 docs: $(STAMP)
 	PYTHONWARNINGS=ignore::DeprecationWarning $(BIN)/sphinx-build -W --keep-going -q -b html docs docs/_build/html

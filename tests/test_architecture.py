@@ -1,0 +1,77 @@
+"""The layering rules of docs/concepts.rst "Architecture", checked from the code."""
+
+from __future__ import annotations
+
+import ast
+import re
+import sys
+from pathlib import Path
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - Python 3.10
+    import tomli as tomllib
+
+ROOT = Path(__file__).resolve().parent.parent
+PACKAGE = ROOT / "vsqs"
+
+
+def _layers() -> list[list[str]]:
+    config = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
+    (contract,) = config["tool"]["importlinter"]["contracts"]
+    return [re.split(r"\s*[|:]\s*", layer) for layer in contract["layers"]]
+
+
+def test_every_module_has_a_layer() -> None:
+    """A new module must be placed in the import contract, or lint-imports ignores it."""
+    placed = {name for layer in _layers() for name in layer}
+    modules = {f"vsqs.{path.stem}" for path in PACKAGE.glob("*.py") if path.stem != "__init__"}
+    assert modules - placed == set(), "add to [tool.importlinter] in pyproject.toml"
+    assert placed - modules == set(), "remove from [tool.importlinter]: no such module"
+
+
+def test_only_fs_and_its_peers_make_syscalls_that_change_a_queue() -> None:
+    """Mechanism apart from policy: the state machine and its helpers rename, link and
+    unlink only through ``_fs`` (so the kill-point tests can stop them between calls)."""
+    changing = {"rename", "replace", "link", "unlink", "remove", "open", "mkdir", "rmdir"}
+    offenders: list[str] = []
+    for path in PACKAGE.glob("_*.py"):
+        # _null removes only the caller's own file (publish_file into nothing).
+        if path.stem in ("_fs", "_wait", "_null", "_cli_common", "_demo") or path.stem.startswith(
+            "_spark"
+        ):
+            continue
+        offenders.extend(
+            f"{path.name}:{node.lineno} os.{node.func.attr}"
+            for node in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
+            if isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Attribute)
+            and isinstance(node.func.value, ast.Name)
+            and node.func.value.id == "os"
+            and node.func.attr in changing
+        )
+    assert offenders == []
+
+
+def test_every_vsqs_path_is_built_by_the_layout() -> None:
+    """``.vsqs`` appears in one module's code: the layout owns every path under it."""
+    owners: list[str] = []
+    for path in PACKAGE.glob("*.py"):
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        docstrings = {
+            id(node.body[0].value)
+            for node in ast.walk(tree)
+            if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef))
+            and node.body
+            and isinstance(node.body[0], ast.Expr)
+            and isinstance(node.body[0].value, ast.Constant)
+        }
+        owners.extend(
+            path.name
+            for node in ast.walk(tree)
+            if isinstance(node, ast.Constant)
+            and isinstance(node.value, str)
+            and ".vsqs" in node.value
+            and id(node) not in docstrings
+        )
+    assert set(owners) == {"_layout.py"}, owners
