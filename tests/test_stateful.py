@@ -4,6 +4,16 @@ The model knows, for each message, whether it is ready, held (until an expiry) o
 delayed (until a due time), and how often it was received. Expired leases and due
 delays are *eligible*: the next receive must requeue and serve them, oldest id first.
 After every step the directory itself is compared with the model, message by message.
+
+The manual clock runs the queue's real algorithm, so the machine also drives the two
+rules that guard strict FIFO and a clean end of stream:
+
+* listings are not snapshots: a rule publishes messages *while* the consumer's listing
+  runs and hides the oldest of them from that listing (as a hashed directory may), so
+  serving a newer one first would fail the FIFO check;
+* a shutdown by another process: the marker appears (with its time), publishes must be
+  refused once the close grace has passed, and ``QueueDrained`` must come exactly when
+  the queue is empty and the grace is over, never while a message remains.
 """
 
 from __future__ import annotations
@@ -28,7 +38,9 @@ from hypothesis.stateful import (
 )
 
 import vsqs
-from vsqs._ids import MS_LIMIT, Precision, State, format_time, parse_id, parse_name
+from vsqs import _scan
+from vsqs._ids import MS_LIMIT, Precision, State, decode_ready, format_time, parse_id, parse_name
+from vsqs._shutdown import CLOSE_GRACE, DRAIN_SKEW
 from vsqs.testing import ManualClock
 
 VT = 30.0
@@ -60,14 +72,50 @@ class QueueMachine(RuleBasedStateMachine):
             self.dir, visibility_timeout=VT, durable=False, clock=self.clock,
             precision=self.precision,
         )  # fmt: skip
+        # Another process's handle on the same queue (its own trust of "open", no view).
+        self.producer = vsqs.Queue(
+            self.dir, visibility_timeout=VT, durable=False, clock=self.clock,
+            precision=self.precision,
+        )  # fmt: skip
         self.model: dict[str, Model] = {}
         self.serial = 0
         # Receipts this handle superseded by extending them -> the next receipt: the
         # queue acts on the current lease when given one of them (heartbeats).
         self.superseded: dict[str, str] = {}
+        # Messages to publish during the next listing, and what that listing hid.
+        self.racing: int = 0
+        self.raced: list[str] = []
+        self.real_scan = _scan.scan
+        _scan.scan = self._scan
+        # The shutdown, as the model knows it (monotonic and wall time of the marker).
+        self.shut_mono: float | None = None
+        self.shut_us = 0
+        self.grace_end: float | None = None
 
     def teardown(self) -> None:
+        _scan.scan = self.real_scan
         shutil.rmtree(self.dir)
+
+    def _scan(self, path: str) -> _scan.Listing:
+        """A listing during which messages become ready, the oldest of them unseen."""
+        if not self.racing or path != self.dir:
+            return self.real_scan(path)
+        count, self.racing = self.racing, 0
+        for _ in range(count):
+            body = self._body()
+            message_id = self.producer.publish(body)
+            self._add(message_id, body)
+            self.raced.append(message_id)
+        listing = self.real_scan(path)
+        hidden = self.raced[0]
+        listing.ready = [code for code in listing.ready if decode_ready(code) != hidden]
+        return listing
+
+    def _add(self, message_id: str, body: bytes) -> None:
+        assert message_id not in self.model
+        key = parse_id(message_id)
+        assert key is not None
+        self.model[message_id] = Model(body, key, "ready")
 
     # -- helpers ------------------------------------------------------------------------
 
@@ -120,31 +168,75 @@ class QueueMachine(RuleBasedStateMachine):
 
     # -- rules --------------------------------------------------------------------------
 
+    def _must_refuse(self) -> bool:
+        """Whether a publish must be refused: the marker is older than the close grace."""
+        return self.shut_mono is not None and self.clock.monotonic() >= self.shut_mono + CLOSE_GRACE
+
+    def _see_marker(self) -> None:
+        """A receive found nothing: the queue looks at the marker (first sight starts
+        the drain grace, unless the marker says the grace is over already)."""
+        if self.shut_mono is None or self.grace_end is not None:
+            return
+        now = self.clock.monotonic()
+        old = self.clock.time_us() - self.shut_us > round((CLOSE_GRACE + DRAIN_SKEW) * 1e6)
+        self.grace_end = now if old else now + CLOSE_GRACE
+
+    def _expect_drained(self) -> bool:
+        return (
+            not self.model
+            and self.grace_end is not None
+            and self.clock.monotonic() >= self.grace_end
+        )
+
     @rule()
     def publish(self) -> None:
         body = self._body()
-        message_id = self.queue.publish(body)
-        assert message_id not in self.model
-        key = parse_id(message_id)
-        assert key is not None
-        self.model[message_id] = Model(body, key, "ready")
+        try:
+            message_id = self.queue.publish(body)
+        except vsqs.QueueClosed:
+            assert self.shut_mono is not None, "refused a publish to an open queue"
+            return
+        assert not self._must_refuse(), "published after the close grace"
+        self._add(message_id, body)
 
     @rule(delay=DELAY)
     def publish_delayed(self, delay: float) -> None:
         body = self._body()
-        message_id = self.queue.publish(body, delay=delay)
+        try:
+            message_id = self.queue.publish(body, delay=delay)
+        except vsqs.QueueClosed:
+            assert self.shut_mono is not None, "refused a publish to an open queue"
+            return
+        assert not self._must_refuse(), "published after the close grace"
         key = parse_id(message_id)
         assert key is not None
         due = self._expiry(delay)
         name = f"{message_id}.{format_time(due, self.precision)}"
         self.model[message_id] = Model(body, key, "delayed", due, name)
 
+    def _drained(self) -> None:
+        """The queue said it is shut down and drained: it must be, by the model."""
+        self._see_marker()
+        assert self.shut_mono is not None, "QueueDrained from a queue never shut down"
+        assert not self.model, f"QueueDrained while {len(self.model)} messages remain"
+        assert self._expect_drained(), "QueueDrained before the close grace was over"
+
+    def _nothing(self) -> None:
+        """A receive found nothing: unless the grace still runs, it had to say drained."""
+        self._see_marker()
+        assert not self._expect_drained(), "an empty, shut-down queue did not say drained"
+
     @rule(target=leases, visibility=VISIBILITY)
     def receive(self, visibility: float | None) -> object:
         eligible = self._eligible()
-        message = self.queue.receive(visibility_timeout=visibility, timeout=0)
+        try:
+            message = self.queue.receive(visibility_timeout=visibility, timeout=0)
+        except vsqs.QueueDrained:
+            self._drained()
+            return multiple()
         if not eligible:
             assert message is None, "a message was served while none was eligible"
+            self._nothing()
             return multiple()
         assert message is not None, f"nothing served while {eligible[0][1]} was eligible"
         self._check_received(message, VT if visibility is None else visibility)
@@ -153,11 +245,51 @@ class QueueMachine(RuleBasedStateMachine):
     @rule(target=leases, count=st.integers(1, 4))
     def receive_batch(self, count: int) -> object:
         eligible = self._eligible()
-        got = self.queue.receive_batch(count, timeout=0)
+        try:
+            got = self.queue.receive_batch(count, timeout=0)
+        except vsqs.QueueDrained:
+            self._drained()
+            return multiple()
         assert len(got) == min(count, len(eligible))
+        if not got:
+            self._nothing()
         for message in got:
             self._check_received(message, VT)
         return multiple(*got)
+
+    @precondition(lambda self: self.shut_mono is None)
+    @rule(target=leases, count=st.integers(1, 3))
+    def receive_while_others_publish(self, count: int) -> object:
+        """Messages become ready during the receive's listing; the oldest is unlisted."""
+        self.racing, self.raced = count, []
+        try:
+            message = self.queue.receive(timeout=0)
+        finally:
+            unused, self.racing = self.racing, 0
+        for _ in range(unused):  # the receive listed nothing (its view was fresh)
+            body = self._body()
+            self._add(self.producer.publish(body), body)
+        if message is None:
+            # Messages that became ready during the call may be missed by it (the call
+            # may be ordered before them); nothing older may.
+            missed = [message_id for _, message_id in self._eligible()]
+            assert set(missed) <= set(self.raced), "nothing served while a message was eligible"
+            return multiple()
+        self._check_received(message, VT)
+        return message
+
+    @precondition(lambda self: self.shut_mono is None)
+    @rule(age=st.sampled_from([0.0, 0.05, 2.0]))
+    def shutdown_elsewhere(self, age: float) -> None:
+        """Another process shuts the queue down (its marker says *age* seconds ago)."""
+        marker = Path(self.dir, ".vsqs", "closed")
+        marker.parent.mkdir(exist_ok=True)
+        self.shut_us = self.clock.time_us() - round(age * 1e6)
+        marker.write_text(str(self.shut_us))
+        # Within DRAIN_SKEW the marker's age is believed; the model's marker is honest
+        # about when it appeared only when age is 0, so the others appear "now" too.
+        self.shut_us = self.clock.time_us() if age < DRAIN_SKEW else self.shut_us
+        self.shut_mono = self.clock.monotonic()
 
     @rule(message=consumes(leases))
     def delete(self, message: vsqs.Message) -> None:

@@ -869,19 +869,24 @@ class Queue:
         began was (if ready at all) ready before it began, and is listed. So only those
         are served; the others wait for the next listing, which sees every older message
         that was ready when they were. A message deferred once is served by the next
-        listing whatever its id says, so a publisher whose clock runs ahead cannot
-        starve. (On a manual clock that stands still, every message published "now" is
-        deferred once: the same rule, so the model tests exercise it.)
+        listing whatever its id says (unless an older one appeared meanwhile, which is
+        deferred in turn), so a publisher whose clock runs ahead cannot starve. (On a
+        manual clock that stands still, every message published "now" is deferred once:
+        the same rule, so the model tests exercise it.)
         """
         split = bisect.bisect_left(codes, started_us << 1)
         if split == len(codes):
             self._deferred = set()
             return codes
-        recent = codes[split:]
         earlier = self._deferred
-        confirmed = [code for code in recent if code in earlier]
-        self._deferred = set(recent).difference(confirmed)
-        return codes[:split] + confirmed
+        # Serve the recent ones up to the first that this listing shows for the first
+        # time: an older message that a previous listing missed blocks the newer ones
+        # behind it until it is confirmed in turn (so a skewed publisher stays FIFO).
+        confirmed = split
+        while confirmed < len(codes) and codes[confirmed] in earlier:
+            confirmed += 1
+        self._deferred = set(codes[confirmed:])
+        return codes[:confirmed]
 
     def _next_expiry(self) -> int | None:
         """The earliest lease or delay known to end (µs), listed or handed out by us."""
