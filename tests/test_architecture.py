@@ -75,3 +75,17 @@ def test_every_vsqs_path_is_built_by_the_layout() -> None:
             and id(node) not in docstrings
         )
     assert set(owners) == {"_layout.py"}, owners
+
+
+def test_the_architecture_picture_is_drawn_from_the_contract() -> None:
+    """docs/_static/architecture.svg is what docs/architecture.py draws today."""
+    import subprocess
+
+    result = subprocess.run(
+        [sys.executable, str(ROOT / "docs" / "architecture.py"), "--check"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert result.returncode == 0, result.stdout
