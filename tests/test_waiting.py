@@ -209,3 +209,33 @@ def test_no_waiter_is_left_behind_by_a_drained_child(qpath: str, tmp_path: Path)
         kids.join(kids.start(procs.receive_one, qpath, report, {"durable": False}, None))
     assert procs.load(report) == "drained"
     assert os.path.isdir(qpath)
+
+
+def test_an_endless_receive_on_a_manual_clock_waits_without_spinning(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``receive()`` with no timeout on a manual clock: time does not pass by itself, so
+    only another thread can end the wait. It waits in real time, in slices (a few looks,
+    not a busy loop), says so once, and returns what the other thread publishes."""
+    import threading
+    import time as real_time
+
+    from vsqs.testing import ManualClock
+
+    clock = ManualClock()
+    queue = vsqs.Queue(tmp_path / "q", durable=False, clock=clock)
+    looks: list[int] = []
+    real_relist = queue._relist
+    monkeypatch.setattr(
+        queue, "_relist", lambda now_us: (looks.append(now_us), real_relist(now_us))
+    )
+    publisher = threading.Timer(0.5, lambda: queue.publish(b"late"))
+    publisher.start()
+    started = real_time.monotonic()
+    with pytest.warns(RuntimeWarning, match="without a timeout"):
+        message = queue.receive()
+    publisher.join()
+    assert message is not None and message.body == b"late"
+    elapsed = real_time.monotonic() - started
+    assert len(looks) <= 4 * (elapsed / 0.05) + 4  # one or two listings per 50 ms slice
+    assert clock.monotonic() == 0.0  # no manual time was made up

@@ -7,7 +7,6 @@ checks that every message was delivered exactly once and prints the throughput.
 
 from __future__ import annotations
 
-import argparse
 import multiprocessing as mp
 import os
 import shutil
@@ -86,14 +85,6 @@ def run(producers: int = 3, consumers: int = 3, messages: int = 20_000, path: st
     return 0 if ok else 1
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m vsqs._demo", description=__doc__)
-    parser.add_argument("--producers", type=int, default=3)
-    parser.add_argument("--consumers", type=int, default=3)
-    parser.add_argument("--messages", type=int, default=20_000)
-    args = parser.parse_args(argv)
-    return run(args.producers, args.consumers, args.messages)
-
-
 if __name__ == "__main__":
-    sys.exit(main())
+    # `make demo`, with the core alone installed; `vsqs demo --help` takes options.
+    sys.exit(run())

@@ -30,11 +30,6 @@ class Listing:
     new: list[tuple[int, str]] = field(default_factory=list)
     """``(created_us, name)`` of messages being written."""
 
-    @property
-    def total(self) -> int:
-        """Every message file, whatever its state."""
-        return len(self.ready) + len(self.held) + len(self.new)
-
 
 def scan(path: str) -> Listing:
     """List *path* once. Raises :class:`FileNotFoundError` if the directory is gone."""

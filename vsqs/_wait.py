@@ -84,7 +84,9 @@ class PollWaiter:
         return 0
 
     def wait(self, token: int, seconds: float) -> None:
-        self._clock.wait(min(seconds, self.interval), time.sleep)
+        # The interval bounds the *real* sleep; a manual clock skips the wait instead.
+        interval = self.interval
+        self._clock.wait(seconds, lambda real: time.sleep(min(real, interval)))
 
     def close(self) -> None:
         pass
@@ -198,8 +200,10 @@ class InotifyWaiter:
         return self._hub.token()
 
     def wait(self, token: int, seconds: float) -> None:
-        hub = self._hub
-        self._clock.wait(min(seconds, self.interval), lambda real: hub.wait(token, real))
+        # The re-check interval bounds the *real* wait (a lost event costs at most one);
+        # a manual clock skips the wait and only collects events that already came.
+        hub, interval = self._hub, self.interval
+        self._clock.wait(seconds, lambda real: hub.wait(token, min(real, interval)))
 
     def close(self) -> None:
         # The hub is shared; it closes its descriptor when the last waiter lets go of it.
