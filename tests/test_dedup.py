@@ -154,12 +154,16 @@ def test_marker_sweep_never_lists_the_queue_directory(
     listed: list[str] = []
     real_scandir, real_listdir = os.scandir, os.listdir
 
+    def named(path: Any) -> str:
+        # A directory listed through its descriptor (as under .vsqs): the path behind it.
+        return os.readlink(f"/proc/self/fd/{path}") if isinstance(path, int) else os.fspath(path)
+
     def scandir(path: Any = ".") -> Iterator[os.DirEntry[str]]:
-        listed.append(os.fspath(path))
+        listed.append(named(path))
         return real_scandir(path)
 
     def listdir(path: Any = ".") -> list[str]:
-        listed.append(os.fspath(path))
+        listed.append(named(path))
         return real_listdir(path)
 
     monkeypatch.setattr(os, "scandir", scandir)

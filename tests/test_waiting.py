@@ -226,9 +226,11 @@ def test_an_endless_receive_on_a_manual_clock_waits_without_spinning(
     queue = vsqs.Queue(tmp_path / "q", durable=False, clock=clock)
     looks: list[int] = []
     real_relist = queue._relist
-    monkeypatch.setattr(
-        queue, "_relist", lambda now_us: (looks.append(now_us), real_relist(now_us))
-    )
+    def counting_relist(now_us: int) -> None:
+        looks.append(now_us)
+        real_relist(now_us)
+
+    monkeypatch.setattr(queue, "_relist", counting_relist)
     publisher = threading.Timer(0.5, lambda: queue.publish(b"late"))
     publisher.start()
     started = real_time.monotonic()

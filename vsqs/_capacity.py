@@ -1,6 +1,6 @@
 """Bounded queues: a capacity that holds across processes and hosts.
 
-Publishers of a bounded queue take one cross-process lock (``filelock`` on
+Publishers of a bounded queue take one cross-process lock (``flock`` on
 ``.vsqs/capacity.lock``) around the whole publish, so concurrent producers can never push
 the queue past its capacity. Under that lock they keep an *upper bound* of the message
 count in ``.vsqs/capacity.count``: publishes raise it, deletes (which take no lock) only
@@ -26,12 +26,10 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Final
 
-import filelock
-
 from . import _fs, _scan
 from ._clock import Clock
 from ._errors import QueueFull
-from ._layout import Layout
+from ._layout import CAPACITY_COUNT, CAPACITY_LOCK, ROOT, Layout
 from ._wait import Waiter
 
 NEW_GRACE_US: Final = 60_000_000
@@ -47,13 +45,12 @@ class Capacity:
         self.capacity = capacity
         self._layout = layout
         self._clock = clock
-        self._lock: filelock.BaseFileLock | None = None
+        self._lock: _FdLock | None = None
         self._verified_at = -math.inf  # monotonic time of this process's last listing
 
-    def _filelock(self) -> filelock.BaseFileLock:
+    def _filelock(self) -> _FdLock:
         if self._lock is None:
-            self._layout.ensure(self._layout.root)
-            self._lock = filelock.FileLock(self._layout.capacity_lock, mode=0o666)
+            self._lock = _FdLock(self._layout, self._clock)
         return self._lock
 
     def count(self) -> int:
@@ -81,17 +78,18 @@ class Capacity:
         while True:
             token = waiter.token() if waiter is not None else 0
             remaining = math.inf if deadline is None else deadline - clock.monotonic()
-            try:
-                lock.acquire(timeout=-1 if math.isinf(remaining) else max(0.0, remaining))
-            except filelock.Timeout:
-                raise QueueFull(self._layout.path, self.capacity) from None
+            if not lock.acquire(remaining):
+                raise QueueFull(self._layout.path, self.capacity)
             try:
                 bound = self._bound(need)
                 if bound + need <= self.capacity:
-                    yield
-                    self._layout.write_atomic(
-                        self._layout.capacity_count, str(bound + need).encode(), durable=False
-                    )
+                    try:
+                        yield
+                    except BaseException:
+                        # A batch that failed after a prefix: count what is there now.
+                        self._record(self.count())
+                        raise
+                    self._record(bound + need)
                     return
             finally:
                 lock.release()
@@ -100,9 +98,12 @@ class Capacity:
                 raise QueueFull(self._layout.path, self.capacity)
             waiter.wait(token, remaining)  # a delete in any process wakes us
 
+    def _record(self, bound: int) -> None:
+        self._layout.write(ROOT, CAPACITY_COUNT, str(bound).encode(), durable=False)
+
     def _bound(self, need: int) -> int:
         """An upper bound of the message count, from the counter when it can be trusted."""
-        bound = _read_int(self._layout.capacity_count)
+        bound = _read_int(self._layout)
         now = self._clock.monotonic()
         unchecked = now - self._verified_at > VERIFY_INTERVAL
         if bound is None or bound + need > self.capacity or unchecked:
@@ -111,9 +112,48 @@ class Capacity:
         return bound
 
 
-def _read_int(path: str) -> int | None:
+def _read_int(layout: Layout) -> int | None:
     """The recorded bound, or ``None`` when there is none to trust."""
     try:
-        return int(_fs.read_regular(path))
-    except (FileNotFoundError, ValueError):
-        return None  # never recorded (or a hand edit): the caller counts with a listing
+        raw = layout.read(ROOT, CAPACITY_COUNT)
+        return None if raw is None else int(raw)
+    except (OSError, ValueError):
+        return None  # never recorded, a hand edit or a planted non-file: count instead
+
+
+class _FdLock:
+    """The cross-process lock of a bounded queue: ``flock`` on ``.vsqs/capacity.lock``.
+
+    Written here rather than taken from ``filelock``, which opens its lock file by path
+    (and so would follow a symlink planted there, and truncate its target): this one is
+    opened through the layout, which never follows a link. Like ``filelock``, it waits
+    by polling a non-blocking ``flock``.
+    """
+
+    _POLL: Final = 0.005
+
+    def __init__(self, layout: Layout, clock: Clock) -> None:
+        self._layout = layout
+        self._clock = clock
+        self._fd = -1
+
+    def acquire(self, timeout: float) -> bool:
+        """Take the lock within *timeout* seconds (``inf``: wait forever); ``False`` if not.
+
+        The file is opened for each acquisition and closed on release, as ``filelock``
+        does: a forked child never shares its parent's lock by sharing a descriptor.
+        """
+        fd = self._layout.open_lock(CAPACITY_LOCK)
+        deadline = self._clock.monotonic() + timeout
+        while not _fs.try_lock(fd):
+            if self._clock.monotonic() >= deadline:
+                _fs.close(fd)
+                return False
+            self._clock.sleep(self._POLL)
+        self._fd = fd
+        return True
+
+    def release(self) -> None:
+        fd, self._fd = self._fd, -1
+        _fs.unlock(fd)
+        _fs.close(fd)

@@ -37,7 +37,7 @@ from typing import Final
 
 from . import _fs
 from ._clock import Clock
-from ._layout import Layout
+from ._layout import DEDUP, Layout
 
 IN_PROGRESS_LIMIT: Final = 30.0
 _POLL: Final = 0.005
@@ -68,9 +68,9 @@ class Deduplicator:
         self._window = window
         self._last_sweep = float("-inf")
 
-    def _marker(self, key: str) -> str:
-        digest = hashlib.sha256(key.encode("utf-8", "surrogatepass")).hexdigest()
-        return self._layout.dedup(digest)
+    @staticmethod
+    def _marker(key: str) -> str:
+        return hashlib.sha256(key.encode("utf-8", "surrogatepass")).hexdigest()
 
     def claim(self, key: str, message_id: str, *, durable: bool) -> DedupClaim:
         """Record that *message_id* publishes *key*, unless another id did within the window.
@@ -84,15 +84,13 @@ class Deduplicator:
         :param durable: fsync the marker (a batch passes ``False`` and syncs once).
         """
         layout, clock = self._layout, self._clock
-        layout.ensure(layout.dedup_dir)
         marker = self._marker(key)
         waited_since = None
         while True:
             now_us = clock.time_us()
-            try:
-                fd = _fs.create_exclusive(marker, layout.create_mode)
-            except FileExistsError:
-                found = _read_marker(marker)
+            content = f"{message_id} {now_us}".encode()
+            if not layout.create(DEDUP, marker, content, durable=durable):
+                found = self._read(marker)
                 if found is None:
                     continue  # RACE: the marker was just expired by another publisher
                 other_id, created_us = found
@@ -111,18 +109,16 @@ class Deduplicator:
                     self._expire(marker, created_us)  # it crashed: take over
                     continue
                 return DedupClaim(marker, created_us, other_id)
-            layout.fill(fd, marker, f"{message_id} {now_us}".encode(), durable=durable)
             return DedupClaim(marker, now_us, None)
 
     def repoint(self, claim: DedupClaim, message_id: str) -> None:
         """Point a won marker at the id its message was finally published under."""
-        self._layout.write_atomic(
-            claim.marker, f"{message_id} {claim.created_us}".encode(), durable=False
-        )
+        content = f"{message_id} {claim.created_us}".encode()
+        self._layout.write(DEDUP, claim.marker, content, durable=False)
 
     def release(self, claim: DedupClaim) -> None:
         """Forget a won marker whose message was not published: a retry must be free."""
-        _fs.unlink(claim.marker)
+        self._layout.remove(DEDUP, claim.marker)
 
     def sweep_if_due(self) -> None:
         """Remove expired markers, once per window (called by deduplicating publishers)."""
@@ -133,37 +129,40 @@ class Deduplicator:
 
     def _expire(self, marker: str, created_us: int) -> None:
         """Remove an expired marker, unless someone replaced it meanwhile."""
+        layout = self._layout
         tomb = f"{marker}.expired-{os.getpid()}-{os.urandom(4).hex()}"
         try:
-            _fs.rename_noreplace(marker, tomb)
+            layout.rename_noreplace(DEDUP, marker, tomb)
         except FileNotFoundError:
             return  # RACE: another publisher expired it first
-        found = _read_marker(tomb)
+        found = self._read(tomb)
         if found is not None and found[1] != created_us:
             # RACE: between our read and our rename another publisher expired the old
             # marker and made a fresh one; put the fresh one back.
             try:
-                _fs.rename_noreplace(tomb, marker)
+                layout.rename_noreplace(DEDUP, tomb, marker)
             except FileExistsError:
                 pass  # yet another marker took the name; it is equally valid
             else:
                 return
-        _fs.unlink(tomb)
+        try:
+            layout.remove(DEDUP, tomb)
+        except OSError:
+            pass  # a planted directory: it stays, as a tomb that no key ever names
 
     def clean(self) -> int:
         """Remove the markers older than the window; return how many."""
         layout = self._layout
         now_us = self._clock.time_us()
         removed = 0
-        for name in _fs.list_all(layout.dedup_dir):
-            path = layout.dedup(name)
+        for name in layout.names(DEDUP):
             if "." in name:
                 # An interrupted expiry (tomb) or a temporary file: debris once old.
-                age = now_us / 1e6 - _fs.mtime(path)
-                if age > max(self._window, IN_PROGRESS_LIMIT) and _fs.unlink(path):
+                age = now_us / 1e6 - layout.mtime(DEDUP, name)
+                if age > max(self._window, IN_PROGRESS_LIMIT) and layout.remove(DEDUP, name):
                     removed += 1
                 continue
-            found = _read_marker(path)
+            found = self._read(name)
             if found is None:
                 continue
             other_id, created_us = found
@@ -176,19 +175,28 @@ class Deduplicator:
                 and _fs.exists(layout.message(other_id + ".new"))
             )
             if age_us > self._window_us or crashed:
-                self._expire(path, created_us)
+                self._expire(name, created_us)
                 removed += 1
         return removed
 
 
-def _read_marker(path: str) -> tuple[str, int] | None:
-    try:
-        raw = _fs.read_regular(path)
-    except FileNotFoundError:
-        return None
+    def _read(self, marker: str) -> tuple[str, int] | None:
+        """The id and time a marker records; ``None`` if it is gone."""
+        try:
+            raw = self._layout.read(DEDUP, marker)
+        except OSError:
+            raw = b"planted"  # not a regular file: an unparseable marker (see below)
+        return None if raw is None else _parse_marker(raw)
+
+
+def _parse_marker(raw: bytes) -> tuple[str, int]:
+    """A marker's id and time. Empty: created a moment ago, its content not written yet
+    (or its writer died right there): the caller waits for it like for a message still
+    being written. Anything else unparseable (a hand edit, a planted entry) is treated
+    as expired long ago, so it is replaced rather than blocking the key forever."""
+    if not raw:
+        return "", 1 << 62
     parts = raw.decode("ascii", "replace").split()
     if len(parts) != 2 or not (parts[0].isdigit() and parts[1].isdigit()):
-        # Empty: created a moment ago, its content not written yet (or its writer died
-        # right there). The caller waits for it like for a message still being written.
-        return ("", 1 << 62) if not raw else None
+        return "0", 0
     return parts[0], int(parts[1])

@@ -19,6 +19,7 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 import errno
+import fcntl
 import math
 import os
 import shutil
@@ -196,6 +197,157 @@ def read_message(path: str) -> tuple[bytes, int]:
         return b"".join(chunks), info.st_ino
     finally:
         os.close(fd)
+
+
+# -- relative to a directory descriptor, never through a symlink ----------------------
+#
+# Everything under ``.vsqs/`` is reached from a descriptor of its directory, opened with
+# O_NOFOLLOW | O_DIRECTORY from the queue's own descriptor: a symlink planted anywhere
+# under ``.vsqs`` is never followed, so nothing outside the queue is ever touched.
+
+_DIR_FLAGS: Final = os.O_RDONLY | _O_DIRECTORY | _O_NOFOLLOW | _O_CLOEXEC
+
+
+def open_queue_dir(path: str) -> int:
+    """Open a queue directory (its own path may be a symlink the user chose)."""
+    return os.open(path, os.O_RDONLY | _O_DIRECTORY | _O_CLOEXEC)
+
+
+def open_dir(name: str, dir_fd: int | None = None) -> int:
+    """Open the directory *name* (relative to *dir_fd*) without following a symlink.
+
+    Raises :class:`NotADirectoryError` (or ``ELOOP``) if *name* is anything but a real
+    directory, :class:`FileNotFoundError` if it does not exist.
+    """
+    return os.open(name, _DIR_FLAGS, dir_fd=dir_fd)
+
+
+def make_dir_at(name: str, mode: int, dir_fd: int) -> bool:
+    """Create the directory *name* in *dir_fd*; ``False`` if the name exists already."""
+    try:
+        os.mkdir(name, mode, dir_fd=dir_fd)
+    except FileExistsError:
+        return False
+    return True
+
+
+def fchmod_dir_at(name: str, mode: int, dir_fd: int) -> None:
+    """Set the mode of the directory *name* in *dir_fd* (opened without following)."""
+    fd = open_dir(name, dir_fd)
+    try:
+        os.fchmod(fd, mode)
+    finally:
+        os.close(fd)
+
+
+def create_at(name: str, mode: int, dir_fd: int) -> int:
+    """Create *name* in *dir_fd* exclusively; a write-only fd (``FileExistsError`` if taken)."""
+    return os.open(name, _CREATE_FLAGS, mode, dir_fd=dir_fd)
+
+
+def open_lock_at(name: str, mode: int, dir_fd: int) -> int:
+    """Open (creating if needed) the regular file *name* in *dir_fd* for a lock.
+
+    Never follows a symlink and never truncates; ``EINVAL`` if *name* is not a regular file.
+    """
+    fd = os.open(name, os.O_RDWR | os.O_CREAT | _O_NOFOLLOW | _O_CLOEXEC | _O_NONBLOCK,
+                 mode, dir_fd=dir_fd)  # fmt: skip
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise OSError(errno.EINVAL, "not a regular file", name)
+    return fd
+
+
+def try_lock(fd: int) -> bool:
+    """Take an exclusive ``flock`` on *fd* without waiting; ``False`` if another holds it."""
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return False
+    return True
+
+
+def unlock(fd: int) -> None:
+    """Release the ``flock`` on *fd*."""
+    fcntl.flock(fd, fcntl.LOCK_UN)
+
+
+def read_at(name: str, dir_fd: int) -> bytes:
+    """Read the regular file *name* in *dir_fd* (as :func:`read_regular`)."""
+    fd = os.open(name, _READ_FLAGS, dir_fd=dir_fd)
+    try:
+        if os.fstat(fd).st_mode & _S_IFMT != _S_IFREG:
+            raise OSError(errno.EINVAL, "not a regular file", name)
+        chunks = []
+        while chunk := os.read(fd, 1 << 16):
+            chunks.append(chunk)
+        return b"".join(chunks)
+    finally:
+        os.close(fd)
+
+
+def unlink_at(name: str, dir_fd: int) -> bool:
+    """Remove *name* from *dir_fd* (a link itself, never its target); ``False`` if gone."""
+    try:
+        os.unlink(name, dir_fd=dir_fd)
+    except FileNotFoundError:
+        return False
+    return True
+
+
+def replace_at(src: str, dst: str, dir_fd: int) -> None:
+    """Rename *src* over *dst*, both in *dir_fd* (vsqs's own files, never messages)."""
+    os.replace(src, dst, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
+
+
+def rename_noreplace_at(src: str, dst: str, dir_fd: int) -> None:
+    """:func:`rename_noreplace` of two names in *dir_fd*."""
+    if _renameat2 is not None:
+        if not _renameat2(dir_fd, _encode(src), dir_fd, _encode(dst), _RENAME_NOREPLACE):
+            return
+        code = ctypes.get_errno()
+        if code not in (errno.EINVAL, errno.ENOSYS, errno.ENOTSUP):
+            raise OSError(code, os.strerror(code), src, None, dst)
+    os.link(src, dst, src_dir_fd=dir_fd, dst_dir_fd=dir_fd, follow_symlinks=False)
+    unlink_at(src, dir_fd)
+
+
+def exists_at(name: str, dir_fd: int) -> bool:
+    """Whether *name* exists in *dir_fd* (without following a final symlink)."""
+    return os.access(name, os.F_OK, dir_fd=dir_fd, follow_symlinks=False)
+
+
+def mtime_at(name: str, dir_fd: int) -> float:
+    """The modification time of *name* in *dir_fd*; infinity if it is gone."""
+    try:
+        return os.lstat(name, dir_fd=dir_fd).st_mtime
+    except FileNotFoundError:
+        return math.inf  # RACE: removed meanwhile; whoever asks treats it as brand new
+
+
+def mtime_us_at(name: str, dir_fd: int) -> int:
+    """The modification time (µs) of *name* in *dir_fd*, not following a symlink."""
+    return os.lstat(name, dir_fd=dir_fd).st_mtime_ns // 1000
+
+
+def list_at(dir_fd: int) -> list[str]:
+    """Every name in the directory open as *dir_fd*."""
+    return os.listdir(dir_fd)
+
+
+def now_us_at(dir_fd: int) -> int:
+    """The filesystem's own clock (µs): the mtime of a file created now in *dir_fd*.
+
+    On a network filesystem this is the server's time, the same clock that dated every
+    message file's mtime, whatever the clocks of the hosts.
+    """
+    name = f".now-{os.getpid()}-{os.urandom(4).hex()}"
+    fd = create_at(name, 0o600, dir_fd)
+    try:
+        return os.fstat(fd).st_mtime_ns // 1000
+    finally:
+        os.close(fd)
+        unlink_at(name, dir_fd)
 
 
 def inode(path: str) -> int:

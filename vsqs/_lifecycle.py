@@ -35,10 +35,9 @@ import bisect
 from dataclasses import dataclass
 from typing import Any, Final
 
-from . import _fs
 from ._ids import Entry, parse_name, to_us
-from ._layout import Layout
-from ._meta import Meta, MetaStore
+from ._layout import DELAYED, META, STATS, Layout
+from ._meta import Meta, MetaStore, report_once
 
 REQUEUE_HOLD_US: Final = 30_000_000
 """The shortest requeue hold: a stalled requeuer keeps sole ownership at least this long."""
@@ -165,20 +164,31 @@ def remove_orphans(layout: Layout, store: MetaStore, live: set[str], wall_cutoff
     """Remove metadata, delayed markers and temporary files that no message needs.
 
     Only what is older than *wall_cutoff* (unix seconds, by modification time) and not
-    about an id in *live* (every message file listed, ``.new`` included).
+    about an id in *live* (every message file listed, ``.new`` included). Planted entries
+    that cannot be removed (directories) are left, and reported once.
     """
     removed = 0
-    for directory, ids in (
-        (layout.meta_dir, store.meta_ids()),
-        (layout.delayed_dir, list(store.delayed_ids())),
-    ):
+    for sub, ids in ((META, store.meta_ids()), (DELAYED, list(store.delayed_ids()))):
         for message_id in ids:
-            path = f"{directory}/{message_id}"
-            if message_id not in live and _fs.mtime(path) < wall_cutoff and _fs.unlink(path):
-                removed += 1
-    for directory in (layout.meta_dir, layout.delayed_dir, layout.stats_dir):
-        for name in _fs.list_all(directory):
-            path = f"{directory}/{name}"
-            if name.startswith(".tmp-") and _fs.mtime(path) < wall_cutoff and _fs.unlink(path):
-                removed += 1
+            if message_id not in live and layout.mtime(sub, message_id) < wall_cutoff:
+                removed += _remove(layout, sub, message_id)
+    for sub in (META, DELAYED, STATS):
+        for name in _names(layout, sub):
+            if name.startswith(".tmp-") and layout.mtime(sub, name) < wall_cutoff:
+                removed += _remove(layout, sub, name)
     return removed
+
+
+def _names(layout: Layout, sub: str) -> list[str]:
+    try:
+        return layout.names(sub)
+    except OSError:
+        return []  # `.vsqs` or the directory is planted: never followed, nothing to clean
+
+
+def _remove(layout: Layout, sub: str, name: str) -> int:
+    try:
+        return int(layout.remove(sub, name))
+    except OSError as exc:
+        report_once(layout.path, "debris that cannot be removed", f"{sub}/{name}: {exc}")
+        return 0

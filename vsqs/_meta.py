@@ -11,15 +11,15 @@ message also sees its metadata.
 
 from __future__ import annotations
 
+import errno
 import json
-import os
+import logging
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-from . import _fs
 from ._errors import InvalidAttributes
-from ._layout import Layout
+from ._layout import DELAYED, META, Layout, UnsafeEntry
 
 MAX_ATTRIBUTES: Final = 10  # as SQS
 MAX_ATTRIBUTE_BYTES: Final = 8192  # all names and values together, UTF-8
@@ -123,11 +123,27 @@ def validate_attributes(attributes: Mapping[str, str] | None) -> dict[str, str]:
     return result
 
 
+_UNREADABLE: Final = frozenset({errno.ELOOP, errno.EINVAL, errno.EISDIR, errno.ENXIO})
+"""What reading a planted non-file gives: a symlink (ELOOP), a FIFO (EINVAL from the
+regular-file check), a directory (EISDIR), a socket (ENXIO)."""
+_log = logging.getLogger("vsqs")
+_reported: set[tuple[str, str]] = set()
+
+
+def report_once(queue: str, what: str, detail: str) -> None:
+    """Log a problem with a queue's metadata once per process and kind."""
+    if (queue, what) not in _reported:
+        _reported.add((queue, what))
+        _log.warning("queue %s: %s (%s); delivery goes on without it", queue, what, detail)
+
+
 class MetaStore:
     """The per-message metadata of one queue (``.vsqs/meta`` and ``.vsqs/delayed``).
 
     Every write is atomic (an exclusive create, or a temporary file renamed into place):
-    a reader sees a whole record or none.
+    a reader sees a whole record or none. Metadata never stops delivery: a record that
+    cannot be read as a regular file (a planted link, FIFO or directory) is treated as
+    absent, and reported once through :mod:`logging`.
     """
 
     def __init__(self, layout: Layout) -> None:
@@ -138,59 +154,83 @@ class MetaStore:
 
     def refresh(self) -> bool:
         """Look whether any per-message metadata was ever written (after a listing)."""
-        self.possible = os.path.isdir(self.layout.meta_dir)
+        self.possible = self.layout.has_dir(META)
         return self.possible
 
     def read(self, message_id: str) -> Meta | None:
-        """The metadata of *message_id*, or ``None`` if it has none."""
+        """The metadata of *message_id*, or ``None`` if it has none (or none readable)."""
         try:
-            return Meta.from_json(_fs.read_regular(self.layout.meta(message_id)))
-        except FileNotFoundError:
+            raw = self.layout.read(META, message_id)
+        except OSError as exc:
+            if exc.errno not in _UNREADABLE and not isinstance(exc, UnsafeEntry):
+                raise
+            report_once(self.layout.path, "unreadable metadata", f"{message_id}: {exc}")
             return None
+        return None if raw is None else Meta.from_json(raw)
 
     def create(self, message_id: str, meta: Meta, *, durable: bool) -> bool:
         """Write metadata for a new message; ``False`` if the id already has some.
 
         Exclusive creation doubles as a collision check: an id with metadata belongs to
-        another message, whatever state its file is in.
+        another message, whatever state its file is in (a planted entry included).
         """
-        layout = self.layout
-        layout.ensure(layout.meta_dir)
-        path = layout.meta(message_id)
-        try:
-            fd = _fs.create_exclusive(path, layout.create_mode)
-        except FileExistsError:
-            return False
         self.possible = True
-        layout.fill(fd, path, meta.to_json(), durable=durable)
+        return self.layout.create(META, message_id, meta.to_json(), durable=durable)
+
+    def write(self, message_id: str, meta: Meta, *, durable: bool) -> bool:
+        """Replace the metadata of an existing message atomically; ``False`` if it could
+        not be written (a planted directory in its place; reported once)."""
+        self.possible = True
+        try:
+            self.layout.write(META, message_id, meta.to_json(), durable=durable)
+        except (IsADirectoryError, UnsafeEntry) as exc:
+            report_once(self.layout.path, "metadata that cannot be replaced", str(exc))
+            return False
         return True
 
-    def write(self, message_id: str, meta: Meta, *, durable: bool) -> None:
-        """Replace the metadata of an existing message atomically."""
-        layout = self.layout
-        layout.ensure(layout.meta_dir)
-        self.possible = True
-        layout.write_atomic(layout.meta(message_id), meta.to_json(), durable=durable)
-
     def remove(self, message_id: str) -> bool:
-        return _fs.unlink(self.layout.meta(message_id))
+        try:
+            return self.layout.remove(META, message_id)
+        except (IsADirectoryError, PermissionError, UnsafeEntry) as exc:
+            # unlink() of a planted directory: EISDIR on Linux, EPERM on macOS.
+            report_once(self.layout.path, "metadata that cannot be removed", str(exc))
+            return False
+
+    def remove_owned(self, message_id: str, inode: int) -> bool:
+        """Remove the metadata of *message_id* if it describes the file with *inode*.
+
+        A message published under the id of an older one that is still held (a skewed
+        publisher) has metadata of its own: deleting the old one must leave it alone.
+        """
+        meta = self.read(message_id)
+        if meta is not None and not meta.owned_by(inode):
+            return False
+        return self.remove(message_id)
 
     def mark_delayed(self, message_id: str) -> None:
-        layout = self.layout
-        layout.ensure(layout.delayed_dir)
-        try:
-            _fs.close(_fs.create_exclusive(layout.delayed(message_id), layout.create_mode))
-        except FileExistsError:
-            pass  # RACE: a colliding publisher marked the same id; the marker means the same
+        # RACE: False when a colliding publisher marked the same id; it means the same.
+        self.layout.create(DELAYED, message_id, b"", durable=False)
 
     def unmark_delayed(self, message_id: str) -> None:
-        _fs.unlink(self.layout.delayed(message_id))
+        try:
+            self.layout.remove(DELAYED, message_id)
+        except (IsADirectoryError, PermissionError, UnsafeEntry) as exc:
+            report_once(self.layout.path, "a delay marker that cannot be removed", str(exc))
 
     def is_delayed(self, message_id: str) -> bool:
-        return _fs.exists(self.layout.delayed(message_id))
+        try:
+            return self.layout.exists(DELAYED, message_id)
+        except UnsafeEntry:
+            return False
 
     def delayed_ids(self) -> set[str]:
-        return set(_fs.list_names(self.layout.delayed_dir))
+        return {name for name in self._names(DELAYED) if not name.startswith(".")}
 
     def meta_ids(self) -> list[str]:
-        return _fs.list_names(self.layout.meta_dir)
+        return [name for name in self._names(META) if not name.startswith(".")]
+
+    def _names(self, sub: str) -> list[str]:
+        try:
+            return self.layout.names(sub)
+        except UnsafeEntry:
+            return []

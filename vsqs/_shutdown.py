@@ -28,7 +28,7 @@ from typing import Final
 from . import _fs
 from ._clock import Clock
 from ._errors import QueueClosed
-from ._layout import Layout
+from ._layout import CLOSED, ROOT, Layout
 
 CLOSE_GRACE: Final = 0.1
 """Seconds a publisher trusts that the queue is open, and consumers wait after a shutdown."""
@@ -57,6 +57,9 @@ class ShutdownWatch:
         self._layout = layout
         self._clock = clock
         self._trusted = _trusted(clock)
+        # Only an existence probe goes by path (the hot check of every publish); reading
+        # and creating the marker go through the layout, which never follows a link.
+        self._marker = f"{layout.root}/{CLOSED}"
         self.seen = False
         """Whether this object has seen the marker (a shutdown is never undone by vsqs)."""
         self.grace_ends: float | None = None
@@ -64,7 +67,7 @@ class ShutdownWatch:
 
     def is_shut_down(self) -> bool:
         """Whether the queue was shut down, by any process (one ``access`` unless seen)."""
-        if not self.seen and _fs.exists(self._layout.closed):
+        if not self.seen and _fs.exists(self._marker):
             self.seen = True
         return self.seen
 
@@ -76,7 +79,7 @@ class ShutdownWatch:
         now = self._clock.monotonic()
         if now < self._trusted.get(path, -1.0):
             return
-        if _fs.exists(self._layout.closed):
+        if _fs.exists(self._marker):
             self.seen = True
             raise QueueClosed(path)
         self._trusted[path] = now + CLOSE_GRACE
@@ -88,15 +91,12 @@ class ShutdownWatch:
         down already, by this or another process.
         """
         layout = self._layout
-        layout.ensure(layout.root)
-        try:
-            fd = _fs.create_exclusive(layout.closed, layout.create_mode)
-        except FileExistsError:
+        stamp = str(self._clock.time_us()).encode()
+        if not layout.create(ROOT, CLOSED, stamp, durable=durable):
             self.seen = True
             return False  # RACE: shut down already (by us or another process)
-        layout.fill(fd, layout.closed, str(self._clock.time_us()).encode(), durable=durable)
         if durable:
-            _fs.fsync_dir(layout.root)
+            layout.fsync(ROOT)
         self.seen = True
         self._trusted.pop(layout.path, None)
         return True
@@ -120,14 +120,15 @@ class ShutdownWatch:
         A marker without a time (written by hand, or by vsqs before 1.0) is dated by its
         modification time.
         """
-        marker = self._layout.closed
         try:
-            text = _fs.read_regular(marker).strip()
+            raw = self._layout.read(ROOT, CLOSED)
         except OSError:
-            return None  # RACE: removed by hand meanwhile; or not a regular file (planted)
-        if text.isdigit():
-            return int(text)
+            return None  # not a regular file (planted), or .vsqs is not a directory
+        if raw is None:
+            return None  # RACE: removed by hand meanwhile
+        if raw.strip().isdigit():
+            return int(raw.strip())
         try:
-            return _fs.mtime_us(marker)
+            return self._layout.mtime_us(ROOT, CLOSED)
         except OSError:
             return None  # RACE: removed by hand meanwhile

@@ -24,6 +24,8 @@ from collections import deque
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final
 
+from ._layout import STATS
+
 if TYPE_CHECKING:
     from ._layout import Layout
 
@@ -111,9 +113,7 @@ class Counters:
                 return
             data = json.dumps(self._values).encode()
             try:
-                layout = self._layout
-                layout.ensure(layout.stats_dir)
-                layout.write_atomic(f"{layout.stats_dir}/{self._name}", data, durable=False)
+                self._layout.write(STATS, self._name, data, durable=False)
             except OSError:
                 # Counters are advisory: a full disk, a read-only remount or another user's
                 # `.vsqs/stats` must not fail the publish or delete that already happened
@@ -137,19 +137,20 @@ class Counters:
 def read_totals(layout: Layout) -> dict[str, int]:
     """Sum the counter files of every process that ever used the queue."""
     totals = dict.fromkeys(_FIELDS, 0)
-    directory = layout.stats_dir
     try:
-        names = os.listdir(directory)
-    except FileNotFoundError:
-        return totals
+        names = layout.names(STATS)
+    except OSError:
+        return totals  # `.vsqs` or its stats directory is not a directory: nothing to sum
     for name in names:
         if name.startswith("."):
             continue  # a writer's temporary file
         try:
-            with open(os.path.join(directory, name), "rb") as handle:
-                data = json.load(handle)
-        except (FileNotFoundError, ValueError):
-            continue  # RACE: replaced or being replaced by its process; its next flush counts
+            raw = layout.read(STATS, name)
+            data = json.loads(raw) if raw is not None else {}
+        except (OSError, ValueError):
+            continue  # RACE: replaced by its process meanwhile (its next flush counts); or planted
+        if not isinstance(data, dict):
+            continue
         for key in _FIELDS:
             value = data.get(key, 0)
             if isinstance(value, int):

@@ -84,6 +84,6 @@ def test_attributes_are_durable_before_the_message_is_visible(
     q.publish(b"m", attributes={"k": "v"})
     rename = next(i for i, c in enumerate(trace) if c.startswith("rename_noreplace"))
     before = trace[:rename]
-    meta_create = next(i for i, c in enumerate(before) if c.startswith("create_exclusive:")
-                       and not c.endswith(".new"))  # fmt: skip
+    # Metadata is created relative to the descriptor of .vsqs/meta (create_at).
+    meta_create = next(i for i, c in enumerate(before) if c.startswith("create_at:"))
     assert any(c.startswith("fsync:") for c in before[meta_create:])
