@@ -179,7 +179,6 @@ class Deduplicator:
                 removed += 1
         return removed
 
-
     def _read(self, marker: str) -> tuple[str, int] | None:
         """The id and time a marker records; ``None`` if it is gone."""
         try:

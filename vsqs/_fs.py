@@ -25,6 +25,7 @@ import os
 import shutil
 import stat
 import sys
+from collections.abc import Callable
 from typing import Final
 
 _O_NOFOLLOW: Final = getattr(os, "O_NOFOLLOW", 0)
@@ -205,6 +206,7 @@ def read_message(path: str) -> tuple[bytes, int]:
 # O_NOFOLLOW | O_DIRECTORY from the queue's own descriptor: a symlink planted anywhere
 # under ``.vsqs`` is never followed, so nothing outside the queue is ever touched.
 
+_COPY_CHUNK: Final = 1 << 20
 _DIR_FLAGS: Final = os.O_RDONLY | _O_DIRECTORY | _O_NOFOLLOW | _O_CLOEXEC
 
 
@@ -348,6 +350,22 @@ def now_us_at(dir_fd: int) -> int:
     finally:
         os.close(fd)
         unlink_at(name, dir_fd)
+
+
+def copy_fd(source: int, target: int, progress: Callable[[], object]) -> int:
+    """Copy everything from *source* to *target* in 1 MiB chunks; return the size.
+
+    *progress* is called before each chunk (a mover renews its claim there); whatever
+    it raises stops the copy.
+    """
+    size = 0
+    while True:
+        progress()
+        chunk = os.read(source, _COPY_CHUNK)
+        if not chunk:
+            return size
+        write_all(target, chunk)
+        size += len(chunk)
 
 
 def inode(path: str) -> int:

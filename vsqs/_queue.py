@@ -46,7 +46,7 @@ from ._ids import State as _State
 from ._layout import Layout
 from ._lifecycle import History
 from ._message import NO_ATTRIBUTES, Counts, Message
-from ._meta import Meta, MetaStore, validate_attributes
+from ._meta import Meta, MetaStore, report_once, validate_attributes
 from ._shutdown import ShutdownWatch
 from ._stats import Counters, Stats, read_totals
 from ._view import ReadyView
@@ -57,6 +57,7 @@ _RECEIPT_CACHE: Final = 4096
 # open with O_NOFOLLOW), a FIFO or directory (EINVAL from _fs.read_message's check), a
 # socket (ENXIO).
 _NOT_A_MESSAGE: Final = frozenset({errno.ELOOP, errno.EINVAL, errno.EISDIR, errno.ENXIO})
+_NO_SPACE: Final = frozenset({errno.ENOSPC, errno.EDQUOT})
 
 
 class Gone(enum.Enum):
@@ -391,10 +392,16 @@ class Queue:
     def _publish_synced(
         self, views: list[memoryview], attrs: dict[str, str], delay_us: int, keys: list[str | None]
     ) -> list[str]:
-        """Write every body unsynced, flush the filesystem once, then commit them all."""
-        staged = [self._stage(view) for view in views]
+        """Write every body unsynced, flush the filesystem once, then commit them all.
+
+        On any failure (a full disk, a shutdown) every body staged and not yet visible is
+        removed: nothing is left behind as debris.
+        """
+        staged: list[tuple[str, int]] = []
         ids: list[str] = []
         try:
+            # extend() keeps what was staged before a failure: it is removed below.
+            staged.extend(self._stage(view) for view in views)
             if not _fs.sync_filesystem(self.path):
                 for name, _ in staged:
                     fd = _fs.open_regular(self.layout.message(name))
@@ -950,13 +957,32 @@ class Queue:
             receipt = self._locate(receipt)
             if not receipt:
                 return False
-        if not _fs.unlink(f"{self.path}/{receipt}"):
+        if not self._unlink_message(receipt):
             return False
-        message_id = receipt.partition(".")[0]
-        self._receipts.pop(message_id, None)
-        if self._meta.possible:
-            self._meta.remove(message_id)
+        self._receipts.pop(receipt.partition(".")[0], None)
         self._counters.add_consumed(size)
+        return True
+
+    def _unlink_message(self, name: str) -> bool:
+        """Unlink the message file *name* and its metadata; ``False`` if it was gone.
+
+        The metadata goes only if it is this file's: a message published under the id of
+        one that was held (a skewed publisher, a vsqs 0.3 peer) keeps its own.
+        """
+        if not self._meta.possible:
+            return _fs.unlink(f"{self.path}/{name}")
+        message_id = name.partition(".")[0]
+        meta = self._meta.read(message_id)
+        inode = 0
+        if meta is not None and meta.inode:
+            try:
+                inode = _fs.inode(self.layout.message(name))
+            except FileNotFoundError:
+                return False  # RACE: deleted, requeued or moved by another process first
+        if not _fs.unlink(self.layout.message(name)):
+            return False
+        if meta is not None and meta.owned_by(inode or meta.inode):
+            self._meta.remove(message_id)
         return True
 
     def delete_batch(self, messages: Iterable[Message | str]) -> int:
@@ -1131,13 +1157,33 @@ class Queue:
             meta, message_id, lease, hold, released=released, now_us=now_us, vt_us=self._vt_us
         )
         if _lifecycle.exhausted(meta, self.max_receives):
-            if target == message_id:
-                self._meta.write(message_id, meta, durable=self.durable)
-            moved = self._dead_letter(held_name, meta, reason="max_receives")
+            try:
+                if target == message_id:
+                    self._meta.write(message_id, meta, durable=self.durable)
+                moved = self._dead_letter(held_name, meta, reason="max_receives")
+            except OSError as exc:
+                if exc.errno not in _NO_SPACE:
+                    raise
+                # A full disk: it stays in its hold and is dead-lettered when that ends.
+                report_once(self.path, "no space to dead-letter a message", str(exc))
+                return Gone.LOST
             return Gone.DEAD_LETTERED if moved else Gone.LOST
-        self._meta.write(target, meta, durable=self.durable)
+        self._write_count(target, meta)
         code = self._make_ready(self.layout.message(held_name), target, meta)
         return Gone.LOST if code is None else code
+
+    def _write_count(self, message_id: str, meta: Meta) -> None:
+        """Record a receive count; on a full disk, deliver without it (reported once).
+
+        A receive never needs free space: the count of a message requeued while the
+        disk is full is lost, not its delivery.
+        """
+        try:
+            self._meta.write(message_id, meta, durable=self.durable)
+        except OSError as exc:
+            if exc.errno not in _NO_SPACE:
+                raise
+            report_once(self.path, "no space to record a receive count", str(exc))
 
     def _take_hold(self, held_name: str, hold_us: int) -> str | None:
         """Rename a held message to a requeue hold only this process owns; its suffix.
@@ -1239,23 +1285,59 @@ class Queue:
                     dest._meta.remove(target)
                 if exc.errno != errno.EXDEV:
                     raise
-                target = dest._copy_in(source, target, meta if with_meta else None)
-                _fs.unlink(source)
+                return self._copy_to(dest, held_name, target, meta if with_meta else None)
             break
         if dest.durable:
             _fs.fsync_dir(dest.path)
             _fs.fsync_dir(self.path)
         return target
 
-    def _copy_in(self, source: str, target: str, meta: Meta | None) -> str:
-        """Publish a copy of *source* (on another filesystem) as *target*, with *meta*.
+    def _copy_to(self, dest: Queue, held_name: str, target: str, meta: Meta | None) -> str | None:
+        """Move a held message to *dest* on another filesystem: copy, then unlink.
 
-        Used when a move between queues meets ``EXDEV``. The id is kept unless it is
-        taken here; the id used is returned. A crash before the caller removes *source*
-        leaves the message in both queues (at least once, never lost).
+        Exactly once without a crash: the copy is staged in *dest* while this process
+        keeps renewing its claim on the source (so no requeue can hand the message to
+        another mover however long the copy takes); the claim is renewed once more
+        before the copy becomes visible, and the source is unlinked right after. If the
+        claim is lost anyway (this process stalled longer than a lease), the copy is
+        withdrawn before anyone sees it, or, if it was already visible, reported. A
+        crash between the copy's commit and the unlink leaves the message in both
+        queues (at least once, never lost). Returns the id in *dest*, or ``None`` if
+        another process took the message first.
         """
-        new, _ = self._stage(memoryview(_fs.read_regular(source)), sync=self.durable)
-        new_path = self.layout.message(new)
+        claim = _Claim(self, held_name)
+        try:
+            source = _fs.open_regular(self.layout.message(held_name))
+        except FileNotFoundError:
+            return None  # RACE: another process moved or deleted it first
+        except OSError as exc:
+            if exc.errno not in _NOT_A_MESSAGE:
+                raise
+            return None  # planted (a link, a FIFO): never copied; it is not a message
+        try:
+            new, _ = dest._stage(
+                lambda out: _fs.copy_fd(source, out, claim.renew), sync=dest.durable
+            )
+        except _ClaimLost:
+            return None  # RACE: another process took the message while we copied
+        finally:
+            _fs.close(source)
+        new_path = dest.layout.message(new)
+        if not claim.renew(force=True):
+            _fs.unlink(new_path)  # withdrawn before anyone could see it
+            return None
+        target = dest._publish_copy(new_path, target, meta)
+        if not _fs.unlink(self.layout.message(claim.name)):
+            # RACE: the claim ran out between the renewal and now (a stall longer than
+            # a lease): the other copy is whoever took it. Ours is visible already.
+            report_once(self.path, "a moved message was taken back during its move", target)
+        if dest.durable:
+            _fs.fsync_dir(dest.path)
+            _fs.fsync_dir(self.path)
+        return target
+
+    def _publish_copy(self, new_path: str, target: str, meta: Meta | None) -> str:
+        """Make a staged copy ready as *target* (or a fresh id if taken), with *meta*."""
         if meta is not None:
             meta.inode = _fs.inode(new_path)  # a copy is a new inode: match the metadata
         while True:
@@ -1293,17 +1375,22 @@ class Queue:
         """
         assert self.retention is not None
         split = _lifecycle.expired_split(codes, now_us, self.retention)
+        if split:
+            # Never judge by a clock that runs ahead of the filesystem's own (the time of
+            # a file made now): a consumer whose clock is ahead must not drop fresh
+            # messages. One probe, only when some message looks expired.
+            now_us = min(now_us, self.layout.now_us())
+            split = _lifecycle.expired_split(codes, now_us, self.retention)
         for code in codes[:split]:
             message_id = decode_ready(code)
             held = self._claim_for_move(message_id)
             if held is None:
-                continue
+                continue  # RACE: a consumer claimed it first; it is theirs now
             if self.dead_letter is not None:
                 meta = self._meta.read(message_id) or Meta()
                 self._dead_letter(held, meta, reason="retention")
             else:
-                _fs.unlink(self.layout.message(held))
-                self._meta.remove(message_id)
+                self._unlink_message(held)
         return codes[split:]
 
     # -- looking and housekeeping -------------------------------------------------------
@@ -1399,12 +1486,12 @@ class Queue:
         listing = _scan.scan(self.path)
         names = [decode_ready(code) for code in listing.ready] + [n for _, n in listing.held]
         removed = 0
+        self._meta.refresh()
         for name in names:
-            if _fs.unlink(self.layout.message(name)):  # RACE: ENOENT: a consumer got there first
+            # RACE: a consumer may get there first (the unlink finds nothing).
+            if self._unlink_message(name):
                 removed += 1
-                message_id = name.partition(".")[0]
-                self._meta.remove(message_id)
-                self._meta.unmark_delayed(message_id)
+                self._meta.unmark_delayed(name.partition(".")[0])
         self._view.invalidate()
         return removed
 
@@ -1506,6 +1593,49 @@ class Queue:
         if entry is None or entry.state is _State.NEW:
             raise InvalidId(name)
         return _lifecycle.history_of(self._meta.read(entry.id) or Meta(), entry)
+
+
+class _ClaimLost(Exception):
+    """Raised from a copy's progress callback to abandon it (caught in ``_copy_to``)."""
+
+
+class _Claim:
+    """A mover's claim on a held message, renewed while a long copy runs."""
+
+    def __init__(self, queue: Queue, name: str) -> None:
+        self._queue = queue
+        self.name = name
+        message_id, _, lease = name.partition(".")
+        self._id = message_id
+        self._tag = ".0" if lease.endswith(".0") else ""
+        self._length_us = max(queue.config.vt_us, _lifecycle.REQUEUE_HOLD_US)
+        entry = parse_name(name)
+        self._expires = entry.expires if entry is not None and entry.expires else 0
+
+    def renew(self, *, force: bool = False) -> bool:
+        """Push the expiry one lease further once half of it is used (or now if *force*).
+
+        As a copy's progress callback it raises :class:`_ClaimLost` instead of
+        returning ``False``, which stops the copy.
+        """
+        queue = self._queue
+        now_us = queue.clock.time_us()
+        if not force and self._expires - now_us > self._length_us // 2:
+            return True
+        expiry = now_us + self._length_us
+        while True:
+            name = f"{self._id}.{format_time(expiry, queue.precision)}{self._tag}"
+            try:
+                _fs.rename_noreplace(queue.layout.message(self.name), queue.layout.message(name))
+            except FileNotFoundError:
+                if force:
+                    return False
+                raise _ClaimLost(self.name) from None  # RACE: requeued by another process
+            except FileExistsError:
+                expiry += 1000  # RACE: a same-id lease with this expiry (a skewed peer)
+                continue
+            self.name, self._expires = name, expiry
+            return True
 
 
 def _check_dedup_id(key: object) -> None:
