@@ -18,6 +18,7 @@ import pytest
 from click.testing import CliRunner, Result
 
 import vsqs
+from vsqs._cli_entry import MISSING_EXTRA
 from vsqs.cli import cli
 from vsqs.testing import drain
 
@@ -450,6 +451,40 @@ def test_console_script_and_python_m(tmp_path: Path) -> None:
     missing = shell([VSQS, "stats", str(tmp_path / "nope")])
     assert (missing.returncode, missing.stdout) == (1, "")
     assert missing.stderr == f"vsqs: no queue at {tmp_path / 'nope'}\n"
+
+
+def test_without_the_cli_extra_the_script_says_how_to_install_it(tmp_path: Path) -> None:
+    """The real console script, with click hidden from the interpreter: one line naming
+    the ``cli`` extra and exit status 1, not a ``ModuleNotFoundError`` traceback."""
+    (tmp_path / "sitecustomize.py").write_text("import sys\nsys.modules['click'] = None\n")
+    env = {**ENV, "PYTHONPATH": str(tmp_path)}
+    for args in ([VSQS, "--help"], [sys.executable, "-m", "vsqs", "--help"]):
+        done = subprocess.run(
+            args, capture_output=True, text=True, env=env, timeout=120, check=False
+        )
+        assert (done.returncode, done.stdout) == (1, ""), done.stderr
+        assert done.stderr == MISSING_EXTRA + "\n"
+    assert "pip install '.[cli]'" in MISSING_EXTRA
+    assert "0.3" in MISSING_EXTRA
+
+
+def test_a_broken_install_of_vsqs_itself_still_shows_its_traceback(tmp_path: Path) -> None:
+    """Only a missing click or rich means the extra is missing; any other missing module
+    is a real error and keeps its traceback."""
+    (tmp_path / "sitecustomize.py").write_text(
+        "import sys\nsys.modules['vsqs._cli_admin'] = None\n"
+    )
+    done = subprocess.run(
+        [VSQS, "--help"],
+        capture_output=True,
+        text=True,
+        env={**ENV, "PYTHONPATH": str(tmp_path)},
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 1
+    assert "Traceback" in done.stderr
+    assert "ModuleNotFoundError" in done.stderr
 
 
 def test_receive_into_a_pipe_closed_early_exits_quietly(tmp_path: Path) -> None:
