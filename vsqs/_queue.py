@@ -53,8 +53,8 @@ class Queue(Publishing, Consuming):
     :param precision: ``"us"`` (default, as vsqs 0.3 writes) or ``"ms"`` (as the design text
         shows) for the ids and expiries this queue writes; both are always read.
     :param capacity: bound the number of messages; publishers block when it is reached.
-    :param dead_letter: a queue (or its path) that receives messages received more than
-        ``max_receives`` times.
+    :param dead_letter: a queue (or its path) that a message moves to after exactly
+        ``max_receives`` receives without a delete (it is delivered exactly that often).
     :param max_receives: receives after which a message is dead-lettered (needs ``dead_letter``).
     :param retention: seconds after which an unconsumed message is dropped (or dead-lettered).
     :param dedup_window: seconds during which a ``dedup_id`` is remembered (default 300).
