@@ -26,6 +26,7 @@ demo: $(VENV)/.core
 ## test: lint, type-check, the whole suite with coverage, and the docs build
 test: $(STAMP)
 	sh tests/reliability/setup-filesystems.sh
+	sh tests/setup-java.sh
 	$(BIN)/ruff check vsqs tests benchmarks examples docs
 	$(BIN)/ruff format --check vsqs tests benchmarks examples docs
 	$(BIN)/mypy

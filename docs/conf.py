@@ -3,8 +3,9 @@
 Conventions for authors of pages (checked by ``tests/test_docs.py``):
 
 * ``.. code-block:: python`` blocks are executed by the test suite: the blocks of one page
-  run in order as one script, in a fresh temporary directory (string literals starting
-  with ``/tmp/`` are redirected there). Write them self-contained and runnable.
+  run in order as one script, in a fresh temporary directory, twice in a row. Make queues
+  in :mod:`tempfile` directories, never at a fixed path; write blocks self-contained,
+  runnable and ``mypy --strict`` clean.
 * A python block that must not run is preceded by ``.. skip-test: <reason>`` (it is still
   compiled). Shell sessions use ``console``, other text uses ``text``.
 * ``>>>`` examples go in ``.. doctest::`` blocks; they run under ``sphinx-build -b doctest``.

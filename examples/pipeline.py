@@ -11,6 +11,7 @@ result to ``squares``; a number that fails three times goes to a dead-letter que
 from __future__ import annotations
 
 import multiprocessing as mp
+import shutil
 import sys
 import tempfile
 from pathlib import Path
@@ -50,6 +51,13 @@ def worker(root: str, done: mp.synchronize.Barrier) -> None:
 
 def main() -> int:
     root = str(Path(tempfile.mkdtemp(prefix="vsqs-pipeline-")))
+    try:
+        return run(root)
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def run(root: str) -> int:
     done = mp.Barrier(2)
     processes = [mp.Process(target=producer, args=(root,))]
     processes += [mp.Process(target=worker, args=(root, done)) for _ in range(2)]

@@ -9,7 +9,7 @@
 3. Spark streams ``results`` back with the ``vsqs`` source into an in-memory table and
    checks that every item came back exactly once.
 
-Run it (after ``pip install 'vsqs[spark]'``)::
+Run it (after ``pip install '.[spark]'`` in a clone of vsqs; PySpark needs Java 17 or 21)::
 
     python examples/spark_pipeline.py [--items 2000] [--workers 3]
 """

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 import vsqs
+from tests.java import find_java
 from vsqs.testing import ManualClock
 
 
@@ -18,6 +19,16 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         default=False,
         help="run the long modes of the stress and crash-injection tests (make stress)",
     )
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Without a Java runtime for the Spark tests, stop with one line (which says how to
+    get one) instead of a wall of Spark errors."""
+    if any(item.get_closest_marker("spark") for item in items):
+        try:
+            find_java(os.environ)
+        except RuntimeError as exc:
+            raise pytest.UsageError(str(exc)) from None
 
 
 @pytest.fixture(scope="session")

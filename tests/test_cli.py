@@ -18,6 +18,7 @@ import pytest
 from click.testing import CliRunner, Result
 
 import vsqs
+from vsqs._cli_entry import MISSING_EXTRA
 from vsqs.cli import cli
 from vsqs.testing import drain
 
@@ -59,10 +60,20 @@ def test_help_lists_every_command_with_help_text_and_exit_codes() -> None:
         sub = run(name, "--help")
         assert sub.exit_code == 0, name
         assert "Usage: " in sub.stdout
-    for code in ("0", "1", "2", "3", "4", "5", "126", "127", "130"):
+    for code in ("0", "1", "2", "3", "4", "5", "126", "127", "130", "143"):
         assert re.search(rf"^\s+{code}\s+\w", result.stdout, re.MULTILINE), code
     assert "_VSQS_COMPLETE=bash_source vsqs" in result.stdout
     assert run("--version").stdout.strip() == f"vsqs, version {vsqs.__version__}"
+
+
+def test_the_guide_and_help_agree_that_exec_renews_the_lease() -> None:
+    guide = " ".join((REPO / "docs" / "guides" / "cli.rst").read_text().split())
+    help_text = " ".join(run("receive", "--help").stdout.split())
+    assert "its lease is renewed" in help_text
+    assert "lease is renewed" in guide
+    assert "must finish within" not in guide
+    for text in (guide, help_text):
+        assert "128 + the signal number" in text
 
 
 def test_a_bad_option_is_a_usage_error(tmp_path: Path) -> None:
@@ -452,6 +463,40 @@ def test_console_script_and_python_m(tmp_path: Path) -> None:
     assert missing.stderr == f"vsqs: no queue at {tmp_path / 'nope'}\n"
 
 
+def test_without_the_cli_extra_the_script_says_how_to_install_it(tmp_path: Path) -> None:
+    """The real console script, with click hidden from the interpreter: one line naming
+    the ``cli`` extra and exit status 1, not a ``ModuleNotFoundError`` traceback."""
+    (tmp_path / "sitecustomize.py").write_text("import sys\nsys.modules['click'] = None\n")
+    env = {**ENV, "PYTHONPATH": str(tmp_path)}
+    for args in ([VSQS, "--help"], [sys.executable, "-m", "vsqs", "--help"]):
+        done = subprocess.run(
+            args, capture_output=True, text=True, env=env, timeout=120, check=False
+        )
+        assert (done.returncode, done.stdout) == (1, ""), done.stderr
+        assert done.stderr == MISSING_EXTRA + "\n"
+    assert "pip install '.[cli]'" in MISSING_EXTRA
+    assert "0.3" in MISSING_EXTRA
+
+
+def test_a_broken_install_of_vsqs_itself_still_shows_its_traceback(tmp_path: Path) -> None:
+    """Only a missing click or rich means the extra is missing; any other missing module
+    is a real error and keeps its traceback."""
+    (tmp_path / "sitecustomize.py").write_text(
+        "import sys\nsys.modules['vsqs._cli_admin'] = None\n"
+    )
+    done = subprocess.run(
+        [VSQS, "--help"],
+        capture_output=True,
+        text=True,
+        env={**ENV, "PYTHONPATH": str(tmp_path)},
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 1
+    assert "Traceback" in done.stderr
+    assert "ModuleNotFoundError" in done.stderr
+
+
 def test_receive_into_a_pipe_closed_early_exits_quietly(tmp_path: Path) -> None:
     run("pump", str(tmp_path), "-n", "3000", "--size", "2000", "--no-durable")
     done = shell(["bash", "-c", f"set -o pipefail; {VSQS} receive {tmp_path} | head -1"])
@@ -641,3 +686,101 @@ def test_publish_respects_a_capacity_and_times_out_when_full(tmp_path: Path) -> 
     assert vsqs.Queue(path).size() == 2
     usage = runner.invoke(cli, ["publish", str(path), "c", "--timeout", "1"])
     assert usage.exit_code == 2
+
+
+# -- stop signals during receive (systemd, docker stop, Ctrl-C) -------------------------
+
+
+def _wait_for(path: Path, child: subprocess.Popen[str]) -> None:
+    deadline = time.monotonic() + 60
+    while not path.exists():
+        assert child.poll() is None, child.communicate()
+        assert time.monotonic() < deadline, f"{path} never appeared"
+        time.sleep(0.02)
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT, signal.SIGHUP])
+@pytest.mark.parametrize(("cmd_status", "left"), [(0, 0), (3, 1)])
+def test_a_stop_signal_is_passed_to_cmd_and_its_message_settled_after_it_exits(
+    tmp_path: Path, signum: signal.Signals, cmd_status: int, left: int
+) -> None:
+    """The signal goes to vsqs alone (as docker stop sends it). CMD gets it, finishes its
+    work (meanwhile another consumer cannot take the message: it is not released early),
+    and exits; only then is the message deleted (CMD exited 0) or released at once (any
+    other status), and vsqs exits 128 + signum with one line."""
+    path, started, log = tmp_path / "q", tmp_path / "started", tmp_path / "log"
+    queue = vsqs.Queue(path, visibility_timeout=600)  # a late release would show for 10 min
+    queue.publish(b"job")
+    on_signal = (
+        f'sleep 0.3; {VSQS} receive "$VSQS_QUEUE" --keep >/dev/null 2>&1; '
+        f'echo "steal $?" >> {log}; exit {cmd_status}'
+    )
+    # (stderr silenced: the shell reports its sleep that the forwarded signal ended)
+    loop = "while :; do sleep 0.05; done"
+    cmd = f"exec 2>/dev/null; trap '{on_signal}' {signum.name[3:]}; touch {started}; {loop}"
+    child = subprocess.Popen(
+        [VSQS, "receive", str(path), "--exec", cmd],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=ENV,
+    )
+    _wait_for(started, child)
+    child.send_signal(signum)
+    out, err = child.communicate(timeout=60)
+    assert (child.returncode, out) == (128 + signum, "")
+    expected = "vsqs: interrupted" if signum == signal.SIGINT else f"vsqs: stopped by {signum.name}"
+    assert err == expected + "\n"
+    assert log.read_text() == "steal 3\n"  # nothing to take while CMD still worked on it
+    counts = queue.counts()
+    assert (counts.ready, counts.held) == (left, 0)  # released at once, not held for 600 s
+
+
+def test_sigterm_kills_a_cmd_that_does_not_trap_it_and_releases_its_message(
+    tmp_path: Path,
+) -> None:
+    """A CMD (and the processes it started) that does not handle SIGTERM dies of it; the
+    message is back in the queue at once, and no process of CMD is left running."""
+    path, started = tmp_path / "q", tmp_path / "started"
+    queue = vsqs.Queue(path, visibility_timeout=600)
+    queue.publish(b"job")
+    cmd = f"sleep 300 & echo $! > {tmp_path / 'pid'}; touch {started}; wait"
+    child = subprocess.Popen(
+        [VSQS, "receive", str(path), "--exec", cmd],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=ENV,
+    )
+    _wait_for(started, child)
+    child.send_signal(signal.SIGTERM)
+    out, err = child.communicate(timeout=60)
+    assert (child.returncode, out, err) == (143, "", "vsqs: stopped by SIGTERM\n")
+    assert (queue.counts().ready, queue.counts().held) == (1, 0)
+    sleeper = int((tmp_path / "pid").read_text())
+    deadline = time.monotonic() + 10
+    while Path(f"/proc/{sleeper}").exists() and b"Z" not in _proc_state(sleeper):
+        assert time.monotonic() < deadline, "CMD's own child outlived the stop"
+        time.sleep(0.02)
+
+
+def _proc_state(pid: int) -> bytes:
+    try:
+        return Path(f"/proc/{pid}/stat").read_bytes().rsplit(b")", 1)[1][:3]
+    except FileNotFoundError:
+        return b" Z "  # gone between the two looks
+
+
+def test_sigterm_while_waiting_for_a_message_exits_143_with_a_line(tmp_path: Path) -> None:
+    vsqs.Queue(tmp_path)
+    child = subprocess.Popen(
+        [VSQS, "receive", str(tmp_path), "--wait", "inf", "--exec", "cat"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=ENV,
+    )
+    time.sleep(1.0)  # let it start and block (a real process: no manual clock to step)
+    child.send_signal(signal.SIGTERM)
+    out, err = child.communicate(timeout=60)
+    assert (child.returncode, out, err) == (143, "", "vsqs: stopped by SIGTERM\n")

@@ -11,9 +11,13 @@ pytest_plugins = ["pytester"]
 
 # The README's example, word for word.
 README_EXAMPLE = """
-def test_worker(vsqs_queue):
+import vsqs
+
+
+def test_worker(vsqs_queue: vsqs.Queue) -> None:
     vsqs_queue.publish(b"resize cat.jpg")
-    assert vsqs_queue.receive(timeout=0).body == b"resize cat.jpg"
+    message = vsqs_queue.receive(timeout=0)  # None if nothing was ready
+    assert message is not None and message.body == b"resize cat.jpg"
 """
 
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from .cli import main
+from ._cli_entry import main
 
 if __name__ == "__main__":
     main(prog_name="python -m vsqs")

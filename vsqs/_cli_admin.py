@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
+from . import QueueRoot, Stats, validate_name
 from ._cli_common import (
     CliError,
     format_age,
@@ -19,13 +20,11 @@ from ._cli_common import (
     progress,
     stdout_is_terminal,
 )
-from ._root import QueueRoot, validate_name
-from ._stats import Stats
 
 if TYPE_CHECKING:
     from rich.table import Table
 
-    from ._queue import Queue
+    from . import Queue
 
 
 def _confirm(what: str, yes: bool) -> None:

@@ -15,9 +15,7 @@ from typing import Any, Final
 
 import click
 
-from ._errors import LeaseLost, QueueClosed, QueueDrained, QueueFull, VsqsError
-from ._message import Message
-from ._queue import Queue
+from . import LeaseLost, Message, Queue, QueueClosed, QueueDrained, QueueFull, VsqsError
 
 # The documented exit codes (the epilog of `vsqs --help` and docs/guides/cli.rst).
 OK: Final = 0
@@ -39,6 +37,7 @@ Exit codes:
   126  receive --exec: the command cannot be executed
   127  receive --exec: the command was not found
   {INTERRUPTED}  interrupted (Ctrl-C)
+  143  stopped by SIGTERM (in general 128 + the signal number)
 \b
 Run with --debug (or VSQS_DEBUG=1) to see the traceback of an error.
 Shell completion: eval "$(_VSQS_COMPLETE=bash_source vsqs)" (zsh_source, fish_source)."""

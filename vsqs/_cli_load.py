@@ -7,8 +7,8 @@ import time
 
 import click
 
+from . import QueueDrained
 from ._cli_common import EMPTY, format_rate, open_queue, progress, stdout_is_terminal
-from ._errors import QueueDrained
 
 
 @click.command()

@@ -5,11 +5,16 @@ from __future__ import annotations
 import io
 import math
 import os
+import signal
 import subprocess
 import sys
+import threading
+from types import FrameType, TracebackType
+from typing import Any, Final
 
 import click
 
+from . import LeaseLost, Message, Queue, QueueDrained
 from ._cli_common import (
     CLOSED,
     EMPTY,
@@ -21,12 +26,86 @@ from ._cli_common import (
     open_queue,
     release,
 )
-from ._errors import LeaseLost, QueueDrained
-from ._message import Message
-from ._queue import Queue
 
 _SHELL = "/bin/sh"
 _STOP_CODES = (126, 127)  # the command cannot run at all: every later message would fail too
+# The signals that stop `receive`: SIGTERM (systemd, docker stop, kill), SIGINT (Ctrl-C)
+# and SIGHUP (the terminal went away).
+_STOP_SIGNALS: Final = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
+
+# CMD runs in a process group of its own, so that a signal reaches it exactly once: from
+# us (forwarded to the whole group, as a terminal would), not also from the terminal.
+_OWN_GROUP: dict[str, Any]
+if sys.version_info >= (3, 11):
+    _OWN_GROUP = {"process_group": 0}
+else:  # pragma: no cover -- the same, before Popen(process_group=) existed
+    _OWN_GROUP = {"preexec_fn": os.setpgrp}
+
+
+class _Stopped(BaseException):
+    """A stop signal arrived while no message was being worked on (like KeyboardInterrupt,
+    a ``BaseException``, so that no ``except Exception`` on the way swallows it)."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signum)
+        self.signum = signum
+
+
+class _Signals:
+    """What SIGTERM, SIGINT and SIGHUP do while ``receive`` runs.
+
+    While no message is being worked on, a signal stops ``receive`` at once (it raises
+    :class:`_Stopped`; printed messages not yet deleted are released on the way out).
+    While CMD works on a message (``busy``), the signal is passed on to CMD's process
+    group and only remembered: ``receive`` waits for CMD to exit, keeps renewing the
+    lease meanwhile, settles the message (deleted if CMD exited 0, released otherwise)
+    and only then stops. A message is thus never released while CMD may still be
+    working on it. Handlers are installed only in the main thread (where Python runs
+    them); elsewhere the process's own handling applies.
+    """
+
+    def __init__(self) -> None:
+        self.signum: int | None = None
+        self.busy = False
+        self.child: subprocess.Popen[bytes] | None = None
+        self._previous: dict[int, Any] = {}
+
+    def __enter__(self) -> _Signals:
+        if threading.current_thread() is threading.main_thread():
+            for signum in _STOP_SIGNALS:
+                self._previous[signum] = signal.signal(signum, self._handle)
+        return self
+
+    def __exit__(
+        self,
+        kind: type[BaseException] | None,
+        error: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        for signum, handler in self._previous.items():
+            signal.signal(signum, handler)
+
+    def _handle(self, signum: int, frame: FrameType | None) -> None:
+        self.signum = signum
+        if self.child is not None:
+            try:
+                os.killpg(self.child.pid, signum)
+            except ProcessLookupError:
+                pass  # RACE: CMD (and its group) exited just now; we reap it next
+            return
+        if not self.busy:
+            raise _Stopped(signum)
+
+    def check(self) -> None:
+        """Stop now if a signal arrived while a message was being worked on."""
+        if self.signum is not None:
+            raise _Stopped(self.signum)
+
+
+def _stopped_line(signum: int) -> str:
+    if signum == signal.SIGINT:
+        return "vsqs: interrupted"
+    return f"vsqs: stopped by {signal.Signals(signum).name}"
 
 
 def _child_stdout() -> int | None:
@@ -42,12 +121,15 @@ def _child_stdout() -> int | None:
         return None
 
 
-def _run(command: str, queue: Queue, message: Message, as_json: bool) -> tuple[int, Message]:
+def _run(
+    command: str, queue: Queue, message: Message, as_json: bool, signals: _Signals
+) -> tuple[int, Message]:
     """Run *command* for *message*, renewing its lease while it runs.
 
     Returns the exit status and the message under its latest receipt. Every third of
     the visibility timeout the lease is extended by a whole one, so a command may run
-    as long as it needs without the message being delivered to someone else.
+    as long as it needs without the message being delivered to someone else. A stop
+    signal meanwhile is passed on to CMD (see :class:`_Signals`), and waited out.
     """
     env = {
         **os.environ,
@@ -68,7 +150,13 @@ def _run(command: str, queue: Queue, message: Message, as_json: bool) -> tuple[i
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE if fd is None else fd,
         env=env,
+        **_OWN_GROUP,
     ) as child:
+        signals.child = child
+        if signals.signum is not None:
+            # The signal came between the receive and the start of CMD: CMD still
+            # gets it, and stops (or not) as it would have a moment later.
+            os.killpg(child.pid, signals.signum)
         pending: bytes | None = data  # input goes with the first call only
         while True:
             try:
@@ -81,6 +169,7 @@ def _run(command: str, queue: Queue, message: Message, as_json: bool) -> tuple[i
                     beat = None  # deleted or taken meanwhile: nothing left to renew
                 continue
             break
+        signals.child = None
     if fd is None and out:
         click.echo(out, nl=False)
     return child.returncode, message
@@ -135,6 +224,10 @@ def receive(
     the message as JSON on stdin. While CMD runs, its lease is renewed, however long
     CMD takes.
 
+    SIGTERM, SIGINT (Ctrl-C) or SIGHUP while CMD runs is passed on to CMD; vsqs waits
+    for CMD to exit, deletes its message if it exited 0 and releases it at once
+    otherwise, then exits with 128 + the signal number (143 for SIGTERM).
+
     \b
       vsqs receive /tmp/jobs -n 10
       vsqs receive /tmp/jobs --wait inf --exec 'convert-one "$(cat)"'
@@ -148,57 +241,93 @@ def receive(
     failed: list[Message] = []
     seen: set[str] = set()
     status = OK
+    stopped_by = 0
     try:
-        while not limit or received < limit:
-            want = 1 if command else min(10, limit - received if limit else 10)
-            try:
-                batch = source.receive_batch(want, timeout=timeout)
-            except QueueDrained:
-                drained = True
-                break
-            if not batch:
-                break
-            came_back = False
-            if keep:
-                # A kept message whose lease ran out comes back: all were printed once.
-                # It stays held, as the printed ones do, until its lease ends.
-                fresh = [message for message in batch if message.id not in seen]
-                came_back = len(fresh) < len(batch)
-                seen.update(message.id for message in fresh)
-                batch = fresh
-            received += len(batch)
-            if command is None:
-                _print(source, batch, keep=keep, as_json=as_json)
-                if came_back:
+        with _Signals() as signals:
+            while not limit or received < limit:
+                want = 1 if command else min(10, limit - received if limit else 10)
+                try:
+                    batch = source.receive_batch(want, timeout=timeout)
+                except QueueDrained:
+                    drained = True
                     break
-                continue
-            message = batch[0]
-            try:
-                code, message = _run(command, source, message, as_json)
-            except BaseException:
-                release(source, message)  # interrupted: give the message back at once
-                raise
-            if code == 0:
-                if not source.delete(message):
-                    click.echo(
-                        f"vsqs: the lease of message {message.id} ended while CMD ran; "
-                        "it will be delivered again",
-                        err=True,
-                    )
-                    status = EXEC_FAILED
-                continue
-            failed.append(message)
-            if code in _STOP_CODES:
-                what = "not found" if code == 127 else "cannot be executed"
-                raise CliError(f"command {what} (exit status {code}): {command}", code)
-            click.echo(f"vsqs: CMD exited with status {code} for message {message.id}", err=True)
-            status = EXEC_FAILED
+                if not batch:
+                    break
+                came_back = False
+                if keep:
+                    # A kept message whose lease ran out comes back: all were printed
+                    # once. It stays held, as the printed ones do, until its lease ends.
+                    fresh = [message for message in batch if message.id not in seen]
+                    came_back = len(fresh) < len(batch)
+                    seen.update(message.id for message in fresh)
+                    batch = fresh
+                received += len(batch)
+                if command is None:
+                    _print(source, batch, keep=keep, as_json=as_json)
+                    if came_back:
+                        break
+                    continue
+                outcome = _exec(
+                    command, source, batch[0], as_json=as_json, signals=signals, failed=failed
+                )
+                status = outcome or status
+    except _Stopped as stopped:
+        stopped_by = stopped.signum
     finally:
         for message in failed:
             release(source, message)
+    if stopped_by:
+        click.echo(_stopped_line(stopped_by), err=True)
+        click.get_current_context().exit(128 + stopped_by)
     if status == OK and received == 0:
         status = CLOSED if drained else EMPTY
     click.get_current_context().exit(status)
+
+
+def _exec(
+    command: str,
+    queue: Queue,
+    message: Message,
+    *,
+    as_json: bool,
+    signals: _Signals,
+    failed: list[Message],
+) -> int:
+    """Run CMD for one held message and settle it; the exit status it calls for (0: none).
+
+    From the receive until the message is settled, a stop signal only marks the stop
+    (see :class:`_Signals`): the message is deleted if CMD exited 0 and released at once
+    otherwise, and ``receive`` stops after that.
+    """
+    signals.busy = True
+    try:
+        code, message = _run(command, queue, message, as_json, signals)
+    except BaseException:
+        signals.busy = False
+        release(queue, message)  # CMD never ran, or was already waited for: give it back
+        raise
+    try:
+        if code == 0:
+            if queue.delete(message):
+                return OK
+            click.echo(
+                f"vsqs: the lease of message {message.id} ended while CMD ran; "
+                "it will be delivered again",
+                err=True,
+            )
+            return EXEC_FAILED
+        if signals.signum is not None:
+            release(queue, message)  # stopping: CMD has exited, so give it back now
+            return EXEC_FAILED
+        failed.append(message)  # released when receive ends, so one run does not loop
+        if code in _STOP_CODES:
+            what = "not found" if code == 127 else "cannot be executed"
+            raise CliError(f"command {what} (exit status {code}): {command}", code)
+        click.echo(f"vsqs: CMD exited with status {code} for message {message.id}", err=True)
+        return EXEC_FAILED
+    finally:
+        signals.busy = False
+        signals.check()
 
 
 def _print(queue: Queue, batch: list[Message], *, keep: bool, as_json: bool) -> None:

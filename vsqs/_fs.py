@@ -373,11 +373,6 @@ def inode(path: str) -> int:
     return os.lstat(path).st_ino
 
 
-def mtime_us(path: str) -> int:
-    """The modification time of *path* in µs (not following a symlink)."""
-    return os.lstat(path).st_mtime_ns // 1000
-
-
 def open_regular(path: str) -> int:
     """Open a regular file for reading (no symlinks, no FIFOs); the caller closes it."""
     fd = os.open(path, _READ_FLAGS)
@@ -406,31 +401,6 @@ def same_file(first: str, second: str) -> bool:
 def make_dirs(path: str, mode: int = 0o777) -> None:
     """Create *path* and its parents; an existing directory is fine."""
     os.makedirs(path, mode=mode, exist_ok=True)
-
-
-def make_dir(path: str, mode: int = 0o777) -> bool:
-    """Create one directory; ``False`` if it already existed."""
-    try:
-        os.mkdir(path, mode)
-    except FileExistsError:
-        return False
-    return True
-
-
-def list_names(path: str) -> list[str]:
-    """The names in directory *path*, dot-files excluded; none if it does not exist."""
-    try:
-        return [name for name in os.listdir(path) if not name.startswith(".")]
-    except FileNotFoundError:
-        return []
-
-
-def list_all(path: str) -> list[str]:
-    """Every name in directory *path*, dot-files included; none if it does not exist."""
-    try:
-        return os.listdir(path)
-    except FileNotFoundError:
-        return []
 
 
 def mtime(path: str) -> float:

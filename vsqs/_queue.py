@@ -92,9 +92,8 @@ class Queue:
     :param precision: ``"us"`` (default, as vsqs 0.3 writes) or ``"ms"`` (as the design text
         shows) for the ids and expiries this queue writes; both are always read.
     :param capacity: bound the number of messages; publishers block when it is reached.
-    :param dead_letter: a queue (or its path) that receives each message whose
-        ``max_receives``-th receive ended without a delete: a message is dead-lettered
-        after exactly ``max_receives`` receives.
+    :param dead_letter: a queue (or its path) that a message moves to after exactly
+        ``max_receives`` receives without a delete (it is delivered exactly that often).
     :param max_receives: receives after which a message is dead-lettered (needs ``dead_letter``).
     :param retention: seconds after which an unconsumed message is dropped (or dead-lettered).
     :param dedup_window: seconds during which a ``dedup_id`` is remembered (default 300).

@@ -1,0 +1,46 @@
+"""Every script in ``examples/`` runs, twice in a row, as a reader would try it: each run
+makes its queues in a fresh temporary directory and removes it at the end."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
+
+
+def _run_twice(tmp_path: Path, script: str, *args: str) -> list[str]:
+    outputs = []
+    for attempt in ("first", "second"):
+        done = subprocess.run(
+            [sys.executable, str(EXAMPLES / script), *args],
+            cwd=tmp_path,
+            env={**os.environ, "TMPDIR": str(tmp_path)},
+            capture_output=True,
+            text=True,
+            timeout=240,
+            check=False,
+        )
+        assert done.returncode == 0, f"{script}, {attempt} run:\n{done.stdout}{done.stderr}"
+        outputs.append(done.stdout)
+    assert list(tmp_path.iterdir()) == []  # each run cleaned up after itself
+    return outputs
+
+
+def test_every_example_is_tested() -> None:
+    assert sorted(p.name for p in EXAMPLES.glob("*.py")) == ["pipeline.py", "spark_pipeline.py"]
+
+
+def test_pipeline_runs_twice(tmp_path: Path) -> None:
+    for output in _run_twice(tmp_path, "pipeline.py"):
+        assert output.endswith("dead letters: [1313]\n"), output
+
+
+@pytest.mark.spark
+def test_spark_pipeline_runs_twice(tmp_path: Path) -> None:
+    for output in _run_twice(tmp_path, "spark_pipeline.py", "--items", "200", "--workers", "2"):
+        assert output.splitlines()[-1] == "OK", output
