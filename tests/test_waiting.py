@@ -226,6 +226,7 @@ def test_an_endless_receive_on_a_manual_clock_waits_without_spinning(
     queue = vsqs.Queue(tmp_path / "q", durable=False, clock=clock)
     looks: list[int] = []
     real_relist = queue._relist
+
     def counting_relist(now_us: int) -> None:
         looks.append(now_us)
         real_relist(now_us)
@@ -241,3 +242,97 @@ def test_an_endless_receive_on_a_manual_clock_waits_without_spinning(
     elapsed = real_time.monotonic() - started
     assert len(looks) <= 4 * (elapsed / 0.05) + 4  # one or two listings per 50 ms slice
     assert clock.monotonic() == 0.0  # no manual time was made up
+
+
+# -- waiting degrades, never crashes (hostile-conditions issue, item 5) ----------------
+
+
+@needs_inotify
+def test_a_blocked_receive_works_in_a_process_with_over_1024_descriptors(qpath: str) -> None:
+    """select() refuses descriptors >= 1024; a busy server has that many. poll() does not."""
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (max(soft, 4096), max(hard, 4096)))
+    held = [os.open(os.devnull, os.O_RDONLY) for _ in range(1100)]
+    try:
+        queue = vsqs.Queue(qpath, **{**NO_RECHECK, "poll_interval": 30})
+        publisher = threading.Timer(0.3, lambda: vsqs.Queue(qpath, durable=False).publish(b"p"))
+        publisher.start()
+        message = queue.receive(timeout=30)
+        publisher.join()
+        assert message is not None and message.body == b"p"
+        assert max(int(fd) for fd in os.listdir("/proc/self/fd")) > 1024
+        bounded = vsqs.Queue(qpath, capacity=1, durable=False)
+        with pytest.raises(vsqs.QueueFull):
+            bounded.publish(b"full", timeout=0.2)  # a bounded publish waits the same way
+    finally:
+        for fd in held:
+            os.close(fd)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+
+
+@needs_inotify
+def test_one_inotify_descriptor_serves_more_queues_than_the_instance_limit(
+    tmp_path: Path,
+) -> None:
+    """140 queues waited on in one process (the per-user instance limit is 128) cost one
+    inotify descriptor, and every wait is woken by its own queue's publish."""
+    gc.collect()
+    before = inotify_fds()
+    paths = [str(tmp_path / f"q{n}") for n in range(140)]
+    queues = [vsqs.Queue(path, **{**NO_RECHECK, "poll_interval": 30}) for path in paths]
+    for queue in queues:
+        assert queue.receive(timeout=0.01) is None  # each adds its watch
+    assert inotify_fds() == before + 1
+    got: list[vsqs.Message | None] = []
+    waiters = [
+        threading.Thread(target=lambda q=q: got.append(q.receive(timeout=60))) for q in queues[-5:]
+    ]
+    for thread in waiters:
+        thread.start()
+    time.sleep(0.2)
+    for path in paths[-5:]:
+        vsqs.Queue(path, durable=False).publish(path.encode())
+    for thread in waiters:
+        thread.join(60)
+    assert sorted(m.body for m in got if m is not None) == sorted(p.encode() for p in paths[-5:])
+    for queue in queues:
+        queue.close()
+    queues.clear()
+    waiters.clear()
+    gc.collect()
+    assert inotify_fds() == before
+
+
+@needs_inotify
+def test_when_inotify_runs_out_waiting_polls_and_says_so_once(
+    qpath: str, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every inotify instance of this user taken: a blocked receive falls back to
+    polling (one warning through logging) and still gets the message."""
+    import ctypes
+
+    from vsqs._wait import _instances
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    _instances.clear()  # the process-wide instance is made anew below, and fails
+    monkeypatch.setattr(_wait, "_warned", False)
+    taken = []
+    while (fd := libc.inotify_init1(os.O_CLOEXEC)) >= 0:
+        taken.append(fd)
+        assert len(taken) < 10_000
+    try:
+        queue = vsqs.Queue(qpath, durable=False, wait="inotify", poll_interval=0.05)
+        publisher = threading.Timer(0.3, lambda: vsqs.Queue(qpath, durable=False).publish(b"p"))
+        publisher.start()
+        with caplog.at_level("WARNING", logger="vsqs"):
+            message = queue.receive(timeout=30)
+            assert queue.receive(timeout=0.1) is None
+        publisher.join()
+        assert message is not None and message.body == b"p"
+        warnings = [r for r in caplog.records if "inotify is unavailable" in r.getMessage()]
+        assert len(warnings) == 1  # once, however many waits
+    finally:
+        for fd in taken:
+            os.close(fd)

@@ -2,10 +2,13 @@
 
 Two strategies behind one small protocol:
 
-* :class:`InotifyHub` (Linux): one inotify descriptor per directory per *process*,
-  created on the first wait, never in a constructor, and shared by every thread and
-  every :class:`~vsqs.Queue` object on that directory. One waiting thread reads the
-  descriptor; the others sleep on a condition it signals. No background thread.
+* :class:`InotifyWaiter` (Linux): one inotify descriptor per *process*, created on the
+  first wait (never in a constructor), with one watch per directory shared by every
+  thread and every :class:`~vsqs.Queue` object on it. One waiting thread reads the
+  descriptor (``poll(2)``, so a process with thousands of descriptors is fine); the
+  others sleep on a condition it signals. No background thread. When inotify runs out
+  (the per-user limits: 128 instances, 8192 watches by default), it polls instead and
+  says so once through :mod:`logging`.
 * :class:`PollWaiter`: sleeps a fixed interval. Used off Linux, on network
   filesystems (where another host's writes raise no local event), or on request.
 
@@ -22,8 +25,10 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import logging
 import os
 import select
+import struct
 import sys
 import threading
 import time
@@ -47,9 +52,15 @@ _MASK: Final = _IN_MOVED_FROM | _IN_MOVED_TO | _IN_DELETE | _IN_DELETE_SELF | _I
 _libc = ctypes.CDLL(ctypes.util.find_library("c") or None, use_errno=True)
 _inotify_init1 = getattr(_libc, "inotify_init1", None) if sys.platform.startswith("linux") else None
 _inotify_add_watch = getattr(_libc, "inotify_add_watch", None)
+_inotify_rm_watch = getattr(_libc, "inotify_rm_watch", None)
 if _inotify_add_watch is not None:
     _inotify_add_watch.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_uint32]
     _inotify_add_watch.restype = ctypes.c_int
+if _inotify_rm_watch is not None:
+    _inotify_rm_watch.argtypes = [ctypes.c_int, ctypes.c_int]
+    _inotify_rm_watch.restype = ctypes.c_int
+_EVENT: Final = struct.Struct("iIII")  # struct inotify_event: wd, mask, cookie, len
+_IN_Q_OVERFLOW: Final = 0x00004000
 
 HAVE_INOTIFY: Final = _inotify_init1 is not None and _inotify_add_watch is not None
 
@@ -92,77 +103,160 @@ class PollWaiter:
         pass
 
 
+class _Instance:
+    """The one inotify descriptor of this process, with one watch per watched directory.
+
+    Created on the first wait, closed when the last directory is let go of. One waiting
+    thread at a time reads it (``poll(2)``, so any descriptor number works); the others
+    sleep on a condition and wake only when their own directory changed or the reader's
+    seat is free. Each watch has a generation, bumped by every event on its directory.
+    """
+
+    def __init__(self) -> None:
+        self.cond = threading.Condition()
+        self.fd = -1
+        self.reader = False
+        self.generations: dict[int, int] = {}
+        self.users: dict[int, int] = {}  # watch -> hubs using it
+
+    def add(self, path: str) -> int:
+        """Watch *path*; its watch descriptor. Raises :class:`OSError` at a limit."""
+        assert _inotify_init1 is not None
+        assert _inotify_add_watch is not None
+        if self.fd < 0:
+            fd = _inotify_init1(_IN_NONBLOCK | _IN_CLOEXEC)
+            if fd < 0:
+                code = ctypes.get_errno()  # EMFILE: the per-user instance limit (128)
+                raise OSError(code, f"inotify_init1: {os.strerror(code)}")
+            self.fd = fd
+        wd = int(_inotify_add_watch(self.fd, os.fsencode(path), _MASK))
+        if wd < 0:
+            code = ctypes.get_errno()  # ENOSPC: the per-user watch limit
+            if not self.users:
+                self._close()
+            raise OSError(code, f"inotify_add_watch: {os.strerror(code)}", path)
+        self.users[wd] = self.users.get(wd, 0) + 1
+        self.generations.setdefault(wd, 0)
+        return wd
+
+    def remove(self, wd: int) -> None:
+        """Let go of a watch; the descriptor closes with the last one."""
+        left = self.users.get(wd, 0) - 1
+        if left > 0:
+            self.users[wd] = left
+            return
+        self.users.pop(wd, None)
+        self.generations.pop(wd, None)
+        if self.fd >= 0 and _inotify_rm_watch is not None:
+            _inotify_rm_watch(self.fd, wd)  # EINVAL if the directory is gone: fine
+        if not self.users:
+            self._close()
+
+    def _close(self) -> None:
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1
+
+    def wait(self, wd: int, token: int, seconds: float) -> None:
+        """Return after an event on *wd* since *token*, or after *seconds*."""
+        deadline = time.monotonic() + max(0.0, seconds)
+        while True:
+            with self.cond:
+                while self.generations.get(wd, token + 1) == token:
+                    if deadline <= time.monotonic():
+                        return
+                    if not self.reader:
+                        break
+                    self.cond.wait(deadline - time.monotonic())
+                else:
+                    return  # something happened since the caller looked
+                self.reader = True
+                fd = self.fd
+            self._read(fd, deadline)
+
+    def _read(self, fd: int, deadline: float) -> None:
+        """As the reader: wait for events until *deadline*, then hand them out."""
+        changed: set[int] = set()
+        try:
+            poller = select.poll()
+            poller.register(fd, select.POLLIN)
+            if poller.poll(max(0.0, deadline - time.monotonic()) * 1000):
+                changed = _read_events(fd)
+        finally:
+            with self.cond:
+                self.reader = False
+                bump_all = -1 in changed  # the queue overflowed: anything may have changed
+                for watched in self.generations:
+                    if bump_all or watched in changed:
+                        self.generations[watched] += 1
+                self.cond.notify_all()
+
+
+def _read_events(fd: int) -> set[int]:
+    """Drain the descriptor; the watches that saw an event (-1: events were lost)."""
+    changed: set[int] = set()
+    try:
+        while data := os.read(fd, 65536):
+            offset = 0
+            while offset + _EVENT.size <= len(data):
+                wd, mask, _, length = _EVENT.unpack_from(data, offset)
+                changed.add(-1 if mask & _IN_Q_OVERFLOW else wd)
+                offset += _EVENT.size + length
+    except BlockingIOError:
+        pass  # drained
+    return changed
+
+
+_instances: dict[int, _Instance] = {}  # by process id: a forked child opens its own
+_instances_lock = threading.Lock()
+
+
+def _instance() -> _Instance:
+    with _instances_lock:
+        instance = _instances.get(os.getpid())
+        if instance is None:
+            _instances.clear()  # a forked child must not read its parent's events
+            instance = _instances[os.getpid()] = _Instance()
+        return instance
+
+
 class InotifyHub:
-    """One inotify watch on one directory, shared by all threads of this process."""
+    """One watched directory of this process, shared by every thread and queue object."""
 
     def __init__(self, path: str) -> None:
         self.path = path
-        self._cond = threading.Condition()
-        self._generation = 0
-        self._reader = False
-        self._fd = -1
-
-    def _open(self) -> bool:
-        """Create the descriptor; ``True`` if this call created it."""
-        if self._fd >= 0:
-            return False
-        assert _inotify_init1 is not None
-        assert _inotify_add_watch is not None
-        fd = _inotify_init1(_IN_NONBLOCK | _IN_CLOEXEC)
-        if fd < 0:
-            code = ctypes.get_errno()
-            raise OSError(code, f"inotify_init1: {os.strerror(code)}")
-        if _inotify_add_watch(fd, os.fsencode(self.path), _MASK) < 0:
-            code = ctypes.get_errno()
-            os.close(fd)
-            raise OSError(code, os.strerror(code), self.path)
-        self._fd = fd
-        # Closes the descriptor when the last waiter drops the hub. It must not hold the
-        # hub itself (finalize keeps its arguments alive), or the hub would never go.
-        self._finalizer = weakref.finalize(self, os.close, fd)
-        return True
+        self._instance = _instance()
+        self._wd = -1
 
     def token(self) -> int:
-        with self._cond:
-            return self._generation
+        with self._instance.cond:
+            return self._instance.generations.get(self._wd, 0)
 
     def wait(self, token: int, seconds: float) -> None:
-        with self._cond:
-            if self._generation != token:
-                return  # something happened since the caller looked
-            if self._open():
+        instance = self._instance
+        with instance.cond:
+            if self._wd < 0:
+                self._wd = instance.add(self.path)
+                self._finalizer = weakref.finalize(self, _release, instance, self._wd)
                 # Events before the watch existed are lost: make the caller look again.
-                self._generation += 1
-                self._cond.notify_all()
                 return
-            if self._reader:
-                self._cond.wait(seconds)
-                return
-            self._reader = True
-            fd = self._fd
-        try:
-            readable, _, _ = select.select([fd], [], [], max(0.0, seconds))
-            if readable:
-                try:
-                    while os.read(fd, 65536):
-                        pass  # only "something changed" matters, not what
-                except BlockingIOError:
-                    pass  # drained
-        finally:
-            with self._cond:
-                self._reader = False
-                self._generation += 1
-                self._cond.notify_all()
+        instance.wait(self._wd, token, seconds)
 
     def close(self) -> None:
-        with self._cond:
-            if self._fd >= 0:
-                self._finalizer()  # closes the descriptor once, now
-                self._fd = -1
+        if self._wd >= 0:
+            self._finalizer()  # lets go of the watch once, now
+            self._wd = -1
 
 
-_hubs: weakref.WeakValueDictionary[tuple[int, int], InotifyHub] = weakref.WeakValueDictionary()
+def _release(instance: _Instance, wd: int) -> None:
+    with instance.cond:
+        instance.remove(wd)
+
+
+_hubs: weakref.WeakValueDictionary[tuple[int, int, int], InotifyHub] = weakref.WeakValueDictionary()
 _hubs_lock = threading.Lock()
+_log = logging.getLogger("vsqs")
+_warned = False
 
 
 class _Detached:
@@ -181,18 +275,35 @@ class _Detached:
 _DETACHED: Final = _Detached()
 
 
+class _Polling:
+    """Stands in for the hub when inotify ran out (instances or watches): sleeps."""
+
+    def token(self) -> int:
+        return 0
+
+    def wait(self, token: int, seconds: float) -> None:
+        time.sleep(max(0.0, seconds))
+
+    def close(self) -> None:
+        pass
+
+
 class InotifyWaiter:
-    """A queue's handle on the process-wide hub of its directory."""
+    """A queue's handle on the process-wide watch of its directory.
+
+    If inotify runs out (the per-user limits on instances and watches), it falls back to
+    polling at its re-check interval, and says so once through :mod:`logging`.
+    """
 
     def __init__(self, path: str, clock: Clock, recheck: float) -> None:
         info = os.stat(path)
-        key = (info.st_dev, info.st_ino)
+        key = (os.getpid(), info.st_dev, info.st_ino)
         with _hubs_lock:
             hub = _hubs.get(key)
             if hub is None:
                 hub = InotifyHub(path)
                 _hubs[key] = hub
-        self._hub: InotifyHub | _Detached = hub
+        self._hub: InotifyHub | _Detached | _Polling = hub
         self._clock = clock
         self.interval = recheck
 
@@ -202,11 +313,25 @@ class InotifyWaiter:
     def wait(self, token: int, seconds: float) -> None:
         # The re-check interval bounds the *real* wait (a lost event costs at most one);
         # a manual clock skips the wait and only collects events that already came.
-        hub, interval = self._hub, self.interval
-        self._clock.wait(seconds, lambda real: hub.wait(token, min(real, interval)))
+        self._clock.wait(seconds, lambda real: self._block(token, min(real, self.interval)))
+
+    def _block(self, token: int, seconds: float) -> None:
+        try:
+            self._hub.wait(token, seconds)
+        except OSError as exc:
+            global _warned  # noqa: PLW0603 - one warning per process
+            if not _warned:
+                _warned = True
+                _log.warning(
+                    "inotify is unavailable (%s): blocked calls poll every %s s instead; "
+                    "raise fs.inotify.max_user_instances / max_user_watches to avoid it",
+                    exc, self.interval,
+                )  # fmt: skip
+            self._hub = _Polling()
+            self._hub.wait(token, seconds)
 
     def close(self) -> None:
-        # The hub is shared; it closes its descriptor when the last waiter lets go of it.
+        # The watch is shared; it is removed when the last waiter lets go of it.
         self._hub = _DETACHED
 
 
