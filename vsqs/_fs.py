@@ -416,6 +416,14 @@ def chmod(path: str, mode: int) -> None:
     os.chmod(path, mode)
 
 
+def is_real_dir(path: str) -> bool:
+    """Whether *path* is a directory itself, not a symlink to one."""
+    try:
+        return stat.S_ISDIR(os.lstat(path).st_mode)
+    except FileNotFoundError:
+        return False
+
+
 def remove_tree(path: str) -> None:
     """Remove a directory tree that vsqs owns (a deleted named queue)."""
     shutil.rmtree(path)

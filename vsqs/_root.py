@@ -63,22 +63,34 @@ class QueueRoot:
     def _dir(self, name: str) -> str:
         return os.path.join(self.path, validate_name(name))
 
+    def _is_queue(self, path: str) -> bool:
+        """Whether *path* is a real directory: a symlink planted under a valid name is
+        never followed, by any verb (it could lead anywhere)."""
+        return _fs.is_real_dir(path)
+
     def create(self, name: str, **options: Unpack[QueueOptions]) -> Queue:
-        """Create (or open, if it exists) the queue *name*."""
+        """Create (or open, if it exists) the queue *name*.
+
+        :raises NotAQueue: *name* exists and is not a directory (a symlink included).
+        """
+        path = self._dir(name)
+        if os.path.lexists(path) and not self._is_queue(path):
+            raise NotAQueue(path)
         merged: QueueOptions = {**self._options, **options}
-        return Queue(self._dir(name), **merged)
+        return Queue(path, **merged)
 
     def get(self, name: str, **options: Unpack[QueueOptions]) -> Queue:
-        """Open the existing queue *name*; :class:`QueueNotFound` if it does not exist."""
+        """Open the existing queue *name*; :class:`QueueNotFound` if it does not exist
+        (a symlink under that name is not a queue)."""
         path = self._dir(name)
-        if not os.path.isdir(path):
+        if not self._is_queue(path):
             raise QueueNotFound(name, self.path)
         merged: QueueOptions = {**self._options, **options}
         return Queue(path, **merged)
 
     def __contains__(self, name: object) -> bool:
         try:
-            return os.path.isdir(self._dir(name))  # type: ignore[arg-type]
+            return self._is_queue(self._dir(name))  # type: ignore[arg-type]
         except InvalidName:
             return False
 
@@ -97,6 +109,6 @@ class QueueRoot:
     def delete(self, name: str) -> None:
         """Delete the queue *name* and every message in it."""
         path = self._dir(name)
-        if not os.path.isdir(path) or os.path.islink(path):
+        if not self._is_queue(path):
             raise QueueNotFound(name, self.path)
         _fs.remove_tree(path)
