@@ -226,6 +226,7 @@ def test_an_endless_receive_on_a_manual_clock_waits_without_spinning(
     queue = vsqs.Queue(tmp_path / "q", durable=False, clock=clock)
     looks: list[int] = []
     real_relist = queue._relist
+
     def counting_relist(now_us: int) -> None:
         looks.append(now_us)
         real_relist(now_us)
