@@ -221,7 +221,7 @@ def test_the_renewal_and_the_user_never_act_on_one_lease_at_once(
     go.set()
     deleting.join(10)
     assert not deleting.is_alive()
-    assert lease.lost is None and lease.renewals == 1
+    assert lease.lost is None and lease.renewals >= 1  # (another may follow before it)
     assert queue.counts().total == 0
 
 
