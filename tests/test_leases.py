@@ -326,3 +326,10 @@ def test_bad_arguments_are_refused(queue: vsqs.Queue, tmp_path: Path) -> None:
     with pytest.raises(vsqs.InvalidId):
         vsqs.Queue(tmp_path / "other").lease(message)
     assert renewer_threads() == []  # no lease was made
+
+
+def test_a_null_queue_has_the_lease_methods_and_holds_nothing() -> None:
+    null = vsqs.NullQueue()
+    assert list(null.consume_leases(timeout=0)) == []
+    with pytest.raises(vsqs.LeaseLost):
+        null.lease(vsqs.Message("1", b"", "1.2", 0.0))
