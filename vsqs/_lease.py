@@ -59,7 +59,8 @@ class Lease:
     it lets the lease run out, and the message is delivered again, as Pub/Sub's maximum
     lease duration). Leaving the block normally deletes the message; leaving it with an
     exception releases it at once (``change_visibility(message, 0)``, which counts as a
-    receive, so ``max_receives`` and dead-lettering apply) and lets the exception go on.
+    receive, so ``max_receives`` and dead-lettering apply) and lets the exception go on
+    (if the lease was lost meanwhile, there is nothing to release: :attr:`lost` says so).
 
     If the lease was lost (a renewal found it gone because the process was paused for
     longer than a third of the visibility timeout, or *max_duration* passed and another
