@@ -228,7 +228,7 @@ class Queue:
         self.close()
 
     def close(self) -> None:
-        """Release this handle: flush its counters, drop its waiter (inotify descriptor).
+        """Release this handle: flush its counters, drop its waiter, stop lease renewals.
 
         As ``close()`` on a file, a socket or a vsqs 0.3 queue, this touches only this
         object: the queue on disk, and every other handle in this or another process,
