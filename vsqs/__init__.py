@@ -27,6 +27,7 @@ from ._errors import (
     VsqsError,
 )
 from ._ids import Precision
+from ._lease import Lease
 from ._lifecycle import History
 from ._message import Counts, Message
 from ._null import NullQueue
@@ -46,6 +47,7 @@ __all__ = [
     "InvalidId",
     "InvalidName",
     "InvalidPayload",
+    "Lease",
     "LeaseLost",
     "Message",
     "NotAQueue",

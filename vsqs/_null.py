@@ -9,6 +9,7 @@ from typing import Final
 from ._clock import SYSTEM_CLOCK, Clock
 from ._errors import InvalidId, LeaseLost
 from ._ids import Precision, parse_name, source_for
+from ._lease import Lease
 from ._lifecycle import History
 from ._message import Counts, Message
 from ._stats import Stats
@@ -134,6 +135,30 @@ class NullQueue:
         """
         receipt = message.receipt if isinstance(message, Message) else str(message)
         raise LeaseLost(receipt, f"the null queue holds no lease {receipt!r}")
+
+    def lease(
+        self,
+        message: Message,
+        *,
+        max_duration: float = 3600.0,
+        visibility_timeout: float | None = None,
+    ) -> Lease:
+        """No message is ever held here.
+
+        :raises LeaseLost: always.
+        """
+        receipt = message.receipt if isinstance(message, Message) else str(message)
+        raise LeaseLost(receipt, f"the null queue holds no lease {receipt!r}")
+
+    def consume_leases(
+        self,
+        *,
+        visibility_timeout: float | None = None,
+        timeout: float | None = None,
+        max_duration: float = 3600.0,
+    ) -> Iterator[Lease]:
+        """Yields nothing."""
+        return iter(())
 
     def size(self) -> int:
         return 0

@@ -44,6 +44,7 @@ from ._errors import InvalidId, InvalidPayload, LeaseLost, NotAQueue, QueueDrain
 from ._ids import Precision, decode_ready, encode_ready, format_time, parse_name, source_for
 from ._ids import State as _State
 from ._layout import Layout
+from ._lease import Lease, Renewer
 from ._lifecycle import History
 from ._message import NO_ATTRIBUTES, Counts, Message
 from ._meta import Meta, MetaStore, report_once, validate_attributes
@@ -227,7 +228,7 @@ class Queue:
         self.close()
 
     def close(self) -> None:
-        """Release this handle: flush its counters, drop its waiter (inotify descriptor).
+        """Release this handle: flush its counters, drop its waiter, stop lease renewals.
 
         As ``close()`` on a file, a socket or a vsqs 0.3 queue, this touches only this
         object: the queue on disk, and every other handle in this or another process,
@@ -239,6 +240,8 @@ class Queue:
         if self._waiter is not None:
             self._waiter.close()
             self._waiter = None
+        if self._renewer is not None:
+            self._renewer.close()  # open leases are no longer renewed; they run out
 
     detach = close
     """An alias of :meth:`close` (its name before 1.0)."""
@@ -1592,6 +1595,80 @@ class Queue:
         if entry is None or entry.state is _State.NEW:
             raise InvalidId(name)
         return _lifecycle.history_of(self._meta.read(entry.id) or Meta(), entry)
+
+    # -- self-renewing leases (the extend arrow, on a timer) ------------------------------
+
+    _renewer: Renewer | None = None  # this handle's renewal thread, made by the first lease
+
+    def lease(
+        self,
+        message: Message,
+        *,
+        max_duration: float = 3600.0,
+        visibility_timeout: float | None = None,
+    ) -> Lease:
+        """Hold a received *message* in a lease that renews itself until the work ends.
+
+        Each renewal is the *extend* arrow (one rename, as :meth:`change_visibility`),
+        made by this handle's one renewal thread, which serves all of its leases, when a
+        third of the visibility timeout is left, until *max_duration* seconds from now.
+        The renewal thread and the caller never act on one lease at once. Leaving the
+        ``with`` block deletes the message; leaving it by an exception releases it at
+        once (a receive is counted); leaving it after the lease was lost raises
+        :class:`~vsqs.LeaseLost` and deletes nothing. See :class:`~vsqs.Lease`.
+
+        :param visibility_timeout: seconds each renewal extends the lease by (default:
+            the queue's).
+        :param max_duration: stop renewing after this many seconds (default one hour);
+            the lease then runs out and the message is delivered again.
+        :raises InvalidId: *message* belongs to another queue.
+
+        >>> import tempfile, vsqs
+        >>> q = vsqs.Queue(tempfile.mkdtemp(), visibility_timeout=5)
+        >>> _ = q.publish(b"long job")
+        >>> with q.lease(q.receive(timeout=0)) as lease:
+        ...     lease.message.body  # work for as long as it takes
+        b'long job'
+        >>> q.counts().total
+        0
+        """
+        if not isinstance(message, Message):
+            raise InvalidId(message, "lease() takes a received Message")
+        if message.queue and message.queue != self.path:
+            raise InvalidId(message.receipt, f"the message belongs to {message.queue!r}")
+        with self._lock:
+            renewer = self._renewer
+            if renewer is None:
+                renewer = self._renewer = Renewer(self, f"vsqs-lease-renewer {self.path}")
+        vt = self.visibility_timeout if visibility_timeout is None else visibility_timeout
+        return renewer.lease(message, visibility_timeout=vt, max_duration=max_duration)
+
+    def consume_leases(
+        self,
+        *,
+        visibility_timeout: float | None = None,
+        timeout: float | None = None,
+        max_duration: float = 3600.0,
+    ) -> Iterator[Lease]:
+        """Yield a self-renewing :class:`~vsqs.Lease` per message, as :meth:`consume` does.
+
+        Each message is claimed as by :meth:`receive`, then held as by :meth:`lease`;
+        use each lease in a ``with`` block (or end it with ``delete()``/``release()``).
+        Stops when the queue is shut down and drained, or after *timeout* seconds
+        without a message.
+
+        >>> import tempfile, vsqs
+        >>> q = vsqs.Queue(tempfile.mkdtemp())
+        >>> _ = q.publish(b"a")
+        >>> for lease in q.consume_leases(timeout=0):
+        ...     with lease:
+        ...         print(lease.message.body)
+        b'a'
+        """
+        for message in self.consume(visibility_timeout=visibility_timeout, timeout=timeout):
+            yield self.lease(
+                message, max_duration=max_duration, visibility_timeout=visibility_timeout
+            )
 
 
 class _ClaimLost(Exception):
