@@ -416,7 +416,7 @@ def chmod(path: str, mode: int) -> None:
     os.chmod(path, mode)
 
 
-def is_real_dir(path: str) -> bool:
+def is_plain_dir(path: str) -> bool:
     """Whether *path* is a directory itself, not a symlink to one."""
     try:
         return stat.S_ISDIR(os.lstat(path).st_mode)

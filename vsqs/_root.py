@@ -66,7 +66,7 @@ class QueueRoot:
     def _is_queue(self, path: str) -> bool:
         """Whether *path* is a real directory: a symlink planted under a valid name is
         never followed, by any verb (it could lead anywhere)."""
-        return _fs.is_real_dir(path)
+        return _fs.is_plain_dir(path)
 
     def create(self, name: str, **options: Unpack[QueueOptions]) -> Queue:
         """Create (or open, if it exists) the queue *name*.
