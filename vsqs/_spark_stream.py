@@ -275,14 +275,15 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             messages = self._claim(queue, limit)
             if not messages:
                 return start
-            seq = max(done, self._high) + 1
+            seq = done + 1  # every batch after done was released above, or is pending
             plan = [planned(m) for m in messages]
             # A crash before this record lets the leases expire: redelivered, not lost.
             assert self._state is not None
             assert self._epoch is not None
             self._state.save(seq, plan)
-            self._high = seq
-            self._state.set_high(self._epoch, self.options.path, seq)
+            if seq > self._high:
+                self._high = seq
+                self._state.set_high(self._epoch, self.options.path, seq)
             self._pending[seq] = messages
             self._plans[seq] = plan
         return {"epoch": self._epoch, "seq": seq}
