@@ -174,15 +174,23 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return self._queue
 
     def _bind(self, offset: Offset) -> Queue:
-        """Tie this reader to the epoch of *offset*: its state, its lock, its heartbeat."""
+        """Tie this reader to the epoch of *offset*: its state, its lock, its heartbeat.
+
+        The initial offset has no epoch yet (``""``): Spark asks for it again on a restart
+        before the first batch it logged, so it must not stand for one run.
+        """
         queue = self._open()
         epoch, seq = offset.get("epoch"), int(offset.get("seq", 0))
-        if not isinstance(epoch, str) or not epoch:
+        if not isinstance(epoch, str):
             raise StateMismatch(
                 f"the checkpoint's vsqs offset {offset!r} has no epoch: it was written by an"
                 " older vsqs. Start the query with a new checkpointLocation (messages the old"
-                f" run leased return to the queue after visibilityTimeout)"
+                " run leased return to the queue after visibilityTimeout)"
             )
+        if not epoch:
+            if seq:
+                raise StateMismatch(f"a vsqs offset without an epoch past batch 0: {offset!r}")
+            return queue
         if self._epoch is not None:
             if epoch != self._epoch:
                 raise StateMismatch(
@@ -240,7 +248,7 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     # -- offsets ---------------------------------------------------------------------
 
     def initialOffset(self) -> Offset:
-        return {"epoch": self._new_epoch, "seq": 0}
+        return {"epoch": "", "seq": 0}
 
     def getDefaultReadLimit(self) -> ReadLimit:
         return ReadMaxRows(self.options.max_messages_per_batch)
@@ -275,6 +283,8 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             messages = self._claim(queue, limit)
             if not messages:
                 return start
+            if self._epoch is None:  # the first claim of a new checkpoint draws its epoch
+                self._bind({"epoch": self._new_epoch, "seq": 0})
             seq = done + 1  # every batch after done was released above, or is pending
             plan = [planned(m) for m in messages]
             # A crash before this record lets the leases expire: redelivered, not lost.
@@ -323,7 +333,9 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return messages
 
     def partitions(self, start: Offset, end: Offset) -> Sequence[InputPartition]:
-        queue = self._bind(start)
+        # Bound by the end: the start of a checkpoint's first batch is the initial offset.
+        self._bind(start)
+        queue = self._bind(end)
         first, last = int(start["seq"]), int(end["seq"])
         plan: list[Planned] = []
         with self._lock:
@@ -383,7 +395,8 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def _settle(self, queue: Queue, done: int) -> None:
         """Delete every batch up to *done*: Spark has completed them."""
-        assert self._state is not None
+        if self._state is None:
+            return  # no batch claimed yet under this checkpoint
         for seq in sorted(s for s in self._pending if s <= done):
             messages = self._pending.pop(seq)
             self._plans.pop(seq, None)
@@ -408,7 +421,8 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def _release_unlogged(self, queue: Queue, done: int) -> None:
         """Release batches an earlier run claimed after *done*: Spark never logged them."""
-        assert self._state is not None
+        if self._state is None:
+            return
         for seq in sorted(s for s in self._recorded if s > done):
             plan = self._recorded.pop(seq)
             released = self._release(queue, [entry[1] for entry in plan])
