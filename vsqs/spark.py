@@ -33,25 +33,19 @@ The data source
 ---------------
 :func:`register` makes the format ``vsqs`` available to a session.
 
-* ``spark.read.format("vsqs").load(path)`` with ``mode`` ``browse`` (default: a snapshot
-  of the ready messages, nothing claimed) or ``consume`` (``numPartitions`` tasks claim
-  with ``visibilityTimeout`` and delete their messages once Spark has read their last
-  row; a task that fails first leaves its leases to expire). The schema is
-  :data:`SCHEMA`.
-* ``df.write.format("vsqs").mode("append").save(path)``: column ``body`` (binary or
-  string), optional ``attributes`` (map<string,string>); option ``keyColumn``. The writer
+* ``spark.read.format("vsqs").load(path)`` browses: a snapshot of the ready messages,
+  nothing claimed. The schema is :data:`SCHEMA`. ``mode=consume`` is refused (see below).
+* :func:`consume` is the batch consume, two-phase: the driver claims, the DataFrame reads
+  the claimed messages on the executors (the same ones on every action and attempt),
+  and they are deleted only when the ``with`` block succeeds.
+* ``df.write.format("vsqs").mode("append").save(path)``: the body from ``value``,
+  ``body`` or the only column; ``key`` gives the deduplication id; ``attributes`` (or
+  Kafka's ``headers``) the attributes; all chosen and checked on the driver. The writer
   is built once on the driver with a fresh run id, so task retries deduplicate as above.
-* ``spark.readStream.format("vsqs").load(path)``: at least once. For each micro-batch
-  the driver claims up to ``maxMessagesPerBatch`` messages with a long
-  ``visibilityTimeout``, records their receipts durably in
-  ``<queue>/.vsqs/spark/<consumer>/<seq>.json`` (or ``stateDir``) and only then hands
-  the offset ``{"seq": n}`` to Spark. A heartbeat thread extends the leases every
-  ``heartbeatInterval`` while the batch is not committed. Messages are deleted once Spark
-  reports the batch complete (``commit``, or a later start offset). After a crash and a
-  restart from the checkpoint, completed batches are deleted; a batch claimed but not
-  completed is released to the queue (or its leases expire) and its messages come again
-  in a later batch. Nothing is lost; a message may be delivered twice only if the leases
-  of a completed batch ended before the restart deleted them.
+* ``spark.readStream.format("vsqs").load(path)``: replayable micro-batches bound to the
+  query's checkpoint (:mod:`vsqs._spark_stream`): claimed on the driver, recorded
+  before Spark sees the offset, read on the executors, deleted once Spark commits, and
+  served again with the same messages when Spark re-runs a logged batch.
 * ``df.writeStream.format("vsqs")``: each micro-batch is published by its tasks, with ids
   (query id, batch id, partition, index), so a replayed batch publishes nothing new.
 """
