@@ -12,9 +12,11 @@ import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from pyspark.sql import Row, SparkSession
+from pyspark.sql.datasource import InputPartition
 from pyspark.sql.streaming.datasource import ReadMaxRows
 
 import vsqs
@@ -38,6 +40,14 @@ def spark() -> Iterator[SparkSession]:
         session = spark_helpers.build_session("local[2,4]")
         yield session
         session.stop()
+
+
+def _rows(reader: StreamReader, partition: InputPartition) -> list[tuple[Any, ...]]:
+    """What the executor hands Spark for *partition* (Arrow record batches), as tuples."""
+    rows: list[tuple[Any, ...]] = []
+    for batch in reader.read(partition):
+        rows.extend(zip(*(column.to_pylist() for column in batch.columns), strict=True))
+    return rows
 
 
 def _bodies(queue: vsqs.Queue) -> list[str]:
@@ -407,11 +417,11 @@ def test_partitions_carry_receipts_and_survive_renewal(tmp_path: Path) -> None:
         parts = reader.partitions(start, end)
         assert len(pickle.dumps(parts)) < 2000  # 40 kB of bodies are not in there
         reader._extend(queue, 1, reader._pending[1])  # a heartbeat: new receipts
-        rows = [row for part in parts for row in reader.read(part)]
+        rows = [row for part in parts for row in _rows(reader, part)]
         assert [row[1] for row in rows] == [b"p" * 10_000] * 4
         queue.delete(rows[0][0])
         with pytest.raises(LookupError, match="failOnDataLoss"):
-            list(reader.read(parts[0]))
+            _rows(reader, parts[0])
     finally:
         reader.stop()
 
@@ -432,6 +442,7 @@ def test_heartbeat_extends_leases_until_commit(tmp_path: Path) -> None:
         assert queue.receive_batch(10, timeout=0) == []
         assert queue.counts().held == 3
         reader.commit(end)
+        reader.flush()
         assert queue.counts().total == 0
     finally:
         reader.stop()
@@ -456,9 +467,10 @@ def test_restarted_reader_replays_logged_and_releases_unlogged(tmp_path: Path) -
     second = StreamReader(options)
     try:
         parts = second.partitions(o1, o2)  # Spark runs batch 2 again
-        replayed = [row for part in parts for row in second.read(part)]
+        replayed = [row for part in parts for row in _rows(second, part)]
         assert [row[0] for row in replayed] == [m[0] for m in planned]
         assert [row[1] for row in replayed] == [b"r3", b"r4", b"r5"]
+        second.flush()
         assert queue.counts().held == 3  # batch 1 deleted; batch 2 renewed
         o3 = second.latestOffset(o2, ReadMaxRows(3))  # batch 2 completed; 3 claimed
     finally:
@@ -467,10 +479,12 @@ def test_restarted_reader_replays_logged_and_releases_unlogged(tmp_path: Path) -
     third = StreamReader(options)
     try:
         assert third.latestOffset(o2, ReadMaxRows(3)) == o3  # 3 released and claimed anew
+        third.flush()
         assert queue.counts().held == 3
         parts = third.partitions(o2, o3)
-        assert [row[1] for part in parts for row in third.read(part)] == [b"r6", b"r7", b"r8"]
+        assert [row[1] for part in parts for row in _rows(third, part)] == [b"r6", b"r7", b"r8"]
         third.commit(o3)
+        third.flush()
         assert queue.counts().total == 0
     finally:
         third.stop()

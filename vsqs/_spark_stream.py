@@ -32,6 +32,7 @@ import threading
 import uuid
 from collections.abc import Iterator, Sequence
 from dataclasses import replace
+from queue import Queue as WorkQueue
 from typing import Any, Final
 
 from filelock import FileLock, Timeout
@@ -44,8 +45,8 @@ from pyspark.sql.streaming.datasource import (
 )
 
 from . import LeaseLost, Message, Queue, QueueDrained
-from ._spark_options import MessageRow, Planned, SourceOptions, planned
-from ._spark_read import read_planned, split
+from ._spark_options import Planned, SourceOptions, planned
+from ._spark_read import arrow_batches, read_planned, split
 
 log = logging.getLogger("vsqs.spark")
 
@@ -151,6 +152,8 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._lock = threading.Lock()
         self._stopping = threading.Event()
         self._heartbeat_thread: threading.Thread | None = None
+        self._deletions: WorkQueue[tuple[int, list[Message | str]] | None] = WorkQueue()
+        self._deleter: threading.Thread | None = None
         self._pending: dict[int, list[Message]] = {}
         self._plans: dict[int, list[Planned]] = {}
         self._recorded: dict[int, list[Planned]] = {}
@@ -234,11 +237,17 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             target=self._heartbeat, name="vsqs-spark-heartbeat", daemon=True
         )
         self._heartbeat_thread.start()
+        self._deleter = threading.Thread(target=self._delete, name="vsqs-spark-delete", daemon=True)
+        self._deleter.start()
         return queue
 
     def stop(self) -> None:
-        """Stop renewing leases; claimed batches stay recorded for the next run."""
+        """Finish the deletes under way; stop renewing leases; claimed batches stay
+        recorded for the next run."""
         self._stopping.set()
+        if self._deleter is not None:
+            self._deletions.put(None)
+            self._deleter.join()
         with self._lock:
             if self._queue is not None:
                 self._queue.close()
@@ -353,11 +362,12 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 plan.extend(self._plans[seq])
         return [InputPartition(part) for part in split(plan, self.options.num_partitions)]
 
-    def read(self, partition: InputPartition) -> Iterator[MessageRow]:
+    def read(self, partition: InputPartition) -> Iterator[Any]:
         messages: list[Planned] = partition.value
-        return read_planned(
+        rows = read_planned(
             self.options.path, messages, fail_on_data_loss=self.options.fail_on_data_loss
         )
+        return arrow_batches(rows)
 
     def commit(self, end: Offset) -> None:
         queue = self._bind(end)
@@ -394,13 +404,38 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._plans[seq] = renewed
 
     def _settle(self, queue: Queue, done: int) -> None:
-        """Delete every batch up to *done*: Spark has completed them."""
+        """Hand every batch up to *done* (Spark has completed them) to the deleter."""
         if self._state is None:
             return  # no batch claimed yet under this checkpoint
         for seq in sorted(s for s in self._pending if s <= done):
-            messages = self._pending.pop(seq)
             self._plans.pop(seq, None)
-            deleted = queue.delete_batch(messages)
+            self._deletions.put((seq, list(self._pending.pop(seq))))
+        for seq in sorted(s for s in self._recorded if s <= done):
+            # Completed by an earlier run that died before deleting.
+            receipts = [entry[1] for entry in self._recorded.pop(seq)]
+            self._deletions.put((seq, list(receipts)))
+
+    def _delete(self) -> None:
+        """Delete completed batches off the driver's critical path, then their records.
+
+        Its own handle: the messages of a completed batch are no longer renewed, so
+        their receipts are current. A crash before a record is removed repeats its
+        deletes on the restart, which then find nothing or a lease that ended.
+        """
+        deleter = Queue(self.options.path, durable=self.options.durable)
+        while (item := self._deletions.get()) is not None:
+            seq, messages = item
+            deleted = 0
+            for held in messages:
+                try:
+                    # A receipt recorded by an earlier run is taken over first.
+                    deleted += deleter.delete(
+                        _take_over(deleter, held, self.options.visibility_timeout)
+                        if isinstance(held, str)
+                        else held
+                    )
+                except LeaseLost:
+                    pass  # the lease ended: counted below
             if deleted != len(messages):
                 log.warning(
                     "batch %d: %d of %d leases had ended before the commit; those"
@@ -409,15 +444,16 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                     len(messages) - deleted,
                     len(messages),
                 )
+            assert self._state is not None
             self._state.remove(seq)
-        for seq in sorted(s for s in self._recorded if s <= done):
-            # Completed by an earlier run that died before deleting.
-            for entry in self._recorded.pop(seq):
-                try:
-                    queue.delete(_take_over(queue, entry[1], self.options.visibility_timeout))
-                except LeaseLost:
-                    pass  # the lease ended: the message came back and is delivered again
-            self._state.remove(seq)
+            self._deletions.task_done()
+        self._deletions.task_done()
+        deleter.close()
+
+    def flush(self) -> None:
+        """Wait until the batches completed so far are deleted."""
+        if self._deleter is not None:
+            self._deletions.join()
 
     def _release_unlogged(self, queue: Queue, done: int) -> None:
         """Release batches an earlier run claimed after *done*: Spark never logged them."""
