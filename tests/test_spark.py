@@ -22,7 +22,9 @@ from pyspark.sql.streaming.datasource import ReadMaxRows
 import vsqs
 import vsqs.spark
 from tests import spark_helpers
-from vsqs._spark_options import SourceOptions
+from vsqs._spark_options import Planned, SourceOptions
+from vsqs._spark_publish import publish_rows, resolve_format
+from vsqs._spark_read import read_planned, split
 from vsqs._spark_stream import StreamReader
 
 pytestmark = pytest.mark.spark
@@ -560,3 +562,58 @@ def test_bad_options_are_named() -> None:
         SourceOptions.parse({})
     with pytest.raises(ValueError, match="maxBytesPerBatch"):
         SourceOptions.parse({"path": "/tmp/x", "maxBytesPerBatch": "0"})
+
+
+def test_column_conventions_and_their_errors() -> None:
+    """The body, key and attributes columns by Spark's Kafka conventions, or by name."""
+    kafka = resolve_format(["key", "value", "headers", "topic"])
+    assert (kafka.column, kafka.key_column, kafka.attributes_column) == ("value", "key", "headers")
+    assert resolve_format(["payload"]).column == "payload"
+    assert resolve_format(["key"]).key_column is None  # the only column is the body
+    named = resolve_format(["a", "b"], column="b", key_column="a", attributes_column="b")
+    assert (named.column, named.key_column, named.attributes_column) == ("b", "a", "b")
+    with pytest.raises(ValueError, match="both 'value' and 'body'"):
+        resolve_format(["value", "body"])
+    with pytest.raises(ValueError, match="both 'attributes' and 'headers'"):
+        resolve_format(["value", "attributes", "headers"])
+    with pytest.raises(ValueError, match="key column 'k' is not among"):
+        resolve_format(["value"], key_column="k")
+    types = {"value": "string", "key": "array<int>", "headers": "map<string,int>"}
+    with pytest.raises(ValueError, match="key column 'key' must be a simple type"):
+        resolve_format(list(types), types)
+    types["key"] = "bigint"
+    with pytest.raises(ValueError, match="attributes column 'headers' must be map"):
+        resolve_format(list(types), types)
+    types["headers"] = "array<struct<key:string,value:binary>>"
+    assert resolve_format(list(types), types).attributes_column == "headers"
+
+
+def test_kafka_headers_become_attributes(tmp_path: Path) -> None:
+    """Kafka's headers (a list of key/value pairs, values as bytes) are attributes."""
+    queue = vsqs.Queue(tmp_path / "q")
+    rows = [{"value": b"v", "headers": [("h", b"1"), ("g", "2")]}]
+    fmt = resolve_format(["value", "headers"])
+    assert publish_rows(queue, rows, fmt, "test:") == 1
+    message = queue.receive(timeout=0)
+    assert message is not None
+    assert dict(message.attributes) == {"h": "1", "g": "2"}
+
+
+def test_read_planned_skips_deleted_messages_when_told(tmp_path: Path) -> None:
+    """failOnDataLoss=false: a message deleted by someone else is skipped, not fatal."""
+    queue = vsqs.Queue(tmp_path / "q")
+    queue.publish_batch([b"a", b"b"])
+    held = queue.receive_batch(2, timeout=0)
+    plan: list[Planned] = [(m.id, m.receipt, {}, 1, m.sent_at) for m in held]
+    queue.delete(held[0])
+    rows = list(read_planned(queue.path, plan, fail_on_data_loss=False))
+    assert [row[1] for row in rows] == [b"b"]
+    assert split([], 3) == []
+
+
+def test_consume_checks_its_arguments(spark: SparkSession, tmp_path: Path) -> None:
+    queue_path = str(tmp_path / "q")
+    for bad in ({"max_messages": 0}, {"visibility_timeout": 0.5}, {"heartbeat_interval": 400}):
+        with pytest.raises(ValueError, match=next(iter(bad))):  # noqa: SIM117 (the block is the call)
+            with vsqs.spark.consume(spark, queue_path, **bad):
+                pass
