@@ -281,6 +281,15 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         }
 
     def latestOffset(self, start: Offset, limit: ReadLimit) -> Offset:
+        try:
+            return self._latest(start, limit)
+        finally:
+            # The deletes of completed batches overlapped the claim; they must be done
+            # before returning: after the last call of a query Spark ends this process
+            # without waiting for stop().
+            self.flush()
+
+    def _latest(self, start: Offset, limit: ReadLimit) -> Offset:
         queue = self._bind(start)
         done = int(start["seq"])
         with self._lock:
@@ -360,6 +369,7 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                         " new checkpointLocation"
                     )
                 plan.extend(self._plans[seq])
+        self.flush()
         return [InputPartition(part) for part in split(plan, self.options.num_partitions)]
 
     def read(self, partition: InputPartition) -> Iterator[Any]:
@@ -373,6 +383,7 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         queue = self._bind(end)
         with self._lock:
             self._settle(queue, int(end["seq"]))
+        self.flush()
 
     # -- state -----------------------------------------------------------------------
 
@@ -416,7 +427,7 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             self._deletions.put((seq, list(receipts)))
 
     def _delete(self) -> None:
-        """Delete completed batches off the driver's critical path, then their records.
+        """Delete completed batches while the next one is claimed, then their records.
 
         Its own handle: the messages of a completed batch are no longer renewed, so
         their receipts are current. A crash before a record is removed repeats its
