@@ -12,11 +12,13 @@ import json
 import os
 import signal
 import sys
+import time
 from collections.abc import Iterable, Iterator
 from typing import Any
 
 from pyspark import TaskContext
-from pyspark.sql import DataFrame, Row, SparkSession
+from pyspark.sql import Column, DataFrame, Row, SparkSession
+from pyspark.sql.functions import udf
 
 import vsqs.spark
 
@@ -100,15 +102,72 @@ def run_stream(spark: SparkSession, queue: str, checkpoint: str, out: str, kill_
     query.awaitTermination(120)
 
 
+def killer(out: str, kill_batch: int, driver_pid: int, threshold: int) -> Column:
+    """``body`` unchanged, except that partition 1 of batch *kill_batch* waits until
+    *threshold* messages are in the queue *out* (partition 0 of that batch has published
+    its rows) and then SIGKILLs the driver: a crash after part of a batch was written."""
+
+    def passthrough(body: bytes) -> bytes:
+        context = _task()
+        if (
+            context.getLocalProperty("streaming.sql.batchId") == str(kill_batch)
+            and context.partitionId() == 1
+        ):
+            deadline = time.monotonic() + 60
+            while time.monotonic() < deadline:
+                published = [n for n in os.listdir(out) if n[0] != "." and "." not in n]
+                if len(published) >= threshold:
+                    os.kill(driver_pid, signal.SIGKILL)
+                    time.sleep(60)
+                time.sleep(0.05)
+            raise RuntimeError("partition 0 of the batch never published")
+        return body
+
+    return udf(passthrough, "binary")("body")
+
+
+def run_copy(
+    spark: SparkSession, queue: str, checkpoint: str, out: str, kill_batch: int, *, batch: int = 50
+) -> None:
+    """Stream *queue* into the queue *out* with the vsqs sink, until drained.
+
+    With *kill_batch* >= 0, the driver is killed once half of that batch is published.
+    """
+    os.makedirs(out, exist_ok=True)
+    stream = (
+        spark.readStream.format("vsqs")
+        .option("maxMessagesPerBatch", str(batch))
+        .option("visibilityTimeout", "120")
+        .option("heartbeatInterval", "1")
+        .option("lockTimeout", "30")
+        .load(queue)
+    )
+    if kill_batch >= 0:
+        kill = killer(out, kill_batch, os.getpid(), kill_batch * batch + batch // 2)
+        stream = stream.select(kill.alias("body"))
+    query = (
+        stream.select("body")
+        .writeStream.format("vsqs")
+        .option("checkpointLocation", checkpoint)
+        .trigger(availableNow=True)
+        .start(out)
+    )
+    query.awaitTermination(120)
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("queue")
     parser.add_argument("checkpoint")
     parser.add_argument("out")
     parser.add_argument("--kill-batch", type=int, default=-1)
+    parser.add_argument("--copy", action="store_true", help="into the queue out, vsqs sink")
     args = parser.parse_args(argv)
     spark = build_session("local[2]")
-    run_stream(spark, args.queue, args.checkpoint, args.out, args.kill_batch)
+    if args.copy:
+        run_copy(spark, args.queue, args.checkpoint, args.out, args.kill_batch)
+    else:
+        run_stream(spark, args.queue, args.checkpoint, args.out, args.kill_batch)
     spark.stop()
 
 

@@ -5,21 +5,26 @@ from __future__ import annotations
 import functools
 import json
 import os
+import pickle
 import subprocess
 import sys
 import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from pyspark.sql import Row, SparkSession
+from pyspark.sql.datasource import InputPartition
 from pyspark.sql.streaming.datasource import ReadMaxRows
 
 import vsqs
 import vsqs.spark
 from tests import spark_helpers
-from vsqs._spark_options import SourceOptions
+from vsqs._spark_options import Planned, SourceOptions
+from vsqs._spark_publish import publish_rows, resolve_format
+from vsqs._spark_read import read_planned, split
 from vsqs._spark_stream import StreamReader
 
 pytestmark = pytest.mark.spark
@@ -37,6 +42,14 @@ def spark() -> Iterator[SparkSession]:
         session = spark_helpers.build_session("local[2,4]")
         yield session
         session.stop()
+
+
+def _rows(reader: StreamReader, partition: InputPartition) -> list[tuple[Any, ...]]:
+    """What the executor hands Spark for *partition* (Arrow record batches), as tuples."""
+    rows: list[tuple[Any, ...]] = []
+    for batch in reader.read(partition):
+        rows.extend(zip(*(column.to_pylist() for column in batch.columns), strict=True))
+    return rows
 
 
 def _bodies(queue: vsqs.Queue) -> list[str]:
@@ -98,10 +111,65 @@ def test_batch_write_then_browse_then_consume(spark: SparkSession, tmp_path: Pat
         }
         assert all(r.receive_count == 0 and r.sent_at is not None for r in browsed)
 
-    consumed = spark.read.format("vsqs").option("mode", "consume").load(queue_path).collect()
-    assert sorted(bytes(r.body).decode() for r in consumed) == sorted(f"b{i}" for i in range(25))
-    assert all(r.receive_count == 1 for r in consumed)
+    with vsqs.spark.consume(spark, queue_path) as df:
+        consumed = df.collect()
+        assert sorted(bytes(r.body).decode() for r in consumed) == sorted(
+            f"b{i}" for i in range(25)
+        )
+        assert {bytes(r.body).decode(): r.attributes["n"] for r in consumed}["b7"] == "7"
+        assert all(r.receive_count == 1 for r in consumed)
+        assert vsqs.Queue(queue_path).counts().held == 25  # nothing deleted before the end
     assert vsqs.Queue(queue_path).counts().total == 0
+
+
+def test_consume_with_a_failing_task_loses_nothing(spark: SparkSession, tmp_path: Path) -> None:
+    """Issue 15.1: a task that fails on attempt 0 used to leave 0 of 2,000 rows written
+    and the queue empty. Now every row reaches the parquet output, then the queue empties."""
+    queue = vsqs.Queue(tmp_path / "q", durable=False)
+    queue.publish_batch([f"c{i:04d}".encode() for i in range(2000)])
+    out = str(tmp_path / "out")
+    with vsqs.spark.consume(spark, queue.path, num_partitions=4) as df:
+        failing = df.rdd.mapPartitions(functools.partial(spark_helpers.fail_first_attempt, 0))
+        spark.createDataFrame(failing, df.schema).select("id", "body").write.parquet(out)
+    written = spark.read.parquet(out).collect()
+    assert len(written) == 2000
+    assert sorted(bytes(r.body).decode() for r in written) == [f"c{i:04d}" for i in range(2000)]
+    assert queue.counts().total == 0
+
+
+def test_consume_reads_the_same_messages_on_every_action(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    """show() and count() before the final action read the planned messages and delete
+    nothing; a block that raises releases every message to the queue at once."""
+    queue = vsqs.Queue(tmp_path / "q", durable=False)
+    queue.publish_batch([f"a{i}".encode() for i in range(50)])
+
+    def fail_after_reading() -> None:
+        with vsqs.spark.consume(spark, queue.path, max_messages=30) as df:
+            df.show(3)
+            assert df.count() == 30
+            first = sorted(r.id for r in df.collect())
+            assert sorted(r.id for r in df.collect()) == first
+            assert queue.counts().ready == 20
+            raise RuntimeError("the sink failed")
+
+    with pytest.raises(RuntimeError, match="the sink failed"):
+        fail_after_reading()
+    assert queue.counts().ready == 50
+    assert queue.counts().held == 0
+
+
+def test_format_consume_mode_is_refused_and_deletes_nothing(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    """Issue 15.1: .show(3) on a consume read deleted all 5,000 messages. The format no
+    longer consumes: it says to use vsqs.spark.consume, and the queue is untouched."""
+    queue = vsqs.Queue(tmp_path / "q", durable=False)
+    queue.publish_batch([f"m{i}".encode() for i in range(5000)])
+    with pytest.raises(Exception, match=r"vsqs\.spark\.consume"):
+        spark.read.format("vsqs").option("mode", "consume").load(queue.path).show(3)
+    assert queue.counts().ready == 5000
 
 
 def test_batch_write_task_retry_adds_no_duplicates(spark: SparkSession, tmp_path: Path) -> None:
@@ -116,17 +184,13 @@ def test_batch_write_task_retry_adds_no_duplicates(spark: SparkSession, tmp_path
 
 
 def test_consume_respects_max_messages(spark: SparkSession, tmp_path: Path) -> None:
-    """Consume mode with maxMessages takes at most that many and leaves the rest."""
+    """consume(max_messages=4) takes at most that many and leaves the rest."""
     queue = vsqs.Queue(tmp_path / "q")
     queue.publish_batch([f"c{i}".encode() for i in range(10)])
-    df = (
-        spark.read.format("vsqs")
-        .option("mode", "consume")
-        .option("maxMessages", "4")
-        .load(queue.path)
-    )
-    assert len(df.collect()) == 4
+    with vsqs.spark.consume(spark, queue.path, max_messages=4) as df:
+        assert len(df.collect()) == 4
     assert queue.counts().ready == 6
+    assert queue.counts().held == 0
 
 
 def test_overwrite_is_refused(spark: SparkSession, tmp_path: Path) -> None:
@@ -152,7 +216,12 @@ def test_stream_read_and_stream_write(spark: SparkSession, tmp_path: Path) -> No
     query.awaitTermination(120)
     assert _bodies(vsqs.Queue(tmp_path / "out")) == sorted(f"s{i}" for i in range(120))
     assert source.counts().total == 0
-    assert not list((tmp_path / "in" / ".vsqs" / "spark" / "default").glob("*.json"))
+    states = list((tmp_path / "in" / ".vsqs" / "spark" / "streams").iterdir())
+    assert len(states) == 1  # one epoch: this checkpoint's
+    assert sorted(p.name for p in states[0].glob("*.json")) == ["epoch.json"]
+    # Issue 15.8: the progress reports the queue's backlog next to the offset.
+    latest = query.recentProgress[0]["sources"][0]["latestOffset"]
+    assert {"epoch", "seq", "ready", "held", "oldestReadyAgeMs"} <= set(json.loads(latest))
 
 
 def test_stream_killed_mid_batch_loses_and_duplicates_nothing(
@@ -180,7 +249,7 @@ def test_stream_killed_mid_batch_loses_and_duplicates_nothing(
 
     started = time.monotonic()
     spark_helpers.run_stream(spark, queue_path, checkpoint, str(out), kill_batch=-1)
-    # The replayed batch 2 is served empty; its messages come back in later batches.
+    # The replayed batch 2 is served again with the same messages (renewed leases).
     assert time.monotonic() - started < 100  # not by waiting out the 120 s leases
 
     seen: list[str] = []
@@ -188,6 +257,175 @@ def test_stream_killed_mid_batch_loses_and_duplicates_nothing(
         seen.extend(json.loads(path.read_text()))
     assert sorted(seen) == expected  # nothing lost, nothing twice
     assert queue.counts().total == 0
+
+
+def test_stream_vsqs_to_vsqs_killed_mid_batch_publishes_each_once(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    """Issue 15.2: kill -9 of the driver after half of batch 2 reached the vsqs sink,
+    then restart from the checkpoint. The replayed batch has the same messages in the
+    same partitions, so the sink's ids match and nothing is published twice (the old
+    code released the batch and published its first half again under later ids)."""
+    queue = vsqs.Queue(tmp_path / "q", durable=False)
+    expected = sorted(f"v{i:03d}" for i in range(300))
+    queue.publish_batch([body.encode() for body in expected])
+    out, checkpoint = str(tmp_path / "out"), str(tmp_path / "ckpt")
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join(filter(None, [REPO_DIR, *sys.path])),
+        "SPARK_LOCAL_IP": "127.0.0.1",
+        "PYSPARK_PYTHON": sys.executable,
+    }
+    command = [sys.executable, "-m", "tests.spark_helpers", queue.path, checkpoint, out]
+    killed = subprocess.run([*command, "--copy", "--kill-batch", "2"], env=env, check=False)
+    assert killed.returncode == -9
+    assert 125 <= vsqs.Queue(out).counts().ready < 150  # batches 0, 1 and half of 2
+
+    spark_helpers.run_copy(spark, queue.path, checkpoint, out, kill_batch=-1)
+    bodies = [m.body.decode() for m in vsqs.Queue(out).browse()]
+    assert sorted(bodies) == expected  # each once
+    assert queue.counts().total == 0
+
+
+def test_two_queries_never_settle_each_others_batches(spark: SparkSession, tmp_path: Path) -> None:
+    """Issue 15.3: query A is killed holding a batch; query B, run again later, used to
+    take A's batch for one of its own completed ones and delete it (lost). Now each
+    checkpoint has its own state; A's restart serves its batch again."""
+    queue = vsqs.Queue(tmp_path / "q", durable=False)
+    out_a, out_b = tmp_path / "out_a", tmp_path / "out_b"
+    out_a.mkdir()
+    out_b.mkdir()
+    ckpt_a, ckpt_b = str(tmp_path / "ckpt_a"), str(tmp_path / "ckpt_b")
+    queue.publish_batch([f"b{i:03d}".encode() for i in range(100)])
+    spark_helpers.run_stream(spark, queue.path, ckpt_b, str(out_b), kill_batch=-1)  # 2 batches
+
+    queue.publish_batch([f"a{i:03d}".encode() for i in range(50)])
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join(filter(None, [REPO_DIR, *sys.path])),
+        "SPARK_LOCAL_IP": "127.0.0.1",
+        "PYSPARK_PYTHON": sys.executable,
+    }
+    command = [sys.executable, "-m", "tests.spark_helpers", queue.path, ckpt_a, str(out_a)]
+    killed = subprocess.run([*command, "--kill-batch", "0"], env=env, check=False)
+    assert killed.returncode == -9
+    assert queue.counts().held == 50  # A's batch 0, claimed and logged, not committed
+
+    queue.publish_batch([f"c{i:03d}".encode() for i in range(50)])
+    spark_helpers.run_stream(spark, queue.path, ckpt_b, str(out_b), kill_batch=-1)
+    assert queue.counts().held == 50  # B left A's batch alone
+    spark_helpers.run_stream(spark, queue.path, ckpt_a, str(out_a), kill_batch=-1)
+
+    seen: list[str] = []
+    for path in [*out_a.glob("*.json"), *out_b.glob("*.json")]:
+        seen.extend(json.loads(path.read_text()))
+    expected = [f"{p}{i:03d}" for p, n in (("a", 50), ("b", 100), ("c", 50)) for i in range(n)]
+    assert sorted(seen) == sorted(expected)
+    assert json.loads((out_a / "0.json").read_text()) == [f"a{i:03d}" for i in range(50)]
+    assert queue.counts().total == 0
+
+
+def test_stream_on_a_shut_down_queue_is_no_new_data(spark: SparkSession, tmp_path: Path) -> None:
+    """Issue 15.4: once a shut-down queue is drained, a running query (processing-time
+    trigger) keeps running with no new data instead of dying of QueueDrained."""
+    queue = vsqs.Queue(tmp_path / "q", durable=False)
+    queue.publish_batch([f"d{i}".encode() for i in range(30)])
+    queue.shutdown()
+    out = str(tmp_path / "out")
+    query = (
+        spark.readStream.format("vsqs")
+        .load(queue.path)
+        .select("body")
+        .writeStream.format("vsqs")
+        .option("checkpointLocation", str(tmp_path / "ckpt"))
+        .trigger(processingTime="200 milliseconds")
+        .start(out)
+    )
+    try:
+        query.processAllAvailable()
+        done = len(query.recentProgress)
+        deadline = time.monotonic() + 60
+        while len(query.recentProgress) < done + 3 and time.monotonic() < deadline:
+            query.awaitTermination(1)  # triggers that find the queue drained
+        assert query.exception() is None
+        assert query.isActive
+        assert len(query.recentProgress) >= done + 3
+    finally:
+        query.stop()
+    assert _bodies(vsqs.Queue(out)) == sorted(f"d{i}" for i in range(30))
+    assert queue.counts().total == 0
+
+
+def test_a_drained_shut_down_queue_is_no_new_data_for_the_reader(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 15.4: QueueDrained from the claim is the end of input, not an error."""
+    queue = vsqs.Queue(tmp_path / "q")
+    queue.publish_batch([b"x", b"y"])
+    queue.shutdown()
+    reader = StreamReader(SourceOptions.parse({"path": queue.path}))
+    try:
+        start = reader.initialOffset()
+        end = reader.latestOffset(start, ReadMaxRows(10))
+        assert end["seq"] == 1
+        reader.commit(end)
+
+        def drained(self: vsqs.Queue, *args: object, **kwargs: object) -> list[vsqs.Message]:
+            raise vsqs.QueueDrained(self.path)
+
+        # Once the shutdown grace has passed, every claim raises QueueDrained.
+        monkeypatch.setattr(vsqs.Queue, "receive_batch", drained)
+        assert reader.latestOffset(end, ReadMaxRows(10)) == end
+    finally:
+        reader.stop()
+    assert queue.counts().total == 0
+
+
+def test_stream_large_bodies_are_read_on_the_executors(spark: SparkSession, tmp_path: Path) -> None:
+    """Issue 15.5: 64 KiB bodies. Partitions carry receipts, not bodies, and a byte limit
+    per micro-batch (maxBytesPerBatch) bounds each batch besides the message limit."""
+    queue = vsqs.Queue(tmp_path / "q", durable=False)
+    body = b"x" * 65536
+    queue.publish_batch([body] * 200)
+    query = (
+        spark.readStream.format("vsqs")
+        .option("maxBytesPerBatch", str(4 * 1024 * 1024))
+        .load(queue.path)
+        .select("body")
+        .writeStream.format("vsqs")
+        .option("checkpointLocation", str(tmp_path / "ckpt"))
+        .option("durable", "false")
+        .trigger(availableNow=True)
+        .start(str(tmp_path / "out"))
+    )
+    query.awaitTermination(120)
+    sizes = [p["numInputRows"] for p in query.recentProgress if p["numInputRows"]]
+    assert sum(sizes) == 200
+    assert max(sizes) <= 64  # 4 MiB of 64 KiB bodies
+    assert all(m.body == body for m in vsqs.Queue(tmp_path / "out").browse())
+    assert queue.counts().total == 0
+
+
+def test_partitions_carry_receipts_and_survive_renewal(tmp_path: Path) -> None:
+    """A planned partition holds no body; a heartbeat that renames the lease after
+    planning does not make it unreadable."""
+    queue = vsqs.Queue(tmp_path / "q")
+    queue.publish_batch([b"p" * 10_000 for _ in range(4)])
+    options = SourceOptions.parse({"path": queue.path, "heartbeatInterval": "3600"})
+    reader = StreamReader(options)
+    try:
+        start = reader.initialOffset()
+        end = reader.latestOffset(start, ReadMaxRows(10))
+        parts = reader.partitions(start, end)
+        assert len(pickle.dumps(parts)) < 2000  # 40 kB of bodies are not in there
+        reader._extend(queue, 1, reader._pending[1])  # a heartbeat: new receipts
+        rows = [row for part in parts for row in _rows(reader, part)]
+        assert [row[1] for row in rows] == [b"p" * 10_000] * 4
+        queue.delete(rows[0][0])
+        with pytest.raises(LookupError, match="failOnDataLoss"):
+            _rows(reader, parts[0])
+    finally:
+        reader.stop()
 
 
 def test_heartbeat_extends_leases_until_commit(tmp_path: Path) -> None:
@@ -199,39 +437,122 @@ def test_heartbeat_extends_leases_until_commit(tmp_path: Path) -> None:
     )
     reader = StreamReader(options)
     try:
-        assert reader.latestOffset({"seq": 0}, ReadMaxRows(10)) == {"seq": 1}
+        start = reader.initialOffset()
+        end = reader.latestOffset(start, ReadMaxRows(10))
+        assert end["seq"] == 1
         time.sleep(1.6)  # the only way to see a real lease outlive its timeout
         assert queue.receive_batch(10, timeout=0) == []
         assert queue.counts().held == 3
-        reader.commit({"seq": 1})
+        reader.commit(end)
+        reader.flush()
         assert queue.counts().total == 0
     finally:
         reader.stop()
 
 
-def test_restarted_reader_releases_uncompleted_and_deletes_completed(tmp_path: Path) -> None:
-    """Recovery: batches up to the start offset are deleted, later ones released."""
+def test_restarted_reader_replays_logged_and_releases_unlogged(tmp_path: Path) -> None:
+    """Recovery: completed batches are deleted, a logged batch is served again with the
+    same messages, a batch Spark never logged is released."""
     queue = vsqs.Queue(tmp_path / "q")
-    queue.publish_batch([f"r{i}".encode() for i in range(6)])
+    queue.publish_batch([f"r{i}".encode() for i in range(9)])
     options = SourceOptions.parse(
         {"path": queue.path, "visibilityTimeout": "300", "maxMessagesPerBatch": "3"}
     )
     first = StreamReader(options)
-    assert first.latestOffset({"seq": 0}, ReadMaxRows(3)) == {"seq": 1}
-    assert len(first.partitions({"seq": 0}, {"seq": 1})) == 2
-    assert first.latestOffset({"seq": 1}, ReadMaxRows(3)) == {"seq": 2}  # no commit call yet
-    first.stop()  # the process "dies": batch 1 completed, batch 2 did not
+    o0 = first.initialOffset()
+    o1 = first.latestOffset(o0, ReadMaxRows(3))
+    assert len(first.partitions(o0, o1)) == 2
+    o2 = first.latestOffset(o1, ReadMaxRows(3))  # batch 1 completed
+    planned = [m for part in first.partitions(o1, o2) for m in part.value]
+    first.stop()  # the driver dies while Spark runs batch 2, which it logged
 
     second = StreamReader(options)
     try:
-        assert second.partitions({"seq": 1}, {"seq": 2}) == []  # replay of batch 2: released
-        assert queue.counts().ready == 3
-        assert queue.counts().held == 0  # batch 1 deleted
-        assert second.latestOffset({"seq": 2}, ReadMaxRows(3)) == {"seq": 3}
-        parts = second.partitions({"seq": 2}, {"seq": 3})
-        assert sorted(row[1] for part in parts for row in part.value) == [b"r3", b"r4", b"r5"]
+        parts = second.partitions(o1, o2)  # Spark runs batch 2 again
+        replayed = [row for part in parts for row in _rows(second, part)]
+        assert [row[0] for row in replayed] == [m[0] for m in planned]
+        assert [row[1] for row in replayed] == [b"r3", b"r4", b"r5"]
+        second.flush()
+        assert queue.counts().held == 3  # batch 1 deleted; batch 2 renewed
+        o3 = second.latestOffset(o2, ReadMaxRows(3))  # batch 2 completed; 3 claimed
     finally:
-        second.stop()
+        second.stop()  # the driver dies before Spark logs batch 3
+
+    third = StreamReader(options)
+    try:
+        assert third.latestOffset(o2, ReadMaxRows(3)) == o3  # 3 released and claimed anew
+        third.flush()
+        assert queue.counts().held == 3
+        parts = third.partitions(o2, o3)
+        assert [row[1] for part in parts for row in _rows(third, part)] == [b"r6", b"r7", b"r8"]
+        third.commit(o3)
+        third.flush()
+        assert queue.counts().total == 0
+    finally:
+        third.stop()
+
+
+def test_state_mismatch_fails_loudly(tmp_path: Path) -> None:
+    """Issue 15.3: a checkpoint whose epoch has no state here is refused, with what to do."""
+    queue = vsqs.Queue(tmp_path / "q")
+    queue.publish(b"m")
+    reader = StreamReader(SourceOptions.parse({"path": queue.path}))
+    try:
+        with pytest.raises(RuntimeError, match="new checkpointLocation"):
+            reader.latestOffset({"epoch": "feed", "seq": 4}, ReadMaxRows(1))
+        with pytest.raises(RuntimeError, match="no epoch"):
+            reader.latestOffset({"seq": 4}, ReadMaxRows(1))
+    finally:
+        reader.stop()
+    assert queue.counts().ready == 1
+
+
+def test_one_value_column_and_kafka_columns(spark: SparkSession, tmp_path: Path) -> None:
+    """Issue 15.6: spark.read.text gives one column 'value'; publish_dataframe and the
+    format take it. 'key' is the deduplication id and a 'headers' map the attributes."""
+    text = tmp_path / "lines.txt"
+    text.write_text("".join(f"line{i}\n" for i in range(20)))
+    lines = spark.read.text(str(text))
+    assert vsqs.spark.publish_dataframe(lines, str(tmp_path / "a")) == 20
+    lines.write.format("vsqs").mode("append").save(str(tmp_path / "b"))
+    for name in ("a", "b"):
+        assert _bodies(vsqs.Queue(tmp_path / name)) == sorted(f"line{i}" for i in range(20))
+
+    kafka = spark.createDataFrame(
+        [(f"k{i % 5}", f"v{i}", {"h": str(i)}) for i in range(10)],
+        "key string, value string, headers map<string,string>",
+    )
+    kafka.write.format("vsqs").mode("append").save(str(tmp_path / "c"))
+    got = list(vsqs.Queue(tmp_path / "c").browse())
+    assert len(got) == 5  # one per key within the dedup window
+    assert all(m.attributes["h"] == m.body.decode()[1:] for m in got)
+
+
+def test_bad_columns_fail_on_the_driver(spark: SparkSession, tmp_path: Path) -> None:
+    """Columns are checked against df.schema before any task runs, with a clear error."""
+    numbers = spark.createDataFrame([(1, 2)], "a int, b int")
+    with pytest.raises(ValueError, match="'value' or 'body'"):
+        vsqs.spark.publish_dataframe(numbers, str(tmp_path / "q"))
+    with pytest.raises(Exception, match="'value' or 'body'"):
+        numbers.write.format("vsqs").mode("append").save(str(tmp_path / "q"))
+    with pytest.raises(ValueError, match="must be binary or string, not int"):
+        vsqs.spark.publish_dataframe(numbers.select("a"), str(tmp_path / "q"))
+    assert vsqs.Queue(tmp_path / "q").counts().total == 0
+
+
+def test_unknown_option_is_named_with_the_known_ones(spark: SparkSession, tmp_path: Path) -> None:
+    """Issue 15.7: .option("modee", "consume") used to browse quietly."""
+    queue = vsqs.Queue(tmp_path / "q")
+    with pytest.raises(Exception, match=r"unknown option 'modee'.*known: batchSize"):
+        spark.read.format("vsqs").option("modee", "consume").load(queue.path).collect()
+    with pytest.raises(ValueError, match="unknown option 'maxoffsetspertrigger'"):
+        SourceOptions.parse({"path": "/tmp/x", "maxOffsetsPerTrigger": "5"})
+    with pytest.raises(ValueError, match="'visibilityTimeout' must be a number, not 'abc'"):
+        SourceOptions.parse({"path": "/tmp/x", "visibilityTimeout": "abc"})
+    with pytest.raises(ValueError, match="'numPartitions' must be an integer"):
+        SourceOptions.parse({"path": "/tmp/x", "numPartitions": "2.5"})
+    with pytest.raises(ValueError, match="'consumer' was removed"):
+        SourceOptions.parse({"path": "/tmp/x", "consumer": "a"})
 
 
 def test_bad_options_are_named() -> None:
@@ -239,5 +560,60 @@ def test_bad_options_are_named() -> None:
         SourceOptions.parse({"path": "/tmp/x", "mode": "peek"})
     with pytest.raises(ValueError, match="queue path"):
         SourceOptions.parse({})
-    with pytest.raises(ValueError, match="consumer"):
-        SourceOptions.parse({"path": "/tmp/x", "consumer": "../up"})
+    with pytest.raises(ValueError, match="maxBytesPerBatch"):
+        SourceOptions.parse({"path": "/tmp/x", "maxBytesPerBatch": "0"})
+
+
+def test_column_conventions_and_their_errors() -> None:
+    """The body, key and attributes columns by Spark's Kafka conventions, or by name."""
+    kafka = resolve_format(["key", "value", "headers", "topic"])
+    assert (kafka.column, kafka.key_column, kafka.attributes_column) == ("value", "key", "headers")
+    assert resolve_format(["payload"]).column == "payload"
+    assert resolve_format(["key"]).key_column is None  # the only column is the body
+    named = resolve_format(["a", "b"], column="b", key_column="a", attributes_column="b")
+    assert (named.column, named.key_column, named.attributes_column) == ("b", "a", "b")
+    with pytest.raises(ValueError, match="both 'value' and 'body'"):
+        resolve_format(["value", "body"])
+    with pytest.raises(ValueError, match="both 'attributes' and 'headers'"):
+        resolve_format(["value", "attributes", "headers"])
+    with pytest.raises(ValueError, match="key column 'k' is not among"):
+        resolve_format(["value"], key_column="k")
+    types = {"value": "string", "key": "array<int>", "headers": "map<string,int>"}
+    with pytest.raises(ValueError, match="key column 'key' must be a simple type"):
+        resolve_format(list(types), types)
+    types["key"] = "bigint"
+    with pytest.raises(ValueError, match="attributes column 'headers' must be map"):
+        resolve_format(list(types), types)
+    types["headers"] = "array<struct<key:string,value:binary>>"
+    assert resolve_format(list(types), types).attributes_column == "headers"
+
+
+def test_kafka_headers_become_attributes(tmp_path: Path) -> None:
+    """Kafka's headers (a list of key/value pairs, values as bytes) are attributes."""
+    queue = vsqs.Queue(tmp_path / "q")
+    rows = [{"value": b"v", "headers": [("h", b"1"), ("g", "2")]}]
+    fmt = resolve_format(["value", "headers"])
+    assert publish_rows(queue, rows, fmt, "test:") == 1
+    message = queue.receive(timeout=0)
+    assert message is not None
+    assert dict(message.attributes) == {"h": "1", "g": "2"}
+
+
+def test_read_planned_skips_deleted_messages_when_told(tmp_path: Path) -> None:
+    """failOnDataLoss=false: a message deleted by someone else is skipped, not fatal."""
+    queue = vsqs.Queue(tmp_path / "q")
+    queue.publish_batch([b"a", b"b"])
+    held = queue.receive_batch(2, timeout=0)
+    plan: list[Planned] = [(m.id, m.receipt, {}, 1, m.sent_at) for m in held]
+    queue.delete(held[0])
+    rows = list(read_planned(queue.path, plan, fail_on_data_loss=False))
+    assert [row[1] for row in rows] == [b"b"]
+    assert split([], 3) == []
+
+
+def test_consume_checks_its_arguments(spark: SparkSession, tmp_path: Path) -> None:
+    queue_path = str(tmp_path / "q")
+    for bad in ({"max_messages": 0}, {"visibility_timeout": 0.5}, {"heartbeat_interval": 400}):
+        with pytest.raises(ValueError, match=next(iter(bad))):  # noqa: SIM117 (the block is the call)
+            with vsqs.spark.consume(spark, queue_path, **bad):
+                pass

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import enum
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timezone
-from typing import Any, Final
+from typing import Any, Final, TypeVar
 
+from . import Message
 from ._layout import Layout
-from ._message import Message
 
 SCHEMA: Final = (
     "id string, body binary, attributes map<string,string>, receive_count int, sent_at timestamp"
@@ -19,14 +19,56 @@ SCHEMA: Final = (
 
 MessageRow = tuple[str, bytes, dict[str, str], int, datetime]
 
+Planned = tuple[str, str, dict[str, str], int, float]
+"""A claimed message without its body: id, receipt, attributes, receive count, sent at.
+
+What the driver puts into a partition; the executor reads the body from the file."""
+
+_T = TypeVar("_T")
+
 
 class ReadMode(str, enum.Enum):
-    """What a batch read does to the messages it returns."""
+    """What a batch read through the data source does to the messages it returns."""
 
     BROWSE = "browse"
-    """Read the ready messages and leave them in the queue."""
+    """Read the ready messages and leave them in the queue (the only mode of the format)."""
     CONSUME = "consume"
-    """Claim the messages and delete each partition's messages once it has been read."""
+    """Refused by the format: use :func:`vsqs.spark.consume`, which deletes on success."""
+
+
+KNOWN: Final = (
+    "batchSize",
+    "durable",
+    "failOnDataLoss",
+    "heartbeatInterval",
+    "keyColumn",
+    "lockTimeout",
+    "maxBytesPerBatch",
+    "maxMessagesPerBatch",
+    "mode",
+    "numPartitions",
+    "path",
+    "stateDir",
+    "visibilityTimeout",
+)
+"""Every option the data source takes (Spark's own option names are case-insensitive)."""
+
+_SPARK_OWN: Final = frozenset({"checkpointlocation"})
+"""Options Spark itself reads that it also passes to the sink; accepted and unused."""
+
+_REMOVED: Final = {
+    "consumer": "the streaming state is now bound to the query's checkpoint (no name needed)",
+    "maxmessages": "a batch consume takes max_messages in vsqs.spark.consume()",
+}
+
+_CONSUME_ADVICE: Final = (
+    "option 'mode' 'consume' is not offered by spark.read.format('vsqs'): Spark never tells"
+    " a batch reader whether the action succeeded, so it could delete messages that no"
+    " result holds. Use `with vsqs.spark.consume(spark, path) as df: ...`, which deletes"
+    " only when the block succeeds, or the streaming source"
+)
+
+DEFAULT_MAX_BYTES: Final = 256 * 1024 * 1024
 
 
 def message_row(message: Message) -> MessageRow:
@@ -40,19 +82,42 @@ def message_row(message: Message) -> MessageRow:
     )
 
 
-def _number(raw: Mapping[str, str], key: str, default: float, *, minimum: float = 0.0) -> float:
+def planned(message: Message) -> Planned:
+    """What a partition carries for a claimed message (everything but the body)."""
+    return (
+        message.id,
+        message.receipt,
+        dict(message.attributes),
+        message.receive_count,
+        message.sent_at,
+    )
+
+
+def _parsed(raw: Mapping[str, str], key: str, convert: Callable[[str], _T], what: str) -> _T | None:
     text = raw.get(key.lower())
-    value = default if text is None else float(text)
+    if text is None:
+        return None
+    try:
+        return convert(text)
+    except ValueError:
+        raise ValueError(f"option {key!r} must be {what}, not {text!r}") from None
+
+
+def _number(raw: Mapping[str, str], key: str, default: float, *, minimum: float = 0.0) -> float:
+    value = _parsed(raw, key, float, "a number")
+    if value is None:
+        return default
     if not value >= minimum:  # also rejects NaN
-        raise ValueError(f"option {key!r} must be >= {minimum}, not {text!r}")
+        raise ValueError(f"option {key!r} must be >= {minimum}, not {raw[key.lower()]!r}")
     return value
 
 
 def _integer(raw: Mapping[str, str], key: str, default: int, *, minimum: int = 1) -> int:
-    text = raw.get(key.lower())
-    value = default if text is None else int(text)
+    value = _parsed(raw, key, int, "an integer")
+    if value is None:
+        return default
     if value < minimum:
-        raise ValueError(f"option {key!r} must be >= {minimum}, not {text!r}")
+        raise ValueError(f"option {key!r} must be >= {minimum}, not {raw[key.lower()]!r}")
     return value
 
 
@@ -65,55 +130,61 @@ def _flag(raw: Mapping[str, str], key: str, default: bool) -> bool:
     return text.lower() == "true"
 
 
+def check_names(options: Mapping[str, Any]) -> dict[str, str]:
+    """The options by lower-case name; :class:`ValueError` for a name the source lacks."""
+    raw = {str(k).lower(): str(v) for k, v in options.items()}
+    known = {name.lower() for name in KNOWN} | _SPARK_OWN
+    for name in raw:
+        if name in _REMOVED:
+            raise ValueError(f"option {name!r} was removed: {_REMOVED[name]}")
+        if name not in known:
+            raise ValueError(
+                f"unknown option {name!r} for the vsqs data source; known: {', '.join(KNOWN)}"
+            )
+    return raw
+
+
 @dataclass(frozen=True)
 class SourceOptions:
     """Every option of the data source (names are case-insensitive, as in Spark)."""
 
     path: str
-    mode: ReadMode = ReadMode.BROWSE
     visibility_timeout: float = 300.0
     heartbeat_interval: float = 60.0
     num_partitions: int = 2
-    max_messages: int | None = None
     max_messages_per_batch: int = 10_000
-    consumer: str = "default"
+    max_bytes_per_batch: int = DEFAULT_MAX_BYTES
     state_dir: str = ""
     durable: bool = True
     batch_size: int = 500
     key_column: str | None = None
     lock_timeout: float = 60.0
+    fail_on_data_loss: bool = True
 
     @classmethod
     def parse(cls, options: Mapping[str, Any]) -> SourceOptions:
         """Check the user's options; raise :class:`ValueError` naming the bad one."""
-        raw = {str(k).lower(): str(v) for k, v in options.items()}
+        raw = check_names(options)
         path = raw.get("path")
         if not path:
             raise ValueError("the vsqs data source needs a queue path: .load(path) / .save(path)")
         mode_text = raw.get("mode", ReadMode.BROWSE.value).lower()
-        try:
-            mode = ReadMode(mode_text)
-        except ValueError:
-            raise ValueError(
-                f"option 'mode' must be browse or consume, not {mode_text!r}"
-            ) from None
+        if mode_text == ReadMode.CONSUME.value:
+            raise ValueError(_CONSUME_ADVICE)
+        if mode_text != ReadMode.BROWSE.value:
+            raise ValueError(f"option 'mode' must be browse, not {mode_text!r}")
         vt = _number(raw, "visibilityTimeout", 300.0, minimum=1.0)
-        consumer = raw.get("consumer", "default")
-        if not consumer or consumer.startswith(".") or "/" in consumer or "\0" in consumer:
-            raise ValueError(f"option 'consumer' must be a plain file name, not {consumer!r}")
-        max_messages = raw.get("maxmessages")
         return cls(
             path=os.path.abspath(path),
-            mode=mode,
             visibility_timeout=vt,
             heartbeat_interval=_number(raw, "heartbeatInterval", vt / 5, minimum=0.05),
             num_partitions=_integer(raw, "numPartitions", 2),
-            max_messages=None if max_messages is None else _integer(raw, "maxMessages", 1),
             max_messages_per_batch=_integer(raw, "maxMessagesPerBatch", 10_000),
-            consumer=consumer,
-            state_dir=raw.get("statedir") or Layout(os.path.abspath(path)).spark_dir(consumer),
+            max_bytes_per_batch=_integer(raw, "maxBytesPerBatch", DEFAULT_MAX_BYTES),
+            state_dir=raw.get("statedir") or Layout(os.path.abspath(path)).spark_dir("streams"),
             durable=_flag(raw, "durable", True),
             batch_size=_integer(raw, "batchSize", 500),
             key_column=raw.get("keycolumn"),
             lock_timeout=_number(raw, "lockTimeout", 60.0),
+            fail_on_data_loss=_flag(raw, "failOnDataLoss", True),
         )

@@ -1,21 +1,28 @@
-"""Spark rows to vsqs messages: bodies, deduplication ids and batches.
+"""Spark rows to vsqs messages: which columns, bodies, deduplication ids and batches.
 
 Pure of Spark: the callers (``vsqs.spark`` and the data source writers) read the
-``TaskContext`` and hand in the deduplication prefix, so this module can be tested and
-reasoned about without a running Spark.
+``TaskContext`` and the schema and hand in names and the deduplication prefix, so this
+module can be tested and reasoned about without a running Spark.
+
+Column conventions (Spark's Kafka sink's): the body is ``value``, else ``body``, else
+the only column of a one-column DataFrame; ``key`` gives the deduplication id;
+``attributes`` (or Kafka's ``headers``) gives the attributes. Explicit names override.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
-from ._queue import Queue
+from . import Queue
 
 DEFAULT_BATCH_SIZE: Final = 500
 """Messages per ``publish_batch``: one filesystem sync and one directory fsync each."""
+
+BODY_COLUMNS: Final = ("value", "body")
+ATTRIBUTE_COLUMNS: Final = ("attributes", "headers")
 
 
 @dataclass(frozen=True)
@@ -26,7 +33,8 @@ class RowFormat:
     :param json_rows: publish the whole row as a JSON object instead of *column*.
     :param key_column: a column whose value identifies the row; its value (not the
         row's position) becomes the deduplication id.
-    :param attributes_column: a ``map<string,string>`` column merged over *attributes*.
+    :param attributes_column: a ``map<string,string>`` column (or Kafka's ``headers``,
+        ``array<struct<key,value>>``) merged over *attributes*.
     :param attributes: attributes given to every message.
     """
 
@@ -37,6 +45,82 @@ class RowFormat:
     attributes: Mapping[str, str] | None = None
 
 
+def resolve_format(
+    names: Sequence[str],
+    types: Mapping[str, str] | None = None,
+    *,
+    column: str | None = None,
+    json_rows: bool = False,
+    key_column: str | None = None,
+    attributes_column: str | None = None,
+    attributes: Mapping[str, str] | None = None,
+) -> RowFormat:
+    """The :class:`RowFormat` for rows with columns *names* (Spark's conventions).
+
+    :param types: each column's Spark type (``simpleString``), to check them before
+        any row is published; ``None`` when only the names are known.
+    :raises ValueError: a named column is missing, no body column can be chosen, or a
+        column has a type vsqs cannot publish.
+    """
+    present = list(names)
+
+    def need(name: str, role: str) -> str:
+        if name not in present:
+            raise ValueError(f"the {role} column {name!r} is not among the columns {present}")
+        return name
+
+    if json_rows:
+        body = ""
+    elif column is not None:
+        body = need(column, "body")
+    else:
+        bodies = [name for name in BODY_COLUMNS if name in present]
+        if len(bodies) == 2:
+            raise ValueError(
+                "both 'value' and 'body' columns: say which is the message body with"
+                " column=... (or drop one)"
+            )
+        if bodies:
+            body = bodies[0]
+        elif len(present) == 1:
+            body = present[0]
+        else:
+            raise ValueError(
+                "publishing needs a 'value' or 'body' column (binary or string), or a"
+                f" one-column DataFrame, or json_rows=True; the columns are {present}"
+            )
+    key = need(key_column, "key") if key_column is not None else None
+    if key is None and "key" in present and body != "key":
+        key = "key"
+    attrs = need(attributes_column, "attributes") if attributes_column is not None else None
+    if attrs is None:
+        found = [name for name in ATTRIBUTE_COLUMNS if name in present]
+        if len(found) == 2:
+            raise ValueError("both 'attributes' and 'headers' columns: drop one")
+        attrs = found[0] if found else None
+    if types is not None:
+        _check_types(types, body, key, attrs)
+    return RowFormat(body or "body", json_rows, key, attrs, attributes)
+
+
+def _check_types(types: Mapping[str, str], body: str, key: str | None, attrs: str | None) -> None:
+    if body and types[body] not in ("binary", "string"):
+        raise ValueError(
+            f"the body column {body!r} must be binary or string, not {types[body]}"
+            " (cast it, or publish whole rows with json_rows=True)"
+        )
+    if key is not None and types[key].startswith(("array", "map", "struct")):
+        raise ValueError(f"the key column {key!r} must be a simple type, not {types[key]}")
+    if attrs is not None:
+        kind = types[attrs]
+        kafka = kind.startswith("array<struct<key:string,value:") and kind.endswith(">>")
+        if kind != "map<string,string>" and not kafka:
+            raise ValueError(
+                f"the attributes column {attrs!r} must be map<string,string> (or Kafka's"
+                f" headers, array<struct<key:string,value:binary>>), not {kind}"
+            )
+
+
 def field(row: Any, name: str) -> Any:
     """The value of column *name* of a Spark ``Row`` (or a mapping)."""
     try:
@@ -44,6 +128,13 @@ def field(row: Any, name: str) -> Any:
     except (KeyError, ValueError, TypeError, IndexError) as exc:
         # Row raises ValueError for an unknown name, tuples TypeError for a str index.
         raise KeyError(f"the row has no column {name!r}") from exc
+
+
+def row_names(row: Any) -> list[str]:
+    """The column names of a ``Row`` (or the keys of a mapping)."""
+    if hasattr(row, "__fields__"):
+        return list(row.__fields__)
+    return list(row.keys())
 
 
 def encode_body(value: object, column: str) -> bytes:
@@ -70,6 +161,10 @@ def _attributes(row: Any, fmt: RowFormat) -> dict[str, str]:
     merged = dict(fmt.attributes or {})
     if fmt.attributes_column is not None:
         extra = field(row, fmt.attributes_column)
+        if isinstance(extra, list):  # Kafka's headers: [(key, value bytes), ...]
+            extra = {
+                str(k): v.decode() if isinstance(v, bytes | bytearray) else str(v) for k, v in extra
+            }
         if extra:
             merged.update(extra)
     return merged

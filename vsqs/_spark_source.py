@@ -22,10 +22,9 @@ from pyspark.sql.datasource import (
 )
 from pyspark.sql.types import StructType
 
-from ._message import Message
-from ._queue import Queue
-from ._spark_options import SCHEMA, MessageRow, ReadMode, SourceOptions, message_row
-from ._spark_publish import RowFormat, publish_rows
+from . import Queue
+from ._spark_options import SCHEMA, MessageRow, SourceOptions, message_row
+from ._spark_publish import RowFormat, publish_rows, resolve_format
 from ._spark_stream import StreamReader
 
 
@@ -38,46 +37,22 @@ class Published(WriterCommitMessage):
 
 
 class BatchReader(DataSourceReader):
-    """``spark.read.format("vsqs")``: browse (one partition) or consume (claiming tasks)."""
+    """``spark.read.format("vsqs")``: a snapshot of the ready messages, nothing claimed.
+
+    One partition, read on an executor. Consuming is :func:`vsqs.spark.consume`, which
+    can wait for the action to succeed before it deletes.
+    """
 
     def __init__(self, options: SourceOptions) -> None:
         self.options = options
 
     def partitions(self) -> Sequence[InputPartition]:
-        if self.options.mode is ReadMode.BROWSE:
-            return [InputPartition(0)]
-        return [InputPartition(i) for i in range(self.options.num_partitions)]
+        return [InputPartition(0)]
 
     def read(self, partition: InputPartition) -> Iterator[MessageRow]:
-        opts = self.options
-        with Queue(opts.path, durable=opts.durable) as queue:
-            if opts.mode is ReadMode.BROWSE:
-                for message in queue.browse():
-                    yield message_row(message)
-                return
-            yield from _consume(queue, opts, int(partition.value))
-
-
-def _consume(queue: Queue, opts: SourceOptions, partition: int) -> Iterator[MessageRow]:
-    """Claim until the queue is empty (or this partition's share of maxMessages), yield,
-    then delete: a task that fails before its end leaves the leases to expire."""
-    quota: int | None = None
-    if opts.max_messages is not None:
-        share, extra = divmod(opts.max_messages, opts.num_partitions)
-        quota = share + (partition < extra)
-    held: list[Message] = []
-    while quota is None or len(held) < quota:
-        want = 500 if quota is None else min(500, quota - len(held))
-        got = queue.receive_batch(want, visibility_timeout=opts.visibility_timeout, timeout=0)
-        if not got:
-            break
-        for message in got:
-            yield message_row(message)
-        # Keep only the receipt: the bodies may be large and are already in Spark's hands.
-        held.extend(
-            Message(id=m.id, body=b"", receipt=m.receipt, expires_at=m.expires_at) for m in got
-        )
-    queue.delete_batch(held)
+        with Queue(self.options.path, durable=self.options.durable) as queue:
+            for message in queue.browse():
+                yield message_row(message)
 
 
 def _task() -> TaskContext:
@@ -88,16 +63,9 @@ def _task() -> TaskContext:
 
 
 def _row_format(options: SourceOptions, schema: StructType) -> RowFormat:
-    names = set(schema.fieldNames())
-    if "body" not in names:
-        raise ValueError("writing to vsqs needs a 'body' column (binary or string)")
-    if options.key_column is not None and options.key_column not in names:
-        raise ValueError(f"option keyColumn names a missing column {options.key_column!r}")
-    return RowFormat(
-        column="body",
-        key_column=options.key_column,
-        attributes_column="attributes" if "attributes" in names else None,
-    )
+    """The columns to publish, chosen and type-checked on the driver before any task."""
+    types = {f.name: f.dataType.simpleString() for f in schema.fields}
+    return resolve_format(list(types), types, key_column=options.key_column)
 
 
 class BatchWriter(DataSourceWriter):

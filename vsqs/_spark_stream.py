@@ -1,17 +1,26 @@
-"""The streaming read of the ``vsqs`` data source: claim, record, serve, delete on commit.
+"""The streaming read of the ``vsqs`` data source: claim, record, serve, replay, delete.
 
 Spark drives one :class:`StreamReader` per query run in a long-lived Python process on
-the driver; ``read()`` runs elsewhere, on a copy, and only yields rows that
-:meth:`StreamReader.partitions` put into the partitions. The offset is ``{"seq": n}``,
-the number of the last micro-batch this consumer claimed.
+the driver; ``read()`` runs on the executors, on a copy, and reads the bodies of the
+messages :meth:`StreamReader.partitions` planned (see :mod:`vsqs._spark_read`).
 
-The state of a consumer is one small JSON file per claimed, not yet deleted micro-batch,
-``<state_dir>/<seq>.json`` listing the receipts, written durably *before* its offset is
-handed to Spark. Whenever Spark hands in a start offset ``n`` (``latestOffset``,
-``partitions``) or commits ``n``, every batch up to ``n`` has completed, so its messages
-are deleted. Batches after ``n`` that an earlier process claimed cannot be served again
-(their bodies were in that process), so their messages are released to the queue and
-come back in a later batch: at least once, never lost.
+Offsets are ``{"epoch": E, "seq": n}``. The epoch is drawn when a query starts from an
+empty checkpoint (``initialOffset``) and then travels in every offset Spark logs, so the
+checkpoint names it. The reader's state lives in ``<stateDir>/<epoch>/``: ``epoch.json``
+(the queue and the highest batch claimed) and one ``<seq>.json`` per claimed, not yet
+deleted micro-batch, listing its messages (id, receipt, attributes...), written durably
+*before* the offset is handed to Spark. State therefore belongs to one checkpoint: no
+other query can settle or release its batches, and a checkpoint whose epoch has no state
+(another queue or ``stateDir``, removed state) fails loudly.
+
+* Whenever Spark hands in a start offset ``n`` or commits ``n``, the batches up to ``n``
+  have completed: their messages are deleted.
+* A batch after ``n`` that an earlier run of this query claimed and Spark logged is run
+  again by Spark (``partitions`` with its offsets): its leases are renewed and the same
+  messages are served in the same partitions, so an idempotent sink sees the same batch.
+* A batch that an earlier run claimed but Spark never logged (the driver died between
+  recording it and Spark's offset log) can only be met by ``latestOffset`` starting
+  before it: it is released to the queue.
 """
 
 from __future__ import annotations
@@ -20,83 +29,134 @@ import json
 import logging
 import os
 import threading
+import uuid
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import replace
+from queue import Queue as WorkQueue
+from typing import Any, Final
 
 from filelock import FileLock, Timeout
 from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
-from pyspark.sql.streaming.datasource import ReadLimit, ReadMaxRows, SupportsTriggerAvailableNow
+from pyspark.sql.streaming.datasource import (
+    ReadLimit,
+    ReadMaxBytes,
+    ReadMaxRows,
+    SupportsTriggerAvailableNow,
+)
 
-from . import _fs
-from ._errors import LeaseLost
-from ._message import Message
-from ._queue import Queue
-from ._spark_options import MessageRow, SourceOptions, message_row
+from . import LeaseLost, Message, Queue, QueueDrained
+from ._spark_options import Planned, SourceOptions, planned
+from ._spark_read import arrow_batches, read_planned, split
 
 log = logging.getLogger("vsqs.spark")
 
-_CLAIM_CHUNK = 1000
+_CLAIM_CHUNK: Final = 1000
+Offset = dict[str, Any]
 
 
-@dataclass
-class _Batch:
-    """A micro-batch this process claimed: the current leases and the rows served."""
-
-    messages: list[Message]
-    rows: list[MessageRow] = field(default_factory=list)
+def _write_json(path: str, data: object) -> None:
+    """Replace *path* with *data* durably (temporary file, fsync, rename, directory fsync)."""
+    tmp = f"{path}.{os.getpid()}.tmp"
+    # O_TRUNC: a leftover of a crashed process with our pid is overwritten.
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o666)
+    try:
+        os.write(fd, json.dumps(data).encode())
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    os.replace(tmp, path)
+    dir_fd = os.open(os.path.dirname(path), os.O_RDONLY)
+    try:
+        os.fsync(dir_fd)
+    finally:
+        os.close(dir_fd)
 
 
 class _StateDir:
-    """``<seq>.json`` files of the receipts of claimed, not yet deleted batches."""
+    """``epoch.json`` and the ``<seq>.json`` records of one query's claimed batches."""
 
     def __init__(self, path: str) -> None:
         self.path = path
-        _fs.make_dirs(path)
 
     def _file(self, seq: int) -> str:
         return os.path.join(self.path, f"{seq}.json")
 
-    def save(self, seq: int, receipts: list[str]) -> None:
-        """Record *receipts* durably, replacing the previous record of *seq* atomically."""
-        tmp = self._file(seq) + f".{os.getpid()}.tmp"
-        _fs.unlink(tmp)  # a leftover of a crashed process with our pid
-        fd = _fs.create_exclusive(tmp)
-        try:
-            _fs.write_all(fd, memoryview(json.dumps({"receipts": receipts}).encode()))
-            _fs.fsync(fd)
-        finally:
-            _fs.close(fd)
-        _fs.replace(tmp, self._file(seq))
-        _fs.fsync_dir(self.path)
+    def exists(self) -> bool:
+        return os.path.exists(os.path.join(self.path, "epoch.json"))
 
-    def load(self) -> dict[int, list[str]]:
-        """Every recorded batch (left by an earlier process of this consumer)."""
-        found: dict[int, list[str]] = {}
+    def create(self, epoch: str, queue: str) -> None:
+        os.makedirs(self.path, exist_ok=True)
+        self.set_high(epoch, queue, 0)
+
+    def info(self) -> dict[str, Any]:
+        with open(os.path.join(self.path, "epoch.json"), "rb") as fh:
+            data: dict[str, Any] = json.load(fh)
+        return data
+
+    def set_high(self, epoch: str, queue: str, high: int) -> None:
+        data = {"epoch": epoch, "queue": queue, "high": high}
+        _write_json(os.path.join(self.path, "epoch.json"), data)
+
+    def save(self, seq: int, messages: list[Planned]) -> None:
+        """Record the messages of batch *seq* durably, replacing its previous record."""
+        _write_json(self._file(seq), {"messages": messages})
+
+    def load(self) -> dict[int, list[Planned]]:
+        """Every recorded batch (left by an earlier run of this query)."""
+        found: dict[int, list[Planned]] = {}
         for name in os.listdir(self.path):
             stem, _, ext = name.partition(".")
             if ext == "json" and stem.isdigit():
                 with open(os.path.join(self.path, name), "rb") as fh:
-                    found[int(stem)] = list(json.load(fh)["receipts"])
+                    rows = json.load(fh)["messages"]
+                found[int(stem)] = [(r[0], r[1], dict(r[2]), int(r[3]), float(r[4])) for r in rows]
         return found
 
     def remove(self, seq: int) -> None:
-        _fs.unlink(self._file(seq))  # RACE: none, one process per consumer holds the lock
+        try:
+            os.unlink(self._file(seq))
+        except FileNotFoundError:
+            pass  # RACE: none expected (one run per query holds the lock); removing twice is fine
+
+
+def _take_over(queue: Queue, receipt: str, seconds: float) -> Message:
+    """Renew a lease an earlier run of this query recorded, through this handle.
+
+    The earlier run may have renewed it once more after its last record (a heartbeat
+    that died between the rename and the save): the newer receipt is then used.
+    """
+    try:
+        return queue.change_visibility(receipt, seconds)
+    except LeaseLost as exc:
+        if exc.reason != "superseded" or not exc.current:
+            raise
+        return queue.change_visibility(exc.current, seconds)
+
+
+class StateMismatch(RuntimeError):
+    """The checkpoint's offsets and the reader's state do not belong together."""
 
 
 class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
-    """At-least-once micro-batches from a queue (see the module docstring)."""
+    """Replayable micro-batches from a queue, bound to the query (see the module docstring)."""
 
     def __init__(self, options: SourceOptions) -> None:
         self.options = options
         # Created on first use in the driver's reader process; never pickled.
         self._queue: Queue | None = None
         self._state: _StateDir | None = None
+        self._epoch: str | None = None
+        self._new_epoch = uuid.uuid4().hex
+        self._high = 0
         self._filelock: FileLock | None = None
         self._lock = threading.Lock()
         self._stopping = threading.Event()
-        self._pending: dict[int, _Batch] = {}
-        self._orphans: dict[int, list[str]] = {}
+        self._heartbeat_thread: threading.Thread | None = None
+        self._deletions: WorkQueue[tuple[int, list[Message | str]] | None] = WorkQueue()
+        self._deleter: threading.Thread | None = None
+        self._pending: dict[int, list[Message]] = {}
+        self._plans: dict[int, list[Planned]] = {}
+        self._recorded: dict[int, list[Planned]] = {}
         self._budget: int | None = None
 
     def __getstate__(self) -> dict[str, Any]:
@@ -108,162 +168,355 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     # -- lifecycle -------------------------------------------------------------------
 
-    def _start(self) -> Queue:
-        if self._queue is not None:
-            return self._queue
+    def _open(self) -> Queue:
+        if self._queue is None:
+            opts = self.options
+            self._queue = Queue(
+                opts.path, durable=opts.durable, visibility_timeout=opts.visibility_timeout
+            )
+        return self._queue
+
+    def _bind(self, offset: Offset) -> Queue:
+        """Tie this reader to the epoch of *offset*: its state, its lock, its heartbeat.
+
+        The initial offset has no epoch yet (``""``): Spark asks for it again on a restart
+        before the first batch it logged, so it must not stand for one run.
+        """
+        queue = self._open()
+        epoch, seq = offset.get("epoch"), int(offset.get("seq", 0))
+        if not isinstance(epoch, str):
+            raise StateMismatch(
+                f"the checkpoint's vsqs offset {offset!r} has no epoch: it was written by an"
+                " older vsqs. Start the query with a new checkpointLocation (messages the old"
+                " run leased return to the queue after visibilityTimeout)"
+            )
+        if not epoch:
+            if seq:
+                raise StateMismatch(f"a vsqs offset without an epoch past batch 0: {offset!r}")
+            return queue
+        if self._epoch is not None:
+            if epoch != self._epoch:
+                raise StateMismatch(
+                    f"offset of vsqs stream epoch {epoch} given to the reader of epoch"
+                    f" {self._epoch}: one reader serves one checkpoint"
+                )
+            return queue
         opts = self.options
-        state = _StateDir(opts.state_dir)
-        lock = FileLock(os.path.join(opts.state_dir, "lock"))
+        state = _StateDir(os.path.join(opts.state_dir, epoch))
+        if not state.exists():
+            if seq > 0:
+                raise StateMismatch(
+                    f"the checkpoint continues vsqs stream epoch {epoch} at batch {seq}, but"
+                    f" {state.path} holds no state for it: the query now reads another queue"
+                    " or stateDir than when the checkpoint was written, or the state was"
+                    " removed. Restart with the original path and stateDir, or start a new"
+                    " checkpointLocation (the old run's leases then expire and its messages"
+                    " come back)"
+                )
+            state.create(epoch, opts.path)
+        lock = FileLock(os.path.join(state.path, "lock"))
         try:
             lock.acquire(timeout=opts.lock_timeout)
         except Timeout:
             raise RuntimeError(
-                f"another streaming query is reading with the state in {opts.state_dir!r};"
-                " give each query its own 'consumer' option"
+                f"another run of this query still holds {state.path!r}; stop it first"
             ) from None
-        self._filelock, self._state = lock, state
-        self._orphans = state.load()
-        self._queue = Queue(
-            opts.path, durable=opts.durable, visibility_timeout=opts.visibility_timeout
+        info = state.info()
+        if info.get("queue") != opts.path or int(info.get("high", 0)) < seq:
+            lock.release()
+            raise StateMismatch(
+                f"the state in {state.path} (queue {info.get('queue')!r}, batches up to"
+                f" {info.get('high')}) does not match the checkpoint (queue {opts.path!r},"
+                f" batch {seq}): it was restored from an older copy or belongs to another"
+                " queue. Restore the matching state, or start a new checkpointLocation"
+            )
+        self._epoch, self._state, self._filelock = epoch, state, lock
+        self._high = int(info.get("high", 0))
+        self._recorded = state.load()
+        self._heartbeat_thread = threading.Thread(
+            target=self._heartbeat, name="vsqs-spark-heartbeat", daemon=True
         )
-        threading.Thread(target=self._heartbeat, name="vsqs-spark-heartbeat", daemon=True).start()
-        return self._queue
+        self._heartbeat_thread.start()
+        self._deleter = threading.Thread(target=self._delete, name="vsqs-spark-delete", daemon=True)
+        self._deleter.start()
+        return queue
 
     def stop(self) -> None:
-        """Stop extending leases; claimed batches stay recorded for the next run."""
+        """Finish the deletes under way; stop renewing leases; claimed batches stay
+        recorded for the next run."""
         self._stopping.set()
+        if self._deleter is not None:
+            self._deletions.put(None)
+            self._deleter.join()
         with self._lock:
             if self._queue is not None:
-                self._queue.detach()
+                self._queue.close()
             if self._filelock is not None:
                 self._filelock.release()
 
     # -- offsets ---------------------------------------------------------------------
 
-    def initialOffset(self) -> dict[str, int]:
-        return {"seq": 0}
+    def initialOffset(self) -> Offset:
+        return {"epoch": "", "seq": 0}
 
     def getDefaultReadLimit(self) -> ReadLimit:
         return ReadMaxRows(self.options.max_messages_per_batch)
 
     def prepareForTriggerAvailableNow(self) -> None:
-        queue = self._start()
-        # Batches an earlier run claimed and did not complete come back to the queue
-        # during this run, so they count as already there.
+        queue = self._open()
         with self._lock:
-            self._budget = queue.counts().ready + sum(map(len, self._orphans.values()))
+            self._budget = queue.counts().ready
 
-    def latestOffset(self, start: dict[str, int], limit: ReadLimit) -> dict[str, int]:
-        queue = self._start()
+    def reportLatestOffset(self) -> Offset | None:
+        """The last batch claimed, and the queue's backlog, for the query's progress."""
+        stats = self._open().stats()
+        age = stats.oldest_ready_age
+        return {
+            "epoch": self._epoch or self._new_epoch,
+            "seq": self._high,
+            "ready": stats.ready,
+            "held": stats.held,
+            "oldestReadyAgeMs": -1 if age is None else round(age * 1000),
+            "shutdown": stats.is_shutdown,
+        }
+
+    def latestOffset(self, start: Offset, limit: ReadLimit) -> Offset:
+        try:
+            return self._latest(start, limit)
+        finally:
+            # The deletes of completed batches overlapped the claim; they must be done
+            # before returning: after the last call of a query Spark ends this process
+            # without waiting for stop().
+            self.flush()
+
+    def _latest(self, start: Offset, limit: ReadLimit) -> Offset:
+        queue = self._bind(start)
         done = int(start["seq"])
         with self._lock:
             self._settle(queue, done)
+            self._release_unlogged(queue, done)
             ahead = [seq for seq in self._pending if seq > done]
             if ahead:  # Spark asks again before running what we offered: same answer
-                return {"seq": max(ahead)}
-            want = self.options.max_messages_per_batch
-            if isinstance(limit, ReadMaxRows):
-                want = min(want, limit.max_rows)
-            if self._budget is not None:
-                want = min(want, self._budget)
-            messages: list[Message] = []
-            while len(messages) < want:
+                return {"epoch": self._epoch, "seq": max(ahead)}
+            messages = self._claim(queue, limit)
+            if not messages:
+                return start
+            if self._epoch is None:  # the first claim of a new checkpoint draws its epoch
+                self._bind({"epoch": self._new_epoch, "seq": 0})
+            seq = done + 1  # every batch after done was released above, or is pending
+            plan = [planned(m) for m in messages]
+            # A crash before this record lets the leases expire: redelivered, not lost.
+            assert self._state is not None
+            assert self._epoch is not None
+            self._state.save(seq, plan)
+            if seq > self._high:
+                self._high = seq
+                self._state.set_high(self._epoch, self.options.path, seq)
+            self._pending[seq] = messages
+            self._plans[seq] = plan
+        return {"epoch": self._epoch, "seq": seq}
+
+    def _claim(self, queue: Queue, limit: ReadLimit) -> list[Message]:
+        """Claim up to the row and byte limits (the bodies are dropped at once)."""
+        want = self.options.max_messages_per_batch
+        max_bytes = self.options.max_bytes_per_batch
+        if isinstance(limit, ReadMaxRows):
+            want = min(want, limit.max_rows)
+        elif isinstance(limit, ReadMaxBytes):
+            max_bytes = min(max_bytes, limit.max_bytes)
+        if self._budget is not None:
+            want = min(want, self._budget)
+        messages: list[Message] = []
+        size = 0
+        while len(messages) < want and size < max_bytes:
+            try:
                 got = queue.receive_batch(
                     min(_CLAIM_CHUNK, want - len(messages)),
                     visibility_timeout=self.options.visibility_timeout,
                     timeout=0,
                 )
-                if not got:
+            except QueueDrained:
+                break  # shut down and empty: no new data, and the end of AvailableNow
+            if not got:
+                break
+            for index, message in enumerate(got):
+                if messages and size + len(message.body) > max_bytes:
+                    self._release(queue, got[index:])  # over the byte limit: next batch
+                    size = max_bytes
                     break
-                messages.extend(got)
-            if not messages:
-                return start
-            if self._budget is not None:
-                self._budget -= len(messages)
-            seq = done + 1
-            # A crash before this record lets the leases expire: redelivered, not lost.
-            assert self._state is not None
-            self._state.save(seq, [m.receipt for m in messages])
-            self._pending[seq] = _Batch(messages, [message_row(m) for m in messages])
-        return {"seq": seq}
+                size += len(message.body)
+                messages.append(replace(message, body=b""))
+        if self._budget is not None:
+            self._budget -= len(messages)
+        return messages
 
-    def partitions(self, start: dict[str, int], end: dict[str, int]) -> Sequence[InputPartition]:
-        queue = self._start()
+    def partitions(self, start: Offset, end: Offset) -> Sequence[InputPartition]:
+        # Bound by the end: the start of a checkpoint's first batch is the initial offset.
+        self._bind(start)
+        queue = self._bind(end)
         first, last = int(start["seq"]), int(end["seq"])
+        plan: list[Planned] = []
         with self._lock:
             self._settle(queue, first)
-            rows = [
-                row
-                for seq in range(first + 1, last + 1)
-                if seq in self._pending
-                for row in self._pending[seq].rows
-            ]
-        if not rows:
-            return []
-        parts = min(self.options.num_partitions, len(rows))
-        size = -(-len(rows) // parts)
-        return [InputPartition(rows[i : i + size]) for i in range(0, len(rows), size)]
+            for seq in range(first + 1, last + 1):
+                if seq not in self._plans and seq in self._recorded:
+                    self._replay(queue, seq)
+                if seq not in self._plans:
+                    raise StateMismatch(
+                        f"Spark runs batch {seq} of vsqs stream epoch {self._epoch}, but no"
+                        f" record of it is in {self.options.state_dir}: the state was"
+                        " removed or restored from an older copy. Restore it, or start a"
+                        " new checkpointLocation"
+                    )
+                plan.extend(self._plans[seq])
+        self.flush()
+        return [InputPartition(part) for part in split(plan, self.options.num_partitions)]
 
-    def read(self, partition: InputPartition) -> Iterator[MessageRow]:
-        rows: list[MessageRow] = partition.value
-        return iter(rows)
+    def read(self, partition: InputPartition) -> Iterator[Any]:
+        messages: list[Planned] = partition.value
+        rows = read_planned(
+            self.options.path, messages, fail_on_data_loss=self.options.fail_on_data_loss
+        )
+        return arrow_batches(rows)
 
-    def commit(self, end: dict[str, int]) -> None:
-        queue = self._start()
+    def commit(self, end: Offset) -> None:
+        queue = self._bind(end)
         with self._lock:
             self._settle(queue, int(end["seq"]))
+        self.flush()
 
     # -- state -----------------------------------------------------------------------
 
-    def _settle(self, queue: Queue, done: int) -> None:
-        """Delete every batch up to *done*; release what earlier processes claimed after it."""
+    def _replay(self, queue: Queue, seq: int) -> None:
+        """Serve batch *seq*, claimed by an earlier run and logged by Spark, again."""
         assert self._state is not None
+        plan = self._recorded.pop(seq)
+        held: list[Message] = []
+        renewed: list[Planned] = []
+        for entry in plan:
+            try:
+                message = _take_over(queue, entry[1], self.options.visibility_timeout)
+            except LeaseLost as exc:
+                # Served anyway (the batch must stay the same for the sink), but the
+                # message is no longer ours: it may also come in a later batch.
+                log.warning(
+                    "batch %d: the lease of %s ended before the restart (%s); it is served"
+                    " again in this batch and may be delivered once more",
+                    seq,
+                    entry[0],
+                    exc.reason,
+                )
+                renewed.append(entry)
+                continue
+            held.append(message)
+            renewed.append((entry[0], message.receipt, entry[2], entry[3], entry[4]))
+        self._state.save(seq, renewed)
+        self._pending[seq] = held
+        self._plans[seq] = renewed
+
+    def _settle(self, queue: Queue, done: int) -> None:
+        """Hand every batch up to *done* (Spark has completed them) to the deleter."""
+        if self._state is None:
+            return  # no batch claimed yet under this checkpoint
         for seq in sorted(s for s in self._pending if s <= done):
-            batch = self._pending.pop(seq)
-            deleted = queue.delete_batch(batch.messages)
-            if deleted != len(batch.messages):
+            self._plans.pop(seq, None)
+            self._deletions.put((seq, list(self._pending.pop(seq))))
+        for seq in sorted(s for s in self._recorded if s <= done):
+            # Completed by an earlier run that died before deleting.
+            receipts = [entry[1] for entry in self._recorded.pop(seq)]
+            self._deletions.put((seq, list(receipts)))
+
+    def _delete(self) -> None:
+        """Delete completed batches while the next one is claimed, then their records.
+
+        Its own handle: the messages of a completed batch are no longer renewed, so
+        their receipts are current. A crash before a record is removed repeats its
+        deletes on the restart, which then find nothing or a lease that ended.
+        """
+        deleter = Queue(self.options.path, durable=self.options.durable)
+        while (item := self._deletions.get()) is not None:
+            seq, messages = item
+            deleted = 0
+            for held in messages:
+                try:
+                    # A receipt recorded by an earlier run is taken over first.
+                    deleted += deleter.delete(
+                        _take_over(deleter, held, self.options.visibility_timeout)
+                        if isinstance(held, str)
+                        else held
+                    )
+                except LeaseLost:
+                    pass  # the lease ended: counted below
+            if deleted != len(messages):
                 log.warning(
                     "batch %d: %d of %d leases had ended before the commit; those"
                     " messages may be delivered again",
                     seq,
-                    len(batch.messages) - deleted,
-                    len(batch.messages),
+                    len(messages) - deleted,
+                    len(messages),
                 )
+            assert self._state is not None
             self._state.remove(seq)
-        for seq in sorted(self._orphans):
-            receipts = self._orphans.pop(seq)
-            if seq <= done:
-                queue.delete_batch(receipts)  # a lease that ended: the message comes again
-            else:
-                for receipt in receipts:
-                    try:
-                        queue.change_visibility(receipt, 0)
-                    except LeaseLost:
-                        pass  # the lease ended already: the message is back in the queue
-            if seq not in self._pending:
-                self._state.remove(seq)
+            self._deletions.task_done()
+        self._deletions.task_done()
+        deleter.close()
+
+    def flush(self) -> None:
+        """Wait until the batches completed so far are deleted."""
+        if self._deleter is not None:
+            self._deletions.join()
+
+    def _release_unlogged(self, queue: Queue, done: int) -> None:
+        """Release batches an earlier run claimed after *done*: Spark never logged them."""
+        if self._state is None:
+            return
+        for seq in sorted(s for s in self._recorded if s > done):
+            plan = self._recorded.pop(seq)
+            released = self._release(queue, [entry[1] for entry in plan])
+            if self._budget is not None:
+                self._budget += released
+            self._state.remove(seq)
+
+    @staticmethod
+    def _release(queue: Queue, receipts: Sequence[Message | str]) -> int:
+        count = 0
+        for receipt in receipts:
+            try:
+                queue.change_visibility(receipt, 0)
+                count += 1
+            except LeaseLost:
+                pass  # the lease ended already: the message is back in the queue
+        return count
 
     def _heartbeat(self) -> None:
-        """Extend the leases of claimed batches until they are deleted or the reader stops."""
+        """Renew the leases of claimed batches until they are deleted or the reader stops."""
         interval = self.options.heartbeat_interval
         while not self._stopping.wait(interval):
             with self._lock:
                 if self._stopping.is_set() or self._queue is None or self._state is None:
                     return
-                for seq, batch in self._pending.items():
-                    self._extend(self._queue, seq, batch)
-                    self._state.save(seq, [m.receipt for m in batch.messages])
+                for seq, messages in self._pending.items():
+                    self._extend(self._queue, seq, messages)
 
-    def _extend(self, queue: Queue, seq: int, batch: _Batch) -> None:
+    def _extend(self, queue: Queue, seq: int, messages: list[Message]) -> None:
+        assert self._state is not None
         kept: list[Message] = []
-        for message in batch.messages:
+        current = {m.id: m.receipt for m in messages}
+        for message in messages:
             try:
-                kept.append(queue.change_visibility(message, self.options.visibility_timeout))
-            except LeaseLost:
+                renewed = queue.change_visibility(message, self.options.visibility_timeout)
+            except LeaseLost as exc:
                 log.warning(
-                    "batch %d: the lease of %s ended before its heartbeat (a process pause"
+                    "batch %d: the lease of %s ended before its heartbeat (%s: a pause"
                     " longer than visibilityTimeout?); it may be delivered again",
                     seq,
                     message.id,
+                    exc.reason,
                 )
-        batch.messages = kept
+                continue
+            kept.append(renewed)
+            current[renewed.id] = renewed.receipt
+        messages[:] = kept
+        plan = [(p[0], current.get(p[0], p[1]), p[2], p[3], p[4]) for p in self._plans[seq]]
+        self._plans[seq] = plan
+        self._state.save(seq, plan)

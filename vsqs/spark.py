@@ -33,25 +33,19 @@ The data source
 ---------------
 :func:`register` makes the format ``vsqs`` available to a session.
 
-* ``spark.read.format("vsqs").load(path)`` with ``mode`` ``browse`` (default: a snapshot
-  of the ready messages, nothing claimed) or ``consume`` (``numPartitions`` tasks claim
-  with ``visibilityTimeout`` and delete their messages once Spark has read their last
-  row; a task that fails first leaves its leases to expire). The schema is
-  :data:`SCHEMA`.
-* ``df.write.format("vsqs").mode("append").save(path)``: column ``body`` (binary or
-  string), optional ``attributes`` (map<string,string>); option ``keyColumn``. The writer
+* ``spark.read.format("vsqs").load(path)`` browses: a snapshot of the ready messages,
+  nothing claimed. The schema is :data:`SCHEMA`. ``mode=consume`` is refused (see below).
+* :func:`consume` is the batch consume, two-phase: the driver claims, the DataFrame reads
+  the claimed messages on the executors (the same ones on every action and attempt),
+  and they are deleted only when the ``with`` block succeeds.
+* ``df.write.format("vsqs").mode("append").save(path)``: the body from ``value``,
+  ``body`` or the only column; ``key`` gives the deduplication id; ``attributes`` (or
+  Kafka's ``headers``) the attributes; all chosen and checked on the driver. The writer
   is built once on the driver with a fresh run id, so task retries deduplicate as above.
-* ``spark.readStream.format("vsqs").load(path)``: at least once. For each micro-batch
-  the driver claims up to ``maxMessagesPerBatch`` messages with a long
-  ``visibilityTimeout``, records their receipts durably in
-  ``<queue>/.vsqs/spark/<consumer>/<seq>.json`` (or ``stateDir``) and only then hands
-  the offset ``{"seq": n}`` to Spark. A heartbeat thread extends the leases every
-  ``heartbeatInterval`` while the batch is not committed. Messages are deleted once Spark
-  reports the batch complete (``commit``, or a later start offset). After a crash and a
-  restart from the checkpoint, completed batches are deleted; a batch claimed but not
-  completed is released to the queue (or its leases expire) and its messages come again
-  in a later batch. Nothing is lost; a message may be delivered twice only if the leases
-  of a completed batch ended before the restart deleted them.
+* ``spark.readStream.format("vsqs").load(path)``: replayable micro-batches bound to the
+  query's checkpoint (:mod:`vsqs._spark_stream`): claimed on the driver, recorded
+  before Spark sees the offset, read on the executors, deleted once Spark commits, and
+  served again with the same messages when Spark re-runs a logged batch.
 * ``df.writeStream.format("vsqs")``: each micro-batch is published by its tasks, with ids
   (query id, batch id, partition, index), so a replayed batch publishes nothing new.
 """
@@ -59,15 +53,17 @@ The data source
 from __future__ import annotations
 
 import functools
+import itertools
 import uuid
 from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from pyspark import TaskContext
 
-from ._queue import Queue
+from . import Queue
+from ._spark_consume import consume
 from ._spark_options import SCHEMA, ReadMode
-from ._spark_publish import DEFAULT_BATCH_SIZE, RowFormat, publish_rows
+from ._spark_publish import DEFAULT_BATCH_SIZE, RowFormat, publish_rows, resolve_format, row_names
 from ._spark_source import VsqsDataSource
 
 if TYPE_CHECKING:
@@ -77,6 +73,7 @@ __all__ = [
     "SCHEMA",
     "ReadMode",
     "VsqsDataSource",
+    "consume",
     "partition_publisher",
     "publish_dataframe",
     "publish_partition",
@@ -97,7 +94,7 @@ def publish_partition(
     rows: Iterable[Any],
     queue_path: str,
     *,
-    column: str = "body",
+    column: str | None = None,
     key_column: str | None = None,
     json_rows: bool = False,
     attributes: Mapping[str, str] | None = None,
@@ -111,6 +108,8 @@ def publish_partition(
     Exactly once per row under task retries and speculation, within the queue's
     ``dedup_window`` (see the module docstring for the id scheme and its limits).
     Not atomic as a whole: a failing task leaves a prefix, which its retry completes.
+    Columns not named are chosen by Spark's Kafka conventions from the first row's
+    names (``value``, ``body`` or the only column; ``key``; ``attributes``/``headers``).
 
     :param rows: the partition (``Row`` objects, or mappings).
     :param queue_path: the queue directory, as seen from the executors.
@@ -123,14 +122,43 @@ def publish_partition(
     :param run_id: tells this job's ids from another job's; without a key column and
         without it, ids are only unique within one Spark application.
     :param queue_options: keyword arguments for :class:`vsqs.Queue`.
-    :raises KeyError: a column is missing.
-    :raises ValueError: a body or key is null.
+    :raises ValueError: a column is missing or cannot be chosen; a body or key is null.
     :raises TypeError: the body column is neither binary nor string.
 
     >>> df.foreachPartition(vsqs.spark.partition_publisher("/data/q"))  # doctest: +SKIP
     """
-    fmt = RowFormat(column, json_rows, key_column, attributes_column, attributes)
-    if key_column is not None:
+    iterator = iter(rows)
+    first = next(iterator, None)
+    if first is None:
+        return 0
+    fmt = resolve_format(
+        row_names(first),
+        column=column,
+        json_rows=json_rows,
+        key_column=key_column,
+        attributes_column=attributes_column,
+        attributes=attributes,
+    )
+    return _publish(
+        itertools.chain([first], iterator),
+        queue_path,
+        fmt,
+        batch_size=batch_size,
+        run_id=run_id,
+        queue_options=queue_options,
+    )
+
+
+def _publish(
+    rows: Iterable[Any],
+    queue_path: str,
+    fmt: RowFormat,
+    *,
+    batch_size: int,
+    run_id: str | None,
+    queue_options: Mapping[str, Any] | None,
+) -> int:
+    if fmt.key_column is not None:
         prefix = "key:"
     else:
         context = TaskContext.get()
@@ -154,18 +182,50 @@ def _publish_quietly(rows: Iterable[Any], **options: Any) -> None:
     publish_partition(rows, **options)
 
 
-def publish_dataframe(df: DataFrame, queue_path: str, **options: Any) -> int:
+def publish_dataframe(
+    df: DataFrame,
+    queue_path: str,
+    *,
+    column: str | None = None,
+    key_column: str | None = None,
+    json_rows: bool = False,
+    attributes: Mapping[str, str] | None = None,
+    attributes_column: str | None = None,
+    batch_size: int = DEFAULT_BATCH_SIZE,
+    run_id: str | None = None,
+    queue_options: Mapping[str, Any] | None = None,
+) -> int:
     """Publish every row of *df*; return the number of rows (retried tasks counted once).
 
-    Takes the keyword options of :func:`publish_partition`.
+    Takes the keyword options of :func:`publish_partition`. The columns are chosen and
+    their types checked against ``df.schema`` here, on the driver, before any task runs.
+
+    :raises ValueError: a column is missing, cannot be chosen, or has the wrong type.
 
     >>> vsqs.spark.publish_dataframe(df, "/data/q", column="payload")  # doctest: +SKIP
     1000
     """
-    options.setdefault("run_id", uuid.uuid4().hex)
-
-    def publish(rows: Iterable[Any]) -> list[int]:
-        return [publish_partition(rows, queue_path, **options)]
-
+    types = {f.name: f.dataType.simpleString() for f in df.schema.fields}
+    fmt = resolve_format(
+        list(types),
+        types,
+        column=column,
+        json_rows=json_rows,
+        key_column=key_column,
+        attributes_column=attributes_column,
+        attributes=attributes,
+    )
+    publish = functools.partial(
+        _publish_counted,
+        queue_path=queue_path,
+        fmt=fmt,
+        batch_size=batch_size,
+        run_id=run_id or uuid.uuid4().hex,
+        queue_options=queue_options,
+    )
     counts = df.rdd.mapPartitions(publish).collect()
     return int(sum(counts))
+
+
+def _publish_counted(rows: Iterable[Any], **options: Any) -> list[int]:
+    return [_publish(rows, **options)]

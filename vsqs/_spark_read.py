@@ -1,0 +1,144 @@
+"""Executors read the bodies of messages the driver claimed, from the queue's files.
+
+The driver puts :data:`~vsqs._spark_options.Planned` tuples (id, receipt, attributes,
+receive count, publish time) into the partitions, never bodies. A body is the content of
+the message's file (see :doc:`/concepts`), and a message's content never changes while it
+exists: only its name does. So an executor opens ``<queue>/<receipt>``; when the driver
+has renewed the lease since planning (a heartbeat renames ``<id>.<expiry>`` to
+``<id>.<later>``), that name is gone and the executor lists the directory once and reads
+whichever file now carries the id. A renewal therefore never makes a planned message
+unreadable; only a message deleted by someone else is, and ``failOnDataLoss`` decides.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Iterable, Iterator
+from datetime import datetime, timezone
+from typing import Any, Final
+
+import pyarrow as pa
+
+from ._spark_options import MessageRow, Planned
+
+log = logging.getLogger("vsqs.spark")
+
+
+class MessageGone(LookupError):
+    """A planned message no longer exists: it was deleted by someone else."""
+
+    def __init__(self, queue: str, message_id: str) -> None:
+        super().__init__(queue, message_id)
+        self.queue = queue
+        self.message_id = message_id
+
+    def __str__(self) -> str:
+        return (
+            f"message {self.message_id} of {self.queue} was deleted before Spark read it"
+            " (its lease had ended and another consumer took it, or it was purged); set"
+            " failOnDataLoss=false to skip such messages"
+        )
+
+
+def _current_names(queue: str) -> dict[str, str]:
+    """The name each message id has now (ready ``<id>`` or held ``<id>.<expiry>``)."""
+    names: dict[str, str] = {}
+    for name in os.listdir(queue):
+        stem, _, suffix = name.partition(".")
+        if stem.isdigit() and suffix != "new":
+            names[stem] = name
+    return names
+
+
+def _read(path: str) -> bytes | None:
+    try:
+        with open(path, "rb") as fh:
+            return fh.read()
+    except FileNotFoundError:
+        return None  # RACE: renamed by a heartbeat or requeue, or deleted, since planning
+
+
+def read_planned(
+    queue: str, messages: Iterable[Planned], *, fail_on_data_loss: bool = True
+) -> Iterator[MessageRow]:
+    """The rows of *messages*, bodies read here; in the planned order.
+
+    :raises MessageGone: a message was deleted meanwhile (unless *fail_on_data_loss* is
+        false: then it is skipped and logged).
+    """
+    names: dict[str, str] | None = None
+    for message_id, receipt, attributes, receive_count, sent_at in messages:
+        body = _read(os.path.join(queue, receipt))
+        if body is None:
+            if names is None:
+                names = _current_names(queue)  # one listing per partition at most
+            current = names.get(message_id)
+            body = None if current is None else _read(os.path.join(queue, current))
+            if body is None:
+                names = _current_names(queue)  # the listing may predate a later rename
+                current = names.get(message_id)
+                body = None if current is None else _read(os.path.join(queue, current))
+        if body is None:
+            if fail_on_data_loss:
+                raise MessageGone(queue, message_id)
+            log.warning("%s: message %s was deleted before Spark read it", queue, message_id)
+            continue
+        yield (
+            message_id,
+            body,
+            attributes,
+            receive_count,
+            datetime.fromtimestamp(sent_at, tz=timezone.utc),
+        )
+
+
+def split(messages: list[Planned], parts: int) -> list[list[Planned]]:
+    """*messages* cut into at most *parts* consecutive slices; the same cut every time."""
+    if not messages:
+        return []
+    parts = max(1, min(parts, len(messages)))
+    size = -(-len(messages) // parts)
+    return [messages[i : i + size] for i in range(0, len(messages), size)]
+
+
+ARROW_ROWS: Final = 1000
+"""Rows per Arrow record batch an executor hands to Spark."""
+
+
+def arrow_batches(rows: Iterable[MessageRow], size: int = ARROW_ROWS) -> Iterator[pa.RecordBatch]:
+    """*rows* as ``pyarrow.RecordBatch`` objects of up to *size* rows, in :data:`SCHEMA`.
+
+    Spark takes them without converting each row through Python tuples.
+    """
+    schema = pa.schema(
+        [
+            ("id", pa.string()),
+            ("body", pa.binary()),
+            ("attributes", pa.map_(pa.string(), pa.string())),
+            ("receive_count", pa.int32()),
+            ("sent_at", pa.timestamp("us", tz="UTC")),
+        ]
+    )
+    chunk: list[MessageRow] = []
+    for row in rows:
+        chunk.append(row)
+        if len(chunk) >= size:
+            yield _record_batch(schema, chunk)
+            chunk = []
+    if chunk:
+        yield _record_batch(schema, chunk)
+
+
+def _record_batch(schema: Any, chunk: list[MessageRow]) -> Any:
+    columns = list(zip(*chunk, strict=True))
+    return pa.RecordBatch.from_arrays(
+        [
+            pa.array(columns[0], pa.string()),
+            pa.array(columns[1], pa.binary()),
+            pa.array([list(a.items()) for a in columns[2]], schema.field("attributes").type),
+            pa.array(columns[3], pa.int32()),
+            pa.array(columns[4], schema.field("sent_at").type),
+        ],
+        schema=schema,
+    )
