@@ -173,11 +173,12 @@ class Layout:
     # -- operations on files under .vsqs, each by (directory, name) ------------------------
 
     def has_dir(self, sub: str) -> bool:
-        """Whether ``.vsqs/<sub>`` exists as a real directory (a planted link: ``False``)."""
-        try:
-            return self._open(sub, create=False) is not None
-        except UnsafeEntry:
-            return False
+        """Whether ``.vsqs/<sub>`` exists as a real directory (a hint: one ``lstat``).
+
+        Only a hint for skipping work (a planted link under ``.vsqs`` may answer it);
+        every read and write still goes through the descriptors, never a link.
+        """
+        return _fs.is_plain_dir(f"{self.root}/{sub}" if sub else self.root)
 
     def read(self, sub: str, name: str) -> bytes | None:
         """The content of a regular file; ``None`` if it (or its directory) is absent.
