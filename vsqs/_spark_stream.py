@@ -25,7 +25,6 @@ other query can settle or release its batches, and a checkpoint whose epoch has 
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import threading
@@ -47,94 +46,12 @@ from pyspark.sql.streaming.datasource import (
 from . import LeaseLost, Message, Queue, QueueDrained
 from ._spark_options import Planned, SourceOptions, planned
 from ._spark_read import arrow_batches, read_planned, split
+from ._spark_state import StateDir, StateMismatch, take_over
 
 log = logging.getLogger("vsqs.spark")
 
 _CLAIM_CHUNK: Final = 1000
 Offset = dict[str, Any]
-
-
-def _write_json(path: str, data: object) -> None:
-    """Replace *path* with *data* durably (temporary file, fsync, rename, directory fsync)."""
-    tmp = f"{path}.{os.getpid()}.tmp"
-    # O_TRUNC: a leftover of a crashed process with our pid is overwritten.
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o666)
-    try:
-        os.write(fd, json.dumps(data).encode())
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    os.replace(tmp, path)
-    dir_fd = os.open(os.path.dirname(path), os.O_RDONLY)
-    try:
-        os.fsync(dir_fd)
-    finally:
-        os.close(dir_fd)
-
-
-class _StateDir:
-    """``epoch.json`` and the ``<seq>.json`` records of one query's claimed batches."""
-
-    def __init__(self, path: str) -> None:
-        self.path = path
-
-    def _file(self, seq: int) -> str:
-        return os.path.join(self.path, f"{seq}.json")
-
-    def exists(self) -> bool:
-        return os.path.exists(os.path.join(self.path, "epoch.json"))
-
-    def create(self, epoch: str, queue: str) -> None:
-        os.makedirs(self.path, exist_ok=True)
-        self.set_high(epoch, queue, 0)
-
-    def info(self) -> dict[str, Any]:
-        with open(os.path.join(self.path, "epoch.json"), "rb") as fh:
-            data: dict[str, Any] = json.load(fh)
-        return data
-
-    def set_high(self, epoch: str, queue: str, high: int) -> None:
-        data = {"epoch": epoch, "queue": queue, "high": high}
-        _write_json(os.path.join(self.path, "epoch.json"), data)
-
-    def save(self, seq: int, messages: list[Planned]) -> None:
-        """Record the messages of batch *seq* durably, replacing its previous record."""
-        _write_json(self._file(seq), {"messages": messages})
-
-    def load(self) -> dict[int, list[Planned]]:
-        """Every recorded batch (left by an earlier run of this query)."""
-        found: dict[int, list[Planned]] = {}
-        for name in os.listdir(self.path):
-            stem, _, ext = name.partition(".")
-            if ext == "json" and stem.isdigit():
-                with open(os.path.join(self.path, name), "rb") as fh:
-                    rows = json.load(fh)["messages"]
-                found[int(stem)] = [(r[0], r[1], dict(r[2]), int(r[3]), float(r[4])) for r in rows]
-        return found
-
-    def remove(self, seq: int) -> None:
-        try:
-            os.unlink(self._file(seq))
-        except FileNotFoundError:
-            pass  # RACE: none expected (one run per query holds the lock); removing twice is fine
-
-
-def _take_over(queue: Queue, receipt: str, seconds: float) -> Message:
-    """Renew a lease an earlier run of this query recorded, through this handle.
-
-    The earlier run may have renewed it once more after its last record (a heartbeat
-    that died between the rename and the save): the newer receipt is then used.
-    """
-    try:
-        return queue.change_visibility(receipt, seconds)
-    except LeaseLost as exc:
-        if exc.reason != "superseded" or not exc.current:
-            raise
-        return queue.change_visibility(exc.current, seconds)
-
-
-class StateMismatch(RuntimeError):
-    """The checkpoint's offsets and the reader's state do not belong together."""
 
 
 class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
@@ -144,7 +61,7 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.options = options
         # Created on first use in the driver's reader process; never pickled.
         self._queue: Queue | None = None
-        self._state: _StateDir | None = None
+        self._state: StateDir | None = None
         self._epoch: str | None = None
         self._new_epoch = uuid.uuid4().hex
         self._high = 0
@@ -202,7 +119,7 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 )
             return queue
         opts = self.options
-        state = _StateDir(os.path.join(opts.state_dir, epoch))
+        state = StateDir(os.path.join(opts.state_dir, epoch))
         if not state.exists():
             if seq > 0:
                 raise StateMismatch(
@@ -395,7 +312,7 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         renewed: list[Planned] = []
         for entry in plan:
             try:
-                message = _take_over(queue, entry[1], self.options.visibility_timeout)
+                message = take_over(queue, entry[1], self.options.visibility_timeout)
             except LeaseLost as exc:
                 # Served anyway (the batch must stay the same for the sink), but the
                 # message is no longer ours: it may also come in a later batch.
@@ -441,7 +358,7 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 try:
                     # A receipt recorded by an earlier run is taken over first.
                     deleted += deleter.delete(
-                        _take_over(deleter, held, self.options.visibility_timeout)
+                        take_over(deleter, held, self.options.visibility_timeout)
                         if isinstance(held, str)
                         else held
                     )
