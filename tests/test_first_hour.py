@@ -227,3 +227,29 @@ def test_an_empty_queue_and_its_dead_letter_queue_are_true(tmp_path: Path) -> No
     assert bool(q) is True
     assert q.dead_letter
     assert vsqs.NullQueue()
+
+
+def test_close_releases_the_descriptors_of_dot_vsqs(tmp_path: Path) -> None:
+    """Metadata is reached through descriptors of .vsqs and its directories; close()
+    releases them, as it releases a file, and the handle opens them again when used."""
+
+    def open_under_vsqs() -> list[str]:
+        found = []
+        for name in os.listdir("/proc/self/fd"):
+            try:
+                target = os.readlink(f"/proc/self/fd/{name}")
+            except FileNotFoundError:
+                continue  # RACE: the listing's own descriptor, closed meanwhile
+            if target.startswith(f"{tmp_path / 'q'}/.vsqs"):  # not other tests' queues
+                found.append(target)
+        return found
+
+    q = vsqs.Queue(tmp_path / "q", durable=False)
+    q.publish(b"m", attributes={"k": "v"})
+    assert open_under_vsqs()
+    q.close()
+    assert open_under_vsqs() == []
+    message = q.receive(timeout=0)
+    assert message is not None and dict(message.attributes) == {"k": "v"}
+    q.close()
+    assert open_under_vsqs() == []

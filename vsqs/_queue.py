@@ -228,7 +228,8 @@ class Queue:
         self.close()
 
     def close(self) -> None:
-        """Release this handle: flush its counters, drop its waiter, stop lease renewals.
+        """Release this handle: flush its counters, drop its waiter, stop lease renewals,
+        close its descriptors of ``.vsqs``.
 
         As ``close()`` on a file, a socket or a vsqs 0.3 queue, this touches only this
         object: the queue on disk, and every other handle in this or another process,
@@ -242,6 +243,7 @@ class Queue:
             self._waiter = None
         if self._renewer is not None:
             self._renewer.close()  # open leases are no longer renewed; they run out
+        self.layout.close()
 
     detach = close
     """An alias of :meth:`close` (its name before 1.0)."""
