@@ -338,3 +338,27 @@ def test_a_bounded_batch_that_fails_after_a_prefix_counts_the_prefix(tiny_tmpfs:
     with pytest.raises(vsqs.QueueFull):
         q.publish(b"one too many", timeout=0)
     assert q.counts().ready == 5
+
+
+def test_a_cross_filesystem_dead_letter_keeps_attributes_and_history(tmp_path: Path) -> None:
+    """The copy to a dead-letter queue on another filesystem carries the metadata: the
+    attributes, the receive count and where it came from."""
+    other = _other_filesystem(tmp_path)
+    dlq_dir = Path(os.path.realpath(os.path.join(other, f"vsqs-dlq-{os.getpid()}-meta")))
+    try:
+        dlq = vsqs.Queue(dlq_dir, durable=False)
+        q = vsqs.Queue(tmp_path / "q", durable=False, dead_letter=dlq, max_receives=1)
+        source_id = q.publish(b"poison", attributes={"kind": "bad"})
+        received = q.receive(timeout=0)
+        assert received is not None
+        moved = q.change_visibility(received, 0)  # its only receive ended: dead-lettered
+        assert moved.queue == str(dlq_dir)
+        dead = dlq.receive(timeout=0)
+        assert dead is not None and dead.body == b"poison"
+        assert dict(dead.attributes) == {"kind": "bad"}
+        history = dlq.history(dead)
+        assert (history.source, history.source_id) == (str(tmp_path / "q"), source_id)
+        assert (history.receive_count, history.reason) == (1, "max_receives")
+        assert q.counts().total == 0
+    finally:
+        _fs.remove_tree(str(dlq_dir))
