@@ -131,11 +131,16 @@ def rename_noreplace(src: str, dst: str) -> None:
     back to ``link`` then ``unlink``: still never replacing, but a crash between the two
     leaves both names on one inode, which the state machine recognises and repairs.
     """
+    _rename_noreplace(src, dst, _AT_FDCWD)
+
+
+def _rename_noreplace(src: str, dst: str, dir_fd: int) -> None:
+    """:func:`rename_noreplace` of two names relative to *dir_fd* (or the cwd)."""
     if _renameat2 is not None:
         if not _renameat2(
-            _AT_FDCWD,
+            dir_fd,
             src.encode(_FS_ENCODING, "surrogateescape"),
-            _AT_FDCWD,
+            dir_fd,
             dst.encode(_FS_ENCODING, "surrogateescape"),
             _RENAME_NOREPLACE,
         ):
@@ -143,14 +148,18 @@ def rename_noreplace(src: str, dst: str) -> None:
         code = ctypes.get_errno()
         if code not in (errno.EINVAL, errno.ENOSYS, errno.ENOTSUP):
             raise OSError(code, os.strerror(code), src, None, dst)
-    elif _renamex_np is not None:
+    elif _renamex_np is not None and dir_fd == _AT_FDCWD:
         if not _renamex_np(_encode(src), _encode(dst), _RENAME_EXCL):
             return
         code = ctypes.get_errno()
         if code not in (errno.EINVAL, errno.ENOTSUP):
             raise OSError(code, os.strerror(code), src, None, dst)
-    link_noreplace(src, dst)
-    unlink(src)
+    if dir_fd == _AT_FDCWD:
+        link_noreplace(src, dst)
+        unlink(src)
+    else:
+        os.link(src, dst, src_dir_fd=dir_fd, dst_dir_fd=dir_fd, follow_symlinks=False)
+        unlink_at(src, dir_fd)
 
 
 def link_noreplace(src: str, dst: str) -> None:
@@ -183,11 +192,15 @@ def read_regular(path: str) -> bytes:
 
 def read_message(path: str) -> tuple[bytes, int]:
     """Read a message file (as :func:`read_regular`); return its body and inode number."""
-    fd = os.open(path, _READ_FLAGS)
+    return _read_fd(os.open(path, _READ_FLAGS), path)
+
+
+def _read_fd(fd: int, name: str) -> tuple[bytes, int]:
+    """Read the regular file open as *fd* whole, then close it; its bytes and inode."""
     try:
         info = os.fstat(fd)
         if info.st_mode & _S_IFMT != _S_IFREG:
-            raise OSError(errno.EINVAL, "not a regular file", path)
+            raise OSError(errno.EINVAL, "not a regular file", name)
         size = info.st_size
         first = os.read(fd, size) if size else b""
         if len(first) == size:
@@ -276,16 +289,7 @@ def unlock(fd: int) -> None:
 
 def read_at(name: str, dir_fd: int) -> bytes:
     """Read the regular file *name* in *dir_fd* (as :func:`read_regular`)."""
-    fd = os.open(name, _READ_FLAGS, dir_fd=dir_fd)
-    try:
-        if os.fstat(fd).st_mode & _S_IFMT != _S_IFREG:
-            raise OSError(errno.EINVAL, "not a regular file", name)
-        chunks = []
-        while chunk := os.read(fd, 1 << 16):
-            chunks.append(chunk)
-        return b"".join(chunks)
-    finally:
-        os.close(fd)
+    return _read_fd(os.open(name, _READ_FLAGS, dir_fd=dir_fd), name)[0]
 
 
 def unlink_at(name: str, dir_fd: int) -> bool:
@@ -304,14 +308,7 @@ def replace_at(src: str, dst: str, dir_fd: int) -> None:
 
 def rename_noreplace_at(src: str, dst: str, dir_fd: int) -> None:
     """:func:`rename_noreplace` of two names in *dir_fd*."""
-    if _renameat2 is not None:
-        if not _renameat2(dir_fd, _encode(src), dir_fd, _encode(dst), _RENAME_NOREPLACE):
-            return
-        code = ctypes.get_errno()
-        if code not in (errno.EINVAL, errno.ENOSYS, errno.ENOTSUP):
-            raise OSError(code, os.strerror(code), src, None, dst)
-    os.link(src, dst, src_dir_fd=dir_fd, dst_dir_fd=dir_fd, follow_symlinks=False)
-    unlink_at(src, dir_fd)
+    _rename_noreplace(src, dst, dir_fd)
 
 
 def exists_at(name: str, dir_fd: int) -> bool:

@@ -85,6 +85,12 @@ class Layout:
         """The path of a message file named *name* (any state)."""
         return f"{self.path}/{name}"
 
+    @property
+    def closed_path(self) -> str:
+        """The shutdown marker's path, only for the existence probe of every publish (an
+        ``access`` that reads nothing); reading and creating it go through descriptors."""
+        return f"{self.root}/{CLOSED}"
+
     def spark_dir(self, consumer: str) -> str:
         """The state directory of the Spark consumer *consumer*."""
         return f"{self.root}/spark/{consumer}"

@@ -57,9 +57,7 @@ class ShutdownWatch:
         self._layout = layout
         self._clock = clock
         self._trusted = _trusted(clock)
-        # Only an existence probe goes by path (the hot check of every publish); reading
-        # and creating the marker go through the layout, which never follows a link.
-        self._marker = f"{layout.root}/{CLOSED}"
+        self._marker = layout.closed_path  # the hot existence probe of every publish
         self.seen = False
         """Whether this object has seen the marker (a shutdown is never undone by vsqs)."""
         self.grace_ends: float | None = None
