@@ -518,7 +518,12 @@ class Queue:
             return False
         target = message_id
         if delay_us:
-            self._meta.mark_delayed(message_id)
+            if not self._meta.mark_delayed(message_id):
+                # RACE: a peer's delayed message has this id (same tick, another host): its
+                # marker is not ours to share or remove. Draw another id.
+                if attrs:
+                    self._meta.remove(message_id)  # ours: created just above
+                return False
             target += "." + format_time(self.clock.time_us() + delay_us, self.precision)
         try:
             _fs.rename_noreplace(path, self.layout.message(target))
