@@ -80,6 +80,10 @@ class Waiter(Protocol):
     def wait(self, token: int, seconds: float) -> None:
         """Return after a change since *token*, or after *seconds*, whichever is first."""
 
+    def made_ready(self, token: int) -> list[str] | None:
+        """The names moved into the directory since *token* that look like ready messages,
+        in event order, if this waiter saw every such event; ``None`` if it cannot say."""
+
     def close(self) -> None:
         """Release what the waiter holds."""
 
@@ -98,6 +102,9 @@ class PollWaiter:
         # The interval bounds the *real* sleep; a manual clock skips the wait instead.
         interval = self.interval
         self._clock.wait(seconds, lambda real: time.sleep(min(real, interval)))
+
+    def made_ready(self, token: int) -> list[str] | None:
+        return None  # a sleep sees no events
 
     def close(self) -> None:
         pass
@@ -118,6 +125,13 @@ class _Instance:
         self.reader = False
         self.generations: dict[int, int] = {}
         self.users: dict[int, int] = {}  # watch -> hubs using it
+        # Generations are drawn from one counter for all watches, so a token never
+        # matches a later watch on a reused descriptor number.
+        self.serial = 0
+        # Per watch: the (generation, name) of each digit-only name moved in (a message
+        # made ready), and the generation from which that record is complete.
+        self.moved_in: dict[int, list[tuple[int, str]]] = {}
+        self.complete_since: dict[int, int] = {}
 
     def add(self, path: str) -> int:
         """Watch *path*; its watch descriptor. Raises :class:`OSError` at a limit."""
@@ -136,7 +150,12 @@ class _Instance:
                 self._close()
             raise OSError(code, f"inotify_add_watch: {os.strerror(code)}", path)
         self.users[wd] = self.users.get(wd, 0) + 1
-        self.generations.setdefault(wd, 0)
+        if wd not in self.generations:
+            # A new watch: events before it are unknown, so tokens taken before now
+            # (smaller: generations only grow, across watches too) get no names.
+            self.serial += 1
+            self.generations[wd] = self.complete_since[wd] = self.serial
+            self.moved_in[wd] = []
         return wd
 
     def remove(self, wd: int) -> None:
@@ -147,6 +166,8 @@ class _Instance:
             return
         self.users.pop(wd, None)
         self.generations.pop(wd, None)
+        self.moved_in.pop(wd, None)
+        self.complete_since.pop(wd, None)
         if self.fd >= 0 and _inotify_rm_watch is not None:
             _inotify_rm_watch(self.fd, wd)  # EINVAL if the directory is gone: fine
         if not self.users:
@@ -172,11 +193,13 @@ class _Instance:
                     return  # something happened since the caller looked
                 self.reader = True
                 fd = self.fd
-            self._read(fd, deadline)
+            if wd in self._read(fd, deadline):
+                return  # our own directory changed: no need to look again
 
-    def _read(self, fd: int, deadline: float) -> None:
-        """As the reader: wait for events until *deadline*, then hand them out."""
-        changed: set[int] = set()
+    def _read(self, fd: int, deadline: float) -> dict[int, list[str]]:
+        """As the reader: wait for events until *deadline*, then hand them out; what
+        changed (watch -> the digit-only names moved in)."""
+        changed: dict[int, list[str]] = {}
         try:
             poller = select.poll()
             poller.register(fd, select.POLLIN)
@@ -185,26 +208,75 @@ class _Instance:
         finally:
             with self.cond:
                 self.reader = False
-                bump_all = -1 in changed  # the queue overflowed: anything may have changed
-                for watched in self.generations:
-                    if bump_all or watched in changed:
-                        self.generations[watched] += 1
+                if changed:
+                    self._bump(changed)
                 self.cond.notify_all()
+        return changed
+
+    def _bump(self, changed: dict[int, list[str]]) -> None:
+        """Record a read's events (under the condition): new generations, names moved in."""
+        lost = -1 in changed  # the event queue overflowed: anything may have changed
+        generations, moved_in = self.generations, self.moved_in
+        self.serial += 1
+        generation = self.serial
+        for watched in generations:
+            names = changed.get(watched)
+            if names is None and not lost:
+                continue
+            generations[watched] = generation
+            if lost:
+                moved_in[watched] = []  # what happened is unknown up to this generation
+                self.complete_since[watched] = generation
+            elif names:
+                record = moved_in[watched]
+                record.extend((generation, name) for name in names)
+                if len(record) > _MOVED_IN_KEPT:  # forget the oldest: older tokens get None
+                    self.complete_since[watched] = record[-_MOVED_IN_KEPT - 1][0]
+                    del record[:-_MOVED_IN_KEPT]
+
+    def made_ready(self, wd: int, token: int) -> list[str] | None:
+        """The digit-only names moved into *wd* since *token*, or ``None`` if not all known."""
+        with self.cond:
+            if token < self.complete_since.get(wd, token + 1):
+                return None
+            record = self.moved_in.get(wd, ())
+            return [name for generation, name in record if generation > token]
 
 
-def _read_events(fd: int) -> set[int]:
-    """Drain the descriptor; the watches that saw an event (-1: events were lost)."""
-    changed: set[int] = set()
+_MOVED_IN_KEPT: Final = 4096
+
+
+def _read_events(fd: int) -> dict[int, list[str]]:
+    """Drain the descriptor: for each watch that saw an event, the digit-only names moved
+    in (messages made ready), in order. Key -1: events were lost (the queue overflowed).
+    """
+    changed: dict[int, list[str]] = {}
+    unpack = _EVENT.unpack_from
     try:
-        while data := os.read(fd, 65536):
-            offset = 0
-            while offset + _EVENT.size <= len(data):
-                wd, mask, _, length = _EVENT.unpack_from(data, offset)
-                changed.add(-1 if mask & _IN_Q_OVERFLOW else wd)
-                offset += _EVENT.size + length
+        while data := os.read(fd, _READ_SIZE):
+            offset, end = 0, len(data)
+            while offset < end:
+                wd, mask, _, length = unpack(data, offset)
+                start = offset + 16
+                offset = start + length
+                if mask & _IN_Q_OVERFLOW:
+                    wd = -1
+                names = changed.get(wd)
+                if names is None:
+                    names = changed[wd] = []
+                if mask & _IN_MOVED_TO:
+                    name = data[start:offset].rstrip(b"\0")
+                    if name.isdigit():
+                        names.append(name.decode("ascii"))
+            if end < _READ_SIZE - _EVENT_MAX:
+                break  # a short read: the descriptor is drained (saves a failing read)
     except BlockingIOError:
         pass  # drained
     return changed
+
+
+_READ_SIZE: Final = 65536
+_EVENT_MAX: Final = 16 + 256  # one event with the longest name
 
 
 _instances: dict[int, _Instance] = {}  # by process id: a forked child opens its own
@@ -242,6 +314,9 @@ class InotifyHub:
                 return
         instance.wait(self._wd, token, seconds)
 
+    def made_ready(self, token: int) -> list[str] | None:
+        return None if self._wd < 0 else self._instance.made_ready(self._wd, token)
+
     def close(self) -> None:
         if self._wd >= 0:
             self._finalizer()  # lets go of the watch once, now
@@ -268,6 +343,9 @@ class _Detached:
     def wait(self, token: int, seconds: float) -> None:
         raise RuntimeError("this queue was detached; create a new Queue object to wait on it")
 
+    def made_ready(self, token: int) -> list[str] | None:
+        return None
+
     def close(self) -> None:
         pass
 
@@ -283,6 +361,9 @@ class _Polling:
 
     def wait(self, token: int, seconds: float) -> None:
         time.sleep(max(0.0, seconds))
+
+    def made_ready(self, token: int) -> list[str] | None:
+        return None
 
     def close(self) -> None:
         pass
@@ -314,6 +395,9 @@ class InotifyWaiter:
         # The re-check interval bounds the *real* wait (a lost event costs at most one);
         # a manual clock skips the wait and only collects events that already came.
         self._clock.wait(seconds, lambda real: self._block(token, min(real, self.interval)))
+
+    def made_ready(self, token: int) -> list[str] | None:
+        return self._hub.made_ready(token)
 
     def _block(self, token: int, seconds: float) -> None:
         try:
