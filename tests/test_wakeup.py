@@ -51,7 +51,12 @@ def _blocked_batch_consumer(path: str, out: Any) -> None:
     """Receive a batch while blocked; report the ids and how many listings the wake took."""
     listings: list[str] = []
     real_scan = _scan.scan
-    _queue._scan.scan = lambda p: listings.append(p) or real_scan(p)  # type: ignore[attr-defined]
+
+    def counted(path: str) -> _scan.Listing:
+        listings.append(path)
+        return real_scan(path)
+
+    _queue._scan.scan = counted  # type: ignore[attr-defined]
     queue = vsqs.Queue(path, durable=False, poll_interval=3600)
     assert queue.receive(timeout=0.01) is None  # looked; the watch exists
     before = len(listings)
