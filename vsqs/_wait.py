@@ -301,17 +301,18 @@ class InotifyHub:
         self._wd = -1
 
     def token(self) -> int:
-        with self._instance.cond:
-            return self._instance.generations.get(self._wd, 0)
+        # One dict lookup is atomic: no lock on this path of every blocked call.
+        return self._instance.generations.get(self._wd, 0)
 
     def wait(self, token: int, seconds: float) -> None:
         instance = self._instance
-        with instance.cond:
-            if self._wd < 0:
-                self._wd = instance.add(self.path)
-                self._finalizer = weakref.finalize(self, _release, instance, self._wd)
-                # Events before the watch existed are lost: make the caller look again.
-                return
+        if self._wd < 0:
+            with instance.cond:
+                if self._wd < 0:  # RACE: another thread of this process may have added it
+                    self._wd = instance.add(self.path)
+                    self._finalizer = weakref.finalize(self, _release, instance, self._wd)
+                    # Events before the watch existed are lost: make the caller look again.
+                    return
         instance.wait(self._wd, token, seconds)
 
     def made_ready(self, token: int) -> list[str] | None:
