@@ -123,6 +123,7 @@ class _Instance:
         self.cond = threading.Condition()
         self.fd = -1
         self.reader = False
+        self.sleepers = 0  # threads asleep on the condition (the reader's seat was taken)
         self.generations: dict[int, int] = {}
         self.users: dict[int, int] = {}  # watch -> hubs using it
         # Generations are drawn from one counter for all watches, so a token never
@@ -188,7 +189,11 @@ class _Instance:
                         return
                     if not self.reader:
                         break
-                    self.cond.wait(deadline - time.monotonic())
+                    self.sleepers += 1
+                    try:
+                        self.cond.wait(deadline - time.monotonic())
+                    finally:
+                        self.sleepers -= 1
                 else:
                     return  # something happened since the caller looked
                 self.reader = True
@@ -210,7 +215,8 @@ class _Instance:
                 self.reader = False
                 if changed:
                     self._bump(changed)
-                self.cond.notify_all()
+                if self.sleepers:
+                    self.cond.notify_all()
         return changed
 
     def _bump(self, changed: dict[int, list[str]]) -> None:
@@ -229,7 +235,8 @@ class _Instance:
                 self.complete_since[watched] = generation
             elif names:
                 record = moved_in[watched]
-                record.extend((generation, name) for name in names)
+                for name in names:
+                    record.append((generation, name))
                 if len(record) > _MOVED_IN_KEPT:  # forget the oldest: older tokens get None
                     self.complete_since[watched] = record[-_MOVED_IN_KEPT - 1][0]
                     del record[:-_MOVED_IN_KEPT]
