@@ -101,3 +101,52 @@ def test_attributes_of_the_first_message_with_metadata_are_seen_after_a_wake(
     consumer.join(10)
     assert got and got[0] is not None
     assert got[0].attributes == {"trace": "abc"}
+
+
+def _rename_in(qdir: Path, first: int, count: int) -> list[str]:
+    """Make *count* messages ready, one rename each (one inotify event each)."""
+    names = [str(first + n) for n in range(count)]
+    for name in names:
+        (qdir / f"{name}.new").touch()
+    for name in names:
+        os.rename(qdir / f"{name}.new", qdir / name)
+    return names
+
+
+@pytest.mark.parametrize(
+    ("events", "why"),
+    [(5_000, "more names than the waiter keeps"), (17_000, "the kernel's event queue overflows")],
+)
+def test_a_waiter_that_lost_track_says_so_and_the_receive_lists(
+    tmp_path: Path, events: int, why: str
+) -> None:
+    qdir = tmp_path / "q"
+    queue = vsqs.Queue(qdir, durable=False, poll_interval=3600)
+    assert queue.receive(timeout=0.01) is None  # looked; the watch exists
+    waiter = queue.waiter()
+    token = waiter.token()
+    names = _rename_in(qdir, 2_000_000_000_000_000, events)
+    waiter.wait(token, 1.0)
+    assert waiter.made_ready(token) is None, why
+    got = queue.receive_batch(10, timeout=5)  # falls back to a listing: still oldest first
+    assert [m.id for m in got] == names[:10]
+    later = waiter.token()
+    _rename_in(qdir, 3_000_000_000_000_000, 1)
+    waiter.wait(later, 1.0)
+    assert waiter.made_ready(later) == ["3000000000000000"]  # on track again
+
+
+def test_a_foreign_digit_name_that_is_not_an_id_is_never_taken(tmp_path: Path) -> None:
+    qdir = tmp_path / "q"
+    queue = vsqs.Queue(qdir, durable=False, poll_interval=3600)
+    got: list[vsqs.Message | None] = []
+    consumer = threading.Thread(target=lambda: got.append(queue.receive(timeout=30)))
+    consumer.start()
+    time.sleep(0.3)
+    (qdir / "00042.new").write_bytes(b"not ours")
+    os.rename(qdir / "00042.new", qdir / "00042")  # digits, but a leading zero: not an id
+    time.sleep(0.2)
+    vsqs.Queue(qdir, durable=False).publish(b"ours")
+    consumer.join(10)
+    assert got and got[0] is not None and got[0].body == b"ours"
+    assert (qdir / "00042").read_bytes() == b"not ours"
