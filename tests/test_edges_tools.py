@@ -76,3 +76,22 @@ def test_an_interrupt_is_one_line_and_exit_status_130(tmp_path: Path) -> None:
     # The line read before the interrupt is published, whole; nothing is left half-made.
     assert [m.body for m in drain(vsqs.Queue(qdir))] == [b"one"]
     assert not [n for n in os.listdir(qdir) if n.endswith(".new")]
+
+
+def test_exec_whose_message_is_taken_while_it_runs_says_it_will_come_again(
+    tmp_path: Path,
+) -> None:
+    """CMD outlives its lease while someone else takes the message: the heartbeat finds the
+    lease lost and stops renewing; at exit vsqs deletes nothing and says so."""
+    qdir = tmp_path / "q"
+    with vsqs.Queue(qdir) as queue:
+        queue.publish(b"job")
+    # CMD: wait past the first heartbeat, then rename the held file away, as a consumer
+    # that took it over would, then outlive the next heartbeat.
+    command = f'sleep 0.3; cd {qdir} && for f in [0-9]*.[0-9]*; do mv "$f" taken; done; sleep 0.6'
+    result = CliRunner().invoke(
+        cli, ["receive", str(qdir), "--exec", command, "--visibility-timeout", "0.6"]
+    )
+    assert result.exit_code == 5  # EXEC_FAILED
+    assert "ended while CMD ran; it will be delivered again" in result.output
+    assert (qdir / "taken").read_bytes() == b"job"
