@@ -167,11 +167,6 @@ def link_noreplace(src: str, dst: str) -> None:
     os.link(src, dst, follow_symlinks=False)
 
 
-def replace(src: str, dst: str) -> None:
-    """Rename *src* over *dst* (only for vsqs's own metadata files, never for messages)."""
-    os.replace(src, dst)
-
-
 def unlink(path: str) -> bool:
     """Remove *path*; ``False`` if it was already gone."""
     try:
