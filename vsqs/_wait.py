@@ -19,6 +19,13 @@ most one re-check interval; it can never leave a message waiting forever.
 Usage is ``token = waiter.token()`` *before* looking at the queue, then
 ``waiter.wait(token, seconds)`` if nothing was found: an event that arrives between
 the look and the wait is never missed.
+
+After the wait, ``waiter.made_ready(token)`` gives the digit-only names moved into the
+directory since the token (messages published, released or returned), in event order,
+if the waiter is sure it saw every such event; ``None`` otherwise (a watch made after
+the token, more names than it keeps, an overflow of the kernel's event queue, or a
+polling waiter). A consumer whose look found nothing ready claims those names instead
+of listing the directory again: together they are everything that can be ready.
 """
 
 from __future__ import annotations
