@@ -752,6 +752,16 @@ class Queue:
                 return []
             waiter.wait(token, self._pause(now, deadline))
 
+    def next_look(self, deadline: float | None = None) -> float:
+        """Seconds until something this handle knows of may change the queue without a
+        file event: the next lease or delay it knows to end, the end of a shutdown's
+        grace, or *deadline* (on the queue's ``clock.monotonic()``), whichever is first.
+
+        For event loops that wait on the directory themselves (:mod:`vsqs.aio`): wait
+        for a file event or this long, then look again. No I/O.
+        """
+        return self._pause(self.clock.monotonic(), deadline)
+
     def _pause(self, now: float, deadline: float | None) -> float:
         """How long a blocked receive may wait before something it knows of changes."""
         pause = math.inf if deadline is None else deadline - now

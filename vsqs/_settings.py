@@ -29,6 +29,7 @@ as before settings existed.
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 from collections.abc import Callable, Mapping
@@ -56,6 +57,9 @@ OVERRIDABLE: Final = tuple(key for key in STORED if key != "capacity")
 
 _MAX_BYTES: Final = 64 * 1024  # a settings file is a few hundred bytes; more is not ours
 _LOCK_POLL: Final = 0.005
+# What reading a planted non-file gives: a symlink (ELOOP: opened with O_NOFOLLOW), a
+# FIFO or directory (EINVAL from _fs's regular-file check, EISDIR), a socket (ENXIO).
+_NOT_A_FILE: Final = frozenset({errno.ELOOP, errno.EINVAL, errno.EISDIR, errno.ENXIO})
 
 
 class Settings(TypedDict, total=False):
@@ -161,7 +165,8 @@ def read(layout: Layout) -> Settings:
     except (FileNotFoundError, NotADirectoryError, UnsafeEntry):
         return Settings()  # no queue directory yet, or a .vsqs vsqs never enters
     except OSError as exc:
-        # ELOOP (a symlink, opened with O_NOFOLLOW), EINVAL (a FIFO or directory).
+        if exc.errno not in _NOT_A_FILE:
+            raise  # permission denied, I/O error: as they are
         raise InvalidSettings(path, "", f"not a regular file ({exc.strerror})") from None
     if raw is None:
         return Settings()

@@ -33,6 +33,7 @@ import sys
 import threading
 import time
 import weakref
+from collections.abc import Callable
 from typing import Final, Protocol
 
 from ._clock import Clock
@@ -118,6 +119,9 @@ class _Instance:
         self.reader = False
         self.generations: dict[int, int] = {}
         self.users: dict[int, int] = {}  # watch -> hubs using it
+        # Called (under cond, from any thread) after events bumped generations: how an
+        # event loop that watches this descriptor hears of events a thread read first.
+        self.listeners: set[Callable[[], None]] = set()
 
     def add(self, path: str) -> int:
         """Watch *path*; its watch descriptor. Raises :class:`OSError` at a limit."""
@@ -185,11 +189,30 @@ class _Instance:
         finally:
             with self.cond:
                 self.reader = False
-                bump_all = -1 in changed  # the queue overflowed: anything may have changed
-                for watched in self.generations:
-                    if bump_all or watched in changed:
-                        self.generations[watched] += 1
-                self.cond.notify_all()
+                self._bump(changed)
+
+    def _bump(self, changed: set[int]) -> None:
+        """Under cond: count the events of *changed* watches and wake whoever waits."""
+        bump_all = -1 in changed  # the queue overflowed: anything may have changed
+        for watched in self.generations:
+            if bump_all or watched in changed:
+                self.generations[watched] += 1
+        self.cond.notify_all()
+        for listener in list(self.listeners):
+            listener()
+
+    def drain(self) -> bool:
+        """Read the events already queued, without blocking (for an event loop).
+
+        ``False`` when a thread holds the reader's seat: that thread reads them and
+        tells the listeners; the caller should stop watching the descriptor until then
+        (it stays readable). Never blocks on anything but the condition's lock.
+        """
+        with self.cond:
+            if self.reader or self.fd < 0:
+                return False
+            self._bump(_read_events(self.fd))
+            return True
 
 
 def _read_events(fd: int) -> set[int]:
@@ -246,6 +269,38 @@ class InotifyHub:
         if self._wd >= 0:
             self._finalizer()  # lets go of the watch once, now
             self._wd = -1
+
+    # -- the non-blocking side, for an event loop (vsqs.aio) ----------------------------
+
+    def watch(self) -> int:
+        """Make sure the directory is watched; the process's inotify descriptor.
+
+        Events before this call are not seen: look at the queue after it. The
+        descriptor is shared (one per process, whatever the number of waiters); watch
+        it for reading and call :meth:`drain` when it is readable.
+
+        :raises OSError: inotify ran out (its per-user limits).
+        """
+        instance = self._instance
+        with instance.cond:
+            if self._wd < 0:
+                self._wd = instance.add(self.path)
+                self._finalizer = weakref.finalize(self, _release, instance, self._wd)
+            return instance.fd
+
+    def drain(self) -> bool:
+        """Read queued events without blocking (see :meth:`_Instance.drain`)."""
+        return self._instance.drain()
+
+    def subscribe(self, listener: Callable[[], None]) -> None:
+        """Call *listener* (from any thread, holding a lock: it must only schedule
+        work) whenever events are counted, whoever read them."""
+        with self._instance.cond:
+            self._instance.listeners.add(listener)
+
+    def unsubscribe(self, listener: Callable[[], None]) -> None:
+        with self._instance.cond:
+            self._instance.listeners.discard(listener)
 
 
 def _release(instance: _Instance, wd: int) -> None:
@@ -333,6 +388,11 @@ class InotifyWaiter:
     def close(self) -> None:
         # The watch is shared; it is removed when the last waiter lets go of it.
         self._hub = _DETACHED
+
+    @property
+    def hub(self) -> InotifyHub | None:
+        """The shared watch of the directory; ``None`` once closed or polling."""
+        return self._hub if isinstance(self._hub, InotifyHub) else None
 
 
 def make_waiter(path: str, clock: Clock, mode: str, interval: float | None) -> Waiter:
