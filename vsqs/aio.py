@@ -250,9 +250,7 @@ class AsyncQueue:
         and drained, or after *timeout* seconds without one. The caller deletes each."""
         while True:
             try:
-                message = await self.receive(
-                    visibility_timeout=visibility_timeout, timeout=timeout
-                )
+                message = await self.receive(visibility_timeout=visibility_timeout, timeout=timeout)
             except QueueDrained:
                 return
             if message is None:
