@@ -17,6 +17,7 @@ import pytest
 import vsqs
 from vsqs import _fs
 from vsqs.aio import AsyncQueue
+from vsqs.testing import drain
 
 from .fixtures_core import inotify_fds
 
@@ -210,7 +211,7 @@ def test_a_bad_argument_fails_only_its_own_publish(tmp_path: Path) -> None:
     assert isinstance(results[1], vsqs.InvalidAttributes)
     assert isinstance(results[2], vsqs.InvalidPayload)
     assert isinstance(results[0], str) and isinstance(results[3], str)
-    assert sorted(m.body for m in vsqs.testing.drain(vsqs.Queue(tmp_path))) == [b"a", b"c"]
+    assert sorted(m.body for m in drain(vsqs.Queue(tmp_path))) == [b"a", b"c"]
 
 
 def test_a_full_bounded_queue_is_awaited_until_another_process_makes_room(

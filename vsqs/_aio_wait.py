@@ -100,6 +100,7 @@ class _Reactor:
         self._fd = -1
         self._reading = False
         self._scheduled = False
+        self._draining = False
         self._watched: dict[InotifyHub, _Watch] = {}
 
     def attach(self, hub: InotifyHub, *waiters: Waiters) -> None:
@@ -138,7 +139,14 @@ class _Reactor:
 
     def _readable(self) -> None:
         hub = next(iter(self._watched), None)
-        if hub is None or not hub.drain():
+        self._draining = True  # _heard needs no wake-up of the loop: we dispatch next
+        try:
+            drained = hub is not None and hub.drain()
+        finally:
+            self._draining = False
+        if drained:
+            self._dispatch()  # reads every generation: nothing counted so far is missed
+        else:
             # A thread holds the reader's seat: it reads the events and calls _heard,
             # which watches the descriptor again; until then it would only spin.
             self._loop.remove_reader(self._fd)
@@ -146,7 +154,7 @@ class _Reactor:
 
     def _heard(self) -> None:
         """The listener (any thread, under the instance's lock): events were counted."""
-        if self._scheduled:
+        if self._scheduled or self._draining:
             return
         self._scheduled = True
         try:
