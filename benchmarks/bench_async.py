@@ -205,7 +205,7 @@ def main() -> None:
         for kind, waiters in (("sync", 1), ("sync", 10), ("async", 1), ("async", 10),
                               ("async", 1000)):  # fmt: skip
             rate = throughput(root, kind, waiters, args.messages)
-            unit = "threads" if kind == "sync" else "tasks"
+            unit = ("thread" if kind == "sync" else "task") + ("s" if waiters > 1 else "")
             rows.append((f"{kind}, {waiters} {unit}", f"{rate:,.0f}"))
         print(f"Throughput, {args.messages:,} messages published while consumers wait\n")
         _table(("consumer", "msg/s"), rows, width=18)

@@ -80,8 +80,9 @@ def _as_view(data: object) -> memoryview:
 class Queue:
     """A message queue stored in a directory, shareable by any number of processes.
 
-    Creating a ``Queue`` creates the directory if needed and nothing else: no thread, no
-    file, no descriptor. Any number of ``Queue`` objects, in any number of processes and
+    Creating a ``Queue`` creates the directory if needed, reads the queue's stored
+    settings if it has any, and nothing else: no thread, no file, no descriptor kept.
+    Any number of ``Queue`` objects, in any number of processes and
     hosts sharing the filesystem, may use one directory at once. Every option is checked
     here, once; a wrong one raises :class:`TypeError` or :class:`ValueError` naming it.
 
