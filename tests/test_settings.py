@@ -96,6 +96,13 @@ def test_constructor_arguments_override_for_that_handle_only(tmp_path: Path) -> 
     assert copy.visibility_timeout == 5.0 and copy.dead_letter is None
 
 
+def test_a_bare_dead_letter_name_is_a_queue_beside_this_one(tmp_path: Path) -> None:
+    root = vsqs.QueueRoot(tmp_path)
+    q = root.create("orders", dead_letter="orders.dlq", max_receives=2)
+    assert q.settings() == {"dead_letter": "orders.dlq", "max_receives": 2}
+    assert q.dead_letter is not None and q.dead_letter.path == str(tmp_path / "orders.dlq")
+
+
 def test_configure_keeps_other_settings_and_none_removes_one(tmp_path: Path) -> None:
     q = vsqs.Queue(tmp_path)
     q.configure(visibility_timeout=60, capacity=3)

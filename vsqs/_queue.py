@@ -1655,8 +1655,9 @@ class Queue:
         to the default). Handles made afterwards, in any process, use them; existing
         handles, this one included, keep the options they were made with.
 
-        :param dead_letter: a queue (or path) *beside* this one, in the same directory;
-            it is stored by name, so the file can never point outside that directory.
+        :param dead_letter: a queue, its path, or its bare name: a queue *beside* this
+            one, in the same directory; it is stored by name, so the file can never
+            point outside that directory.
         :raises TypeError: a value of the wrong type.
         :raises ValueError: a value out of range, ``max_receives`` without a
             ``dead_letter``, or a dead-letter queue that is not beside this one.
@@ -1671,6 +1672,8 @@ class Queue:
         """
         if isinstance(dead_letter, Queue):
             dead_letter = dead_letter.path
+        if isinstance(dead_letter, str) and dead_letter and "/" not in dead_letter:
+            dead_letter = os.path.join(os.path.dirname(self.path), dead_letter)  # a name
         if dead_letter is not UNSET and dead_letter is not None:
             target = queue_path(dead_letter, "dead_letter")
             if os.path.dirname(target) != os.path.dirname(self.path):
