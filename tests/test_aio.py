@@ -294,3 +294,23 @@ def test_anyio_asyncio_backend(tmp_path: Path) -> None:
         return got
 
     assert anyio.run(main, backend="asyncio") == [b"0", b"1", b"2"]
+
+
+def test_a_task_cancelled_after_its_wake_up_leaves_no_stale_waiter(tmp_path: Path) -> None:
+    """The woken task is cancelled before it can look (its turn goes to the next
+    waiter): the message reaches the remaining task long before the re-check, and no
+    cancelled waiter stays queued."""
+
+    async def main() -> None:
+        async with AsyncQueue(tmp_path, durable=False, poll_interval=3600) as q:
+            first = asyncio.create_task(q.receive(timeout=None))
+            second = asyncio.create_task(q.receive(timeout=None))
+            await waiting(q, 2)
+            q._receivers.wake_one()  # as a change would: the first waiter's turn
+            first.cancel()
+            await publish_in_a_process(tmp_path, 1)
+            message = await asyncio.wait_for(second, 30)  # far below the 3600 s re-check
+            assert message is not None and message.body == b"0"
+            assert first.cancelled() and len(q._receivers) == 0
+
+    run(main)

@@ -72,7 +72,7 @@ class Waiters:
         finally:
             if timer is not None:
                 timer.cancel()
-            if not future.done() or not future.result():
+            if not future.done() or future.cancelled() or not future.result():
                 try:
                     self._futures.remove(future)
                 except ValueError:
