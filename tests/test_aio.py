@@ -93,7 +93,7 @@ def test_a_thousand_waiting_tasks_share_one_descriptor_and_no_thread(tmp_path: P
             tasks = [asyncio.create_task(worker()) for _ in range(tasks_n)]
             await waiting(q, tasks_n)
             assert inotify_fds() == 1
-            assert threading.active_count() == threads
+            assert threading.active_count() <= threads  # none started (one may end)
             await publish_in_a_process(tmp_path, tasks_n)
             bodies = await asyncio.gather(*tasks)
         assert sorted(int(body) for body in bodies) == list(range(tasks_n))
