@@ -314,3 +314,21 @@ def test_a_task_cancelled_after_its_wake_up_leaves_no_stale_waiter(tmp_path: Pat
             assert first.cancelled() and len(q._receivers) == 0
 
     run(main)
+
+
+def test_stored_settings_apply_and_a_closed_queue_refuses_publishes(tmp_path: Path) -> None:
+    vsqs.Queue(tmp_path).configure(visibility_timeout=42, delay=5)
+
+    async def main() -> None:
+        async with AsyncQueue(tmp_path) as q:
+            assert q.queue.visibility_timeout == 42.0
+            await q.publish(b"delayed by the stored setting")
+            assert await q.receive(timeout=0) is None
+            assert q.queue.counts().delayed == 1
+            await q.shutdown()
+            with pytest.raises(vsqs.QueueClosed):
+                await q.publish(b"too late")  # durable: raised in the publishing thread
+            with pytest.raises(vsqs.QueueClosed):
+                await AsyncQueue(tmp_path, durable=False).publish(b"too late")
+
+    run(main)
