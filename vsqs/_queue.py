@@ -543,7 +543,12 @@ class Queue:
             return False
         target = message_id
         if delay_us:
-            self._meta.mark_delayed(message_id)
+            if not self._meta.mark_delayed(message_id):
+                # RACE: a peer's delayed message has this id (same tick, another host): its
+                # marker is not ours to share or remove. Draw another id.
+                if attrs:
+                    self._meta.remove(message_id)  # ours: created just above
+                return False
             target += "." + format_time(self.clock.time_us() + delay_us, self.precision)
         try:
             _fs.rename_noreplace(path, self.layout.message(target))
@@ -741,9 +746,10 @@ class Queue:
         clock = self.clock
         deadline = None if timeout is None else clock.monotonic() + _seconds(timeout, "timeout")
         waiter = self.waiter()
+        made_ready: list[str] | None = None
         while True:
             token = waiter.token()
-            got = self._claim(max_messages, vt_us)
+            got = self._claim(max_messages, vt_us, made_ready)
             if got:
                 return got
             if self._is_drained():
@@ -752,6 +758,9 @@ class Queue:
             if deadline is not None and now >= deadline:
                 return []
             waiter.wait(token, self._pause(now, deadline))
+            # The names made ready since the look that found nothing, if the waiter saw
+            # them all: the next claim tries them before listing the directory again.
+            made_ready = waiter.made_ready(token)
 
     def next_look(self, deadline: float | None = None) -> float:
         """Seconds until something this handle knows of may change the queue without a
@@ -791,11 +800,16 @@ class Queue:
                 return
             yield message
 
-    def _claim(self, limit: int, vt_us: int) -> list[Message]:
+    def _claim(self, limit: int, vt_us: int, made_ready: list[str] | None = None) -> list[Message]:
         """The *claim* arrow, for up to *limit* messages: ``<id>`` to ``<id>.<expiry>``.
 
         Takes the oldest candidate of the view; a lost race (the file is gone) moves on
         to the next one, never further: each consumer claims in id order.
+
+        *made_ready* are the names that became ready since a look that found nothing
+        ready (the view used up, nothing deferred), as the waiter saw them: then they are
+        every message that can be ready, so claiming them oldest first, before listing
+        again, is FIFO. That saves a listing on every wake-up of a blocked receive.
         """
         clock = self.clock
         view = self._view
@@ -808,7 +822,17 @@ class Queue:
         prefix = self.path + "/"
         got: list[Message] = []
         listed = relisted = False
-        if view.stale(clock.monotonic()):
+        if made_ready and not self._deferred and self.retention is None:
+            if self._ignored:
+                made_ready = [name for name in made_ready if name not in self._ignored]
+            for ready in _scan.ready_codes(made_ready):
+                view.put_back(ready)
+            if not self._meta.possible:
+                # Metadata is written before its message becomes ready: look after the
+                # event, as a listing would, so a first message with attributes has them.
+                self._meta.refresh()
+            listed = True  # as good as a listing: nothing else can be ready
+        elif view.stale(clock.monotonic()):
             self._relist(now_us)
             listed = True
         while len(got) < limit:
