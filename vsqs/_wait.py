@@ -30,46 +30,20 @@ of listing the directory again: together they are everything that can be ready.
 
 from __future__ import annotations
 
-import ctypes
-import ctypes.util
 import logging
 import os
 import select
-import struct
-import sys
 import threading
 import time
 import weakref
+from collections.abc import Callable
 from typing import Final, Protocol
 
+from . import _inotify
 from ._clock import Clock
 from ._fs import filesystem_type
 
-# inotify(7) event bits: a message became ready or held (moved in), or left (deleted,
-# moved out). IN_CREATE is left out on purpose: a `.new` file appearing is not news.
-_IN_MOVED_FROM: Final = 0x00000040
-_IN_MOVED_TO: Final = 0x00000080
-_IN_DELETE: Final = 0x00000200
-_IN_DELETE_SELF: Final = 0x00000400
-_IN_MOVE_SELF: Final = 0x00000800
-_IN_NONBLOCK: Final = os.O_NONBLOCK
-_IN_CLOEXEC: Final = getattr(os, "O_CLOEXEC", 0)
-_MASK: Final = _IN_MOVED_FROM | _IN_MOVED_TO | _IN_DELETE | _IN_DELETE_SELF | _IN_MOVE_SELF
-
-_libc = ctypes.CDLL(ctypes.util.find_library("c") or None, use_errno=True)
-_inotify_init1 = getattr(_libc, "inotify_init1", None) if sys.platform.startswith("linux") else None
-_inotify_add_watch = getattr(_libc, "inotify_add_watch", None)
-_inotify_rm_watch = getattr(_libc, "inotify_rm_watch", None)
-if _inotify_add_watch is not None:
-    _inotify_add_watch.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_uint32]
-    _inotify_add_watch.restype = ctypes.c_int
-if _inotify_rm_watch is not None:
-    _inotify_rm_watch.argtypes = [ctypes.c_int, ctypes.c_int]
-    _inotify_rm_watch.restype = ctypes.c_int
-_EVENT: Final = struct.Struct("iIII")  # struct inotify_event: wd, mask, cookie, len
-_IN_Q_OVERFLOW: Final = 0x00004000
-
-HAVE_INOTIFY: Final = _inotify_init1 is not None and _inotify_add_watch is not None
+HAVE_INOTIFY: Final = _inotify.HAVE_INOTIFY
 
 # Filesystems on which other hosts write: local events would miss their changes.
 NETWORK_FILESYSTEMS: Final = frozenset(
@@ -140,23 +114,20 @@ class _Instance:
         # made ready), and the generation from which that record is complete.
         self.moved_in: dict[int, list[tuple[int, str]]] = {}
         self.complete_since: dict[int, int] = {}
+        # Called (under cond, from any thread) whenever a read of the descriptor ends:
+        # how an event loop that watches it hears of events a thread read first.
+        self.listeners: set[Callable[[], None]] = set()
 
     def add(self, path: str) -> int:
         """Watch *path*; its watch descriptor. Raises :class:`OSError` at a limit."""
-        assert _inotify_init1 is not None
-        assert _inotify_add_watch is not None
         if self.fd < 0:
-            fd = _inotify_init1(_IN_NONBLOCK | _IN_CLOEXEC)
-            if fd < 0:
-                code = ctypes.get_errno()  # EMFILE: the per-user instance limit (128)
-                raise OSError(code, f"inotify_init1: {os.strerror(code)}")
-            self.fd = fd
-        wd = int(_inotify_add_watch(self.fd, os.fsencode(path), _MASK))
-        if wd < 0:
-            code = ctypes.get_errno()  # ENOSPC: the per-user watch limit
+            self.fd = _inotify.init()  # EMFILE: the per-user instance limit (128)
+        try:
+            wd = _inotify.add_watch(self.fd, path)  # ENOSPC: the per-user watch limit
+        except OSError:
             if not self.users:
                 self._close()
-            raise OSError(code, f"inotify_add_watch: {os.strerror(code)}", path)
+            raise
         self.users[wd] = self.users.get(wd, 0) + 1
         if wd not in self.generations:
             # A new watch: events before it are unknown, so tokens taken before now
@@ -176,8 +147,8 @@ class _Instance:
         self.generations.pop(wd, None)
         self.moved_in.pop(wd, None)
         self.complete_since.pop(wd, None)
-        if self.fd >= 0 and _inotify_rm_watch is not None:
-            _inotify_rm_watch(self.fd, wd)  # EINVAL if the directory is gone: fine
+        if self.fd >= 0:
+            _inotify.rm_watch(self.fd, wd)  # EINVAL if the directory is gone: fine
         if not self.users:
             self._close()
 
@@ -216,15 +187,34 @@ class _Instance:
             poller = select.poll()
             poller.register(fd, select.POLLIN)
             if poller.poll(max(0.0, deadline - time.monotonic()) * 1000):
-                changed = _read_events(fd)
+                changed = _inotify.read_events(fd)
         finally:
             with self.cond:
                 self.reader = False
-                if changed:
-                    self._bump(changed)
-                if self.sleepers:
-                    self.cond.notify_all()
+                self._handed_out(changed)
         return changed
+
+    def _handed_out(self, changed: dict[int, list[str]]) -> None:
+        """Under cond, after a read: record it, wake sleeping threads, tell listeners."""
+        if changed:
+            self._bump(changed)
+        if self.sleepers:
+            self.cond.notify_all()
+        for listener in list(self.listeners):
+            listener()
+
+    def drain(self) -> bool:
+        """Read the events already queued, without blocking (for an event loop).
+
+        ``False`` when a thread holds the reader's seat: that thread reads them and
+        tells the listeners; the caller should stop watching the descriptor until then
+        (it stays readable). Never blocks on anything but the condition's lock.
+        """
+        with self.cond:
+            if self.reader or self.fd < 0:
+                return False
+            self._handed_out(_inotify.read_events(self.fd))
+            return True
 
     def _bump(self, changed: dict[int, list[str]]) -> None:
         """Record a read's events (under the condition): new generations, names moved in."""
@@ -258,39 +248,6 @@ class _Instance:
 
 
 _MOVED_IN_KEPT: Final = 4096
-
-
-def _read_events(fd: int) -> dict[int, list[str]]:
-    """Drain the descriptor: for each watch that saw an event, the digit-only names moved
-    in (messages made ready), in order. Key -1: events were lost (the queue overflowed).
-    """
-    changed: dict[int, list[str]] = {}
-    unpack = _EVENT.unpack_from
-    try:
-        while data := os.read(fd, _READ_SIZE):
-            offset, end = 0, len(data)
-            while offset < end:
-                wd, mask, _, length = unpack(data, offset)
-                start = offset + 16
-                offset = start + length
-                if mask & _IN_Q_OVERFLOW:
-                    wd = -1
-                names = changed.get(wd)
-                if names is None:
-                    names = changed[wd] = []
-                if mask & _IN_MOVED_TO:
-                    name = data[start:offset].rstrip(b"\0")
-                    if name.isdigit():
-                        names.append(name.decode("ascii"))
-            if end < _READ_SIZE - _EVENT_MAX:
-                break  # a short read: the descriptor is drained (saves a failing read)
-    except BlockingIOError:
-        pass  # drained
-    return changed
-
-
-_READ_SIZE: Final = 65536
-_EVENT_MAX: Final = 16 + 256  # one event with the longest name
 
 
 _instances: dict[int, _Instance] = {}  # by process id: a forked child opens its own
@@ -336,6 +293,38 @@ class InotifyHub:
         if self._wd >= 0:
             self._finalizer()  # lets go of the watch once, now
             self._wd = -1
+
+    # -- the non-blocking side, for an event loop (vsqs.aio) ----------------------------
+
+    def watch(self) -> int:
+        """Make sure the directory is watched; the process's inotify descriptor.
+
+        Events before this call are not seen: look at the queue after it. The
+        descriptor is shared (one per process, whatever the number of waiters); watch
+        it for reading and call :meth:`drain` when it is readable.
+
+        :raises OSError: inotify ran out (its per-user limits).
+        """
+        instance = self._instance
+        with instance.cond:
+            if self._wd < 0:
+                self._wd = instance.add(self.path)
+                self._finalizer = weakref.finalize(self, _release, instance, self._wd)
+            return instance.fd
+
+    def drain(self) -> bool:
+        """Read queued events without blocking (see :meth:`_Instance.drain`)."""
+        return self._instance.drain()
+
+    def subscribe(self, listener: Callable[[], None]) -> None:
+        """Call *listener* (from any thread, holding a lock: it must only schedule
+        work) whenever events are counted, whoever read them."""
+        with self._instance.cond:
+            self._instance.listeners.add(listener)
+
+    def unsubscribe(self, listener: Callable[[], None]) -> None:
+        with self._instance.cond:
+            self._instance.listeners.discard(listener)
 
 
 def _release(instance: _Instance, wd: int) -> None:
@@ -432,6 +421,11 @@ class InotifyWaiter:
     def close(self) -> None:
         # The watch is shared; it is removed when the last waiter lets go of it.
         self._hub = _DETACHED
+
+    @property
+    def hub(self) -> InotifyHub | None:
+        """The shared watch of the directory; ``None`` once closed or polling."""
+        return self._hub if isinstance(self._hub, InotifyHub) else None
 
 
 def make_waiter(path: str, clock: Clock, mode: str, interval: float | None) -> Waiter:
