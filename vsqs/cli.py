@@ -21,6 +21,7 @@ from ._cli_admin import clean, purge, queues, redrive, requeue, shutdown, stats
 from ._cli_common import EXIT_CODES_HELP, INTERRUPTED, OK, CliError, describe
 from ._cli_load import demo, pump, sink
 from ._cli_messages import delete, peek, publish
+from ._cli_metrics import metrics
 from ._cli_receive import receive
 
 __all__ = ["cli", "main"]
@@ -84,7 +85,7 @@ def cli(debug: bool) -> None:
 
 for _command in (publish, receive, delete, peek, stats, purge, clean, requeue, redrive, shutdown):
     cli.add_command(_command)
-for _command in (queues, pump, sink, demo):
+for _command in (queues, pump, sink, demo, metrics):
     cli.add_command(_command)
 
 
