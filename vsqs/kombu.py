@@ -32,7 +32,7 @@ import math
 import time
 import uuid
 from queue import Empty
-from typing import Any, Final
+from typing import Any, ClassVar, Final
 
 import kombu.transport
 from kombu.transport import virtual
@@ -49,6 +49,20 @@ RELEASE: Final = "release"
 REJECT: Final = "reject"
 
 kombu.transport.TRANSPORT_ALIASES.setdefault("vsqs", "vsqs.kombu:Transport")
+
+
+def root_of(client: Any) -> str:
+    """The root directory of a kombu connection: ``transport_options["root"]``, or the
+    path of a ``vsqs:///path`` URL."""
+    root = client.transport_options.get("root")
+    if root is None and client.virtual_host not in (None, "", "/"):
+        root = "/" + client.virtual_host.lstrip("/")  # vsqs:///srv/queues
+    if not root:
+        raise ValueError(
+            "vsqs transport: no root directory; use vsqs:///path/to/root "
+            "or transport_options={'root': path}"
+        )
+    return str(root)
 
 
 class QoS(virtual.QoS):
@@ -121,15 +135,7 @@ class Channel(virtual.Channel):
 
     def __init__(self, connection: Any, **kwargs: Any) -> None:
         super().__init__(connection, **kwargs)
-        client = connection.client
-        root = client.transport_options.get("root")
-        if root is None and client.virtual_host not in (None, "", "/"):
-            root = "/" + client.virtual_host.lstrip("/")  # vsqs:///srv/queues
-        if not root:
-            raise ValueError(
-                "vsqs transport: no root directory; use vsqs:///path/to/root "
-                "or transport_options={'root': path}"
-            )
+        root = root_of(connection.client)
         self.root = QueueRoot(root, visibility_timeout=self.visibility_timeout)
         self.bindings = Bindings(self.root.path)
         self._queues: dict[str, Queue] = {}
@@ -202,6 +208,23 @@ class Channel(virtual.Channel):
 
     def _queue_bind(self, exchange: str, routing_key: str, pattern: str, queue: str) -> None:
         self.bindings.bind(exchange, Binding(routing_key or "", pattern or "", queue))
+
+    def queue_bind(
+        self,
+        queue: str,
+        exchange: str | None = None,
+        routing_key: str = "",
+        arguments: Any = None,
+        **kwargs: Any,
+    ) -> None:
+        """Bind, on disk as well even when this process bound it before: another process
+        may have unbound it since (kombu's own check looks at this process only)."""
+        exchange = exchange or "amq.direct"
+        known = self.state.has_binding(queue, exchange, routing_key)
+        super().queue_bind(queue, exchange, routing_key, arguments, **kwargs)
+        if known:
+            meta = self.typeof(exchange).prepare_bind(queue, exchange, routing_key, arguments)
+            self._queue_bind(exchange, *meta)
 
     def queue_unbind(
         self,
@@ -276,11 +299,15 @@ class Transport(virtual.Transport):
     implements = virtual.Transport.implements.extend(
         asynchronous=False, exchange_type=frozenset({"direct", "topic", "fanout"})
     )
-    global_state = virtual.BrokerState()  # exchanges declared in this process
+    # The exchanges declared in this process, per root (bindings themselves are on disk).
+    states: ClassVar[dict[str, virtual.BrokerState]] = {}
 
     def __init__(self, client: Any, **kwargs: Any) -> None:
         super().__init__(client, **kwargs)
-        self.state = self.global_state
+        try:
+            self.state = self.states.setdefault(root_of(client), virtual.BrokerState())
+        except ValueError:
+            pass  # no root: the channel says so when it is made
 
     def driver_version(self) -> str:
         return __version__

@@ -1,0 +1,169 @@
+"""The kombu transport (vsqs.kombu) through kombu's own API: what ack, reject and close do
+to the vsqs queue underneath, the name mapping, and bad configuration."""
+
+from __future__ import annotations
+
+import base64
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+from kombu.connection import Connection
+from kombu.entity import Exchange
+from kombu.entity import Queue as KombuQueue
+from kombu.message import Message
+
+import vsqs
+import vsqs.kombu
+from vsqs._kombu_names import Binding, Bindings, vsqs_name
+
+TASKS = KombuQueue("tasks", Exchange("tasks", "direct"), routing_key="tasks")
+
+
+@pytest.fixture
+def root(tmp_path: Path) -> Path:
+    return tmp_path / "root"
+
+
+def _connect(root: Path, **options: Any) -> Connection:
+    return Connection(f"vsqs://{root}", transport_options={"durable": False, **options})
+
+
+def _publish(conn: Connection, *bodies: str) -> None:
+    with conn.Producer() as producer:
+        for body in bodies:
+            producer.publish(body, exchange=TASKS.exchange, routing_key="tasks", declare=[TASKS])
+
+
+def _get(conn: Connection) -> Iterator[Message]:
+    """Messages of TASKS, one drain_events at a time (unacknowledged)."""
+    got: list[Message] = []
+    with conn.Consumer(TASKS, callbacks=[lambda _body, message: got.append(message)]):
+        while True:
+            try:
+                conn.drain_events(timeout=0.2)
+            except TimeoutError:
+                return
+            yield got.pop()
+
+
+def _tasks(root: Path) -> vsqs.Queue:
+    return vsqs.QueueRoot(root).get("tasks")
+
+
+def test_ack_deletes_the_held_message(root: Path) -> None:
+    with _connect(root) as conn:
+        _publish(conn, "a")
+        message = next(_get(conn))
+        assert message.payload == "a"
+        assert _tasks(root).counts().held == 1  # held in a lease, not moved out
+        message.ack()
+        assert _tasks(root).counts().total == 0
+    assert _tasks(root).stats().consumed_messages == 1  # the channel's close flushed it
+
+
+def test_reject_with_requeue_releases_it_at_once(root: Path) -> None:
+    with _connect(root) as conn:
+        _publish(conn, "a")
+        first = next(_get(conn))
+        assert not first.delivery_info["redelivered"]
+        first.reject(requeue=True)
+        assert _tasks(root).counts().ready == 1  # released, not copied
+        again = next(_get(conn))
+        assert again.payload == "a" and again.delivery_info["redelivered"]
+        again.ack()
+    assert _tasks(root).counts().total == 0
+
+
+def test_reject_without_requeue_dead_letters_when_configured(root: Path) -> None:
+    with _connect(root, dead_letter_queue="tasks.dead") as conn:
+        _publish(conn, "poison", "fine")
+        poison, fine = _get(conn)
+        poison.reject(requeue=False)
+        fine.ack()
+    dead = vsqs.QueueRoot(root).get("tasks.dead")
+    kept = dead.receive(timeout=0)
+    assert kept is not None and kept.attributes == {"source": "tasks"}
+    assert base64.b64decode(json.loads(kept.body)["body"]) == b"poison"  # kombu's payload
+    assert _tasks(root).counts().total == 0
+
+
+def test_reject_without_requeue_and_no_dead_letter_queue_drops_it(root: Path) -> None:
+    with _connect(root) as conn:
+        _publish(conn, "a")
+        next(_get(conn)).reject(requeue=False)
+    assert _tasks(root).counts().total == 0
+    assert vsqs.QueueRoot(root).list() == ["tasks"]
+
+
+def test_max_receives_moves_a_message_that_keeps_coming_back(root: Path) -> None:
+    with _connect(root, dead_letter_queue="dead", max_receives=2) as conn:
+        _publish(conn, "crashes the worker")
+        for _ in range(2):
+            next(_get(conn)).reject(requeue=True)
+        assert list(_get(conn)) == []
+    assert vsqs.QueueRoot(root).get("dead").counts().ready == 1
+
+
+def test_closing_with_unacknowledged_messages_releases_them_once(root: Path) -> None:
+    with _connect(root) as conn:
+        _publish(conn, "a", "b")
+        messages = _get(conn)
+        next(messages)
+        next(messages)
+        assert _tasks(root).counts().held == 2
+    counts = _tasks(root).counts()
+    assert (counts.ready, counts.held) == (2, 0)  # back, and not duplicated
+
+
+def test_queue_declare_purge_and_delete(root: Path) -> None:
+    with _connect(root) as conn:
+        channel = conn.default_channel
+        _publish(conn, "a", "b")
+        assert channel.queue_declare("tasks", passive=True).message_count == 2
+        assert channel.queue_purge("tasks") == 2
+        channel.queue_delete("tasks")
+        with pytest.raises(Exception, match="NOT_FOUND"):
+            channel.queue_declare("never-made", passive=True)
+        assert Bindings(str(root)).table("tasks") == []
+
+
+def test_bindings_are_shared_and_collapse_repeats(root: Path) -> None:
+    one, two = Bindings(str(root)), Bindings(str(root))
+    row = Binding("key", "", "q1")
+    one.bind("ex", row)
+    two.bind("ex", row)
+    two.bind("ex", Binding("key", "", "q2"))
+    assert one.table("ex") == [row, Binding("key", "", "q2")]
+    one.unbind("ex", "q1")
+    assert two.table("ex") == [Binding("key", "", "q2")]
+
+
+def test_a_connection_without_a_root_is_refused() -> None:
+    with Connection("vsqs://") as conn, pytest.raises(ValueError, match="no root directory"):
+        conn.default_channel  # noqa: B018 -- creating the channel is what fails
+
+
+def test_the_transport_says_what_it_is(root: Path) -> None:
+    with _connect(root) as conn:
+        assert conn.transport.driver_version() == vsqs.__version__
+        assert conn.transport_cls == "vsqs"
+
+
+@given(st.text(min_size=1, max_size=120))
+def test_every_kombu_name_maps_to_a_valid_queue_name(name: str) -> None:
+    assert vsqs.validate_name(vsqs_name(name))
+
+
+@given(st.text(min_size=1, max_size=30), st.text(min_size=1, max_size=30))
+def test_distinct_kombu_names_map_to_distinct_queue_names(a: str, b: str) -> None:
+    assert (vsqs_name(a) == vsqs_name(b)) == (a == b)
+
+
+def test_a_kombu_name_must_be_a_string() -> None:
+    with pytest.raises(ValueError, match="non-empty str"):
+        vsqs_name("")
