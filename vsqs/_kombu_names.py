@@ -36,6 +36,7 @@ _MAX: Final = 80
 def vsqs_name(name: str) -> str:
     """The vsqs queue name for the kombu queue or exchange *name* (one to one).
 
+    >>> from vsqs.kombu import vsqs_name
     >>> vsqs_name("celery"), vsqs_name("celery@w1.celery.pidbox"), vsqs_name("a_b")
     ('celery', 'celery_40w1.celery.pidbox', 'a_5fb')
     >>> vsqs_name(".x..y")

@@ -9,12 +9,12 @@ Built on :mod:`kombu.transport.virtual`, as kombu's own filesystem transport, wi
 vsqs's guarantees underneath:
 
 * each kombu queue is a vsqs queue under the root (named by
-  :func:`~vsqs._kombu_names.vsqs_name`); a publish is one atomic :meth:`Queue.publish`;
+  :func:`~vsqs.kombu.vsqs_name`); a publish is one atomic :meth:`Queue.publish`;
 * a delivered message is *held*, in a self-renewing :class:`~vsqs.Lease`, until it is
   acknowledged (deleted), rejected with ``requeue=True`` (released at once) or rejected
   without (moved to the ``dead_letter_queue`` if one is set, deleted otherwise); a worker
   that dies holds nothing: its messages come back after ``visibility_timeout``;
-* bindings live on disk (:class:`~vsqs._kombu_names.Bindings`), so direct replies and
+* bindings live on disk (``<root>/.kombu-bindings/``), so direct replies and
   fanout broadcasts reach queues bound by any process or host sharing the root;
 * an idle worker blocks on inotify (the queue's own waiting), re-checking its other
   queues every ``polling_interval`` seconds.
@@ -41,7 +41,7 @@ from kombu.utils.json import dumps, loads
 from . import Lease, LeaseLost, Queue, QueueDrained, QueueRoot, __version__
 from ._kombu_names import Binding, Bindings, vsqs_name
 
-__all__ = ["Channel", "QoS", "Transport"]
+__all__ = ["Channel", "QoS", "Transport", "vsqs_name"]
 
 _log = logging.getLogger("vsqs.kombu")
 ACK: Final = "ack"
