@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import base64
 import json
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -167,3 +168,80 @@ def test_distinct_kombu_names_map_to_distinct_queue_names(a: str, b: str) -> Non
 def test_a_kombu_name_must_be_a_string() -> None:
     with pytest.raises(ValueError, match="non-empty str"):
         vsqs_name("")
+
+
+def test_basic_get_with_and_without_acknowledgement(root: Path) -> None:
+    with _connect(root) as conn:
+        _publish(conn, "a", "b")
+        channel = conn.default_channel
+        auto = channel.basic_get("tasks", no_ack=True)
+        assert auto.payload == "a"
+        assert _tasks(root).counts().total == 1  # deleted on delivery, as AMQP's no_ack
+        manual = channel.basic_get("tasks")
+        assert manual.payload == "b" and _tasks(root).counts().held == 1
+        manual.ack()
+        assert channel.basic_get("tasks") is None
+    assert _tasks(root).counts().total == 0
+
+
+def test_an_unknown_delivery_tag_is_ignored(root: Path) -> None:
+    with _connect(root) as conn:
+        conn.default_channel.basic_ack("no-such-tag")
+        conn.default_channel.basic_reject("no-such-tag", requeue=True)
+
+
+def test_an_ack_after_the_lease_ran_out_deletes_nothing(
+    root: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """max_lease 0: no renewal, so the lease runs out after the visibility timeout and
+    another consumer takes the message; the late ack must not delete its copy."""
+    with _connect(root, visibility_timeout=0.2, max_lease=0) as slow, _connect(root) as fast:
+        _publish(slow, "a")
+        late = slow.default_channel.basic_get("tasks")
+        assert late is not None
+        again = None
+        for _ in range(100):  # the lease ends 0.2 s after the delivery
+            again = fast.default_channel.basic_get("tasks")
+            if again is not None:
+                break
+            time.sleep(0.02)
+        assert again is not None and again.delivery_info["redelivered"]
+        late.ack()
+        assert "came too late" in caplog.text
+        assert _tasks(root).counts().held == 1  # the second consumer still holds it
+        again.ack()
+    assert _tasks(root).counts().total == 0
+
+
+def test_fanout_gives_every_bound_queue_one_copy(root: Path) -> None:
+    everyone = Exchange("everyone", "fanout")
+    queues = [KombuQueue(f"listener-{n}", everyone) for n in range(3)]
+    with _connect(root) as conn:
+        channel = conn.default_channel
+        for queue in queues:
+            queue(channel).declare()
+        with conn.Producer() as producer:
+            producer.publish("hello", exchange=everyone, declare=[everyone])
+        for queue in queues:
+            got = queue(channel).get(no_ack=True)
+            assert got is not None and got.payload == "hello"
+            assert queue(channel).get() is None
+        queues[0](channel).unbind_from(everyone)
+        with conn.Producer() as producer:
+            producer.publish("again", exchange=everyone)
+        assert queues[0](channel).get() is None
+        assert queues[1](channel).get(no_ack=True).payload == "again"
+
+
+def test_drain_events_without_consumers_times_out(root: Path) -> None:
+    with _connect(root) as conn, pytest.raises(TimeoutError):
+        conn.drain_events(timeout=0.1)
+
+
+def test_a_stray_message_in_a_binding_table_is_ignored(root: Path) -> None:
+    bindings = Bindings(str(root))
+    bindings.bind("ex", Binding("k", "", "q"))
+    table = vsqs.QueueRoot(root / ".kombu-bindings").get("ex")
+    table.publish(b"not json")
+    assert bindings.table("ex") == [Binding("k", "", "q")]
+    assert table.counts().ready == 2  # left as it is: not ours to delete

@@ -5,6 +5,7 @@ OpenTelemetry instruments (read back through the SDK's in-memory reader)."""
 from __future__ import annotations
 
 import re
+import signal
 import subprocess
 import sys
 import urllib.request
@@ -153,7 +154,7 @@ def test_vsqs_metrics_serve_answers_a_scrape(tmp_path: Path) -> None:
             with urllib.request.urlopen(match.group(0), timeout=30) as response:  # noqa: S310
                 text = response.read().decode()
         finally:
-            server.terminate()
+            server.send_signal(signal.SIGINT)  # as Ctrl-C: exits through the CLI's handler
     values = _values(text)
     assert values["vsqs_messages", (("queue", "jobs"), ("state", "ready"))] == 1
     assert values["vsqs_messages", (("queue", str(alone.path)), ("state", "ready"))] == 0
@@ -197,3 +198,32 @@ def test_opentelemetry_gauges_read_back(tmp_path: Path) -> None:
     assert points["messaging.vsqs.queue.oldest_ready.receives", base] == 0
     assert points["messaging.vsqs.sent.bytes", base] == len(b"poisonabbcccddddlater")
     provider.shutdown()
+
+
+def test_a_plain_queue_a_ms_queue_and_a_removed_queue(tmp_path: Path) -> None:
+    """A Queue source is labelled by its path; a ms-precision queue's oldest message is
+    found by its ms id; a queue removed from a root drops out of the next scrape."""
+    ms = vsqs.Queue(tmp_path / "ms", durable=False, precision="ms")
+    ms.publish(b"x")
+    message = ms.receive(timeout=0)
+    assert message is not None
+    ms.change_visibility(message, 0)
+    root = vsqs.QueueRoot(tmp_path / "root", durable=False)
+    root.create("gone").publish(b"y")
+    registry = CollectorRegistry()
+    collector = QueueCollector(ms, root)
+    registry.register(collector)
+    values = _values(generate_latest(registry).decode())
+    assert values["vsqs_oldest_receive_count", (("queue", ms.path),)] == 1
+    assert values["vsqs_messages", (("queue", "gone"), ("state", "ready"))] == 1
+    root.delete("gone")
+    values = _values(generate_latest(registry).decode())
+    assert not any(dict(labels).get("queue") == "gone" for _, labels in values)
+
+
+def test_a_queue_removed_under_a_collector_is_left_out(tmp_path: Path) -> None:
+    kept = vsqs.Queue(tmp_path / "kept", durable=False)
+    doomed = vsqs.Queue(tmp_path / "doomed", durable=False)
+    vsqs.QueueRoot(tmp_path).delete("doomed")
+    got = list(vsqs.metrics.samples([("kept", kept), ("doomed", doomed)]))
+    assert [one.queue for one in got] == ["kept"]

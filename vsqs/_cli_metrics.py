@@ -31,13 +31,13 @@ def prometheus_text(queues: Iterable[tuple[str, Queue]]) -> str:
         from prometheus_client import CollectorRegistry, generate_latest  # noqa: PLC0415
         from prometheus_client.registry import Collector  # noqa: PLC0415
 
-        from .metrics import families, sample  # noqa: PLC0415 -- needs prometheus_client
+        from .metrics import families, samples  # noqa: PLC0415 -- needs prometheus_client
     except ImportError:
         raise CliError(f"--format prometheus: {MISSING}") from None
 
     class _Once(Collector):
         def collect(self) -> Iterator[Metric]:
-            return families(sample(label, queue) for label, queue in queues)
+            return families(samples(queues))
 
     registry = CollectorRegistry(auto_describe=False)
     registry.register(_Once())

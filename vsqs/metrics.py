@@ -32,12 +32,22 @@ from typing import TYPE_CHECKING, Final
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from . import InvalidId, Precision, Queue, QueueNotFound, QueueRoot, QueueSet, Stats
+from . import Precision, Queue, QueueNotFound, QueueRoot, QueueSet, Stats
 
 if TYPE_CHECKING:
     from opentelemetry.metrics import CallbackOptions, Meter, Observation
 
-__all__ = ["STATES", "QueueCollector", "Sample", "Source", "observe", "sample", "targets"]
+__all__ = [
+    "STATES",
+    "QueueCollector",
+    "Sample",
+    "Source",
+    "families",
+    "observe",
+    "sample",
+    "samples",
+    "targets",
+]
 
 Source = Queue | QueueRoot | QueueSet | tuple[str, Queue]
 """What metrics are taken of: a queue (labelled by its path), every queue of a root
@@ -70,17 +80,21 @@ class Sample:
 def targets(
     sources: Iterable[Source], opened: dict[str, Queue] | None = None
 ) -> Iterator[tuple[str, Queue]]:
-    """The ``(label, queue)`` pairs of *sources*; *opened* caches a root's queue objects."""
+    """The ``(label, queue)`` pairs of *sources*; *opened* caches a root's queue objects
+    (those no longer listed are dropped from it)."""
     cache = {} if opened is None else opened
     for source in sources:
         if isinstance(source, QueueRoot):
-            for name in source.list():
-                key = f"{source.path}\0{name}"
+            prefix = f"{source.path}\0"
+            listed = {prefix + name: name for name in source.list()}
+            for key in [key for key in cache if key.startswith(prefix) and key not in listed]:
+                del cache[key]  # removed since the last collection
+            for key, name in listed.items():
                 queue = cache.get(key)
                 if queue is None:
                     try:
                         queue = cache[key] = source.get(name)
-                    except QueueNotFound:
+                    except QueueNotFound:  # pragma: no cover -- a race a test cannot time
                         continue  # RACE: removed by another process since the listing
                 yield name, queue
         elif isinstance(source, QueueSet):
@@ -92,18 +106,22 @@ def targets(
             yield label, queue
 
 
+def samples(pairs: Iterable[tuple[str, Queue]]) -> Iterator[Sample]:
+    """One :class:`Sample` per ``(label, queue)``, leaving out queues removed meanwhile."""
+    for label, queue in pairs:
+        try:
+            yield sample(label, queue)
+        except FileNotFoundError:
+            continue  # RACE: another process removed the queue directory
+
+
 def _oldest_receive_count(queue: Queue) -> int:
     key = queue.peek_oldest_key()
     if key is None:
         return 0
     # The id of the oldest message: µs digits, or ms digits for a queue that writes ms.
-    message_id = (
-        str(key // 1000) if queue.precision is Precision.MS and key % 1000 == 0 else str(key)
-    )
-    try:
-        return queue.history(message_id).receive_count
-    except InvalidId:  # RACE: a format we cannot name from its key; report none
-        return 0
+    ms = queue.precision is Precision.MS and key % 1000 == 0
+    return queue.history(str(key // 1000) if ms else str(key)).receive_count
 
 
 def sample(label: str, queue: Queue) -> Sample:
@@ -140,9 +158,7 @@ class QueueCollector(Collector):
         self._opened: dict[str, Queue] = {}
 
     def collect(self) -> Iterator[Metric]:
-        return families(
-            sample(label, queue) for label, queue in targets(self.sources, self._opened)
-        )
+        return families(samples(targets(self.sources, self._opened)))
 
     def describe(self) -> Iterator[Metric]:
         return families(())  # the names, without listing anything at registration
@@ -220,9 +236,7 @@ class _Snapshots:
     def get(self) -> list[Sample]:
         with self._lock:
             if time.monotonic() - self._taken > self._max_age:
-                self._samples = [
-                    sample(label, queue) for label, queue in targets(self._sources, self._opened)
-                ]
+                self._samples = list(samples(targets(self._sources, self._opened)))
                 self._taken = time.monotonic()
             return self._samples
 
