@@ -245,3 +245,8 @@ def test_a_stray_message_in_a_binding_table_is_ignored(root: Path) -> None:
     table.publish(b"not json")
     assert bindings.table("ex") == [Binding("k", "", "q")]
     assert table.counts().ready == 2  # left as it is: not ours to delete
+
+
+def test_max_receives_without_a_dead_letter_queue_is_refused(root: Path) -> None:
+    with _connect(root, max_receives=3) as conn, pytest.raises(ValueError, match="max_receives"):
+        conn.default_channel  # noqa: B018 -- creating the channel is what fails

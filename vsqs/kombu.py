@@ -78,14 +78,17 @@ class QoS(virtual.QoS):
         self.leases: dict[str, tuple[Lease, str]] = {}
 
     def ack(self, delivery_tag: str) -> None:
+        """Delete the held message (one unlink, under its lease's lock; any thread)."""
         self._settle(delivery_tag, ACK)
         super().ack(delivery_tag)
 
     def reject(self, delivery_tag: str, requeue: bool = False) -> None:
+        """Release the held message now (one rename), or dead-letter or delete it."""
         self._settle(delivery_tag, RELEASE if requeue else REJECT)
         super().ack(delivery_tag)  # forget it: the base class would publish a copy
 
     def restore_unacked(self) -> list[tuple[BaseException, Any]]:
+        """Release every unacknowledged message (kombu calls this when the channel closes)."""
         self._flush()
         errors: list[tuple[BaseException, Any]] = []
         for tag, message in list(self._delivered.items()):
@@ -137,6 +140,8 @@ class Channel(virtual.Channel):
     def __init__(self, connection: Any, **kwargs: Any) -> None:
         super().__init__(connection, **kwargs)
         root = root_of(connection.client)
+        if self.max_receives is not None and self.dead_letter_queue is None:
+            raise ValueError("vsqs transport: max_receives needs a dead_letter_queue")
         self.root = QueueRoot(root, visibility_timeout=self.visibility_timeout)
         self.bindings = Bindings(self.root.path)
         self._queues: dict[str, Queue] = {}
@@ -199,11 +204,14 @@ class Channel(virtual.Channel):
     # -- publishing and routing ---------------------------------------------------------
 
     def _put(self, queue: str, message: dict[str, Any], **kwargs: Any) -> None:
+        """Publish kombu's message (JSON) to *queue*: atomic, one rename (priority unused)."""
         self.queue(queue).publish(dumps(message).encode())
 
     def _put_fanout(
         self, exchange: str, message: dict[str, Any], routing_key: str, **kwargs: Any
     ) -> None:
+        """One publish to each queue bound to *exchange*, by any process: each publish is
+        atomic, the fanout is not (a crash midway has reached some of the queues)."""
         for row in self.bindings.table(exchange):
             self._put(row.queue, message)
 
