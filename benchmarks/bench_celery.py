@@ -49,18 +49,34 @@ def _broker(kind: str, root: Path) -> tuple[str, dict[str, str]]:
     return f"vsqs://{root}", {"CELERY_TEST_VT": VT, "CELERY_TEST_DURABLE": durable}
 
 
-def throughput(kind: str, root: Path, tasks: int) -> float:
+def _crash(worker: Worker) -> str:
+    """Why a worker died, from its log (Celery logs ``Unrecoverable error: ...``)."""
+    for line in worker.log.read_text(errors="replace").splitlines():
+        if "Unrecoverable error:" in line:
+            return line.split("Unrecoverable error:", 1)[1].strip()
+    return f"exit status {worker.process.returncode}"
+
+
+def throughput(kind: str, root: Path, tasks: int) -> tuple[float | None, str]:
+    """Tasks/s, or ``None`` and why if the worker died on the way."""
     broker, extra = _broker(kind, root)
     env = celery_env(broker, root, **extra)
     app = make_app(broker, str(root), vt=float(VT), durable=kind == "vsqs durable")
-    with workers(env, root, "bench", args=("--concurrency", "2")):
-        start = time.perf_counter()
-        results = [app.send_task("tests.celery_app.add", args=(n, n)) for n in range(tasks)]
-        for result in results:
-            result.get(timeout=600)
-        elapsed = time.perf_counter() - start
-    app.pool.force_close_all()
-    return tasks / elapsed
+    try:
+        with workers(env, root, "bench", args=("--concurrency", "2")) as (worker,):
+            start = time.perf_counter()
+            results = [app.send_task("tests.celery_app.add", args=(n, n)) for n in range(tasks)]
+            for result in results:
+                while True:
+                    try:
+                        result.get(timeout=1)
+                        break
+                    except CeleryTimeout:
+                        if worker.process.poll() is not None:
+                            return None, _crash(worker)
+            return tasks / (time.perf_counter() - start), ""
+    finally:
+        app.pool.force_close_all()
 
 
 def lost_on_kill(kind: str, root: Path) -> int:
@@ -99,21 +115,31 @@ def main() -> None:
     parser.add_argument("--disk-dir", default="/var/tmp")
     args = parser.parse_args()
     rows = []
+    notes = []
     for fs, base in (("tmpfs", args.shm_dir), ("disk", args.disk_dir)):
-        rates: dict[str, float] = {}
+        rates: dict[str, float | None] = {}
         for kind in ("vsqs", "vsqs durable", "filesystem"):
             work = Path(tempfile.mkdtemp(prefix="bench-celery-", dir=base))
             try:
-                rates[kind] = throughput(kind, work / "t", args.tasks)
+                rates[kind], crash = throughput(kind, work / "t", args.tasks)
                 lost = lost_on_kill(kind, work / "k")
             finally:
                 shutil.rmtree(work, ignore_errors=True)
-            rows.append([fs, kind, f"{rates[kind]:,.0f}", f"{lost} of {KILL_TASKS}"])
-            print(f"{fs} {kind}: {rates[kind]:,.0f} tasks/s, lost {lost}", file=sys.stderr)
+            rate = rates[kind]
+            if rate is None:
+                notes.append(f"{fs}, {kind}: the worker died during the throughput run: {crash}")
+            shown = f"{rate:,.0f}" if rate is not None else f"worker died [{len(notes)}]"
+            rows.append([fs, kind, shown, f"{lost} of {KILL_TASKS}"])
+            print(f"{fs} {kind}: {shown} tasks/s, lost {lost}", file=sys.stderr)
+        base_rate = rates["filesystem"]
         for row in rows[-3:]:
-            row.insert(3, f"{rates[row[1]] / rates['filesystem']:.2f}")
+            rate = rates[row[1]]
+            ratio = f"{rate / base_rate:.2f}" if rate is not None and base_rate else "-"
+            row.insert(3, ratio)
     print(f"Method: see benchmarks/bench_celery.py; {args.tasks} tasks, {os.cpu_count()} cores.\n")
     print(table(["fs", "broker", "tasks/s", "× filesystem", "lost on SIGKILL"], rows))
+    for number, note in enumerate(notes, 1):
+        print(f"\n[{number}] {note}")
 
 
 if __name__ == "__main__":
