@@ -250,3 +250,20 @@ def test_a_stray_message_in_a_binding_table_is_ignored(root: Path) -> None:
 def test_max_receives_without_a_dead_letter_queue_is_refused(root: Path) -> None:
     with _connect(root, max_receives=3) as conn, pytest.raises(ValueError, match="max_receives"):
         conn.default_channel  # noqa: B018 -- creating the channel is what fails
+
+
+def test_a_binding_made_by_one_connection_routes_for_another(root: Path) -> None:
+    """Bindings are on disk: a publisher that never declared the binding (another
+    process, here another connection with its own broker state) routes by it."""
+    logs = Exchange("logs", "topic")
+    errors = KombuQueue("errors", logs, routing_key="*.error")
+    with _connect(root) as binder:
+        errors(binder.default_channel).declare()
+    vsqs.kombu.Transport.states.clear()  # as a fresh process: nothing known in memory
+    with _connect(root) as publisher:
+        with publisher.Producer() as producer:
+            producer.publish("disk full", exchange=logs, routing_key="db.error")
+            producer.publish("all fine", exchange=logs, routing_key="db.info")
+        got = errors(publisher.default_channel).get(no_ack=True)
+        assert got is not None and got.payload == "disk full"
+        assert errors(publisher.default_channel).get() is None

@@ -14,8 +14,9 @@ characters. :func:`vsqs_name` maps one to the other, one to one:
 Bindings are shared by every process on the root, so that a worker can route a reply to
 a queue that a client bound a moment ago, and a broadcast reaches every worker's queue.
 The binding table of an exchange is itself a vsqs queue, ``<root>/.kombu-bindings/<name>``,
-whose ready messages are the bindings (JSON ``[routing_key, pattern, queue]``); they are
-browsed, never received. Binding is one atomic publish; unbinding deletes by id.
+whose ready messages are the bindings (JSON ``[routing_key, pattern, queue]``, the
+exchange's type in the attribute ``type``); they are browsed, never received. Binding is
+one atomic publish; unbinding deletes by id.
 """
 
 from __future__ import annotations
@@ -82,34 +83,42 @@ class Bindings:
             table = self._cache[exchange] = self._tables.create(vsqs_name(exchange))
         return table
 
-    def _rows(self, exchange: str) -> list[tuple[str, Binding]]:
+    def _rows(self, exchange: str) -> list[tuple[str, Binding, str]]:
         rows = []
         for message in self._table(exchange).browse():
             try:
                 key, pattern, queue = json.loads(message.body)
             except ValueError:
                 continue  # not one of ours: a stray message never breaks routing
-            rows.append((message.id, Binding(str(key), str(pattern), str(queue))))
+            kind = message.attributes.get("type", "")
+            rows.append((message.id, Binding(str(key), str(pattern), str(queue)), kind))
         return rows
+
+    def kind(self, exchange: str) -> str | None:
+        """The type (``direct``, ``topic``, ``fanout``) *exchange* was bound as, if any:
+        what a process that never declared it routes by."""
+        return next((kind for _, _, kind in self._rows(exchange) if kind), None)
 
     def table(self, exchange: str) -> list[Binding]:
         """Every binding of *exchange*, by any process, oldest first, without repeats.
 
         One listing and one read per binding (bindings are few: a queue per worker).
         """
-        return list(dict.fromkeys(row for _, row in self._rows(exchange)))
+        return list(dict.fromkeys(row for _, row, _ in self._rows(exchange)))
 
-    def bind(self, exchange: str, binding: Binding) -> None:
-        """Add *binding* to the table of *exchange* (nothing if it is there already)."""
+    def bind(self, exchange: str, binding: Binding, kind: str = "direct") -> None:
+        """Add *binding* to the table of *exchange*, of type *kind* (nothing if it is
+        there already)."""
         if binding in self.table(exchange):
             return
         # RACE: another process may bind the same row between our look and publish;
         # table() collapses the repeat and unbind() removes every copy.
-        self._table(exchange).publish(json.dumps(list(binding)).encode())
+        body = json.dumps(list(binding)).encode()
+        self._table(exchange).publish(body, attributes={"type": kind})
 
     def unbind(self, exchange: str, queue: str) -> None:
         """Remove every binding of *queue* from the table of *exchange*."""
         table = self._table(exchange)
-        for message_id, row in self._rows(exchange):
+        for message_id, row, _ in self._rows(exchange):
             if row.queue == queue:
                 table.delete(message_id)  # RACE: False if another process unbound it first

@@ -216,7 +216,15 @@ class Channel(virtual.Channel):
             self._put(row.queue, message)
 
     def _queue_bind(self, exchange: str, routing_key: str, pattern: str, queue: str) -> None:
-        self.bindings.bind(exchange, Binding(routing_key or "", pattern or "", queue))
+        kind = self.typeof(exchange).type
+        self.bindings.bind(exchange, Binding(routing_key or "", pattern or "", queue), kind)
+
+    def typeof(self, exchange: str, default: str = "direct") -> Any:
+        """The exchange type: as declared in this process, or else as bound on disk."""
+        if exchange in self.state.exchanges:
+            return super().typeof(exchange, default)
+        kind = self.bindings.kind(exchange) if exchange else None
+        return self.exchange_types[kind or default]
 
     def queue_bind(
         self,
