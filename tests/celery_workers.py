@@ -69,11 +69,13 @@ class Worker:
         os.killpg(self.process.pid, signal.SIGKILL)
         self.process.wait()
 
-    def stop(self) -> None:
-        """A warm shutdown (SIGTERM), killing it if it takes more than 20 s."""
+    def stop(self, *, signalled: bool = False) -> None:
+        """A warm shutdown (SIGTERM, unless *signalled* already), killing it if it takes
+        more than 20 s."""
         if self.process.poll() is not None:
             return
-        self.process.send_signal(signal.SIGTERM)  # the main process: it stops its pool
+        if not signalled:
+            self.process.send_signal(signal.SIGTERM)  # the main process: it stops its pool
         try:
             self.process.wait(20)
         except subprocess.TimeoutExpired:
@@ -91,5 +93,8 @@ def workers(
             worker.wait_ready()
         yield started
     finally:
+        for worker in started:  # all at once: their shutdowns overlap
+            if worker.process.poll() is None:
+                worker.process.send_signal(signal.SIGTERM)
         for worker in started:
-            worker.stop()
+            worker.stop(signalled=True)

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import base64
 import json
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -267,3 +269,27 @@ def test_a_binding_made_by_one_connection_routes_for_another(root: Path) -> None
         got = errors(publisher.default_channel).get(no_ack=True)
         assert got is not None and got.payload == "disk full"
         assert errors(publisher.default_channel).get() is None
+
+
+def test_a_publish_to_any_consumed_queue_wakes_a_blocked_drain(root: Path) -> None:
+    """With the periodic re-check an hour away, only the watching threads (inotify)
+    can end the wait: a publish from another process to the *second* queue does."""
+    first = KombuQueue("first", Exchange("first", "direct"), routing_key="first")
+    second = KombuQueue("second", Exchange("second", "direct"), routing_key="second")
+    got: list[str] = []
+    consumer_of_both = {"callbacks": [lambda body, _message: got.append(body)]}
+    with (
+        _connect(root, polling_interval=3600) as conn,
+        conn.Consumer([first, second], **consumer_of_both),
+    ):
+        publisher = subprocess.Popen(
+            [sys.executable, "-c",
+             "import sys, time, vsqs.kombu; from kombu.connection import Connection;"
+             "time.sleep(0.5); c = Connection(sys.argv[1]);"
+             "c.default_channel.basic_publish("
+             "c.default_channel.prepare_message('late'), '', 'second'); c.close()",
+             f"vsqs://{root}"],
+        )  # fmt: skip
+        conn.drain_events(timeout=120)
+        assert publisher.wait(30) == 0
+    assert got == ["late"]

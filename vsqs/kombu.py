@@ -16,13 +16,13 @@ vsqs's guarantees underneath:
   that dies holds nothing: its messages come back after ``visibility_timeout``;
 * bindings live on disk (``<root>/.kombu-bindings/``), so direct replies and
   fanout broadcasts reach queues bound by any process or host sharing the root;
-* an idle worker blocks on inotify (the queue's own waiting), re-checking its other
-  queues every ``polling_interval`` seconds.
+* an idle worker blocks on inotify (each queue's own waiter, one thread per consumed
+  queue), and looks again every ``polling_interval`` seconds in any case.
 
 Transport options (``broker_transport_options`` in Celery): ``root``,
 ``visibility_timeout`` (30), ``max_lease`` (3600: renewals stop then),
 ``durable`` (True: fsync each message), ``dead_letter_queue`` and ``max_receives``
-(a message received that often without an ack moves there), ``polling_interval`` (0.2).
+(a message received that often without an ack moves there), ``polling_interval`` (1.0).
 """
 
 from __future__ import annotations
@@ -40,6 +40,7 @@ from kombu.utils.json import dumps, loads
 
 from . import Lease, LeaseLost, Queue, QueueDrained, QueueRoot, __version__
 from ._kombu_names import Binding, Bindings, vsqs_name
+from ._kombu_wait import Watchers
 
 __all__ = ["Channel", "QoS", "Transport", "vsqs_name"]
 
@@ -297,12 +298,9 @@ class Channel(virtual.Channel):
             self.qos.leases[tag] = (lease, queue)
         return payload
 
-    def waiter_of_first_queue(self) -> tuple[Any, int] | None:
-        """The waiter of the first queue consumed here and its token, taken now."""
-        if not self._active_queues:
-            return None
-        waiter = self.queue(self._active_queues[0]).waiter()
-        return waiter, waiter.token()
+    def consumed(self) -> list[Queue]:
+        """The vsqs queues this channel consumes from."""
+        return [self.queue(name) for name in self._active_queues]
 
 
 class Transport(virtual.Transport):
@@ -312,7 +310,7 @@ class Transport(virtual.Transport):
     default_port = 0  # type: ignore[assignment]  # kombu declares None
     driver_type = "vsqs"
     driver_name = "vsqs"
-    polling_interval = 0.2
+    polling_interval = 1.0
     implements = virtual.Transport.implements.extend(
         asynchronous=False, exchange_type=frozenset({"direct", "topic", "fanout"})
     )
@@ -325,6 +323,13 @@ class Transport(virtual.Transport):
             self.state = self.states.setdefault(root_of(client), virtual.BrokerState())
         except ValueError:
             pass  # no root: the channel says so when it is made
+        self.watchers = Watchers()
+
+    def close_connection(self, connection: Any) -> None:
+        """Close every channel and stop the threads watching their queues."""
+        self.watchers.close()
+        self.watchers = Watchers()
+        super().close_connection(connection)
 
     def driver_version(self) -> str:
         return __version__
@@ -334,17 +339,21 @@ class Transport(virtual.Transport):
         return {"port": 0}  # no host: the root is a path (kombu warns about a default host)
 
     def drain_events(self, connection: Any, timeout: float | None = None, **kwargs: Any) -> None:
-        """Deliver one message, blocking (inotify) up to *timeout* seconds for one.
+        """Deliver one message, blocking up to *timeout* seconds for one.
 
-        The waiter's token is taken before looking, so a message published between the
-        look and the wait wakes it at once; other queues are looked at again every
-        ``polling_interval`` seconds.
+        Every consumed queue is watched (inotify, through its own waiter; see
+        :class:`~vsqs._kombu_wait.Watchers`), and the token is taken before looking, so
+        a message published to any of them between the look and the wait wakes it at
+        once. The queues are looked at again every ``polling_interval`` seconds anyway:
+        that is how a message whose lease ran out (a dead worker's) is seen, and how
+        another host's publish is seen where inotify cannot see it (NFS).
 
         :raises socket.timeout: nothing came within *timeout*.
         """
         deadline = math.inf if timeout is None else time.monotonic() + timeout
         while True:
-            watch = next((w for w in map(Channel.waiter_of_first_queue, self.channels) if w), None)
+            self.watchers.watch(queue for channel in self.channels for queue in channel.consumed())
+            token = self.watchers.token()
             assert self.cycle is not None  # made by virtual.Transport.__init__
             try:
                 self.cycle.get(self._deliver, timeout=timeout)
@@ -355,8 +364,4 @@ class Transport(virtual.Transport):
             left = deadline - time.monotonic()
             if left <= 0:
                 raise TimeoutError  # socket.timeout, which kombu's callers expect
-            pause = min(left, self.polling_interval)
-            if watch is None:
-                time.sleep(pause)
-            else:
-                watch[0].wait(watch[1], pause)
+            self.watchers.wait(token, min(left, self.polling_interval))
