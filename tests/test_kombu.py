@@ -293,3 +293,11 @@ def test_a_publish_to_any_consumed_queue_wakes_a_blocked_drain(root: Path) -> No
         conn.drain_events(timeout=120)
         assert publisher.wait(30) == 0
     assert got == ["late"]
+
+
+def test_the_transport_class_and_a_root_option_work_without_a_url(root: Path) -> None:
+    """The form the guide gives for code that cannot import vsqs.kombu first."""
+    options = {"root": str(root), "durable": False}
+    with Connection(transport="vsqs.kombu:Transport", transport_options=options) as conn:
+        _publish(conn, "a")
+        assert next(_get(conn)).payload == "a"
