@@ -227,3 +227,19 @@ def test_a_queue_removed_under_a_collector_is_left_out(tmp_path: Path) -> None:
     vsqs.QueueRoot(tmp_path).delete("doomed")
     got = list(vsqs.metrics.samples([("kept", kept), ("doomed", doomed)]))
     assert [one.queue for one in got] == ["kept"]
+
+
+def test_vsqs_stats_format_json_and_a_prometheus_watch(tmp_path: Path) -> None:
+    queue = vsqs.Queue(tmp_path / "q", durable=False)
+    queue.publish(b"a")
+    queue.close()
+    runner = CliRunner()
+    as_json = runner.invoke(cli, ["stats", str(queue.path), "--format", "json"])
+    assert as_json.exit_code == 0 and '"ready": 1' in as_json.output
+    watched = runner.invoke(
+        cli,
+        ["stats", str(queue.path), "--format", "prometheus", "--watch", "--count", "2",
+         "--interval", "0.05"],
+    )  # fmt: skip
+    assert watched.exit_code == 0, watched.output
+    assert watched.output.count("# TYPE vsqs_messages gauge") == 2  # one exposition per refresh
