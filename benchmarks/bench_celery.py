@@ -13,8 +13,9 @@ result backend, which costs both brokers the same):
   is killed with SIGKILL and a second worker started; a task is *lost* when its result
   has not come back 60 s later (vsqs's visibility timeout is 5 s here).
 
-kombu's filesystem transport removes a message from its folder when it delivers it,
-before the task runs: the tasks a killed worker had received are gone. vsqs holds each
+kombu's filesystem transport polls its folder every 50 ms here (its default is 1 s). It
+removes a message from its folder when it delivers it, before the task runs: the tasks
+a killed worker had received (two: one per pool process, prefetch 1) are gone. vsqs holds each
 in a lease until it is acknowledged. Run it with::
 
     python -m benchmarks.bench_celery [--tasks 1000] [--shm-dir /dev/shm] [--disk-dir /var/tmp]
