@@ -1,6 +1,6 @@
 """A Celery app on vsqs: no Redis, no RabbitMQ, a directory is the broker.
 
-Run it (``pip install 'vsqs[celery]'``)::
+Run it (after ``pip install '.[celery]'`` in a clone of vsqs)::
 
     python examples/celery_tasks.py
 

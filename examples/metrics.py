@@ -1,6 +1,6 @@
 """Queue metrics for Prometheus and OpenTelemetry, from a root of queues.
 
-Run it (``pip install 'vsqs[metrics]' opentelemetry-sdk``)::
+Run it (after ``pip install '.[metrics]' opentelemetry-sdk`` in a clone of vsqs)::
 
     python examples/metrics.py
 

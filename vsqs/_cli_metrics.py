@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterable, Iterator
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Final
 
 import click
 
@@ -22,7 +22,9 @@ if TYPE_CHECKING:
 
     from . import Queue
 
-MISSING: str = "this needs the metrics extra: pip install 'vsqs[metrics]'"
+MISSING: Final = (
+    "this needs the 'metrics' extra; install it from a clone of vsqs with pip install '.[metrics]'"
+)
 
 
 def prometheus_text(queues: Iterable[tuple[str, Queue]]) -> str:
