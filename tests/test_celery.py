@@ -11,6 +11,7 @@ import os
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -24,8 +25,21 @@ from .celery_workers import REPO, celery_env, workers
 pytestmark = pytest.mark.timeout(240)
 
 
+_APPS: list[Celery] = []
+
+
+@pytest.fixture(autouse=True)
+def _close_apps() -> Iterator[None]:
+    """Close each test's app connections (and so their queue-watching threads)."""
+    yield
+    while _APPS:
+        _APPS.pop().pool.force_close_all()
+
+
 def _app(root: Path, vt: float = 30.0, durable: bool = True) -> Celery:
-    return make_app(f"vsqs://{root}", str(root), vt=vt, durable=durable)
+    made = make_app(f"vsqs://{root}", str(root), vt=vt, durable=durable)
+    _APPS.append(made)
+    return made
 
 
 def _starts(marker_dir: Path) -> list[str]:

@@ -4,8 +4,10 @@ A queue's own waiter (:meth:`vsqs.Queue.waiter`) waits on one directory. A Celer
 consumes several queues (its task queues, its remote-control queue, an event queue), so
 :class:`Watchers` gives each watched queue a daemon thread blocked in that queue's waiter
 (inotify where it works) and wakes whoever waits here when any of them sees a change.
-Threads are made once per queue and end when :meth:`Watchers.close` is called (within
-one re-check interval); a forked child starts with none, and makes its own.
+Threads are made once per queue and end when :meth:`Watchers.close` is called, or when
+nobody has waited for :data:`IDLE` seconds (a connection that is no longer drained, or
+never closed, must not keep threads and inotify watches for ever); the next wait starts
+them again. A forked child starts with none, and makes its own.
 
 Usage is the waiter protocol: ``token = watchers.token()`` *before* looking at the
 queues, then ``watchers.wait(token, seconds)``: a change in between is never missed.
@@ -15,12 +17,14 @@ from __future__ import annotations
 
 import os
 import threading
+import time
 from collections.abc import Iterable
 from typing import Final
 
 from . import Queue
 
 RECHECK: Final = 1.0  # the longest a watching thread blocks before it looks at _stop
+IDLE: Final = 10.0  # seconds without a wait after which the watching threads end
 
 
 class Watchers:
@@ -31,6 +35,8 @@ class Watchers:
         self._changes = 0
         self._stop = threading.Event()
         self._watched: set[str] = set()
+        self._used = time.monotonic()
+        self._waiting = 0  # callers inside wait(): their threads must stay
         self._pid = os.getpid()
 
     def watch(self, queues: Iterable[Queue]) -> None:
@@ -38,9 +44,11 @@ class Watchers:
         if os.getpid() != self._pid:  # a forked child: the parent's threads are not here
             self.__init__()  # type: ignore[misc]
         for queue in queues:
-            if queue.path in self._watched:
-                continue
-            self._watched.add(queue.path)
+            with self._cond:
+                self._used = time.monotonic()
+                if queue.path in self._watched:
+                    continue
+                self._watched.add(queue.path)
             # Its own handle: closing the caller's queue must not detach our waiter.
             own = Queue.from_config(queue.path, queue.config)
             name = f"vsqs-kombu-watch {queue.path}"
@@ -54,7 +62,12 @@ class Watchers:
     def wait(self, token: int, seconds: float) -> None:
         """Return once a change was seen since *token*, or after *seconds*."""
         with self._cond:
-            self._cond.wait_for(lambda: self._changes != token or self._stop.is_set(), seconds)
+            self._waiting += 1
+            try:
+                self._cond.wait_for(lambda: self._changes != token or self._stop.is_set(), seconds)
+            finally:
+                self._waiting -= 1
+                self._used = time.monotonic()
 
     def close(self) -> None:
         """Stop every watching thread (each ends within :data:`RECHECK` seconds)."""
@@ -78,4 +91,8 @@ class Watchers:
             if now != seen:
                 seen = now
                 self._changed()
+            with self._cond:
+                if not self._waiting and time.monotonic() - self._used > IDLE:
+                    self._watched.discard(queue.path)  # the next watch() starts another
+                    break
         queue.close()
