@@ -36,6 +36,8 @@ def _run_twice(tmp_path: Path, script: str, *args: str) -> list[str]:
 def test_every_example_is_tested() -> None:
     assert sorted(p.name for p in EXAMPLES.glob("*.py")) == [
         "async_worker.py",
+        "celery_tasks.py",
+        "metrics.py",
         "pipeline.py",
         "spark_pipeline.py",
     ]
@@ -56,3 +58,19 @@ def test_pipeline_runs_twice(tmp_path: Path) -> None:
 def test_spark_pipeline_runs_twice(tmp_path: Path) -> None:
     for output in _run_twice(tmp_path, "spark_pipeline.py", "--items", "200", "--workers", "2"):
         assert output.splitlines()[-1] == "OK", output
+
+
+def test_celery_tasks_runs_twice(tmp_path: Path) -> None:
+    """A stock Celery worker in a subprocess runs ten tasks through vsqs."""
+    for output in _run_twice(tmp_path, "celery_tasks.py"):
+        assert "[0, 2, 4, 6, 8, 10, 12, 14, 16, 18]\n" in output, output
+
+
+def test_metrics_runs_twice(tmp_path: Path) -> None:
+    for output in _run_twice(tmp_path, "metrics.py"):
+        assert output.splitlines() == [
+            "emails held: 1",
+            "orders ready: 3",
+            "messaging.client.sent.messages emails: 1",
+            "messaging.client.sent.messages orders: 3",
+        ], output

@@ -152,6 +152,14 @@ def _table(rows: list[dict[str, Any]]) -> Table:
 @click.command()
 @click.argument("queues", nargs=-1, required=True, type=click.Path())
 @click.option("--json", "as_json", is_flag=True, help="One JSON object per queue per line.")
+@click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(["table", "json", "prometheus"]),
+    default="table",
+    show_default=True,
+    help="json: as --json; prometheus: the text exposition format (metrics extra).",
+)
 @click.option("--watch", is_flag=True, help="Refresh until interrupted (Ctrl-C).")
 @click.option(
     "--interval",
@@ -162,7 +170,13 @@ def _table(rows: list[dict[str, Any]]) -> Table:
 )
 @click.option("--count", type=click.IntRange(min=1), help="With --watch: stop after N refreshes.")
 def stats(
-    queues: tuple[str, ...], as_json: bool, watch: bool, interval: float, count: int | None
+    queues: tuple[str, ...],
+    *,
+    as_json: bool,
+    fmt: str,
+    watch: bool,
+    interval: float,
+    count: int | None,
 ) -> None:
     """Show message counts by state, oldest age, throughput totals.
 
@@ -170,7 +184,9 @@ def stats(
     written), the age of the oldest ready message, and the messages produced and
     consumed (by every process, ever).
 
-    Read-only. A table by default; --json for scripts; --watch for a live view.
+    Read-only. A table by default; --json for scripts; --format prometheus for
+    node_exporter's textfile collector (names in the metrics guide); --watch for a live
+    view.
     """
     from rich.console import Console  # noqa: PLC0415 -- see _table
 
@@ -182,8 +198,17 @@ def stats(
     def snapshot() -> list[dict[str, Any]]:
         return [_row(name, queue.stats()) for name, queue in opened]
 
+    as_json = as_json or fmt == "json"
+    if fmt == "prometheus":
+        from ._cli_metrics import prometheus_text  # noqa: PLC0415 -- the metrics extra
+
+        def snapshot() -> list[dict[str, Any]]:
+            return [{"text": prometheus_text(opened)}]
+
     def show(rows: list[dict[str, Any]]) -> None:
-        if as_json:
+        if fmt == "prometheus":
+            click.echo(rows[0]["text"], nl=False)
+        elif as_json:
             for row in rows:
                 click.echo(json_line(row), nl=False)
         else:
@@ -193,7 +218,7 @@ def stats(
         show(snapshot())
         return
     refreshes = 0
-    if console.is_terminal and not as_json:
+    if console.is_terminal and fmt == "table" and not as_json:
         from rich.live import Live  # noqa: PLC0415 -- see _table
 
         with Live(_table(snapshot()), console=console, auto_refresh=False) as live:

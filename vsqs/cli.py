@@ -22,6 +22,7 @@ from ._cli_common import EXIT_CODES_HELP, INTERRUPTED, OK, CliError, describe
 from ._cli_config import config
 from ._cli_load import demo, pump, sink
 from ._cli_messages import delete, peek, publish
+from ._cli_metrics import metrics
 from ._cli_receive import receive
 
 __all__ = ["cli", "main"]
@@ -85,7 +86,7 @@ def cli(debug: bool) -> None:
 
 for _command in (publish, receive, delete, peek, stats, purge, clean, requeue, redrive, shutdown):
     cli.add_command(_command)
-for _command in (queues, config, pump, sink, demo):
+for _command in (queues, config, pump, sink, demo, metrics):
     cli.add_command(_command)
 
 

@@ -1,0 +1,367 @@
+"""A kombu transport on vsqs queues, so that Celery runs without a broker (``celery`` extra).
+
+``import vsqs.kombu`` registers the ``vsqs`` URL scheme with kombu, then::
+
+    app = Celery("tasks", broker="vsqs:///srv/queues")
+
+(or ``Connection(transport="vsqs.kombu:Transport", transport_options={"root": ...})``).
+Built on :mod:`kombu.transport.virtual`, as kombu's own filesystem transport, with
+vsqs's guarantees underneath:
+
+* each kombu queue is a vsqs queue under the root (named by
+  :func:`~vsqs.kombu.vsqs_name`); a publish is one atomic :meth:`Queue.publish`;
+* a delivered message is *held*, in a self-renewing :class:`~vsqs.Lease`, until it is
+  acknowledged (deleted), rejected with ``requeue=True`` (released at once) or rejected
+  without (moved to the ``dead_letter_queue`` if one is set, deleted otherwise); a worker
+  that dies holds nothing: its messages come back after ``visibility_timeout``;
+* bindings live on disk (``<root>/.kombu-bindings/``), so direct replies and
+  fanout broadcasts reach queues bound by any process or host sharing the root;
+* an idle worker blocks on inotify (each queue's own waiter, one thread per consumed
+  queue), and looks again every ``polling_interval`` seconds in any case.
+
+Transport options (``broker_transport_options`` in Celery): ``root``,
+``visibility_timeout`` (30), ``max_lease`` (3600: renewals stop then),
+``durable`` (True: fsync each message), ``dead_letter_queue`` and ``max_receives``
+(a message received that often without an ack moves there), ``polling_interval`` (1.0).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+import uuid
+from queue import Empty
+from typing import Any, ClassVar, Final
+
+import kombu.transport
+from kombu.transport import virtual
+from kombu.utils.json import dumps, loads
+
+from . import Lease, LeaseLost, Queue, QueueDrained, QueueRoot, __version__
+from ._kombu_names import Binding, Bindings, vsqs_name
+from ._kombu_wait import Watchers
+
+__all__ = ["Channel", "QoS", "Transport", "vsqs_name"]
+
+_log = logging.getLogger("vsqs.kombu")
+ACK: Final = "ack"
+RELEASE: Final = "release"
+REJECT: Final = "reject"
+
+kombu.transport.TRANSPORT_ALIASES.setdefault("vsqs", "vsqs.kombu:Transport")
+
+
+def root_of(client: Any) -> str:
+    """The root directory of a kombu connection: ``transport_options["root"]``, or the
+    path of a ``vsqs:///path`` URL."""
+    root = client.transport_options.get("root")
+    if root is None and client.virtual_host not in (None, "", "/"):
+        root = "/" + client.virtual_host.lstrip("/")  # vsqs:///srv/queues
+    if not root:
+        raise ValueError(
+            "vsqs transport: no root directory; use vsqs:///path/to/root "
+            "or transport_options={'root': path}"
+        )
+    return str(root)
+
+
+class QoS(virtual.QoS):
+    """kombu's prefetch accounting, with each unacknowledged message held in a lease.
+
+    An ack deletes the held file (one unlink), a requeue releases it (one rename), and
+    the messages still unacknowledged when the channel closes are released, not copied
+    back as kombu's default restore does: a message is never in the queue twice.
+    """
+
+    def __init__(self, channel: Channel, prefetch_count: int = 0) -> None:
+        super().__init__(channel, prefetch_count)
+        self.leases: dict[str, tuple[Lease, str]] = {}
+
+    def ack(self, delivery_tag: str) -> None:
+        """Delete the held message (one unlink, under its lease's lock; any thread)."""
+        self._settle(delivery_tag, ACK)
+        super().ack(delivery_tag)
+
+    def reject(self, delivery_tag: str, requeue: bool = False) -> None:
+        """Release the held message now (one rename), or dead-letter or delete it."""
+        self._settle(delivery_tag, RELEASE if requeue else REJECT)
+        super().ack(delivery_tag)  # forget it: the base class would publish a copy
+
+    def restore_unacked(self) -> list[tuple[BaseException, Any]]:
+        """Release every unacknowledged message (kombu calls this when the channel closes)."""
+        self._flush()
+        errors: list[tuple[BaseException, Any]] = []
+        for tag, message in list(self._delivered.items()):
+            try:
+                self._settle(tag, RELEASE)
+            except OSError as exc:  # pragma: no cover -- EIO, ESTALE: cannot be caused here
+                # Its lease runs out instead: the message still comes back.
+                errors.append((exc, message))
+        self._delivered.clear()
+        return errors
+
+    def _settle(self, delivery_tag: str, how: str) -> None:
+        held = self.leases.pop(delivery_tag, None)
+        if held is None:
+            return  # settled already (or delivered without acknowledgement)
+        lease, queue = held
+        try:
+            if how == RELEASE:
+                lease.release()
+                return
+            if how == REJECT:
+                self.channel.dead_letter(queue, lease.message.body)
+            lease.delete()
+        except LeaseLost as exc:
+            # RACE: the lease ran out (a paused worker) and the message went back or to
+            # another consumer, whose copy is never touched: it will run again.
+            _log.warning("vsqs: %s of a message from %r came too late: %s", how, queue, exc)
+
+
+class Channel(virtual.Channel):
+    """A kombu channel whose queues are vsqs queues under one root."""
+
+    QoS = QoS
+    supports_fanout = True
+    from_transport_options = (  # type: ignore[assignment]  # kombu types it as a pair
+        *virtual.Channel.from_transport_options,
+        "visibility_timeout",
+        "max_lease",
+        "durable",
+        "dead_letter_queue",
+        "max_receives",
+    )
+    visibility_timeout: float = 30.0
+    max_lease: float = 3600.0
+    durable: bool = True
+    dead_letter_queue: str | None = None
+    max_receives: int | None = None
+
+    def __init__(self, connection: Any, **kwargs: Any) -> None:
+        super().__init__(connection, **kwargs)
+        root = root_of(connection.client)
+        if self.max_receives is not None and self.dead_letter_queue is None:
+            raise ValueError("vsqs transport: max_receives needs a dead_letter_queue")
+        self.root = QueueRoot(root, visibility_timeout=self.visibility_timeout)
+        self.bindings = Bindings(self.root.path)
+        self._queues: dict[str, Queue] = {}
+        self._no_ack: set[str] = set()
+
+    def close(self) -> None:
+        """Close the channel (unacknowledged messages are released), then every queue
+        handle it opened, which flushes their produced and consumed counters."""
+        super().close()
+        for queue in self._queues.values():
+            queue.close()
+        self._queues.clear()
+
+    # -- queues -------------------------------------------------------------------------
+
+    def queue(self, name: str) -> Queue:
+        """The vsqs queue of the kombu queue *name* (created if missing)."""
+        found = self._queues.get(name)
+        if found is None:
+            dead = self.dead_letter_queue
+            if dead is not None and self.max_receives is not None and name != dead:
+                found = self.root.create(
+                    vsqs_name(name),
+                    durable=self.durable,
+                    dead_letter=self.queue(dead).path,
+                    max_receives=self.max_receives,
+                )
+            else:
+                found = self.root.create(vsqs_name(name), durable=self.durable)
+            self._queues[name] = found
+        return found
+
+    def dead_letter(self, queue: str, body: bytes) -> None:
+        """Keep a rejected message: publish it to the dead-letter queue, if one is set.
+
+        Not atomic with the delete that follows: a crash in between leaves the message
+        in both queues (at least once, never lost).
+        """
+        if self.dead_letter_queue is not None and queue != self.dead_letter_queue:
+            self.queue(self.dead_letter_queue).publish(body, attributes={"source": queue})
+
+    def _new_queue(self, queue: str, **kwargs: Any) -> None:
+        self.queue(queue)
+
+    def _has_queue(self, queue: str, **kwargs: Any) -> bool:
+        return vsqs_name(queue) in self.root
+
+    def _size(self, queue: str) -> int:
+        return self.queue(queue).counts().ready
+
+    def _purge(self, queue: str) -> int:
+        return self.queue(queue).purge()
+
+    def _delete(self, queue: str, *args: Any, **kwargs: Any) -> None:
+        exchange = args[0] if args else None
+        if exchange:
+            self.bindings.unbind(exchange, queue)
+        self._purge(queue)
+
+    # -- publishing and routing ---------------------------------------------------------
+
+    def _put(self, queue: str, message: dict[str, Any], **kwargs: Any) -> None:
+        """Publish kombu's message (JSON) to *queue*: atomic, one rename (priority unused)."""
+        self.queue(queue).publish(dumps(message).encode())
+
+    def _put_fanout(
+        self, exchange: str, message: dict[str, Any], routing_key: str, **kwargs: Any
+    ) -> None:
+        """One publish to each queue bound to *exchange*, by any process: each publish is
+        atomic, the fanout is not (a crash midway has reached some of the queues)."""
+        for row in self.bindings.table(exchange):
+            self._put(row.queue, message)
+
+    def _queue_bind(self, exchange: str, routing_key: str, pattern: str, queue: str) -> None:
+        kind = self.typeof(exchange).type
+        self.bindings.bind(exchange, Binding(routing_key or "", pattern or "", queue), kind)
+
+    def typeof(self, exchange: str, default: str = "direct") -> Any:
+        """The exchange type: as declared in this process, or else as bound on disk."""
+        if exchange in self.state.exchanges:
+            return super().typeof(exchange, default)
+        kind = self.bindings.kind(exchange) if exchange else None
+        return self.exchange_types[kind or default]
+
+    def queue_bind(
+        self,
+        queue: str,
+        exchange: str | None = None,
+        routing_key: str = "",
+        arguments: Any = None,
+        **kwargs: Any,
+    ) -> None:
+        """Bind, on disk as well even when this process bound it before: another process
+        may have unbound it since (kombu's own check looks at this process only)."""
+        exchange = exchange or "amq.direct"
+        known = self.state.has_binding(queue, exchange, routing_key)
+        super().queue_bind(queue, exchange, routing_key, arguments, **kwargs)
+        if known:
+            meta = self.typeof(exchange).prepare_bind(queue, exchange, routing_key, arguments)
+            self._queue_bind(exchange, *meta)
+
+    def queue_unbind(
+        self,
+        queue: str,
+        exchange: str | None = None,
+        routing_key: str = "",
+        arguments: Any = None,
+        **kwargs: Any,
+    ) -> None:
+        super().queue_unbind(queue, exchange, routing_key, arguments, **kwargs)
+        if exchange:
+            self.bindings.unbind(exchange, queue)
+
+    def get_table(self, exchange: str) -> list[Binding]:
+        return self.bindings.table(exchange)
+
+    # -- consuming ----------------------------------------------------------------------
+
+    def basic_consume(self, queue: str, no_ack: bool, *args: Any, **kwargs: Any) -> Any:
+        if no_ack:
+            self._no_ack.add(queue)
+        else:
+            self._no_ack.discard(queue)
+        return super().basic_consume(queue, no_ack, *args, **kwargs)
+
+    def basic_get(self, queue: str, no_ack: bool = False, **kwargs: Any) -> Any:
+        if no_ack:
+            self._no_ack.add(queue)
+        try:
+            return super().basic_get(queue, no_ack, **kwargs)
+        finally:
+            self._no_ack.discard(queue)
+
+    def _get(self, queue: str, timeout: float | None = None) -> dict[str, Any]:
+        """Claim the oldest message of *queue* (one rename), held until it is settled."""
+        source = self.queue(queue)
+        try:
+            message = source.receive(timeout=0)
+        except QueueDrained:
+            raise Empty from None
+        if message is None:
+            raise Empty
+        payload: dict[str, Any] = loads(message.body)
+        tag = uuid.uuid4().hex
+        properties = payload.setdefault("properties", {})
+        properties["delivery_tag"] = tag
+        properties.setdefault("delivery_info", {})["redelivered"] = message.receive_count > 1
+        payload["redelivered"] = message.receive_count > 1
+        if queue in self._no_ack:
+            source.delete(message)  # auto-acknowledged on delivery, as AMQP's no_ack
+        else:
+            lease = source.lease(message, max_duration=self.max_lease)
+            self.qos.leases[tag] = (lease, queue)
+        return payload
+
+    def consumed(self) -> list[Queue]:
+        """The vsqs queues this channel consumes from."""
+        return [self.queue(name) for name in self._active_queues]
+
+
+class Transport(virtual.Transport):
+    """The ``vsqs`` kombu transport (see the module's documentation)."""
+
+    Channel = Channel
+    default_port = 0  # type: ignore[assignment]  # kombu declares None
+    driver_type = "vsqs"
+    driver_name = "vsqs"
+    polling_interval = 1.0
+    implements = virtual.Transport.implements.extend(
+        asynchronous=False, exchange_type=frozenset({"direct", "topic", "fanout"})
+    )
+    # The exchanges declared in this process, per root (bindings themselves are on disk).
+    states: ClassVar[dict[str, virtual.BrokerState]] = {}
+
+    def __init__(self, client: Any, **kwargs: Any) -> None:
+        super().__init__(client, **kwargs)
+        try:
+            self.state = self.states.setdefault(root_of(client), virtual.BrokerState())
+        except ValueError:
+            pass  # no root: the channel says so when it is made
+        self.watchers = Watchers()
+
+    def close_connection(self, connection: Any) -> None:
+        """Close every channel and stop the threads watching their queues."""
+        self.watchers.close()
+        self.watchers = Watchers()
+        super().close_connection(connection)
+
+    def driver_version(self) -> str:
+        return __version__
+
+    @property
+    def default_connection_params(self) -> dict[str, Any]:
+        return {"port": 0}  # no host: the root is a path (kombu warns about a default host)
+
+    def drain_events(self, connection: Any, timeout: float | None = None, **kwargs: Any) -> None:
+        """Deliver one message, blocking up to *timeout* seconds for one.
+
+        Every consumed queue is watched (inotify, through its own waiter; see
+        :class:`~vsqs._kombu_wait.Watchers`), and the token is taken before looking, so
+        a message published to any of them between the look and the wait wakes it at
+        once. The queues are looked at again every ``polling_interval`` seconds anyway:
+        that is how a message whose lease ran out (a dead worker's) is seen, and how
+        another host's publish is seen where inotify cannot see it (NFS).
+
+        :raises socket.timeout: nothing came within *timeout*.
+        """
+        deadline = math.inf if timeout is None else time.monotonic() + timeout
+        while True:
+            self.watchers.watch(queue for channel in self.channels for queue in channel.consumed())
+            token = self.watchers.token()
+            assert self.cycle is not None  # made by virtual.Transport.__init__
+            try:
+                self.cycle.get(self._deliver, timeout=timeout)
+            except Empty:
+                pass
+            else:
+                return
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise TimeoutError  # socket.timeout, which kombu's callers expect
+            self.watchers.wait(token, min(left, self.polling_interval))

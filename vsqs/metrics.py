@@ -1,0 +1,312 @@
+"""Queue metrics for Prometheus and OpenTelemetry (the ``metrics`` extra).
+
+What is measured, per queue, is what an SQS user alarms on: messages by state
+(``ApproximateNumberOfMessagesVisible``, ``...NotVisible``, ``...Delayed``), the age of the
+oldest ready message (``ApproximateAgeOfOldestMessage``), the produced and consumed
+counters, the depth of the dead-letter queue and the receives of the oldest message.
+One :class:`Sample` is taken from :meth:`Queue.stats <vsqs.Queue.stats>` (the counters
+and listings of the directory) and one metadata read; never a message body, so a
+collection costs the same whatever the size of the messages (``benchmarks/bench_metrics.py``).
+
+Prometheus (names and labels are stable; see ``docs/guides/metrics.rst``)::
+
+    from prometheus_client import REGISTRY, start_http_server
+    REGISTRY.register(vsqs.metrics.QueueCollector(vsqs.QueueRoot("/srv/queues")))
+
+OpenTelemetry::
+
+    vsqs.metrics.observe(meter, vsqs.QueueRoot("/srv/queues"))
+
+A collection is a snapshot taken from any process at any time; it changes nothing in
+the queue (the caller's own counters are flushed to its stats file first).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Final
+
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from . import Precision, Queue, QueueNotFound, QueueRoot, QueueSet, Stats
+
+if TYPE_CHECKING:
+    from opentelemetry.metrics import CallbackOptions, Meter, Observation
+
+__all__ = [
+    "STATES",
+    "QueueCollector",
+    "Sample",
+    "Source",
+    "families",
+    "observe",
+    "sample",
+    "samples",
+    "targets",
+]
+
+Source = Queue | QueueRoot | QueueSet | tuple[str, Queue]
+"""What metrics are taken of: a queue (labelled by its path), every queue of a root
+(labelled by name, found anew at each collection), each queue of a set, or a
+``(label, queue)`` pair."""
+
+STATES: Final = ("ready", "held", "delayed", "new")
+SYSTEM: Final = "vsqs"
+NS: Final = f"messaging.{SYSTEM}"  # the conventions' namespace for a system's own names
+
+
+@dataclass(frozen=True, slots=True)
+class Sample:
+    """One queue's numbers at one moment."""
+
+    queue: str
+    """The label: the name under a root, the path otherwise."""
+    stats: Stats
+    dead_letter: int | None
+    """Ready messages in the queue's dead-letter queue (``None``: it has none)."""
+    oldest_receive_count: int
+    """Receives so far of the oldest ready message (0 if none is ready or it never was)."""
+
+    @property
+    def oldest_ready_age(self) -> float:
+        """Seconds since the oldest ready message was published; 0 when none is ready."""
+        return self.stats.oldest_ready_age or 0.0
+
+
+def targets(
+    sources: Iterable[Source], opened: dict[str, Queue] | None = None
+) -> Iterator[tuple[str, Queue]]:
+    """The ``(label, queue)`` pairs of *sources*; *opened* caches a root's queue objects
+    (those no longer listed are dropped from it)."""
+    cache = {} if opened is None else opened
+    for source in sources:
+        if isinstance(source, QueueRoot):
+            prefix = f"{source.path}\0"
+            listed = {prefix + name: name for name in source.list()}
+            for key in [key for key in cache if key.startswith(prefix) and key not in listed]:
+                del cache[key]  # removed since the last collection
+            for key, name in listed.items():
+                queue = cache.get(key)
+                if queue is None:
+                    try:
+                        queue = cache[key] = source.get(name)
+                    except QueueNotFound:  # pragma: no cover -- a race a test cannot time
+                        continue  # RACE: removed by another process since the listing
+                yield name, queue
+        elif isinstance(source, QueueSet):
+            yield from ((queue.path, queue) for queue in source.queues)
+        elif isinstance(source, Queue):
+            yield source.path, source
+        else:
+            label, queue = source
+            yield label, queue
+
+
+def samples(pairs: Iterable[tuple[str, Queue]]) -> Iterator[Sample]:
+    """One :class:`Sample` per ``(label, queue)``, leaving out queues removed meanwhile."""
+    for label, queue in pairs:
+        try:
+            yield sample(label, queue)
+        except FileNotFoundError:
+            continue  # RACE: another process removed the queue directory
+
+
+def _oldest_receive_count(queue: Queue) -> int:
+    key = queue.peek_oldest_key()
+    if key is None:
+        return 0
+    # The id of the oldest message: µs digits, or ms digits for a queue that writes ms.
+    ms = queue.precision is Precision.MS and key % 1000 == 0
+    return queue.history(str(key // 1000) if ms else str(key)).receive_count
+
+
+def sample(label: str, queue: Queue) -> Sample:
+    """Take one :class:`Sample` of *queue*: its stats, dead-letter depth, oldest receives.
+
+    Read-only, from any process; reads counter files, lists the directory and reads the
+    metadata of one message, never a body. A snapshot: the numbers may be a few
+    microseconds apart.
+    """
+    stats = queue.stats()
+    dead = queue.dead_letter
+    return Sample(
+        queue=label,
+        stats=stats,
+        dead_letter=None if dead is None else dead.counts().ready,
+        oldest_receive_count=_oldest_receive_count(queue),
+    )
+
+
+class QueueCollector(Collector):
+    """A ``prometheus_client`` collector over queues, roots and sets.
+
+    Register it (``REGISTRY.register(QueueCollector(root))``); each scrape takes one
+    :class:`Sample` per queue. Metric names (``vsqs_`` prefix), all labelled ``queue``:
+
+    ``vsqs_messages{state}``, ``vsqs_oldest_ready_age_seconds``,
+    ``vsqs_oldest_receive_count``, ``vsqs_dead_letter_messages``, ``vsqs_shutdown``,
+    ``vsqs_produced_messages_total``, ``vsqs_produced_bytes_total``,
+    ``vsqs_consumed_messages_total``, ``vsqs_consumed_bytes_total``.
+    """
+
+    def __init__(self, *sources: Source) -> None:
+        self.sources = sources
+        self._opened: dict[str, Queue] = {}
+
+    def collect(self) -> Iterator[Metric]:
+        return families(samples(targets(self.sources, self._opened)))
+
+    def describe(self) -> Iterator[Metric]:
+        return families(())  # the names, without listing anything at registration
+
+
+def families(samples: Iterable[Sample]) -> Iterator[Metric]:
+    """The Prometheus metric families of *samples* (also what ``vsqs stats`` prints)."""
+    messages = GaugeMetricFamily(
+        "vsqs_messages", "Messages in the queue by state.", labels=["queue", "state"]
+    )
+    gauges = {
+        "age": GaugeMetricFamily(
+            "vsqs_oldest_ready_age_seconds",
+            "Seconds since the oldest ready message was published (0 if none is ready).",
+            labels=["queue"],
+        ),
+        "receives": GaugeMetricFamily(
+            "vsqs_oldest_receive_count",
+            "Receives so far of the oldest ready message.",
+            labels=["queue"],
+        ),
+        "dead": GaugeMetricFamily(
+            "vsqs_dead_letter_messages",
+            "Ready messages in the queue's dead-letter queue (queues that have one).",
+            labels=["queue"],
+        ),
+        "shutdown": GaugeMetricFamily(
+            "vsqs_shutdown", "1 if the queue was shut down, else 0.", labels=["queue"]
+        ),
+    }
+    counters = {
+        field: CounterMetricFamily(
+            f"vsqs_{field}",
+            f"{what} (all processes, ever).",
+            labels=["queue"],
+        )
+        for field, what in (
+            ("produced_messages", "Messages published"),
+            ("produced_bytes", "Bytes of the messages published"),
+            ("consumed_messages", "Messages deleted after being received"),
+            ("consumed_bytes", "Bytes of the messages consumed"),
+        )
+    }
+    for one in samples:
+        stats, labels = one.stats, [one.queue]
+        for state in STATES:
+            messages.add_metric([one.queue, state], getattr(stats, state))
+        gauges["age"].add_metric(labels, one.oldest_ready_age)
+        gauges["receives"].add_metric(labels, one.oldest_receive_count)
+        if one.dead_letter is not None:
+            gauges["dead"].add_metric(labels, one.dead_letter)
+        gauges["shutdown"].add_metric(labels, 1 if stats.is_shutdown else 0)
+        for field, family in counters.items():
+            family.add_metric(labels, getattr(stats, field))
+    yield messages
+    yield from gauges.values()
+    yield from counters.values()
+
+
+# -- OpenTelemetry ------------------------------------------------------------------------
+
+
+class _Snapshots:
+    """One sample of every queue per collection, shared by all the instruments' callbacks
+    (the SDK calls each callback in turn; *max_age* seconds apart is one collection)."""
+
+    def __init__(self, sources: tuple[Source, ...], max_age: float) -> None:
+        self._sources = sources
+        self._max_age = max_age
+        self._lock = threading.Lock()
+        self._taken = -float("inf")
+        self._samples: list[Sample] = []
+        self._opened: dict[str, Queue] = {}
+
+    def get(self) -> list[Sample]:
+        with self._lock:
+            if time.monotonic() - self._taken > self._max_age:
+                self._samples = list(samples(targets(self._sources, self._opened)))
+                self._taken = time.monotonic()
+            return self._samples
+
+
+def observe(meter: Meter, *sources: Source, max_age: float = 1.0) -> None:
+    """Register OpenTelemetry observable instruments for *sources* on *meter*.
+
+    Named after the OpenTelemetry messaging semantic conventions: every observation has
+    ``messaging.system="vsqs"`` and ``messaging.destination.name`` (the queue's label);
+    the produced and consumed totals are ``messaging.client.sent.messages`` and
+    ``messaging.client.consumed.messages`` (observable counters); the rest, which the
+    conventions do not define, are gauges in the system's own namespace
+    ``messaging.vsqs.*`` (see ``docs/guides/metrics.rst``). Queues are sampled at most
+    once per *max_age* seconds, however many instruments the reader collects.
+    """
+    from opentelemetry.metrics import Observation  # noqa: PLC0415 -- the extra's API only
+
+    snapshots = _Snapshots(sources, max_age)
+
+    def attrs(one: Sample, **more: str) -> dict[str, str]:
+        return {"messaging.system": SYSTEM, "messaging.destination.name": one.queue, **more}
+
+    def by_state(options: CallbackOptions) -> Iterable[Observation]:
+        return [
+            Observation(getattr(one.stats, state), attrs(one, **{f"{NS}.state": state}))
+            for one in snapshots.get()
+            for state in STATES
+        ]
+
+    def each(value: str) -> CallbackT:
+        def callback(options: CallbackOptions) -> Iterable[Observation]:
+            return [
+                Observation(got, attrs(one))
+                for one in snapshots.get()
+                if (got := _VALUES[value](one)) is not None
+            ]
+
+        return callback
+
+    meter.create_observable_gauge(
+        f"{NS}.queue.messages", [by_state], "{message}", "Messages by state."
+    )
+    for name, value, unit, text in _GAUGES:
+        meter.create_observable_gauge(name, [each(value)], unit, text)
+    for name, value, unit, text in _COUNTERS:
+        meter.create_observable_counter(name, [each(value)], unit, text)
+
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    CallbackT = Callable[[CallbackOptions], Iterable[Observation]]
+
+_VALUES: Final = {
+    "age": lambda one: one.oldest_ready_age,
+    "receives": lambda one: one.oldest_receive_count,
+    "dead": lambda one: one.dead_letter,
+    "produced": lambda one: one.stats.produced_messages,
+    "produced_bytes": lambda one: one.stats.produced_bytes,
+    "consumed": lambda one: one.stats.consumed_messages,
+    "consumed_bytes": lambda one: one.stats.consumed_bytes,
+}
+_GAUGES: Final = (
+    (f"{NS}.queue.oldest_ready.age", "age", "s", "Age of the oldest ready message."),
+    (f"{NS}.queue.oldest_ready.receives", "receives", "{receive}", "Its receives."),
+    (f"{NS}.queue.dead_letter.messages", "dead", "{message}", "Dead-letter depth."),
+)
+_COUNTERS: Final = (
+    ("messaging.client.sent.messages", "produced", "{message}", "Messages published."),
+    (f"{NS}.sent.bytes", "produced_bytes", "By", "Bytes published."),
+    ("messaging.client.consumed.messages", "consumed", "{message}", "Messages consumed."),
+    (f"{NS}.consumed.bytes", "consumed_bytes", "By", "Bytes consumed."),
+)
