@@ -1469,7 +1469,9 @@ class Queue:
 
     def counts(self) -> Counts:
         """Messages by state, from one listing (a snapshot)."""
-        listing = _scan.scan(self.path)
+        return self._counts(_scan.scan(self.path))
+
+    def _counts(self, listing: _scan.Listing) -> Counts:
         delayed_ids = self._meta.delayed_ids() if listing.held else set()
         delayed = sum(1 for _, name in listing.held if name.partition(".")[0] in delayed_ids)
         return Counts(
@@ -1509,11 +1511,16 @@ class Queue:
         return next(self.browse(), None)
 
     def stats(self) -> Stats:
-        """Counters (produced and consumed, cross-process) and the current counts."""
+        """Counters (produced and consumed, cross-process) and the current counts.
+
+        One listing (whatever the depth, no body is read) and one read of each process's
+        counter file; a snapshot.
+        """
         self._counters.flush()
         totals = read_totals(self.layout)
-        counts = self.counts()
-        oldest = self.peek_oldest_key()
+        listing = _scan.scan(self.path)
+        counts = self._counts(listing)
+        oldest = listing.ready[0] if listing.ready else None
         return Stats(
             **totals,
             ready=counts.ready,
@@ -1522,8 +1529,9 @@ class Queue:
             new=counts.new,
             oldest_ready_age=None
             if oldest is None
-            else max(0.0, (self.clock.time_us() - oldest) / 1e6),
+            else max(0.0, (self.clock.time_us() - (oldest >> 1)) / 1e6),
             is_shutdown=self.is_shutdown,
+            oldest_ready_id=None if oldest is None else decode_ready(oldest),
         )
 
     def peek_oldest_key(self) -> int | None:

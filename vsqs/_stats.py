@@ -51,6 +51,8 @@ class Stats:
     """Seconds since the oldest ready message was published, ``None`` if none is ready."""
     is_shutdown: bool
     """Whether the queue was shut down (:meth:`vsqs.Queue.shutdown`)."""
+    oldest_ready_id: str | None = None
+    """The id of the oldest ready message (pass it to :meth:`vsqs.Queue.history`)."""
 
 
 class Counters:

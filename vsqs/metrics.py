@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Final
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from . import Precision, Queue, QueueNotFound, QueueRoot, QueueSet, Stats
+from . import Queue, QueueNotFound, QueueRoot, QueueSet, Stats
 
 if TYPE_CHECKING:
     from opentelemetry.metrics import CallbackOptions, Meter, Observation
@@ -115,29 +115,21 @@ def samples(pairs: Iterable[tuple[str, Queue]]) -> Iterator[Sample]:
             continue  # RACE: another process removed the queue directory
 
 
-def _oldest_receive_count(queue: Queue) -> int:
-    key = queue.peek_oldest_key()
-    if key is None:
-        return 0
-    # The id of the oldest message: µs digits, or ms digits for a queue that writes ms.
-    ms = queue.precision is Precision.MS and key % 1000 == 0
-    return queue.history(str(key // 1000) if ms else str(key)).receive_count
-
-
 def sample(label: str, queue: Queue) -> Sample:
     """Take one :class:`Sample` of *queue*: its stats, dead-letter depth, oldest receives.
 
-    Read-only, from any process; reads counter files, lists the directory and reads the
-    metadata of one message, never a body. A snapshot: the numbers may be a few
-    microseconds apart.
+    Read-only, from any process; reads counter files, lists the directory once (and the
+    dead-letter queue's once) and reads the metadata of one message, never a body. A
+    snapshot: the numbers may be a few microseconds apart.
     """
     stats = queue.stats()
     dead = queue.dead_letter
+    oldest = stats.oldest_ready_id
     return Sample(
         queue=label,
         stats=stats,
         dead_letter=None if dead is None else dead.counts().ready,
-        oldest_receive_count=_oldest_receive_count(queue),
+        oldest_receive_count=0 if oldest is None else queue.history(oldest).receive_count,
     )
 
 
