@@ -21,7 +21,9 @@ import vsqs
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def spawn(role: str, faketime: str | None = None, **args: Any) -> subprocess.Popen[bytes]:
+def spawn(
+    role: str, faketime: str | None = None, stdout: int | None = None, **args: Any
+) -> subprocess.Popen[bytes]:
     """Start one worker; under ``faketime`` with this offset (``"+5s"``) if given."""
     env = dict(os.environ)
     command = [sys.executable, "-m", "tests.multihost._workers", role, json.dumps(args)]
@@ -30,7 +32,7 @@ def spawn(role: str, faketime: str | None = None, **args: Any) -> subprocess.Pop
         # the realtime clock only (monotonic time is not faked without FAKETIME_...).
         env["FAKETIME_DONT_FAKE_MONOTONIC"] = "1"
         command = ["faketime", "-f", faketime, *command]
-    return subprocess.Popen(command, cwd=ROOT, env=env)
+    return subprocess.Popen(command, cwd=ROOT, env=env, stdout=stdout)
 
 
 def _report(path: str, record: list[Any]) -> None:
