@@ -28,9 +28,9 @@ def spawn(
     env = dict(os.environ)
     command = [sys.executable, "-m", "tests.multihost._workers", role, json.dumps(args)]
     if faketime is not None:
-        # FAKETIME_DONT_RESET: children of the worker keep the offset; the offset moves
-        # the realtime clock only (monotonic time is not faked without FAKETIME_...).
-        env["FAKETIME_DONT_FAKE_MONOTONIC"] = "1"
+        # libfaketime shifts the monotonic clock too (with it left alone, sleeps fail
+        # with EINVAL), and a lock or condition wait with a timeout never returns under
+        # it: the workers use neither; moments across hosts are taken by the test.
         command = ["faketime", "-f", faketime, *command]
     return subprocess.Popen(command, cwd=ROOT, env=env, stdout=stdout)
 
@@ -120,7 +120,20 @@ def wake(*, queue: str, report: str, options: dict[str, Any], count: int) -> Non
         q.delete(message)
 
 
-ROLES: dict[str, Callable[..., None]] = {"publish": publish, "consume": consume, "wake": wake}
+def hold(*, queue: str, report: str, options: dict[str, Any]) -> None:
+    """Claim one message, report it, and exit holding it (as if the host died)."""
+    q = vsqs.Queue(queue, **options)
+    message = q.receive(timeout=0)
+    assert message is not None, "no message ready"
+    _report(report, [message.body.decode(), message.receipt])
+
+
+ROLES: dict[str, Callable[..., None]] = {
+    "publish": publish,
+    "consume": consume,
+    "wake": wake,
+    "hold": hold,
+}
 
 if __name__ == "__main__":
     ROLES[sys.argv[1]](**json.loads(sys.argv[2]))

@@ -20,8 +20,8 @@ from vsqs import _wait
 from ._workers import read_report, spawn
 
 POLLING = ["nfs", "nfs4", "cifs", "smb3", "smbfs", "9p", "ceph", "glusterfs", "fuse.glusterfs",
-           "lustre", "beegfs", "gpfs", "fuse.sshfs", "fuse.s3fs", "fuse.gcsfuse",
-           "fuse.juicefs", "fuse.ceph-fuse", "fuse", "virtiofs", "afs", "ocfs2", "gfs2"]  # fmt: skip
+           "lustre", "beegfs", "gpfs", "fuse.sshfs", "fuse.s3fs", "fuse.gcsfuse", "fuse.juicefs",
+           "fuse.ceph-fuse", "fuse", "virtiofs", "afs", "ocfs2", "gfs2"]  # fmt: skip
 LOCAL = ["ext4", "xfs", "btrfs", "tmpfs", "f2fs", "zfs", "fuseblk", "overlay"]
 
 
