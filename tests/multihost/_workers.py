@@ -22,7 +22,11 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def spawn(
-    role: str, faketime: str | None = None, stdout: int | None = None, **args: Any
+    role: str,
+    faketime: str | None = None,
+    stdout: int | None = None,
+    stdin: int | None = None,
+    **args: Any,
 ) -> subprocess.Popen[bytes]:
     """Start one worker; under ``faketime`` with this offset (``"+5s"``) if given."""
     env = dict(os.environ)
@@ -32,7 +36,7 @@ def spawn(
         # with EINVAL), and a lock or condition wait with a timeout never returns under
         # it: the workers use neither; moments across hosts are taken by the test.
         command = ["faketime", "-f", faketime, *command]
-    return subprocess.Popen(command, cwd=ROOT, env=env, stdout=stdout)
+    return subprocess.Popen(command, cwd=ROOT, env=env, stdout=stdout, stdin=stdin)
 
 
 def _report(path: str, record: list[Any]) -> None:
@@ -128,11 +132,20 @@ def hold(*, queue: str, report: str, options: dict[str, Any]) -> None:
     _report(report, [message.body.decode(), message.receipt])
 
 
+def stream(*, queue: str, report: str) -> None:
+    """Publish one message from stdin, which the test never closes: dies mid-write."""
+    q = vsqs.Queue(queue)
+    _report(report, ["streaming"])
+    q.publish_stream(sys.stdin.buffer, chunk_size=64)
+    _report(report, ["published"])
+
+
 ROLES: dict[str, Callable[..., None]] = {
     "publish": publish,
     "consume": consume,
     "wake": wake,
     "hold": hold,
+    "stream": stream,
 }
 
 if __name__ == "__main__":
