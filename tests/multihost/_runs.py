@@ -58,7 +58,7 @@ def run_hosts(
         for h, path in enumerate(paths)
     ]
     for proc in publishers:
-        assert proc.wait(timeout=240) == 0
+        assert proc.wait(timeout=3600) == 0
     if dedup:
         again = [
             spawn(
@@ -79,7 +79,7 @@ def run_hosts(
             assert read_report(tmp / f"again-h{h}") == first, "a dedup id published twice"
     stop.touch()
     for proc in procs:
-        assert proc.wait(timeout=120) == 0
+        assert proc.wait(timeout=600) == 0
     published = {f"h{h}": read_report(tmp / f"p-h{h}") for h in range(len(paths))}
     consumed = {
         f"h{h}c{c}": read_report(tmp / f"c-h{h}c{c}")

@@ -31,3 +31,16 @@ def test_three_hosts_exactly_once_fifo(hosts: tuple[Path, Path, Path], tmp_path:
     assert sorted(p.name for p in hosts[0].iterdir() if p.name != ".vsqs") == []
     for h in range(3):  # every host saw, and claimed, what the others published
         assert len(consumed[f"h{h}c0"]) + len(consumed[f"h{h}c1"]) > 0
+
+
+@pytest.mark.stress
+@pytest.mark.timeout(3600)
+def test_three_hosts_stress(
+    hosts: tuple[Path, Path, Path], tmp_path: Path, stress_long: bool
+) -> None:
+    """make stress: 3 hosts x 4 processes (1 publisher, 3 consumers) x 10,000 messages."""
+    if not stress_long:
+        pytest.skip("long mode is off: run make stress (or set VSQS_STRESS_LONG=1)")
+    published, consumed = run_hosts(hosts, tmp_path, 10_000, consumers=3)
+    check_exactly_once(published, consumed, 10_000)
+    assert_consistent(vsqs.Queue(hosts[0]))
