@@ -36,6 +36,7 @@ import weakref
 from typing import Final, Protocol
 
 from ._clock import Clock
+from ._mountinfo import filesystem_type, polls
 
 # inotify(7) event bits: a message became ready or held (moved in), or left (deleted,
 # moved out). IN_CREATE is left out on purpose: a `.new` file appearing is not news.
@@ -62,52 +63,6 @@ _EVENT: Final = struct.Struct("iIII")  # struct inotify_event: wd, mask, cookie,
 _IN_Q_OVERFLOW: Final = 0x00004000
 
 HAVE_INOTIFY: Final = _inotify_init1 is not None and _inotify_add_watch is not None
-
-# Filesystems on which other hosts (or a hypervisor's host) write: inotify sees only what
-# this kernel did, so `wait="auto"` polls there. Every FUSE filesystem (`fuse.<name>`:
-# sshfs, s3fs, gcsfuse, JuiceFS, ceph-fuse, GlusterFS...) polls too, since FUSE cannot
-# report a change made behind the daemon; block-device FUSE (`fuseblk`: ntfs-3g) is local.
-NETWORK_FILESYSTEMS: Final = frozenset(
-    {"nfs", "nfs4", "cifs", "smb3", "smbfs", "9p", "ceph", "glusterfs", "lustre", "beegfs",
-     "gpfs", "afs", "ocfs2", "gfs2", "virtiofs", "fuse"}
-)  # fmt: skip
-
-
-def polls(fstype: str) -> bool:
-    """Whether ``wait="auto"`` polls on a filesystem of this type (see the list above)."""
-    return fstype in NETWORK_FILESYSTEMS or fstype.startswith("fuse.")
-
-
-def filesystem_type(path: str) -> str:
-    """The type of the filesystem holding *path* (``"ext4"``, ``"fuse.sshfs"``...), or ``""``.
-
-    Read from ``/proc/self/mountinfo``: the mount whose device is the path's own, else
-    (btrfs subvolumes report other devices) the innermost mount point above the path.
-    """
-    real, lines = os.path.realpath(path), []
-    try:
-        with open("/proc/self/mountinfo", encoding="utf-8", errors="replace") as mounts:
-            lines = mounts.read().splitlines()
-        dev = os.stat(real).st_dev
-        device = f"{os.major(dev)}:{os.minor(dev)}"
-    except OSError:
-        if not lines:
-            return ""
-        device = ""  # the path does not exist (yet): its innermost mount point decides
-    by_device, best, best_type = "", "", ""
-    for line in lines:
-        fields, _, rest = line.partition(" - ")
-        before, after = fields.split(), rest.split()
-        if len(before) < 5 or not after:
-            continue
-        point = before[4].replace("\\040", " ").replace("\\011", "\t").replace("\\134", "\\")
-        if real != point and not real.startswith(point.rstrip("/") + "/"):
-            continue
-        if before[2] == device:
-            by_device = after[0]  # a later mount over the same place wins
-        if len(point) >= len(best):
-            best, best_type = point, after[0]
-    return by_device or best_type
 
 
 class Waiter(Protocol):

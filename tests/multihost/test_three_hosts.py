@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 import vsqs
-from vsqs import _wait
+from vsqs import _mountinfo
 from vsqs.testing import assert_consistent
 
 from ._runs import check_exactly_once, run_hosts
@@ -24,7 +24,7 @@ PER_HOST = 300
 @pytest.mark.parametrize("hosts", ["cache-no", "fine"], indirect=True)
 def test_three_hosts_exactly_once_fifo(hosts: tuple[Path, Path, Path], tmp_path: Path) -> None:
     """Publish on every host, consume on every host: 0 errors, 0 lost, 0 twice, FIFO."""
-    assert _wait.filesystem_type(str(hosts[1])) == "fuse.sshfs"
+    assert _mountinfo.filesystem_type(str(hosts[1])) == "fuse.sshfs"
     published, consumed = run_hosts(hosts, tmp_path, PER_HOST)
     check_exactly_once(published, consumed, PER_HOST)
     assert_consistent(vsqs.Queue(hosts[0]))
@@ -44,3 +44,19 @@ def test_three_hosts_stress(
     published, consumed = run_hosts(hosts, tmp_path, 10_000, consumers=3)
     check_exactly_once(published, consumed, 10_000)
     assert_consistent(vsqs.Queue(hosts[0]))
+
+
+def test_attributes_cross_hosts(hosts: tuple[Path, Path, Path]) -> None:
+    """Attributes published on one host are received on every other (sshfs numbers inodes
+    per mount, so vsqs does not match metadata to files by inode there)."""
+    owner, b, c = hosts
+    vsqs.Queue(owner)
+    for source, target in ((b, c), (owner, c), (b, owner), (c, b)):
+        vsqs.Queue(source, durable=False).publish(b"x", attributes={"from": source.parent.name})
+        queue = vsqs.Queue(target, durable=False)
+        message = queue.receive(timeout=0)
+        assert message is not None
+        assert message.attributes == {"from": source.parent.name}
+        assert queue.delete(message)
+    assert_consistent(vsqs.Queue(owner))
+    assert sorted(p.name for p in owner.iterdir() if p.name != ".vsqs") == []

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 import vsqs
-from vsqs import _wait
+from vsqs import _mountinfo, _wait
 
 from ._workers import read_report, spawn
 
@@ -28,19 +28,19 @@ LOCAL = ["ext4", "xfs", "btrfs", "tmpfs", "f2fs", "zfs", "fuseblk", "overlay"]
 @pytest.mark.parametrize("fstype", POLLING)
 def test_auto_polls_on_every_shared_filesystem(fstype: str) -> None:
     """The documented list: network, cluster and FUSE filesystems poll."""
-    assert _wait.polls(fstype)
+    assert _mountinfo.polls(fstype)
 
 
 @pytest.mark.parametrize("fstype", LOCAL)
 def test_auto_watches_local_filesystems(fstype: str) -> None:
-    assert not _wait.polls(fstype)
+    assert not _mountinfo.polls(fstype)
 
 
 def test_sshfs_mount_polls(hosts: tuple[Path, Path, Path]) -> None:
     """On a real sshfs mount the type is detected and a queue's waiter polls."""
     owner, b, _ = hosts
     vsqs.Queue(owner)
-    assert _wait.filesystem_type(str(b)) == "fuse.sshfs"
+    assert _mountinfo.filesystem_type(str(b)) == "fuse.sshfs"
     assert isinstance(vsqs.Queue(b, poll_interval=0.2).waiter(), _wait.PollWaiter)
     assert isinstance(vsqs.Queue(owner).waiter(), _wait.InotifyWaiter)  # the owner's disk
 
@@ -48,7 +48,7 @@ def test_sshfs_mount_polls(hosts: tuple[Path, Path, Path]) -> None:
 def test_tmpfs_watches() -> None:
     """tmpfs (``/dev/shm``): every change is made by this kernel, inotify sees it."""
     with tempfile.TemporaryDirectory(dir="/dev/shm") as where:
-        assert _wait.filesystem_type(where) == "tmpfs"
+        assert _mountinfo.filesystem_type(where) == "tmpfs"
         assert isinstance(vsqs.Queue(Path(where) / "q").waiter(), _wait.InotifyWaiter)
 
 
