@@ -34,12 +34,21 @@ def _run_twice(tmp_path: Path, script: str, *args: str) -> list[str]:
 
 
 def test_every_example_is_tested() -> None:
-    assert sorted(p.name for p in EXAMPLES.glob("*.py")) == ["pipeline.py", "spark_pipeline.py"]
+    assert sorted(p.name for p in EXAMPLES.glob("*.py")) == [
+        "pipeline.py",
+        "shared_queue.py",
+        "spark_pipeline.py",
+    ]
 
 
 def test_pipeline_runs_twice(tmp_path: Path) -> None:
     for output in _run_twice(tmp_path, "pipeline.py"):
         assert output.endswith("dead letters: [1313]\n"), output
+
+
+def test_shared_queue_runs_twice(tmp_path: Path) -> None:
+    for output in _run_twice(tmp_path, "shared_queue.py", "--host", "a"):
+        assert output == "a: waiting by inotify\na: consumed 10 messages\n", output
 
 
 @pytest.mark.spark
