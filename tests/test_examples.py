@@ -35,10 +35,17 @@ def _run_twice(tmp_path: Path, script: str, *args: str) -> list[str]:
 
 def test_every_example_is_tested() -> None:
     assert sorted(p.name for p in EXAMPLES.glob("*.py")) == [
+        "async_worker.py",
         "pipeline.py",
         "shared_queue.py",
         "spark_pipeline.py",
     ]
+
+
+def test_async_worker_runs_twice(tmp_path: Path) -> None:
+    for output in _run_twice(tmp_path, "async_worker.py"):
+        assert "done: 19 jobs, each once\n" in output, output
+        assert output.endswith("dead letters: [b'job 13']\n"), output
 
 
 def test_pipeline_runs_twice(tmp_path: Path) -> None:

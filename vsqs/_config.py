@@ -12,6 +12,7 @@ once, with one rule per kind, and the error names the option:
 
 from __future__ import annotations
 
+import enum
 import math
 import os
 from dataclasses import dataclass, field
@@ -24,11 +25,25 @@ WaitMode = Literal["auto", "inotify", "poll"]
 WAIT_MODES: Final = ("auto", "inotify", "poll")
 
 
+class Unset(enum.Enum):
+    """The default of an option that may be stored with the queue: not given, so the
+    queue's stored setting applies (or, without one, vsqs's default)."""
+
+    UNSET = "unset"
+
+    def __repr__(self) -> str:
+        return "<the stored setting, or the default>"
+
+
+UNSET: Final = Unset.UNSET
+
+
 class QueueOptions(TypedDict, total=False):
     """The keyword options of :class:`~vsqs.Queue` (for ``QueueRoot(**options)``)."""
 
     visibility_timeout: float
     durable: bool
+    delay: float
     precision: str | Precision
     capacity: int | None
     dead_letter: str | os.PathLike[str] | None
@@ -86,6 +101,8 @@ class Config:
 
     visibility_timeout: float = 30.0
     durable: bool = True
+    delay: float = 0.0
+    """The default delay of a publish (seconds), when the publish gives none."""
     precision: Precision = Precision.US
     capacity: int | None = None
     dead_letter: str | None = None
@@ -105,6 +122,7 @@ class Config:
         *,
         visibility_timeout: object = 30.0,
         durable: object = True,
+        delay: object = 0.0,
         precision: object = Precision.US,
         capacity: object = None,
         dead_letter: object = None,
@@ -133,6 +151,7 @@ class Config:
         return cls(
             visibility_timeout=seconds(visibility_timeout, "visibility_timeout"),
             durable=flag(durable, "durable"),
+            delay=seconds(delay, "delay"),
             precision=Precision(precision),
             capacity=None if capacity is None else count(capacity, "capacity"),
             dead_letter=None if dead_letter is None else queue_path(dead_letter, "dead_letter"),
@@ -168,6 +187,7 @@ class Config:
         return QueueOptions(
             visibility_timeout=self.visibility_timeout,
             durable=self.durable,
+            delay=self.delay,
             precision=self.precision,
             capacity=self.capacity,
             dead_letter=self.dead_letter,

@@ -12,6 +12,7 @@ for a full queue without importing vsqs::
     ├── InvalidName          (ValueError)          a queue name that could escape its root
     ├── InvalidAttributes    (ValueError)          attributes that break the documented limits
     ├── InvalidPayload       (TypeError)           a message body that is not bytes-like
+    ├── InvalidSettings      (ValueError)          a stored settings file that cannot be trusted
     ├── LeaseLost            (LookupError)         the visibility lease of a receipt has ended
     ├── QueueNotFound        (LookupError)         a named queue that does not exist
     └── NotAQueue            (NotADirectoryError)  a queue path that exists but is not a directory
@@ -126,6 +127,24 @@ class InvalidPayload(VsqsError, TypeError):
 
     def _pickle_args(self) -> dict[str, Any]:
         return {"value_type": self.value_type}
+
+
+class InvalidSettings(VsqsError, ValueError):
+    """A queue's stored settings file (``.vsqs/settings.json``) that cannot be used: not
+    JSON, not an object, an unknown key, a value of the wrong type, a symlink, or a
+    dead-letter queue outside the queue's root. :attr:`path` names the file and
+    :attr:`key` the offending setting (``""`` when the whole file is at fault).
+    """
+
+    def __init__(self, path: str, key: str, reason: str) -> None:
+        self.path = path
+        self.key = key
+        self.reason = reason
+        where = f"setting {key!r} in {path}" if key else f"settings file {path}"
+        super().__init__(f"invalid {where}: {reason}")
+
+    def _pickle_args(self) -> dict[str, Any]:
+        return {"path": self.path, "key": self.key, "reason": self.reason}
 
 
 class LeaseLost(VsqsError, LookupError):

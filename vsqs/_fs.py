@@ -192,11 +192,6 @@ def link_noreplace(src: str, dst: str) -> None:
     os.link(src, dst, follow_symlinks=False)
 
 
-def replace(src: str, dst: str) -> None:
-    """Rename *src* over *dst* (only for vsqs's own metadata files, never for messages)."""
-    os.replace(src, dst)
-
-
 def unlink(path: str) -> bool:
     """Remove *path*; ``False`` if it was already gone."""
     try:
@@ -439,10 +434,13 @@ def chmod(path: str, mode: int) -> None:
 
 def is_plain_dir(path: str) -> bool:
     """Whether *path* is a directory itself, not a symlink to one."""
+    # Usually absent (a queue without metadata): access() says so without an exception.
+    if not os.access(path, os.F_OK, follow_symlinks=False):
+        return False
     try:
         return stat.S_ISDIR(os.lstat(path).st_mode)
     except FileNotFoundError:
-        return False
+        return False  # RACE: removed since the access() (clean() of another process)
 
 
 def remove_tree(path: str) -> None:

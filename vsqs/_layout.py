@@ -11,6 +11,8 @@ reader of the design's format ignore (its name does not parse as an id)::
     .vsqs/closed                 present once the queue was shut down (its time inside)
     .vsqs/capacity.lock          the cross-process lock of bounded queues
     .vsqs/capacity.count         an upper bound on the message count (under that lock)
+    .vsqs/settings.json          JSON: the settings stored with the queue (see _settings)
+    .vsqs/settings.lock          serialises changes to the settings
     .vsqs/spark/<consumer>/      the state of a Spark consumer
 
 This module is the only one that builds those paths. Its directories are created on
@@ -43,6 +45,9 @@ CLOSED: Final = "closed"
 """The shutdown marker's name in ``.vsqs``."""
 CAPACITY_LOCK: Final = "capacity.lock"
 CAPACITY_COUNT: Final = "capacity.count"
+SETTINGS: Final = "settings.json"
+"""The settings stored with the queue, in ``.vsqs``."""
+SETTINGS_LOCK: Final = "settings.lock"
 
 # What opening a planted entry as a directory gives: a symlink (ELOOP, O_NOFOLLOW), a
 # file or FIFO where a directory belongs (ENOTDIR).

@@ -196,20 +196,13 @@ class MetaStore:
             report_once(self.layout.path, "metadata that cannot be removed", str(exc))
             return False
 
-    def remove_owned(self, message_id: str, inode: int) -> bool:
-        """Remove the metadata of *message_id* if it describes the file with *inode*.
+    def mark_delayed(self, message_id: str) -> bool:
+        """Mark *message_id* as a delayed publish; ``False`` if it is marked already.
 
-        A message published under the id of an older one that is still held (a skewed
-        publisher) has metadata of its own: deleting the old one must leave it alone.
+        Exclusive, like metadata: a marker that exists belongs to another delayed message
+        with this id (a peer that drew it in the same tick), so the caller draws again.
         """
-        meta = self.read(message_id)
-        if meta is not None and not meta.owned_by(inode):
-            return False
-        return self.remove(message_id)
-
-    def mark_delayed(self, message_id: str) -> None:
-        # RACE: False when a colliding publisher marked the same id; it means the same.
-        self.layout.create(DELAYED, message_id, b"", durable=False)
+        return self.layout.create(DELAYED, message_id, b"", durable=False)
 
     def unmark_delayed(self, message_id: str) -> None:
         try:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Final
@@ -12,6 +13,7 @@ from ._ids import Precision, parse_name, source_for
 from ._lease import Lease
 from ._lifecycle import History
 from ._message import Counts, Message
+from ._settings import Settings
 from ._stats import Stats
 
 
@@ -212,6 +214,18 @@ class NullQueue:
 
     def redrive(self, to: object = None, limit: int | None = None) -> int:
         return 0
+
+    def next_look(self, deadline: float | None = None) -> float:
+        """Nothing will ever change here."""
+        return math.inf
+
+    def configure(self, **settings: object) -> Settings:
+        """Stores nothing: the null queue has no settings."""
+        return Settings()
+
+    def settings(self) -> Settings:
+        """None are stored."""
+        return Settings()
 
     def history(self, message: Message | str) -> History:
         """Nothing is known: a message never received, sent now."""

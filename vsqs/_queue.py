@@ -34,10 +34,10 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import replace
 from typing import Final
 
-from . import _fs, _ingest, _lifecycle, _scan
+from . import _fs, _ingest, _lifecycle, _scan, _settings
 from ._capacity import NEW_GRACE_US, Capacity
 from ._clock import Clock
-from ._config import Config, queue_path
+from ._config import UNSET, Config, Unset, queue_path
 from ._config import seconds as _seconds
 from ._dedup import Deduplicator
 from ._errors import InvalidId, InvalidPayload, LeaseLost, NotAQueue, QueueDrained
@@ -80,24 +80,35 @@ def _as_view(data: object) -> memoryview:
 class Queue:
     """A message queue stored in a directory, shareable by any number of processes.
 
-    Creating a ``Queue`` creates the directory if needed and nothing else: no thread, no
-    file, no descriptor. Any number of ``Queue`` objects, in any number of processes and
+    Creating a ``Queue`` creates the directory if needed, reads the queue's stored
+    settings if it has any, and nothing else: no thread, no file, no descriptor kept.
+    Any number of ``Queue`` objects, in any number of processes and
     hosts sharing the filesystem, may use one directory at once. Every option is checked
     here, once; a wrong one raises :class:`TypeError` or :class:`ValueError` naming it.
 
+    Options marked *stored* may be stored with the queue (:meth:`configure`); a
+    handle given none uses the stored value, or the default shown. Given one, the
+    handle uses its own, except ``capacity``: a stored capacity binds every producer.
+
     :param path: the queue directory.
-    :param visibility_timeout: seconds a received message stays hidden before it returns
+    :param visibility_timeout: *stored*; seconds a received message stays hidden before it returns
         to the queue, unless deleted or extended (default 30, as SQS).
     :param durable: fsync each message before it becomes visible and the directory after;
         ``False`` trades crash safety (OS crash, power loss) for speed.
+    :param delay: *stored*; seconds every publish is delayed by when it gives no
+        ``delay`` of its own (SQS ``DelaySeconds``; default 0).
     :param precision: ``"us"`` (default, as vsqs 0.3 writes) or ``"ms"`` (as the design text
         shows) for the ids and expiries this queue writes; both are always read.
-    :param capacity: bound the number of messages; publishers block when it is reached.
-    :param dead_letter: a queue (or its path) that a message moves to after exactly
-        ``max_receives`` receives without a delete (it is delivered exactly that often).
-    :param max_receives: receives after which a message is dead-lettered (needs ``dead_letter``).
-    :param retention: seconds after which an unconsumed message is dropped (or dead-lettered).
-    :param dedup_window: seconds during which a ``dedup_id`` is remembered (default 300).
+    :param capacity: *stored*; bound the number of messages; publishers block when it
+        is reached.
+    :param dead_letter: *stored* (by name, beside this queue); a queue (or its path)
+        that a message moves to after exactly ``max_receives`` receives without a
+        delete (it is delivered exactly that often).
+    :param max_receives: *stored*; receives after which a message is dead-lettered
+        (needs ``dead_letter``).
+    :param retention: *stored*; seconds after which an unconsumed message is dropped
+        (or dead-lettered).
+    :param dedup_window: *stored*; seconds during which a ``dedup_id`` is remembered (default 300).
     :param wait: ``"auto"``, ``"inotify"`` or ``"poll"``: how blocked calls wait.
     :param poll_interval: polling interval, or the safety re-check period under inotify.
     :param refresh_interval: the shortest time between two directory listings of a busy
@@ -107,20 +118,22 @@ class Queue:
     :param clock: a :class:`~vsqs.testing.ManualClock` in tests; the system clock otherwise.
     :raises NotAQueue: *path* exists and is not a directory.
     :raises PermissionError: the directory cannot be created.
+    :raises InvalidSettings: the queue's stored settings file cannot be trusted.
     """
 
     def __init__(
         self,
         path: str | os.PathLike[str],
         *,
-        visibility_timeout: float = 30.0,
+        visibility_timeout: float | Unset = UNSET,
         durable: bool = True,
+        delay: float | Unset = UNSET,
         precision: str | Precision = Precision.US,
-        capacity: int | None = None,
-        dead_letter: Queue | str | os.PathLike[str] | None = None,
-        max_receives: int | None = None,
-        retention: float | None = None,
-        dedup_window: float = 300.0,
+        capacity: int | Unset | None = UNSET,
+        dead_letter: Queue | str | os.PathLike[str] | Unset | None = UNSET,
+        max_receives: int | Unset | None = UNSET,
+        retention: float | Unset | None = UNSET,
+        dedup_window: float | Unset = UNSET,
         wait: str = "auto",
         poll_interval: float | None = None,
         refresh_interval: float = 1.0,
@@ -128,15 +141,24 @@ class Queue:
         clock: Clock | None = None,
     ) -> None:
         self.path = queue_path(path)
+        given = {
+            "visibility_timeout": visibility_timeout,
+            "delay": delay,
+            "capacity": capacity,
+            "dead_letter": dead_letter.path if isinstance(dead_letter, Queue) else dead_letter,
+            "max_receives": max_receives,
+            "retention": retention,
+            "dedup_window": dedup_window,
+        }
+        stored = _settings.resolve(
+            self.path,
+            _settings.load(self.path),
+            {key: value for key, value in given.items() if value is not UNSET},
+        )
         config = Config.build(
-            visibility_timeout=visibility_timeout,
+            **stored,
             durable=durable,
             precision=precision,
-            capacity=capacity,
-            dead_letter=dead_letter.path if isinstance(dead_letter, Queue) else dead_letter,
-            max_receives=max_receives,
-            retention=retention,
-            dedup_window=dedup_window,
             wait=wait,
             poll_interval=poll_interval,
             refresh_interval=refresh_interval,
@@ -286,7 +308,8 @@ class Queue:
         existing file is ever replaced. Safe from any number of processes at once.
 
         :param data: the body, bytes-like.
-        :param delay: seconds before the message can be received (SQS ``DelaySeconds``).
+        :param delay: seconds before the message can be received (SQS ``DelaySeconds``);
+            ``0`` uses the queue's ``delay`` setting (itself 0 unless configured).
         :param attributes: a small ``str`` to ``str`` mapping returned with the message.
         :param dedup_id: publishing the same ``dedup_id`` again within ``dedup_window``
             returns the first id and adds nothing.
@@ -299,7 +322,9 @@ class Queue:
         >>> q.publish(b"hello")  # doctest: +SKIP
         '1732257000123456'
         """
-        if not (delay or attributes or dedup_id is not None or self._capacity is not None):
+        if not (delay or attributes or dedup_id is not None or self._capacity is not None) and (
+            not self.config.delay
+        ):
             return self._publish_plain(data)
         return self.publish_batch(
             (data,),
@@ -336,7 +361,7 @@ class Queue:
         if not views:
             return []
         attrs = validate_attributes(attributes)
-        delay_us = round(_seconds(delay, "delay") * 1e6)
+        delay_us = round((_seconds(delay, "delay") or self.config.delay) * 1e6)
         keys: list[str | None] = [None] * len(views) if dedup_ids is None else list(dedup_ids)
         if len(keys) != len(views):
             raise ValueError(f"{len(keys)} dedup_ids for {len(views)} bodies")
@@ -518,7 +543,12 @@ class Queue:
             return False
         target = message_id
         if delay_us:
-            self._meta.mark_delayed(message_id)
+            if not self._meta.mark_delayed(message_id):
+                # RACE: a peer's delayed message has this id (same tick, another host): its
+                # marker is not ours to share or remove. Draw another id.
+                if attrs:
+                    self._meta.remove(message_id)  # ours: created just above
+                return False
             target += "." + format_time(self.clock.time_us() + delay_us, self.precision)
         try:
             _fs.rename_noreplace(path, self.layout.message(target))
@@ -618,7 +648,8 @@ class Queue:
         if self._capacity is not None:
             raise ValueError("publish_file and publish_stream do not support bounded queues")
         _check_dedup_id(dedup_id)
-        return validate_attributes(attributes), round(_seconds(delay, "delay") * 1e6)
+        delay_s = _seconds(delay, "delay") or self.config.delay
+        return validate_attributes(attributes), round(delay_s * 1e6)
 
     # -- shutdown -----------------------------------------------------------------------
 
@@ -715,9 +746,10 @@ class Queue:
         clock = self.clock
         deadline = None if timeout is None else clock.monotonic() + _seconds(timeout, "timeout")
         waiter = self.waiter()
+        made_ready: list[str] | None = None
         while True:
             token = waiter.token()
-            got = self._claim(max_messages, vt_us)
+            got = self._claim(max_messages, vt_us, made_ready)
             if got:
                 return got
             if self._is_drained():
@@ -726,6 +758,19 @@ class Queue:
             if deadline is not None and now >= deadline:
                 return []
             waiter.wait(token, self._pause(now, deadline))
+            # The names made ready since the look that found nothing, if the waiter saw
+            # them all: the next claim tries them before listing the directory again.
+            made_ready = waiter.made_ready(token)
+
+    def next_look(self, deadline: float | None = None) -> float:
+        """Seconds until something this handle knows of may change the queue without a
+        file event: the next lease or delay it knows to end, the end of a shutdown's
+        grace, or *deadline* (on the queue's ``clock.monotonic()``), whichever is first.
+
+        For event loops that wait on the directory themselves (:mod:`vsqs.aio`): wait
+        for a file event or this long, then look again. No I/O.
+        """
+        return self._pause(self.clock.monotonic(), deadline)
 
     def _pause(self, now: float, deadline: float | None) -> float:
         """How long a blocked receive may wait before something it knows of changes."""
@@ -755,11 +800,16 @@ class Queue:
                 return
             yield message
 
-    def _claim(self, limit: int, vt_us: int) -> list[Message]:
+    def _claim(self, limit: int, vt_us: int, made_ready: list[str] | None = None) -> list[Message]:
         """The *claim* arrow, for up to *limit* messages: ``<id>`` to ``<id>.<expiry>``.
 
         Takes the oldest candidate of the view; a lost race (the file is gone) moves on
         to the next one, never further: each consumer claims in id order.
+
+        *made_ready* are the names that became ready since a look that found nothing
+        ready (the view used up, nothing deferred), as the waiter saw them: then they are
+        every message that can be ready, so claiming them oldest first, before listing
+        again, is FIFO. That saves a listing on every wake-up of a blocked receive.
         """
         clock = self.clock
         view = self._view
@@ -772,7 +822,17 @@ class Queue:
         prefix = self.path + "/"
         got: list[Message] = []
         listed = relisted = False
-        if view.stale(clock.monotonic()):
+        if made_ready and not self._deferred and self.retention is None:
+            if self._ignored:
+                made_ready = [name for name in made_ready if name not in self._ignored]
+            for ready in _scan.ready_codes(made_ready):
+                view.put_back(ready)
+            if not self._meta.possible:
+                # Metadata is written before its message becomes ready: look after the
+                # event, as a listing would, so a first message with attributes has them.
+                self._meta.refresh()
+            listed = True  # as good as a listing: nothing else can be ready
+        elif view.stale(clock.monotonic()):
             self._relist(now_us)
             listed = True
         while len(got) < limit:
@@ -1597,6 +1657,74 @@ class Queue:
         if entry is None or entry.state is _State.NEW:
             raise InvalidId(name)
         return _lifecycle.history_of(self._meta.read(entry.id) or Meta(), entry)
+
+    # -- settings stored with the queue -------------------------------------------------
+
+    def configure(
+        self,
+        *,
+        visibility_timeout: float | Unset | None = UNSET,
+        delay: float | Unset | None = UNSET,
+        capacity: int | Unset | None = UNSET,
+        dead_letter: Queue | str | os.PathLike[str] | Unset | None = UNSET,
+        max_receives: int | Unset | None = UNSET,
+        retention: float | Unset | None = UNSET,
+        dedup_window: float | Unset | None = UNSET,
+    ) -> _settings.Settings:
+        """Store settings with the queue (as SQS ``SetQueueAttributes``); return them all.
+
+        Atomic: the settings file is replaced in one rename (readers see the old
+        settings or the new), and concurrent calls from any process are serialised, so
+        each one's changes land. Settings not given are kept; ``None`` removes one (back
+        to the default). Handles made afterwards, in any process, use them; existing
+        handles, this one included, keep the options they were made with.
+
+        :param dead_letter: a queue, its path, or its bare name: a queue *beside* this
+            one, in the same directory; it is stored by name, so the file can never
+            point outside that directory.
+        :raises TypeError: a value of the wrong type.
+        :raises ValueError: a value out of range, ``max_receives`` without a
+            ``dead_letter``, or a dead-letter queue that is not beside this one.
+        :raises InvalidSettings: the stored file cannot be trusted (nothing is changed).
+
+        >>> import tempfile, vsqs
+        >>> q = vsqs.Queue(tempfile.mkdtemp())
+        >>> q.configure(visibility_timeout=60)
+        {'visibility_timeout': 60.0}
+        >>> vsqs.Queue(q.path).visibility_timeout
+        60.0
+        """
+        if isinstance(dead_letter, Queue):
+            dead_letter = dead_letter.path
+        if isinstance(dead_letter, str) and dead_letter and "/" not in dead_letter:
+            dead_letter = os.path.join(os.path.dirname(self.path), dead_letter)  # a name
+        if dead_letter is not UNSET and dead_letter is not None:
+            target = queue_path(dead_letter, "dead_letter")
+            if os.path.dirname(target) != os.path.dirname(self.path):
+                raise ValueError(
+                    f"a stored dead_letter must be beside the queue, in "
+                    f"{os.path.dirname(self.path)!r}, not {target!r}"
+                )
+            dead_letter = os.path.basename(target)
+        changes = {
+            "visibility_timeout": visibility_timeout,
+            "delay": delay,
+            "capacity": capacity,
+            "dead_letter": dead_letter,
+            "max_receives": max_receives,
+            "retention": retention,
+            "dedup_window": dedup_window,
+        }
+        return _settings.update(
+            self.layout, self.clock, {k: v for k, v in changes.items() if v is not UNSET}
+        )
+
+    def settings(self) -> _settings.Settings:
+        """The settings stored with the queue (``dead_letter`` by name); one read.
+
+        :raises InvalidSettings: the stored file cannot be trusted.
+        """
+        return _settings.read(self.layout)
 
     # -- self-renewing leases (the extend arrow, on a timer) ------------------------------
 

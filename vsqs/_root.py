@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import os
 import re
-from typing import TYPE_CHECKING, Final
+from typing import TYPE_CHECKING, Final, cast
 
 from . import _fs
 from ._config import Config, QueueOptions
 from ._errors import InvalidName, NotAQueue, QueueNotFound
 from ._queue import Queue
+from ._settings import STORED
 
 if TYPE_CHECKING:
     from typing_extensions import Unpack
@@ -69,15 +70,29 @@ class QueueRoot:
         return _fs.is_plain_dir(path)
 
     def create(self, name: str, **options: Unpack[QueueOptions]) -> Queue:
-        """Create (or open, if it exists) the queue *name*.
+        """Create (or open, if it exists) the queue *name*, storing its settings.
+
+        The options that a queue stores (``visibility_timeout``, ``delay``,
+        ``capacity``, ``dead_letter``, ``max_receives``, ``retention``,
+        ``dedup_window``) are stored with it, as by :meth:`Queue.configure` (atomic;
+        an existing queue's other settings are kept), so every later ``Queue(path)``
+        uses them; the others apply to the returned handle only.
 
         :raises NotAQueue: *name* exists and is not a directory (a symlink included).
+        :raises ValueError: a stored ``dead_letter`` that is not a queue of this root.
         """
         path = self._dir(name)
         if os.path.lexists(path) and not self._is_queue(path):
             raise NotAQueue(path)
-        merged: QueueOptions = {**self._options, **options}
-        return Queue(path, **merged)
+        stored = {key: value for key, value in options.items() if key in STORED}
+        handle = cast("QueueOptions", {k: v for k, v in options.items() if k not in STORED})
+        merged: QueueOptions = {**self._options, **handle}
+        queue = Queue(path, **merged)
+        if stored:
+            queue.configure(**stored)  # type: ignore[arg-type]  # keys are STORED ones
+            queue.close()
+            queue = Queue(path, **merged)  # a handle that uses what was just stored
+        return queue
 
     def get(self, name: str, **options: Unpack[QueueOptions]) -> Queue:
         """Open the existing queue *name*; :class:`QueueNotFound` if it does not exist

@@ -59,6 +59,22 @@ def scan(path: str) -> Listing:
     return listing
 
 
+def ready_codes(names: list[str]) -> list[int]:
+    """Packed ids of the *names* that are ready messages (digit-only, canonical), sorted.
+
+    The same rule as :func:`scan`'s fast path, for names learnt from inotify events.
+    """
+    codes = []
+    for name in names:
+        if name.isdigit() and name.isascii():
+            if len(name) > MAX_DIGITS or (name[0] == "0" and name != "0"):
+                continue
+            value = int(name)
+            codes.append(((value * 1000 if value < MS_LIMIT else value) << 1) | (value < MS_LIMIT))
+    codes.sort()
+    return codes
+
+
 def held_names_for(path: str, message_id: str) -> list[str]:
     """Every held name of one id (normally zero or one), by a full listing."""
     prefix = message_id + "."

@@ -19,50 +19,31 @@ most one re-check interval; it can never leave a message waiting forever.
 Usage is ``token = waiter.token()`` *before* looking at the queue, then
 ``waiter.wait(token, seconds)`` if nothing was found: an event that arrives between
 the look and the wait is never missed.
+
+After the wait, ``waiter.made_ready(token)`` gives the digit-only names moved into the
+directory since the token (messages published, released or returned), in event order,
+if the waiter is sure it saw every such event; ``None`` otherwise (a watch made after
+the token, more names than it keeps, an overflow of the kernel's event queue, or a
+polling waiter). A consumer whose look found nothing ready claims those names instead
+of listing the directory again: together they are everything that can be ready.
 """
 
 from __future__ import annotations
 
-import ctypes
-import ctypes.util
 import logging
 import os
 import select
-import struct
-import sys
 import threading
 import time
 import weakref
+from collections.abc import Callable
 from typing import Final, Protocol
 
+from . import _inotify
 from ._clock import Clock
 from ._mountinfo import filesystem_type, polls
 
-# inotify(7) event bits: a message became ready or held (moved in), or left (deleted,
-# moved out). IN_CREATE is left out on purpose: a `.new` file appearing is not news.
-_IN_MOVED_FROM: Final = 0x00000040
-_IN_MOVED_TO: Final = 0x00000080
-_IN_DELETE: Final = 0x00000200
-_IN_DELETE_SELF: Final = 0x00000400
-_IN_MOVE_SELF: Final = 0x00000800
-_IN_NONBLOCK: Final = os.O_NONBLOCK
-_IN_CLOEXEC: Final = getattr(os, "O_CLOEXEC", 0)
-_MASK: Final = _IN_MOVED_FROM | _IN_MOVED_TO | _IN_DELETE | _IN_DELETE_SELF | _IN_MOVE_SELF
-
-_libc = ctypes.CDLL(ctypes.util.find_library("c") or None, use_errno=True)
-_inotify_init1 = getattr(_libc, "inotify_init1", None) if sys.platform.startswith("linux") else None
-_inotify_add_watch = getattr(_libc, "inotify_add_watch", None)
-_inotify_rm_watch = getattr(_libc, "inotify_rm_watch", None)
-if _inotify_add_watch is not None:
-    _inotify_add_watch.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_uint32]
-    _inotify_add_watch.restype = ctypes.c_int
-if _inotify_rm_watch is not None:
-    _inotify_rm_watch.argtypes = [ctypes.c_int, ctypes.c_int]
-    _inotify_rm_watch.restype = ctypes.c_int
-_EVENT: Final = struct.Struct("iIII")  # struct inotify_event: wd, mask, cookie, len
-_IN_Q_OVERFLOW: Final = 0x00004000
-
-HAVE_INOTIFY: Final = _inotify_init1 is not None and _inotify_add_watch is not None
+HAVE_INOTIFY: Final = _inotify.HAVE_INOTIFY
 
 
 class Waiter(Protocol):
@@ -73,6 +54,10 @@ class Waiter(Protocol):
 
     def wait(self, token: int, seconds: float) -> None:
         """Return after a change since *token*, or after *seconds*, whichever is first."""
+
+    def made_ready(self, token: int) -> list[str] | None:
+        """The names moved into the directory since *token* that look like ready messages,
+        in event order, if this waiter saw every such event; ``None`` if it cannot say."""
 
     def close(self) -> None:
         """Release what the waiter holds."""
@@ -93,6 +78,9 @@ class PollWaiter:
         interval = self.interval
         self._clock.wait(seconds, lambda real: time.sleep(min(real, interval)))
 
+    def made_ready(self, token: int) -> list[str] | None:
+        return None  # a sleep sees no events
+
     def close(self) -> None:
         pass
 
@@ -110,27 +98,37 @@ class _Instance:
         self.cond = threading.Condition()
         self.fd = -1
         self.reader = False
+        self.sleepers = 0  # threads asleep on the condition (the reader's seat was taken)
         self.generations: dict[int, int] = {}
         self.users: dict[int, int] = {}  # watch -> hubs using it
+        # Generations are drawn from one counter for all watches, so a token never
+        # matches a later watch on a reused descriptor number.
+        self.serial = 0
+        # Per watch: the (generation, name) of each digit-only name moved in (a message
+        # made ready), and the generation from which that record is complete.
+        self.moved_in: dict[int, list[tuple[int, str]]] = {}
+        self.complete_since: dict[int, int] = {}
+        # Called (under cond, from any thread) whenever a read of the descriptor ends:
+        # how an event loop that watches it hears of events a thread read first.
+        self.listeners: set[Callable[[], None]] = set()
 
     def add(self, path: str) -> int:
         """Watch *path*; its watch descriptor. Raises :class:`OSError` at a limit."""
-        assert _inotify_init1 is not None
-        assert _inotify_add_watch is not None
         if self.fd < 0:
-            fd = _inotify_init1(_IN_NONBLOCK | _IN_CLOEXEC)
-            if fd < 0:
-                code = ctypes.get_errno()  # EMFILE: the per-user instance limit (128)
-                raise OSError(code, f"inotify_init1: {os.strerror(code)}")
-            self.fd = fd
-        wd = int(_inotify_add_watch(self.fd, os.fsencode(path), _MASK))
-        if wd < 0:
-            code = ctypes.get_errno()  # ENOSPC: the per-user watch limit
+            self.fd = _inotify.init()  # EMFILE: the per-user instance limit (128)
+        try:
+            wd = _inotify.add_watch(self.fd, path)  # ENOSPC: the per-user watch limit
+        except OSError:
             if not self.users:
                 self._close()
-            raise OSError(code, f"inotify_add_watch: {os.strerror(code)}", path)
+            raise
         self.users[wd] = self.users.get(wd, 0) + 1
-        self.generations.setdefault(wd, 0)
+        if wd not in self.generations:
+            # A new watch: events before it are unknown, so tokens taken before now
+            # (smaller: generations only grow, across watches too) get no names.
+            self.serial += 1
+            self.generations[wd] = self.complete_since[wd] = self.serial
+            self.moved_in[wd] = []
         return wd
 
     def remove(self, wd: int) -> None:
@@ -141,8 +139,10 @@ class _Instance:
             return
         self.users.pop(wd, None)
         self.generations.pop(wd, None)
-        if self.fd >= 0 and _inotify_rm_watch is not None:
-            _inotify_rm_watch(self.fd, wd)  # EINVAL if the directory is gone: fine
+        self.moved_in.pop(wd, None)
+        self.complete_since.pop(wd, None)
+        if self.fd >= 0:
+            _inotify.rm_watch(self.fd, wd)  # EINVAL if the directory is gone: fine
         if not self.users:
             self._close()
 
@@ -161,44 +161,87 @@ class _Instance:
                         return
                     if not self.reader:
                         break
-                    self.cond.wait(deadline - time.monotonic())
+                    self.sleepers += 1
+                    try:
+                        self.cond.wait(deadline - time.monotonic())
+                    finally:
+                        self.sleepers -= 1
                 else:
                     return  # something happened since the caller looked
                 self.reader = True
                 fd = self.fd
-            self._read(fd, deadline)
+            if wd in self._read(fd, deadline):
+                return  # our own directory changed: no need to look again
 
-    def _read(self, fd: int, deadline: float) -> None:
-        """As the reader: wait for events until *deadline*, then hand them out."""
-        changed: set[int] = set()
+    def _read(self, fd: int, deadline: float) -> dict[int, list[str]]:
+        """As the reader: wait for events until *deadline*, then hand them out; what
+        changed (watch -> the digit-only names moved in)."""
+        changed: dict[int, list[str]] = {}
         try:
             poller = select.poll()
             poller.register(fd, select.POLLIN)
             if poller.poll(max(0.0, deadline - time.monotonic()) * 1000):
-                changed = _read_events(fd)
+                changed = _inotify.read_events(fd)
         finally:
             with self.cond:
                 self.reader = False
-                bump_all = -1 in changed  # the queue overflowed: anything may have changed
-                for watched in self.generations:
-                    if bump_all or watched in changed:
-                        self.generations[watched] += 1
-                self.cond.notify_all()
+                self._handed_out(changed)
+        return changed
+
+    def _handed_out(self, changed: dict[int, list[str]]) -> None:
+        """Under cond, after a read: record it, wake sleeping threads, tell listeners."""
+        if changed:
+            self._bump(changed)
+        if self.sleepers:
+            self.cond.notify_all()
+        for listener in list(self.listeners):
+            listener()
+
+    def drain(self) -> bool:
+        """Read the events already queued, without blocking (for an event loop).
+
+        ``False`` when a thread holds the reader's seat: that thread reads them and
+        tells the listeners; the caller should stop watching the descriptor until then
+        (it stays readable). Never blocks on anything but the condition's lock.
+        """
+        with self.cond:
+            if self.reader or self.fd < 0:
+                return False
+            self._handed_out(_inotify.read_events(self.fd))
+            return True
+
+    def _bump(self, changed: dict[int, list[str]]) -> None:
+        """Record a read's events (under the condition): new generations, names moved in."""
+        lost = -1 in changed  # the event queue overflowed: anything may have changed
+        generations, moved_in = self.generations, self.moved_in
+        self.serial += 1
+        generation = self.serial
+        for watched in generations:
+            names = changed.get(watched)
+            if names is None and not lost:
+                continue
+            generations[watched] = generation
+            if lost:
+                moved_in[watched] = []  # what happened is unknown up to this generation
+                self.complete_since[watched] = generation
+            elif names:
+                record = moved_in[watched]
+                for name in names:
+                    record.append((generation, name))
+                if len(record) > _MOVED_IN_KEPT:  # forget the oldest: older tokens get None
+                    self.complete_since[watched] = record[-_MOVED_IN_KEPT - 1][0]
+                    del record[:-_MOVED_IN_KEPT]
+
+    def made_ready(self, wd: int, token: int) -> list[str] | None:
+        """The digit-only names moved into *wd* since *token*, or ``None`` if not all known."""
+        with self.cond:
+            if token < self.complete_since.get(wd, token + 1):
+                return None
+            record = self.moved_in.get(wd, ())
+            return [name for generation, name in record if generation > token]
 
 
-def _read_events(fd: int) -> set[int]:
-    """Drain the descriptor; the watches that saw an event (-1: events were lost)."""
-    changed: set[int] = set()
-    try:
-        while data := os.read(fd, 65536):
-            offset = 0
-            while offset + _EVENT.size <= len(data):
-                wd, mask, _, length = _EVENT.unpack_from(data, offset)
-                changed.add(-1 if mask & _IN_Q_OVERFLOW else wd)
-                offset += _EVENT.size + length
-    except BlockingIOError:
-        pass  # drained
-    return changed
+_MOVED_IN_KEPT: Final = 4096
 
 
 _instances: dict[int, _Instance] = {}  # by process id: a forked child opens its own
@@ -223,23 +266,59 @@ class InotifyHub:
         self._wd = -1
 
     def token(self) -> int:
-        with self._instance.cond:
-            return self._instance.generations.get(self._wd, 0)
+        # One dict lookup is atomic: no lock on this path of every blocked call.
+        return self._instance.generations.get(self._wd, 0)
 
     def wait(self, token: int, seconds: float) -> None:
         instance = self._instance
-        with instance.cond:
-            if self._wd < 0:
-                self._wd = instance.add(self.path)
-                self._finalizer = weakref.finalize(self, _release, instance, self._wd)
-                # Events before the watch existed are lost: make the caller look again.
-                return
+        if self._wd < 0:
+            with instance.cond:
+                if self._wd < 0:  # RACE: another thread of this process may have added it
+                    self._wd = instance.add(self.path)
+                    self._finalizer = weakref.finalize(self, _release, instance, self._wd)
+                    # Events before the watch existed are lost: make the caller look again.
+                    return
         instance.wait(self._wd, token, seconds)
+
+    def made_ready(self, token: int) -> list[str] | None:
+        return None if self._wd < 0 else self._instance.made_ready(self._wd, token)
 
     def close(self) -> None:
         if self._wd >= 0:
             self._finalizer()  # lets go of the watch once, now
             self._wd = -1
+
+    # -- the non-blocking side, for an event loop (vsqs.aio) ----------------------------
+
+    def watch(self) -> int:
+        """Make sure the directory is watched; the process's inotify descriptor.
+
+        Events before this call are not seen: look at the queue after it. The
+        descriptor is shared (one per process, whatever the number of waiters); watch
+        it for reading and call :meth:`drain` when it is readable.
+
+        :raises OSError: inotify ran out (its per-user limits).
+        """
+        instance = self._instance
+        with instance.cond:
+            if self._wd < 0:
+                self._wd = instance.add(self.path)
+                self._finalizer = weakref.finalize(self, _release, instance, self._wd)
+            return instance.fd
+
+    def drain(self) -> bool:
+        """Read queued events without blocking (see :meth:`_Instance.drain`)."""
+        return self._instance.drain()
+
+    def subscribe(self, listener: Callable[[], None]) -> None:
+        """Call *listener* (from any thread, holding a lock: it must only schedule
+        work) whenever events are counted, whoever read them."""
+        with self._instance.cond:
+            self._instance.listeners.add(listener)
+
+    def unsubscribe(self, listener: Callable[[], None]) -> None:
+        with self._instance.cond:
+            self._instance.listeners.discard(listener)
 
 
 def _release(instance: _Instance, wd: int) -> None:
@@ -262,6 +341,9 @@ class _Detached:
     def wait(self, token: int, seconds: float) -> None:
         raise RuntimeError("this queue was detached; create a new Queue object to wait on it")
 
+    def made_ready(self, token: int) -> list[str] | None:
+        return None
+
     def close(self) -> None:
         pass
 
@@ -277,6 +359,9 @@ class _Polling:
 
     def wait(self, token: int, seconds: float) -> None:
         time.sleep(max(0.0, seconds))
+
+    def made_ready(self, token: int) -> list[str] | None:
+        return None
 
     def close(self) -> None:
         pass
@@ -309,6 +394,9 @@ class InotifyWaiter:
         # a manual clock skips the wait and only collects events that already came.
         self._clock.wait(seconds, lambda real: self._block(token, min(real, self.interval)))
 
+    def made_ready(self, token: int) -> list[str] | None:
+        return self._hub.made_ready(token)
+
     def _block(self, token: int, seconds: float) -> None:
         try:
             self._hub.wait(token, seconds)
@@ -327,6 +415,11 @@ class InotifyWaiter:
     def close(self) -> None:
         # The watch is shared; it is removed when the last waiter lets go of it.
         self._hub = _DETACHED
+
+    @property
+    def hub(self) -> InotifyHub | None:
+        """The shared watch of the directory; ``None`` once closed or polling."""
+        return self._hub if isinstance(self._hub, InotifyHub) else None
 
 
 def make_waiter(path: str, clock: Clock, mode: str, interval: float | None) -> Waiter:

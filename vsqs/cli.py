@@ -19,6 +19,7 @@ import click
 from . import __version__
 from ._cli_admin import clean, purge, queues, redrive, requeue, shutdown, stats
 from ._cli_common import EXIT_CODES_HELP, INTERRUPTED, OK, CliError, describe
+from ._cli_config import config
 from ._cli_load import demo, pump, sink
 from ._cli_messages import delete, peek, publish
 from ._cli_receive import receive
@@ -84,7 +85,7 @@ def cli(debug: bool) -> None:
 
 for _command in (publish, receive, delete, peek, stats, purge, clean, requeue, redrive, shutdown):
     cli.add_command(_command)
-for _command in (queues, pump, sink, demo):
+for _command in (queues, config, pump, sink, demo):
     cli.add_command(_command)
 
 

@@ -1,0 +1,152 @@
+"""A blocked receive that wakes on an inotify event claims the messages the event named,
+oldest first, without listing the directory again; when it cannot be sure it saw every
+event (a watch made after its look, an overflow), it lists as before."""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import vsqs
+from tests.fixtures_core import CHILD_TIMEOUT, children, wait_blocked_in_inotify
+from vsqs import _queue, _scan
+from vsqs._wait import HAVE_INOTIFY, InotifyWaiter
+
+pytestmark = pytest.mark.skipif(not HAVE_INOTIFY, reason="needs inotify (Linux)")
+
+
+def _publish_raw(qdir: Path, message_id: int, body: bytes) -> None:
+    """Publish as any peer does: write `<id>.new`, rename it to `<id>`."""
+    (qdir / f"{message_id}.new").write_bytes(body)
+    os.rename(qdir / f"{message_id}.new", qdir / str(message_id))
+
+
+def test_the_waiter_names_what_was_made_ready_since_a_token(tmp_path: Path) -> None:
+    qdir = tmp_path / "q"
+    qdir.mkdir()
+    waiter = InotifyWaiter(str(qdir), vsqs.Queue(qdir).clock, 1.0)
+    before_watch = waiter.token()
+    waiter.wait(before_watch, 0.01)  # makes the watch; events before it were not seen
+    assert waiter.made_ready(before_watch) is None
+    token = waiter.token()
+    assert waiter.made_ready(token) == []
+    _publish_raw(qdir, 1_700_000_000_000_002, b"b")
+    _publish_raw(qdir, 1_700_000_000_000_001, b"a")
+    (qdir / "1700000000000003.new").write_bytes(b"being written")  # not ready: not named
+    os.rename(qdir / "1700000000000001", qdir / "1700000000000001.1800000000000000")  # held
+    (qdir / "notes.txt").write_bytes(b"foreign")
+    waiter.wait(token, 1.0)
+    assert waiter.made_ready(token) == ["1700000000000002", "1700000000000001"]
+    later = waiter.token()
+    assert waiter.made_ready(later) == []
+
+
+def _blocked_batch_consumer(path: str, out: Any) -> None:
+    """Receive a batch while blocked; report the ids and how many listings the wake took."""
+    listings: list[str] = []
+    real_scan = _scan.scan
+
+    def counted(path: str) -> _scan.Listing:
+        listings.append(path)
+        return real_scan(path)
+
+    _queue._scan.scan = counted  # type: ignore[attr-defined]
+    queue = vsqs.Queue(path, durable=False, poll_interval=3600)
+    assert queue.receive(timeout=0.01) is None  # looked; the watch exists
+    before = len(listings)
+    got = queue.receive_batch(10, timeout=CHILD_TIMEOUT)
+    out.put(([m.id for m in got], len(listings) - before))
+
+
+def test_a_woken_receive_claims_what_the_events_named_oldest_first_without_listing(
+    tmp_path: Path,
+) -> None:
+    qdir = tmp_path / "q"
+    vsqs.Queue(qdir)
+    ids = [str(2_000_000_000_000_000 + n) for n in range(3)]
+    for name in ids:
+        (qdir / f"{name}.new").write_bytes(name.encode())
+    with children() as kids:
+        out = kids.context.Queue()
+        child = kids.start(_blocked_batch_consumer, str(qdir), out)
+        wait_blocked_in_inotify(child)
+        time.sleep(0.2)  # past its second look (the one after the watch was made)
+        assert child.pid is not None
+        os.kill(child.pid, signal.SIGSTOP)  # so that it reads all three events at once
+        for name in reversed(ids):  # newest first: the events are not in id order
+            os.rename(qdir / f"{name}.new", qdir / name)
+        os.kill(child.pid, signal.SIGCONT)
+        got, listings = out.get(timeout=CHILD_TIMEOUT)
+        kids.join(child)
+    assert got == ids  # oldest first, all of them, from the events alone
+    assert listings == 1  # the look before it blocked; none after the wake-up
+
+
+def test_attributes_of_the_first_message_with_metadata_are_seen_after_a_wake(
+    tmp_path: Path,
+) -> None:
+    qdir = tmp_path / "q"
+    consumer_queue = vsqs.Queue(qdir, durable=False)
+    got: list[vsqs.Message | None] = []
+    consumer = threading.Thread(target=lambda: got.append(consumer_queue.receive(timeout=30)))
+    consumer.start()
+    time.sleep(0.3)  # blocked, with no metadata directory in the queue yet
+    vsqs.Queue(qdir, durable=False).publish(b"x", attributes={"trace": "abc"})
+    consumer.join(10)
+    assert got and got[0] is not None
+    assert got[0].attributes == {"trace": "abc"}
+
+
+def _rename_in(qdir: Path, first: int, count: int) -> list[str]:
+    """Make *count* messages ready, one rename each (one inotify event each)."""
+    names = [str(first + n) for n in range(count)]
+    for name in names:
+        (qdir / f"{name}.new").touch()
+    for name in names:
+        os.rename(qdir / f"{name}.new", qdir / name)
+    return names
+
+
+@pytest.mark.parametrize(
+    ("events", "why"),
+    [(5_000, "more names than the waiter keeps"), (17_000, "the kernel's event queue overflows")],
+)
+def test_a_waiter_that_lost_track_says_so_and_the_receive_lists(
+    tmp_path: Path, events: int, why: str
+) -> None:
+    qdir = tmp_path / "q"
+    queue = vsqs.Queue(qdir, durable=False, poll_interval=3600)
+    assert queue.receive(timeout=0.01) is None  # looked; the watch exists
+    waiter = queue.waiter()
+    token = waiter.token()
+    names = _rename_in(qdir, 2_000_000_000_000_000, events)
+    waiter.wait(token, 1.0)
+    assert waiter.made_ready(token) is None, why
+    got = queue.receive_batch(10, timeout=5)  # falls back to a listing: still oldest first
+    assert [m.id for m in got] == names[:10]
+    later = waiter.token()
+    _rename_in(qdir, 3_000_000_000_000_000, 1)
+    waiter.wait(later, 1.0)
+    assert waiter.made_ready(later) == ["3000000000000000"]  # on track again
+
+
+def test_a_foreign_digit_name_that_is_not_an_id_is_never_taken(tmp_path: Path) -> None:
+    qdir = tmp_path / "q"
+    queue = vsqs.Queue(qdir, durable=False, poll_interval=3600)
+    got: list[vsqs.Message | None] = []
+    consumer = threading.Thread(target=lambda: got.append(queue.receive(timeout=30)))
+    consumer.start()
+    time.sleep(0.3)
+    (qdir / "00042.new").write_bytes(b"not ours")
+    os.rename(qdir / "00042.new", qdir / "00042")  # digits, but a leading zero: not an id
+    time.sleep(0.2)
+    vsqs.Queue(qdir, durable=False).publish(b"ours")
+    consumer.join(10)
+    assert got and got[0] is not None and got[0].body == b"ours"
+    assert (qdir / "00042").read_bytes() == b"not ours"

@@ -1,0 +1,84 @@
+"""``vsqs config``: show or change the settings stored with a queue."""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import Any
+
+import click
+
+from . import InvalidSettings
+from ._cli_common import open_queue
+
+# Every setting a queue stores, its option and its vsqs default ("none": no limit).
+_SETTINGS: dict[str, tuple[str, str]] = {
+    "visibility_timeout": ("--visibility-timeout", "30 s"),
+    "delay": ("--delay", "0 s"),
+    "capacity": ("--capacity", "none"),
+    "dead_letter": ("--dead-letter", "none"),
+    "max_receives": ("--max-receives", "none"),
+    "retention": ("--retention", "none"),
+    "dedup_window": ("--dedup-window", "300 s"),
+}
+_SECONDS = click.FloatRange(min=0)
+
+
+def _dead_letter_path(queue: str, value: str) -> str:
+    """A bare name is a queue beside QUEUE; anything with a ``/`` is a path."""
+    return value if "/" in value else os.path.join(os.path.dirname(os.path.abspath(queue)), value)
+
+
+def _show(stored: dict[str, Any]) -> None:
+    width = max(len(key) for key in _SETTINGS)
+    for key, (_, default) in _SETTINGS.items():
+        value = stored.get(key)
+        shown = f"{value:g} s" if isinstance(value, float) else value
+        text = f"{shown}" if key in stored else f"{default}  (default)"
+        click.echo(f"{key:<{width}}  {text}")
+
+
+@click.command()
+@click.argument("queue", type=click.Path())
+@click.option("--visibility-timeout", type=_SECONDS, help="Seconds a received message is hidden.")
+@click.option("--delay", type=_SECONDS, help="Seconds every publish is delayed by default.")
+@click.option("--capacity", type=click.IntRange(min=1), help="Bound the number of messages.")
+@click.option("--dead-letter", help="The dead-letter queue: a name beside QUEUE, or its path.")
+@click.option("--max-receives", type=click.IntRange(min=1), help="Receives before dead-lettering.")
+@click.option("--retention", type=_SECONDS, help="Seconds before an unconsumed message is dropped.")
+@click.option("--dedup-window", type=_SECONDS, help="Seconds a dedup id is remembered.")
+@click.option(
+    "--unset",
+    "unset",
+    multiple=True,
+    type=click.Choice(list(_SETTINGS)),
+    help="Remove a stored setting (back to the default); repeatable.",
+)
+@click.option("--json", "as_json", is_flag=True, help="Print the stored settings as JSON.")
+def config(queue: str, unset: tuple[str, ...], as_json: bool, **changes: Any) -> None:
+    """Show the settings stored with QUEUE, or change them.
+
+    Every process that opens QUEUE without options of its own uses these. With no
+    option, print them; with options, store them (in one atomic write; the settings not
+    named are kept) and print the result.
+    """
+    target = open_queue(queue)
+    given = {key: value for key, value in changes.items() if value is not None}
+    overlap = set(given) & set(unset)
+    if overlap:
+        raise click.UsageError(f"--unset {sorted(overlap)[0]} conflicts with setting it")
+    if "dead_letter" in given:
+        given["dead_letter"] = _dead_letter_path(queue, given["dead_letter"])
+    if given or unset:
+        try:
+            stored: dict[str, Any] = dict(target.configure(**given, **dict.fromkeys(unset)))
+        except InvalidSettings:
+            raise  # the stored file is at fault, not the arguments
+        except (TypeError, ValueError) as exc:
+            raise click.UsageError(str(exc)) from None
+    else:
+        stored = dict(target.settings())
+    if as_json:
+        click.echo(json.dumps(stored, sort_keys=True))
+    else:
+        _show(stored)

@@ -1,0 +1,105 @@
+"""The inotify(7) system calls, through ctypes: the one descriptor kind vsqs waits on.
+
+Only the calls and the decoding of events; what to make of them (one descriptor per
+process, generations, who reads) is :mod:`vsqs._wait`'s.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import os
+import struct
+import sys
+from typing import Final
+
+# inotify(7) event bits: a message became ready or held (moved in), or left (deleted,
+# moved out). IN_CREATE is left out on purpose: a `.new` file appearing is not news.
+_IN_MOVED_FROM: Final = 0x00000040
+_IN_MOVED_TO: Final = 0x00000080
+_IN_DELETE: Final = 0x00000200
+_IN_DELETE_SELF: Final = 0x00000400
+_IN_MOVE_SELF: Final = 0x00000800
+_IN_NONBLOCK: Final = os.O_NONBLOCK
+_IN_CLOEXEC: Final = getattr(os, "O_CLOEXEC", 0)
+_MASK: Final = _IN_MOVED_FROM | _IN_MOVED_TO | _IN_DELETE | _IN_DELETE_SELF | _IN_MOVE_SELF
+
+_libc = ctypes.CDLL(ctypes.util.find_library("c") or None, use_errno=True)
+_inotify_init1 = getattr(_libc, "inotify_init1", None) if sys.platform.startswith("linux") else None
+_inotify_add_watch = getattr(_libc, "inotify_add_watch", None)
+_inotify_rm_watch = getattr(_libc, "inotify_rm_watch", None)
+if _inotify_add_watch is not None:
+    _inotify_add_watch.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_uint32]
+    _inotify_add_watch.restype = ctypes.c_int
+if _inotify_rm_watch is not None:
+    _inotify_rm_watch.argtypes = [ctypes.c_int, ctypes.c_int]
+    _inotify_rm_watch.restype = ctypes.c_int
+_EVENT: Final = struct.Struct("iIII")  # struct inotify_event: wd, mask, cookie, len
+_IN_Q_OVERFLOW: Final = 0x00004000
+
+HAVE_INOTIFY: Final = _inotify_init1 is not None and _inotify_add_watch is not None
+
+
+def init() -> int:
+    """A new non-blocking, close-on-exec inotify descriptor.
+
+    :raises OSError: ``EMFILE`` at the per-user instance limit (128 by default).
+    """
+    assert _inotify_init1 is not None
+    fd = int(_inotify_init1(_IN_NONBLOCK | _IN_CLOEXEC))
+    if fd < 0:
+        code = ctypes.get_errno()
+        raise OSError(code, f"inotify_init1: {os.strerror(code)}")
+    return fd
+
+
+def add_watch(fd: int, path: str) -> int:
+    """Watch *path* for messages moved in or out and deletes; the watch descriptor.
+
+    :raises OSError: ``ENOSPC`` at the per-user watch limit (8192 by default).
+    """
+    assert _inotify_add_watch is not None
+    wd = int(_inotify_add_watch(fd, os.fsencode(path), _MASK))
+    if wd < 0:
+        code = ctypes.get_errno()
+        raise OSError(code, f"inotify_add_watch: {os.strerror(code)}", path)
+    return wd
+
+
+def rm_watch(fd: int, wd: int) -> None:
+    """Remove a watch (an error, such as a directory already gone, is ignored)."""
+    if _inotify_rm_watch is not None:
+        _inotify_rm_watch(fd, wd)
+
+
+def read_events(fd: int) -> dict[int, list[str]]:
+    """Drain the descriptor: for each watch that saw an event, the digit-only names moved
+    in (messages made ready), in order. Key -1: events were lost (the queue overflowed).
+    """
+    changed: dict[int, list[str]] = {}
+    unpack = _EVENT.unpack_from
+    try:
+        while data := os.read(fd, _READ_SIZE):
+            offset, end = 0, len(data)
+            while offset < end:
+                wd, mask, _, length = unpack(data, offset)
+                start = offset + 16
+                offset = start + length
+                if mask & _IN_Q_OVERFLOW:
+                    wd = -1
+                names = changed.get(wd)
+                if names is None:
+                    names = changed[wd] = []
+                if mask & _IN_MOVED_TO:
+                    name = data[start:offset].rstrip(b"\0")
+                    if name.isdigit():
+                        names.append(name.decode("ascii"))
+            if end < _READ_SIZE - _EVENT_MAX:
+                break  # a short read: the descriptor is drained (saves a failing read)
+    except BlockingIOError:
+        pass  # drained
+    return changed
+
+
+_READ_SIZE: Final = 65536
+_EVENT_MAX: Final = 16 + 256  # one event with the longest name

@@ -1,0 +1,263 @@
+"""Settings stored with a queue: one JSON file, ``.vsqs/settings.json``.
+
+SQS keeps a queue's attributes with the queue (``SetQueueAttributes``); vsqs keeps them
+in one small file, so a bare ``Queue(path)`` in any process gets the same visibility
+timeout, dead-letter queue and capacity without being told. The file is a JSON object
+of the :data:`STORED` keys, nothing else::
+
+    {"visibility_timeout": 60, "dead_letter": "orders.dlq", "max_receives": 5}
+
+* **Written atomically**: a temporary file renamed over the old one (readers see the
+  old settings or the new, never a mix), fsynced with its directory, under a
+  cross-process lock (``.vsqs/settings.lock``) so two concurrent ``configure`` calls
+  both land.
+* **Validated when read**, every key by the rule the constructor uses: a file that is
+  not JSON, not an object, has an unknown or repeated key, a value of the wrong type,
+  a symlink or non-file in its place, or a dead-letter queue that is not a sibling
+  directory of the queue raises :class:`~vsqs.InvalidSettings` naming the file and the
+  key, and nothing is changed.
+* **The dead-letter queue is stored by name**, as a sibling of the queue (the same
+  parent directory, the root of a :class:`~vsqs.QueueRoot`): a stored file can never
+  send messages outside the root, whatever it holds.
+* **Handles override** (for themselves only) every setting but ``capacity``: a stored
+  capacity binds every producer, and a smaller one passed to a handle only tightens
+  that handle's own bound (see :func:`resolve`).
+
+vsqs 0.3 ignores the file (it lives in the dot-directory); a queue without it behaves
+as before settings existed.
+"""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+from collections.abc import Callable, Mapping
+from typing import Final, TypedDict, cast
+
+from . import _fs
+from ._clock import Clock
+from ._config import count, seconds
+from ._errors import InvalidSettings
+from ._layout import ROOT, SETTINGS, SETTINGS_LOCK, Layout, UnsafeEntry
+
+STORED: Final = (
+    "visibility_timeout",
+    "delay",
+    "capacity",
+    "dead_letter",
+    "max_receives",
+    "retention",
+    "dedup_window",
+)
+"""The settings a queue may store, in the order they are shown."""
+
+OVERRIDABLE: Final = tuple(key for key in STORED if key != "capacity")
+"""The stored settings a handle may replace for itself (``capacity`` only tightens)."""
+
+_MAX_BYTES: Final = 64 * 1024  # a settings file is a few hundred bytes; more is not ours
+_LOCK_POLL: Final = 0.005
+# What reading a planted non-file gives: a symlink (ELOOP: opened with O_NOFOLLOW), a
+# FIFO or directory (EINVAL from _fs's regular-file check, EISDIR), a socket (ENXIO).
+_NOT_A_FILE: Final = frozenset({errno.ELOOP, errno.EINVAL, errno.EISDIR, errno.ENXIO})
+
+
+class Settings(TypedDict, total=False):
+    """Settings as stored (``dead_letter`` is the name of a sibling queue directory)."""
+
+    visibility_timeout: float
+    delay: float
+    capacity: int
+    dead_letter: str
+    max_receives: int
+    retention: float
+    dedup_window: float
+
+
+def _check_value(key: str, value: object) -> object:
+    """*value* checked by the constructor's rule for *key* (raises TypeError/ValueError)."""
+    if key in ("capacity", "max_receives"):
+        return count(value, key)
+    if key == "dead_letter":
+        return sibling_name(value)
+    return seconds(value, key)
+
+
+def sibling_name(value: object) -> str:
+    """*value* if it names a directory beside the queue (no separator, no dot-entry)."""
+    if not isinstance(value, str):
+        raise TypeError(f"dead_letter must be a queue name (a str), not {type(value).__name__}")
+    if not value or "/" in value or "\0" in value or value.startswith(".") or len(value) > 255:
+        raise ValueError(
+            f"dead_letter must name a queue beside this one (in the same directory), "
+            f"without '/' or a leading '.', not {value!r}"
+        )
+    return value
+
+
+def _reject_constant(name: str) -> object:
+    raise ValueError(f"{name} is not a number of seconds")
+
+
+def _unique(pairs: list[tuple[str, object]]) -> dict[str, object]:
+    result: dict[str, object] = {}
+    for key, value in pairs:
+        if key in result:
+            raise KeyError(key)
+        result[key] = value
+    return result
+
+
+def parse(raw: bytes, path: str, queue: str) -> Settings:
+    """The settings in *raw* (the content of the file at *path*), every key checked.
+
+    :raises InvalidSettings: naming *path* and the key at fault.
+    """
+    if len(raw) > _MAX_BYTES:
+        raise InvalidSettings(path, "", f"larger than {_MAX_BYTES} bytes")
+    try:
+        data = json.loads(
+            raw.decode("utf-8"), object_pairs_hook=_unique, parse_constant=_reject_constant
+        )
+    except KeyError as exc:
+        raise InvalidSettings(path, str(exc.args[0]), "given twice") from None
+    except (UnicodeDecodeError, ValueError) as exc:
+        raise InvalidSettings(path, "", f"not valid JSON (truncated?): {exc}") from None
+    if not isinstance(data, dict):
+        raise InvalidSettings(path, "", f"must be a JSON object, not {type(data).__name__}")
+    settings: dict[str, object] = {}
+    for key, value in data.items():
+        if key not in STORED:
+            raise InvalidSettings(path, key, f"unknown setting; known: {', '.join(STORED)}")
+        try:
+            settings[key] = _check_value(key, value)
+        except (TypeError, ValueError) as exc:
+            raise InvalidSettings(path, key, str(exc)) from None
+    if "max_receives" in settings and "dead_letter" not in settings:
+        raise InvalidSettings(path, "max_receives", "needs a dead_letter setting")
+    if settings.get("dead_letter") == os.path.basename(queue):
+        raise InvalidSettings(path, "dead_letter", "a queue cannot be its own dead-letter queue")
+    return cast("Settings", settings)  # every key and value checked above
+
+
+def dump(settings: Settings) -> bytes:
+    """The file content for *settings*, keys in :data:`STORED` order."""
+    ordered = {key: value for key in STORED if (value := settings.get(key)) is not None}
+    return (json.dumps(ordered, indent=2) + "\n").encode()
+
+
+def shown_path(layout: Layout) -> str:
+    """The settings file's path, for messages."""
+    return f"{layout.root}/{SETTINGS}"
+
+
+def read(layout: Layout) -> Settings:
+    """The stored settings of *layout*'s queue; empty when there are none.
+
+    One read through the layout (never following a link). A queue directory that does
+    not exist yet, or a planted ``.vsqs`` that vsqs refuses to enter, has none.
+
+    :raises InvalidSettings: the file cannot be trusted (see the module docstring).
+    """
+    path = shown_path(layout)
+    try:
+        raw = layout.read(ROOT, SETTINGS)
+    except (FileNotFoundError, NotADirectoryError, UnsafeEntry):
+        return Settings()  # no queue directory yet, or a .vsqs vsqs never enters
+    except OSError as exc:
+        if exc.errno not in _NOT_A_FILE:
+            raise  # permission denied, I/O error: as they are
+        raise InvalidSettings(path, "", f"not a regular file ({exc.strerror})") from None
+    if raw is None:
+        return Settings()
+    settings = parse(raw, path, layout.path)
+    if "dead_letter" in settings:
+        target = os.path.join(os.path.dirname(layout.path), settings["dead_letter"])
+        if os.path.lexists(target) and not _fs.is_plain_dir(target):
+            raise InvalidSettings(
+                path, "dead_letter", f"{target!r} is not a directory (a symlink?); never followed"
+            )
+    return settings
+
+
+def load(queue: str) -> Settings:
+    """The stored settings of the queue directory *queue* (descriptors released after)."""
+    layout = Layout(queue)
+    try:
+        return read(layout)
+    finally:
+        layout.close()
+
+
+def resolve(queue: str, stored: Settings, given: Mapping[str, object]) -> dict[str, object]:
+    """The options of a handle: the *stored* settings, replaced by those it was *given*.
+
+    Every stored setting but ``capacity`` yields to the handle's own value. A stored
+    capacity binds every producer: a handle's smaller capacity applies to that handle,
+    a larger one (or none) does not lift it. The stored dead-letter name becomes the
+    path beside *queue*.
+    """
+    options: dict[str, object] = dict(stored)
+    if "dead_letter" in stored:
+        options["dead_letter"] = os.path.join(os.path.dirname(queue), stored["dead_letter"])
+    options.update(given)
+    if "dead_letter" in given and given["dead_letter"] is None and "max_receives" not in given:
+        options.pop("max_receives", None)  # the handle opted out of dead-lettering
+    if "capacity" in stored:
+        mine = given.get("capacity")
+        bound = stored["capacity"]
+        options["capacity"] = bound if mine is None else min(bound, count(mine, "capacity"))
+    return options
+
+
+def update(layout: Layout, clock: Clock, changes: Mapping[str, object]) -> Settings:
+    """Apply *changes* to the stored settings (``None`` removes a key); the result.
+
+    Atomic (one rename) and serialised with every other update by ``flock`` on
+    ``.vsqs/settings.lock``; a malformed stored file or a bad change raises and leaves
+    the file as it was.
+
+    :raises TypeError: an unknown key, or a value of the wrong type.
+    :raises ValueError: a value out of range, or ``max_receives`` without ``dead_letter``.
+    :raises InvalidSettings: the stored file cannot be trusted (fix or remove it first).
+    """
+    for key in changes:
+        if key not in STORED:
+            raise TypeError(f"unknown setting {key!r}; settings are: {', '.join(STORED)}")
+    checked = {
+        key: None if value is None else _check_value(key, value) for key, value in changes.items()
+    }
+    with _locked(layout, clock):
+        current: dict[str, object] = dict(read(layout))
+        for key, value in checked.items():
+            if value is None:
+                current.pop(key, None)
+            else:
+                current[key] = value
+        if "max_receives" in current and "dead_letter" not in current:
+            raise ValueError("max_receives needs a dead_letter queue to move messages to")
+        if current.get("dead_letter") == os.path.basename(layout.path):
+            raise ValueError("a queue cannot be its own dead-letter queue")
+        result = cast("Settings", current)  # every key and value checked above
+        layout.write(ROOT, SETTINGS, dump(result), durable=True)
+        layout.fsync(ROOT)
+    return result
+
+
+class _locked:  # noqa: N801 - used as a function: ``with _locked(layout, clock):``
+    """Hold ``flock`` on ``.vsqs/settings.lock`` (opened through the layout, never a link)."""
+
+    def __init__(self, layout: Layout, clock: Clock) -> None:
+        self._layout = layout
+        self._sleep: Callable[[float], None] = clock.sleep
+        self._fd = -1
+
+    def __enter__(self) -> None:
+        fd = self._layout.open_lock(SETTINGS_LOCK)
+        while not _fs.try_lock(fd):
+            self._sleep(_LOCK_POLL)  # another process is changing the settings
+        self._fd = fd
+
+    def __exit__(self, *exc_info: object) -> None:
+        _fs.unlock(self._fd)
+        _fs.close(self._fd)
