@@ -26,6 +26,7 @@ demo: $(VENV)/.core
 ## test: lint, type-check, the whole suite with coverage, and the docs build
 test: $(STAMP)
 	sh tests/reliability/setup-filesystems.sh
+	sh tests/multihost/setup-sshfs.sh
 	sh tests/setup-java.sh
 	$(BIN)/ruff check vsqs tests benchmarks examples docs
 	$(BIN)/ruff format --check vsqs tests benchmarks examples docs
@@ -60,6 +61,7 @@ bench-quick: $(VENV)/.bench
 ## stress: the long crash-injection and fault runs
 stress: $(STAMP)
 	sh tests/reliability/setup-filesystems.sh
+	sh tests/multihost/setup-sshfs.sh
 	$(BIN)/pytest -m stress --stress-long tests
 
 clean:

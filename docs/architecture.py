@@ -35,6 +35,7 @@ NAMES = (
     "2  helpers (metadata)",
     "1  mechanism: paths, listing, waiting",
     "1  mechanism: every system call",
+    "1  mechanism: which filesystem (mountinfo)",
     "0  pure values",
     "0  pure values (time)",
     "0  pure values (names)",

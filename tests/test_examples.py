@@ -39,6 +39,7 @@ def test_every_example_is_tested() -> None:
         "celery_tasks.py",
         "metrics.py",
         "pipeline.py",
+        "shared_queue.py",
         "spark_pipeline.py",
     ]
 
@@ -52,6 +53,11 @@ def test_async_worker_runs_twice(tmp_path: Path) -> None:
 def test_pipeline_runs_twice(tmp_path: Path) -> None:
     for output in _run_twice(tmp_path, "pipeline.py"):
         assert output.endswith("dead letters: [1313]\n"), output
+
+
+def test_shared_queue_runs_twice(tmp_path: Path) -> None:
+    for output in _run_twice(tmp_path, "shared_queue.py", "--host", "a"):
+        assert output == "a: waiting by inotify\na: consumed 10 messages\n", output
 
 
 @pytest.mark.spark

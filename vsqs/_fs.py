@@ -16,6 +16,7 @@ Guarantees the rest of vsqs relies on:
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import ctypes.util
 import errno
@@ -27,6 +28,8 @@ import stat
 import sys
 from collections.abc import Callable
 from typing import Final
+
+from ._mountinfo import stable_inode
 
 _O_NOFOLLOW: Final = getattr(os, "O_NOFOLLOW", 0)
 _O_CLOEXEC: Final = getattr(os, "O_CLOEXEC", 0)
@@ -46,8 +49,7 @@ _libc = ctypes.CDLL(ctypes.util.find_library("c") or None, use_errno=True)
 _renameat2 = getattr(_libc, "renameat2", None) if sys.platform.startswith("linux") else None
 _renamex_np = getattr(_libc, "renamex_np", None) if sys.platform == "darwin" else None
 _syncfs = getattr(_libc, "syncfs", None) if sys.platform.startswith("linux") else None
-# renameat2 is called without argtypes: ctypes passes Python ints and bytes natively, and
-# skipping its per-argument conversion saves a quarter of the call on the hot path.
+# renameat2 has no argtypes: ctypes passes ints and bytes as they are, a quarter faster.
 if _renamex_np is not None:
     _renamex_np.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_uint]
     _renamex_np.restype = ctypes.c_int
@@ -58,8 +60,7 @@ if _syncfs is not None:
 _FS_ENCODING: Final = sys.getfilesystemencoding()
 
 
-def _encode(path: str) -> bytes:
-    # os.fsencode, minus its type dispatch: this is on every claim and publish.
+def _encode(path: str) -> bytes:  # os.fsencode minus its type dispatch (hot path)
     return path.encode(_FS_ENCODING, "surrogateescape")
 
 
@@ -126,10 +127,10 @@ def sync_filesystem(path: str) -> bool:
 def rename_noreplace(src: str, dst: str) -> None:
     """Rename *src* to *dst* atomically unless *dst* exists.
 
-    Raises :class:`FileExistsError` if *dst* exists and :class:`FileNotFoundError` if
-    *src* does not. Where the filesystem has no atomic no-replace rename (NFS), it falls
-    back to ``link`` then ``unlink``: still never replacing, but a crash between the two
-    leaves both names on one inode, which the state machine recognises and repairs.
+    :class:`FileExistsError` if *dst* exists, :class:`FileNotFoundError` if *src* does
+    not. Without an atomic no-replace rename (NFS, sshfs) it links then unlinks: never
+    replacing; a crash between leaves two names on one inode, which the state machine
+    repairs.
     """
     _rename_noreplace(src, dst, _AT_FDCWD)
 
@@ -154,12 +155,36 @@ def _rename_noreplace(src: str, dst: str, dir_fd: int) -> None:
         code = ctypes.get_errno()
         if code not in (errno.EINVAL, errno.ENOTSUP):
             raise OSError(code, os.strerror(code), src, None, dst)
-    if dir_fd == _AT_FDCWD:
-        link_noreplace(src, dst)
-        unlink(src)
-    else:
+    _link_then_unlink(src, dst, None if dir_fd == _AT_FDCWD else dir_fd)
+
+
+def _link_then_unlink(src: str, dst: str, dir_fd: int | None) -> None:
+    """The no-replace rename where the filesystem has none (NFS, sshfs, SMB). Of peers
+    moving one *src* at once, on any hosts, exactly one succeeds: the one whose
+    ``unlink`` removed *src*; the others withdraw their link and raise
+    :class:`FileNotFoundError`, as with an atomic rename. The outcome is read from the
+    filesystem (is *src* still there, did our unlink remove it), not from an errno alone.
+    """
+    try:
         os.link(src, dst, src_dir_fd=dir_fd, dst_dir_fd=dir_fd, follow_symlinks=False)
-        unlink_at(src, dir_fd)
+    except FileNotFoundError:
+        # RACE: another host took *dst* (claimed the message we just published) between
+        # the server making our link and the client's lookup of the new name (sshfs and
+        # NFS look it up). ENOENT from link(2) means "no source", so a source still there
+        # says the link was made (link counts and inodes cannot tell: sshfs says 1 and
+        # numbers each name apart) if it cannot have left and come back meanwhile: a
+        # `.new`, a lease or a hold can't; a ready name (no dot) can, so it needs *dst*.
+        ready = "." not in os.path.basename(src)
+        if not exists_at(src, dir_fd) or (ready and not exists_at(dst, dir_fd)):
+            raise  # we made nothing (or, for a ready name, cannot tell: at least once)
+    try:
+        os.unlink(src, dir_fd=dir_fd)
+    except FileNotFoundError:
+        # RACE: a peer on another host linked the same source to its own name and removed
+        # the source first: it won. Withdraw our name so that the message is held once.
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(dst, dir_fd=dir_fd)
+        raise FileNotFoundError(errno.ENOENT, "moved by another process meanwhile", src) from None
 
 
 def link_noreplace(src: str, dst: str) -> None:
@@ -186,7 +211,7 @@ def read_regular(path: str) -> bytes:
 
 
 def read_message(path: str) -> tuple[bytes, int]:
-    """Read a message file (as :func:`read_regular`); return its body and inode number."""
+    """Read a message file (as :func:`read_regular`); its body and inode (0: unknown)."""
     return _read_fd(os.open(path, _READ_FLAGS), path)
 
 
@@ -199,11 +224,11 @@ def _read_fd(fd: int, name: str) -> tuple[bytes, int]:
         size = info.st_size
         first = os.read(fd, size) if size else b""
         if len(first) == size:
-            return first, info.st_ino
+            return first, stable_inode(info)
         chunks = [first]
         while chunk := os.read(fd, 1 << 20):  # short read (NFS, signals): go on to EOF
             chunks.append(chunk)
-        return b"".join(chunks), info.st_ino
+        return b"".join(chunks), stable_inode(info)
     finally:
         os.close(fd)
 
@@ -306,7 +331,7 @@ def rename_noreplace_at(src: str, dst: str, dir_fd: int) -> None:
     _rename_noreplace(src, dst, dir_fd)
 
 
-def exists_at(name: str, dir_fd: int) -> bool:
+def exists_at(name: str, dir_fd: int | None) -> bool:
     """Whether *name* exists in *dir_fd* (without following a final symlink)."""
     return os.access(name, os.F_OK, dir_fd=dir_fd, follow_symlinks=False)
 
@@ -361,8 +386,8 @@ def copy_fd(source: int, target: int, progress: Callable[[], object]) -> int:
 
 
 def inode(path: str) -> int:
-    """The inode number of *path* (not following a symlink)."""
-    return os.lstat(path).st_ino
+    """The inode number of *path* (not following a symlink); 0 where it is per host."""
+    return stable_inode(os.lstat(path))
 
 
 def open_regular(path: str) -> int:
@@ -376,8 +401,7 @@ def open_regular(path: str) -> int:
 
 def exists(path: str) -> bool:
     """Whether *path* names anything (without following a final symlink)."""
-    # access() answers without raising: a third cheaper than lstat() when the answer is
-    # "no", which it is on every publish that checks for the closed marker.
+    # access(): a third cheaper than lstat() for "no", the answer on every publish.
     return os.access(path, os.F_OK, follow_symlinks=False)
 
 
@@ -422,22 +446,3 @@ def is_plain_dir(path: str) -> bool:
 def remove_tree(path: str) -> None:
     """Remove a directory tree that vsqs owns (a deleted named queue)."""
     shutil.rmtree(path)
-
-
-def filesystem_type(path: str) -> str:
-    """The type of the filesystem holding *path* (``"ext4"``, ``"nfs4"``...), or ``""``."""
-    real = os.path.realpath(path)
-    best, best_type = "", ""
-    try:
-        with open("/proc/self/mounts", encoding="utf-8", errors="replace") as mounts:
-            for line in mounts:
-                fields = line.split()
-                if len(fields) < 3:
-                    continue
-                mount_point = fields[1].replace("\\040", " ")
-                inside = real == mount_point or real.startswith(mount_point.rstrip("/") + "/")
-                if inside and len(mount_point) >= len(best):
-                    best, best_type = mount_point, fields[2]
-    except OSError:
-        return ""
-    return best_type

@@ -44,8 +44,8 @@ class Meta:
     may give a new message the id of one that is held); 0 where unknown."""
 
     def owned_by(self, inode: int) -> bool:
-        """Whether this metadata describes the message file with *inode*."""
-        return not self.inode or self.inode == inode
+        """Whether this metadata describes the message file with *inode* (0: unknown)."""
+        return not self.inode or not inode or self.inode == inode
 
     def to_json(self) -> bytes:
         data: dict[str, Any] = {}

@@ -41,15 +41,9 @@ from typing import Final, Protocol
 
 from . import _inotify
 from ._clock import Clock
-from ._fs import filesystem_type
+from ._mountinfo import filesystem_type, polls
 
 HAVE_INOTIFY: Final = _inotify.HAVE_INOTIFY
-
-# Filesystems on which other hosts write: local events would miss their changes.
-NETWORK_FILESYSTEMS: Final = frozenset(
-    {"nfs", "nfs4", "cifs", "smb3", "smbfs", "ceph", "glusterfs", "fuse.glusterfs", "lustre",
-     "gpfs", "9p", "fuse.sshfs", "afs", "beegfs", "fuse.s3fs", "fuse.gcsfuse"}
-)  # fmt: skip
 
 
 class Waiter(Protocol):
@@ -431,12 +425,13 @@ class InotifyWaiter:
 def make_waiter(path: str, clock: Clock, mode: str, interval: float | None) -> Waiter:
     """Pick the waiting strategy for a queue directory.
 
-    :param mode: ``"auto"`` (inotify on local Linux filesystems, polling elsewhere),
+    :param mode: ``"auto"`` (inotify on local Linux filesystems, polling on those of
+        :data:`NETWORK_FILESYSTEMS`, on FUSE and off Linux),
         ``"inotify"`` or ``"poll"``.
     :param interval: the polling interval, or the periodic re-check under inotify.
     """
     use_inotify = HAVE_INOTIFY and mode != "poll"
-    if use_inotify and mode == "auto" and filesystem_type(path) in NETWORK_FILESYSTEMS:
+    if use_inotify and mode == "auto" and polls(filesystem_type(path)):
         use_inotify = False
     if use_inotify:
         return InotifyWaiter(path, clock, 1.0 if interval is None else interval)
