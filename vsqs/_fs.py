@@ -50,7 +50,7 @@ _renameat2 = getattr(_libc, "renameat2", None) if sys.platform.startswith("linux
 _renamex_np = getattr(_libc, "renamex_np", None) if sys.platform == "darwin" else None
 _syncfs = getattr(_libc, "syncfs", None) if sys.platform.startswith("linux") else None
 # renameat2 has no argtypes: ctypes passes ints and bytes as they are, a quarter faster.
-if _renamex_np is not None:
+if _renamex_np is not None:  # pragma: no cover - macOS only
     _renamex_np.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_uint]
     _renamex_np.restype = ctypes.c_int
 if _syncfs is not None:
@@ -60,7 +60,8 @@ if _syncfs is not None:
 _FS_ENCODING: Final = sys.getfilesystemencoding()
 
 
-def _encode(path: str) -> bytes:  # os.fsencode minus its type dispatch (hot path)
+def _encode(path: str) -> bytes:  # pragma: no cover - macOS only (renamex_np)
+    # os.fsencode minus its type dispatch (hot path)
     return path.encode(_FS_ENCODING, "surrogateescape")
 
 
@@ -113,7 +114,7 @@ def sync_filesystem(path: str) -> bool:
     Returns ``False`` where the platform has no such call; the caller then fsyncs files
     one by one.
     """
-    if _syncfs is None:
+    if _syncfs is None:  # pragma: no cover - not Linux
         return False
     fd = os.open(path, os.O_RDONLY | _O_DIRECTORY | _O_CLOEXEC)
     try:
@@ -149,7 +150,7 @@ def _rename_noreplace(src: str, dst: str, dir_fd: int) -> None:
         code = ctypes.get_errno()
         if code not in (errno.EINVAL, errno.ENOSYS, errno.ENOTSUP):
             raise OSError(code, os.strerror(code), src, None, dst)
-    elif _renamex_np is not None and dir_fd == _AT_FDCWD:
+    elif _renamex_np is not None and dir_fd == _AT_FDCWD:  # pragma: no cover - macOS only
         if not _renamex_np(_encode(src), _encode(dst), _RENAME_EXCL):
             return
         code = ctypes.get_errno()

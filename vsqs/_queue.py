@@ -431,7 +431,7 @@ class Queue:
         try:
             # extend() keeps what was staged before a failure: it is removed below.
             staged.extend(self._stage(view) for view in views)
-            if not _fs.sync_filesystem(self.path):
+            if not _fs.sync_filesystem(self.path):  # pragma: no cover - no syncfs (not Linux)
                 for name, _ in staged:
                     fd = _fs.open_regular(self.layout.message(name))
                     try:
