@@ -283,11 +283,6 @@ class InotifyHub:
     def made_ready(self, token: int) -> list[str] | None:
         return None if self._wd < 0 else self._instance.made_ready(self._wd, token)
 
-    def close(self) -> None:
-        if self._wd >= 0:
-            self._finalizer()  # lets go of the watch once, now
-            self._wd = -1
-
     # -- the non-blocking side, for an event loop (vsqs.aio) ----------------------------
 
     def watch(self) -> int:
@@ -344,9 +339,6 @@ class _Detached:
     def made_ready(self, token: int) -> list[str] | None:
         return None
 
-    def close(self) -> None:
-        pass
-
 
 _DETACHED: Final = _Detached()
 
@@ -362,9 +354,6 @@ class _Polling:
 
     def made_ready(self, token: int) -> list[str] | None:
         return None
-
-    def close(self) -> None:
-        pass
 
 
 class InotifyWaiter:
