@@ -491,13 +491,14 @@ class Queue:
     def _stage_all(self, views: list[memoryview], staged: list[tuple[str, int]]) -> None:
         """The *create* arrow for every body of a batch, appending each to *staged* (so
         the caller removes what was staged before a failure). :meth:`_stage` in a lean
-        loop: one clock reading for the batch, ids drawn strictly increasing from it."""
+        loop. Each id is drawn from the clock afresh: ids drawn in a run from one reading
+        would collide with a concurrent publisher's run, one id at a time."""
         path, file_mode = self.path, self.config.file_mode
-        ids, precision, now_us = self._ids, self.precision, self.clock.time_us()
+        ids, precision, time_us = self._ids, self.precision, self.clock.time_us
         create, write, close = _fs.create_exclusive, _fs.write_all, _fs.close
         for view in views:
             while True:
-                new = ids.next(now_us, precision) + ".new"
+                new = ids.next(time_us(), precision) + ".new"
                 try:
                     fd = create(f"{path}/{new}", file_mode or 0o666)
                 except FileExistsError:

@@ -220,13 +220,16 @@ def publish_rows(
             key = field(row, fmt.key_column)
             if key is None:
                 raise ValueError(f"row {index} has a null key column {fmt.key_column!r}")
-            dedup_ids.append(f"{dedup_prefix}{key}")
+            dedup_id: str | None = f"{dedup_prefix}{key}"
+        else:
+            dedup_id = None
         attributes = _attributes(row, fmt)
         if bodies and (len(bodies) >= batch_size or attributes != current):
             flush()
             start = index
         current = attributes
         bodies.append(body)
+        dedup_ids.append(dedup_id)
         count += 1
     if bodies:
         flush()
