@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from pyspark.errors import AnalysisException
 from pyspark.sql import Row, SparkSession
 from pyspark.sql.datasource import InputPartition
 from pyspark.sql.streaming.datasource import ReadMaxRows
@@ -197,6 +198,20 @@ def test_overwrite_is_refused(spark: SparkSession, tmp_path: Path) -> None:
     df = spark.createDataFrame([Row(body="x")])
     with pytest.raises(Exception, match="only appends"):
         df.write.format("vsqs").mode("overwrite").save(str(tmp_path / "q"))
+
+
+def test_save_without_a_mode_says_to_append(spark: SparkSession, tmp_path: Path) -> None:
+    """Issue 15.7: Spark refuses its default mode (ErrorIfExists) for a Python data
+    source before vsqs runs; the error the user sees names mode('append'), and other
+    formats' errors are untouched."""
+    df = spark.createDataFrame([Row(body="x")])
+    for writer in (df.write.format("vsqs"), df.write.format("vsqs").mode("ignore")):
+        with pytest.raises(ValueError, match=r"only appends.*\.mode\('append'\)"):
+            writer.save(str(tmp_path / "q"))
+    (tmp_path / "p").mkdir()
+    with pytest.raises(AnalysisException, match="PATH_ALREADY_EXISTS"):
+        df.write.format("parquet").save(str(tmp_path / "p"))
+    assert not (tmp_path / "q").exists() or vsqs.Queue(tmp_path / "q").counts().total == 0
 
 
 def test_stream_read_and_stream_write(spark: SparkSession, tmp_path: Path) -> None:

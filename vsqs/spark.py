@@ -56,9 +56,11 @@ import functools
 import itertools
 import uuid
 from collections.abc import Callable, Iterable, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Final
 
 from pyspark import TaskContext
+from pyspark.errors import AnalysisException
+from pyspark.sql.readwriter import DataFrameWriter
 
 from . import Queue
 from ._spark_consume import consume
@@ -88,6 +90,44 @@ def register(spark: SparkSession) -> None:
     >>> spark.read.format("vsqs").load("/data/q").show()  # doctest: +SKIP
     """
     spark.dataSource.register(VsqsDataSource)
+    _explain_save_modes()
+
+
+_SAVE_MODE_ERROR: Final = "UNSUPPORTED_DATA_SOURCE_SAVE_MODE"
+_HINTED: Final[list[Callable[..., None]]] = []
+
+
+def _explain_save_modes() -> None:
+    """Make ``df.write.format("vsqs").save()`` without a mode say to use ``append``.
+
+    Spark's default save mode is ``ErrorIfExists``, which Spark itself refuses for a
+    Python data source before any vsqs code runs, advising "Append" or "Overwrite"
+    (and vsqs refuses ``overwrite``). No data source hook sees the mode, so this wraps
+    ``DataFrameWriter.save`` once, in this process: that one error, for the ``vsqs``
+    format only, becomes a :class:`ValueError` naming the fix; everything else passes
+    through untouched.
+    """
+    save = DataFrameWriter.save
+    if save in _HINTED:
+        return
+
+    @functools.wraps(save)
+    def save_with_hint(self: DataFrameWriter, *args: Any, **kwargs: Any) -> None:
+        try:
+            save(self, *args, **kwargs)
+        except AnalysisException as exc:
+            source = (exc.getMessageParameters() or {}).get("source", "")
+            if exc.getCondition() != _SAVE_MODE_ERROR or source.strip('"`') != "vsqs":
+                raise
+            mode = (exc.getMessageParameters() or {}).get("createMode", "?").strip('"')
+            raise ValueError(
+                "the vsqs format only appends: write with"
+                f" df.write.format('vsqs').mode('append').save(path) (Spark refuses {mode},"
+                " its default when no mode is given)"
+            ) from exc
+
+    _HINTED.append(save_with_hint)
+    DataFrameWriter.save = save_with_hint  # type: ignore[method-assign]
 
 
 def publish_partition(
