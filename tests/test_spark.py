@@ -75,6 +75,24 @@ def test_publish_partition_task_retry_adds_no_duplicates(
     assert _bodies(vsqs.Queue(queue_path)) == sorted(f"m{i}" for i in range(60))
 
 
+def test_publish_task_killed_mid_batch_publishes_each_row_once(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    """Issue 15.9: one marker per batch. The Python worker is killed in the middle of a
+    batch (after its marker, three of its seven messages ready); the retried task
+    finds the marker, waits for the dead writer (up to ``IN_PROGRESS_LIMIT``), makes
+    the other four ready and publishes the rest: every row exactly once, in order."""
+    queue_path = str(tmp_path / "q")
+    rows = [Row(body=f"m{i:03d}") for i in range(40)]
+    df = spark.createDataFrame(rows).coalesce(1)
+    publish = functools.partial(spark_helpers.publish_killed_midway, queue_path, uuid.uuid4().hex)
+    df.foreachPartition(publish)
+    queue = vsqs.Queue(queue_path)
+    assert [m.body.decode() for m in queue.browse()] == [f"m{i:03d}" for i in range(40)]
+    markers = os.listdir(os.path.join(queue_path, ".vsqs", "dedup"))
+    assert len(markers) == 6  # one per batch of 7 (40 rows), none per message
+
+
 def test_publish_dataframe_counts_rows_once_under_retry(
     spark: SparkSession, tmp_path: Path
 ) -> None:
