@@ -274,3 +274,54 @@ def _body(value: object, column: str, index: int) -> bytes:
     if value is None:
         raise ValueError(f"row {index} has a null {column!r} column")
     return encode_body(value, column)
+
+
+def is_plain(fmt: RowFormat) -> bool:
+    """Whether *fmt* publishes one body column as it is (no key, attribute column or
+    JSON): the case that Arrow record batches serve without a Python object per row."""
+    return not fmt.json_rows and fmt.key_column is None and fmt.attributes_column is None
+
+
+def publish_arrow(
+    queue: Queue,
+    batches: Iterable[Any],
+    fmt: RowFormat,
+    dedup_prefix: str,
+    *,
+    batch_size: int = DEFAULT_BATCH_SIZE,
+) -> int:
+    """:func:`publish_rows` of Arrow record batches, for a plain *fmt* (:func:`is_plain`).
+
+    The body column of each record batch is converted whole; the batches published, and
+    their deduplication ids, are those :func:`publish_rows` makes of the same rows,
+    whatever the sizes of the record batches.
+    """
+    if batch_size < 1:
+        raise ValueError(f"batch_size must be a positive int, not {batch_size!r}")
+    name = fmt.column
+    attributes = dict(fmt.attributes) if fmt.attributes else None
+    pending: list[Any] = []
+    start = 0
+
+    def publish(count: int) -> None:
+        nonlocal start
+        bodies = [
+            v if type(v) in _BINARY else _body(v, name, start + i)
+            for i, v in enumerate(pending[:count])
+        ]
+        queue.publish_batch(
+            bodies, attributes=attributes, batch_dedup_id=f"{dedup_prefix}{start}+{count}"
+        )
+        del pending[:count]
+        start += count
+
+    for batch in batches:
+        index = batch.schema.get_field_index(name)
+        if index < 0:
+            raise KeyError(f"the row has no column {name!r}")
+        pending.extend(batch.column(index).to_pylist())
+        while len(pending) >= batch_size:
+            publish(batch_size)
+    if pending:
+        publish(len(pending))
+    return start

@@ -10,24 +10,27 @@ Publishing from executors
 -------------------------
 :func:`publish_partition` runs inside a task (``df.foreachPartition``). It publishes in
 batches of ``batch_size`` with :meth:`Queue.publish_batch`: one filesystem sync and one
-directory fsync per batch. Every message carries a deduplication id, so that a task
-that Spark runs twice (a retry after a failure, a speculative copy, a stage resubmitted
-after a lost executor) publishes each row once:
+directory fsync per batch. Every message is covered by a deduplication id, so that a
+task that Spark runs twice (a retry after a failure, a speculative copy, a stage
+resubmitted after a lost executor) publishes each row once:
 
-* with ``key_column``, the id is ``"key:" + str(row[key_column])``: the row's identity,
-  the same in any job that publishes that row;
-* otherwise ``"t:<run_id>:<stageId>:<partitionId>:<index>"``, from the
-  ``TaskContext``. ``attemptNumber`` is deliberately left out: every attempt of a task
-  maps to the same ids. ``run_id`` tells two jobs (or applications, whose stage ids both
-  start at 0) apart; :func:`publish_dataframe` and :func:`partition_publisher` draw a
-  fresh one on the driver.
+* with ``key_column``, each message's id is ``"key:" + str(row[key_column])``: the
+  row's identity, the same in any job that publishes that row;
+* otherwise each *batch* has one id, ``"t:<run_id>:<stageId>:<partitionId>:<first
+  index>+<count>"``, from the ``TaskContext`` (``publish_batch(batch_dedup_id=...)``:
+  one marker per batch, the batch's commit point, so a task killed mid-batch leaves a
+  batch that its retry completes, never a half one; see the guide).
+  ``attemptNumber`` is deliberately left out: every attempt of a task maps to the same
+  ids. ``run_id`` tells two jobs (or applications, whose stage ids both start at 0)
+  apart; :func:`publish_dataframe` and :func:`partition_publisher` draw a fresh one on
+  the driver.
 
 Guaranteed: within the queue's ``dedup_window`` (default 300 s), a row is published at
 most once however many attempts run, provided each attempt sees the same rows in the
 same order (a deterministic partition) or rows carry a key. Not guaranteed: a retry that
 starts after the window, a non-deterministic partition (e.g. after an unordered
-shuffle) without a key, and a batch is not atomic: a failed task leaves a published
-prefix, which its retry then completes.
+shuffle) without a key, and a task is not atomic: a failed task leaves its first
+batches published, which its retry then completes.
 
 The data source
 ---------------
@@ -65,7 +68,13 @@ from pyspark.sql.readwriter import DataFrameWriter
 from . import Queue
 from ._spark_consume import consume
 from ._spark_options import SCHEMA, ReadMode
-from ._spark_publish import DEFAULT_BATCH_SIZE, RowFormat, publish_rows, resolve_format, row_names
+from ._spark_publish import (
+    DEFAULT_BATCH_SIZE,
+    RowFormat,
+    publish_rows,
+    resolve_format,
+    row_names,
+)
 from ._spark_source import VsqsDataSource
 
 if TYPE_CHECKING:
@@ -255,6 +264,7 @@ def publish_dataframe(
         attributes_column=attributes_column,
         attributes=attributes,
     )
+    # Rows, not Arrow: pyspark's mapInArrow needs pandas, which the extra does not pull in.
     publish = functools.partial(
         _publish_counted,
         queue_path=queue_path,
