@@ -220,3 +220,28 @@ def test_concurrent_publishers_of_one_batch_publish_it_once(tmp_path: Path) -> N
     q = vsqs.Queue(qdir)
     assert [m.body for m in drain(q)] == [f"{n}".encode() for n in range(200)]
     assert not [n for n in os.listdir(qdir) if n.endswith(".new")]
+
+
+def test_clean_removes_expired_batch_markers(q: vsqs.Queue, qdir: Path, clock: ManualClock) -> None:
+    """A complete batch's marker goes once the window is over, like a message's."""
+    q.publish_batch(BODIES, batch_dedup_id="t")
+    q.publish(b"one", dedup_id="k")
+    assert q.clean() == 0
+    assert len(_markers(qdir)) == 2
+    clock.advance(q.dedup_window + 1)
+    assert q.clean() == 2
+    assert _markers(qdir) == []
+
+
+def test_a_taken_id_is_redrawn_and_the_retry_is_told_the_final_ids(
+    q: vsqs.Queue, qdir: Path, clock: ManualClock
+) -> None:
+    """An id taken by a message in another state (a skewed peer) is drawn again, by
+    renaming the recorded ``.new`` straight to the fresh id; the record follows."""
+    planted = str(clock.time_us())
+    (qdir / planted).write_bytes(b"a peer's message")
+    ids = q.publish_batch(BODIES[:3], batch_dedup_id="t")
+    assert planted not in ids
+    assert q.publish_batch(BODIES[:3], batch_dedup_id="t") == ids
+    # As for any publish, a redrawn id is a later one: that message comes last.
+    assert [m.body for m in drain(q)] == [b"a peer's message", *BODIES[1:3], BODIES[0]]

@@ -213,6 +213,19 @@ class Deduplicator:
                 continue
             return found, False
 
+    def repoint_chunk(self, chunk: Chunk, ids: list[str]) -> None:
+        """Record the ids a batch's messages were finally published under (some were
+        drawn again), so a duplicate is told those. Atomic (a rename over the marker)."""
+        record = {
+            "time": chunk.created_us,
+            "ids": ids,
+            "sizes": [entry[1] for entry in chunk.entries],
+            "attributes": chunk.attributes,
+            "delay_us": chunk.delay_us,
+        }
+        content = json.dumps(record, separators=(",", ":")).encode()
+        self._layout.write(DEDUP, chunk.marker, content, durable=False)
+
     def pending(self, chunk: Chunk) -> list[tuple[str, int]]:
         """The entries of *chunk* still staged (``<id>.new``), in order."""
         layout = self._layout

@@ -542,7 +542,13 @@ class Queue:
                     done[message_id] = self._commit(new, size, attrs, delay_us, recorded=True)
             except FileNotFoundError:
                 pass  # RACE: another finisher (a retry, `clean`) made it ready first
-        return [done.get(message_id, message_id) for message_id, _ in chunk.entries]
+        ids = [done.get(message_id, message_id) for message_id, _ in chunk.entries]
+        if done:
+            # A re-id leaves nothing under the recorded name (the `.new` was renamed
+            # straight to the fresh id): the record only needs the final ids for the
+            # duplicates it answers. A crash before this line tells them the old id.
+            self._dedup.repoint_chunk(chunk, ids)
+        return ids
 
     def _stage(
         self, body: bytes | memoryview | Callable[[int], int], *, sync: bool = False
