@@ -245,3 +245,51 @@ def test_a_taken_id_is_redrawn_and_the_retry_is_told_the_final_ids(
     assert q.publish_batch(BODIES[:3], batch_dedup_id="t") == ids
     # As for any publish, a redrawn id is a later one: that message comes last.
     assert [m.body for m in drain(q)] == [b"a peer's message", *BODIES[1:3], BODIES[0]]
+
+
+def test_staging_skips_a_taken_new_name_and_keeps_the_mode(tmp_path: Path) -> None:
+    """A ``.new`` name another publisher holds is skipped; a queue's umask applies."""
+    clock = ManualClock(1_700_000_000.0)
+    q = vsqs.Queue(tmp_path / "q", clock=clock, umask=0o027)
+    taken = tmp_path / "q" / f"{clock.time_us()}.new"
+    taken.write_bytes(b"another publisher's")
+    ids = q.publish_batch(BODIES[:2], batch_dedup_id="t")
+    assert f"{ids[0]}.new" != taken.name
+    assert taken.read_bytes() == b"another publisher's"
+    assert {os.stat(tmp_path / "q" / i).st_mode & 0o777 for i in ids} == {0o640}
+
+
+def test_a_planted_marker_is_replaced(q: vsqs.Queue, qdir: Path) -> None:
+    """A directory planted under a batch's marker name reads as expired, never blocks."""
+    q.publish_batch([b"x"], batch_dedup_id="t")
+    (marker,) = _markers(qdir)
+    marker.unlink()
+    marker.mkdir()
+    (marker / "f").write_text("keeps the directory from being removed")
+    drain(q)
+    q.publish_batch(BODIES[:2], batch_dedup_id="t")
+    assert [m.body for m in drain(q)] == BODIES[:2]
+    assert json.loads(marker.read_text())["ids"]
+
+
+def test_two_finishers_of_one_batch_make_each_message_ready_once(
+    q: vsqs.Queue, clock: ManualClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Another finisher renames a recorded ``.new`` just before we do: ours finds it
+    gone and moves on (RACE in ``_finish_chunk``)."""
+    with monkeypatch.context() as patch:
+        _die_after_renames(patch, 1)
+        with pytest.raises(SystemExit):
+            q.publish_batch(BODIES, batch_dedup_id="t")
+    clock.advance(60)
+    real = _fs.rename_noreplace
+
+    def rename(src: str, dst: str) -> None:
+        if src.endswith(".new") and os.path.exists(src):
+            real(src, dst)  # the other finisher, a moment earlier
+        real(src, dst)
+
+    with monkeypatch.context() as patch:
+        patch.setattr(_fs, "rename_noreplace", rename)
+        q.publish_batch(BODIES, batch_dedup_id="t")
+    assert [m.body for m in drain(q)] == BODIES
