@@ -5,7 +5,8 @@ comes from this one run, on ``--dir``.
 
 * Publishing ``--rows`` rows of ``--body`` bytes in ``--partitions`` partitions, cached
   so every run publishes the same rows; each run writes into a fresh directory,
-  ``--repeat`` times, median shown:
+  removed and flushed (``os.sync``, untimed) before the next run starts; the runs are
+  interleaved round by round, ``--repeat`` rounds, median shown:
 
   - *bare O_EXCL+rename*: what one would hand-write with ``foreachPartition``: per
     row, create a temporary file with ``O_CREAT|O_EXCL``, write, close, rename. No
@@ -188,6 +189,9 @@ def main(argv: list[str] | None = None) -> int:
                 rates[name].append(args.rows / (time.perf_counter() - started))
                 assert len(os.listdir(target)) >= args.rows, "rows went missing"
                 shutil.rmtree(target)
+                # Untimed: flush the removal (and the disk's discards), so that no run
+                # pays for the files of the run before it.
+                os.sync()
         return {name: float(statistics.median(values)) for name, values in rates.items()}
 
     def bare(target: str) -> None:
