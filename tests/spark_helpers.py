@@ -63,6 +63,26 @@ def publish_then_fail(queue_path: str, run_id: str, rows: Iterable[Row]) -> None
         raise RuntimeError("injected failure after publishing")
 
 
+def publish_killed_midway(queue_path: str, run_id: str, rows: Iterable[Row]) -> None:
+    """Publish a partition in batches of 7; the first attempt of partition 0 is killed
+    (``os._exit``, no cleanup) right after the 10th message became ready: three
+    messages into its second batch, past that batch's commit point."""
+    context = _task()
+    if context.partitionId() == 0 and context.attemptNumber() == 0:
+        real = vsqs._fs.rename_noreplace
+        made_ready = [0]
+
+        def rename(src: str, dst: str) -> None:
+            real(src, dst)
+            if src.endswith(".new") and not dst.endswith(".new"):
+                made_ready[0] += 1
+                if made_ready[0] == 10:
+                    os._exit(137)
+
+        vsqs._fs.rename_noreplace = rename
+    vsqs.spark.publish_partition(rows, queue_path, run_id=run_id, batch_size=7)
+
+
 def _write_json(path: str, data: object) -> None:
     tmp = path + ".tmp"
     with open(tmp, "w") as fh:

@@ -14,7 +14,9 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import pyarrow as pa
 import pytest
+from pyspark.errors import AnalysisException
 from pyspark.sql import Row, SparkSession
 from pyspark.sql.datasource import InputPartition
 from pyspark.sql.streaming.datasource import ReadMaxRows
@@ -23,7 +25,7 @@ import vsqs
 import vsqs.spark
 from tests import spark_helpers
 from vsqs._spark_options import Planned, SourceOptions
-from vsqs._spark_publish import publish_rows, resolve_format
+from vsqs._spark_publish import publish_arrow, publish_rows, resolve_format
 from vsqs._spark_read import read_planned, split
 from vsqs._spark_stream import StreamReader
 
@@ -72,6 +74,24 @@ def test_publish_partition_task_retry_adds_no_duplicates(
     publish = functools.partial(spark_helpers.publish_then_fail, queue_path, uuid.uuid4().hex)
     df.foreachPartition(publish)
     assert _bodies(vsqs.Queue(queue_path)) == sorted(f"m{i}" for i in range(60))
+
+
+def test_publish_task_killed_mid_batch_publishes_each_row_once(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    """Issue 15.9: one marker per batch. The Python worker is killed in the middle of a
+    batch (after its marker, three of its seven messages ready); the retried task
+    finds the marker, waits for the dead writer (up to ``IN_PROGRESS_LIMIT``), makes
+    the other four ready and publishes the rest: every row exactly once, in order."""
+    queue_path = str(tmp_path / "q")
+    rows = [Row(body=f"m{i:03d}") for i in range(40)]
+    df = spark.createDataFrame(rows).coalesce(1)
+    publish = functools.partial(spark_helpers.publish_killed_midway, queue_path, uuid.uuid4().hex)
+    df.foreachPartition(publish)
+    queue = vsqs.Queue(queue_path)
+    assert [m.body.decode() for m in queue.browse()] == [f"m{i:03d}" for i in range(40)]
+    markers = os.listdir(os.path.join(queue_path, ".vsqs", "dedup"))
+    assert len(markers) == 6  # one per batch of 7 (40 rows), none per message
 
 
 def test_publish_dataframe_counts_rows_once_under_retry(
@@ -197,6 +217,20 @@ def test_overwrite_is_refused(spark: SparkSession, tmp_path: Path) -> None:
     df = spark.createDataFrame([Row(body="x")])
     with pytest.raises(Exception, match="only appends"):
         df.write.format("vsqs").mode("overwrite").save(str(tmp_path / "q"))
+
+
+def test_save_without_a_mode_says_to_append(spark: SparkSession, tmp_path: Path) -> None:
+    """Issue 15.7: Spark refuses its default mode (ErrorIfExists) for a Python data
+    source before vsqs runs; the error the user sees names mode('append'), and other
+    formats' errors are untouched."""
+    df = spark.createDataFrame([Row(body="x")])
+    for writer in (df.write.format("vsqs"), df.write.format("vsqs").mode("ignore")):
+        with pytest.raises(ValueError, match=r"only appends.*\.mode\('append'\)"):
+            writer.save(str(tmp_path / "q"))
+    (tmp_path / "p").mkdir()
+    with pytest.raises(AnalysisException, match="PATH_ALREADY_EXISTS"):
+        df.write.format("parquet").save(str(tmp_path / "p"))
+    assert not (tmp_path / "q").exists() or vsqs.Queue(tmp_path / "q").counts().total == 0
 
 
 def test_stream_read_and_stream_write(spark: SparkSession, tmp_path: Path) -> None:
@@ -586,6 +620,30 @@ def test_column_conventions_and_their_errors() -> None:
         resolve_format(list(types), types)
     types["headers"] = "array<struct<key:string,value:binary>>"
     assert resolve_format(list(types), types).attributes_column == "headers"
+
+
+def test_arrow_record_batches_publish_the_batches_rows_do(tmp_path: Path) -> None:
+    """The Arrow writer cuts the same batches, under the same ids, as the Row path,
+    whatever the record batches' sizes: a retry by either path adds nothing."""
+    fmt = resolve_format(["value"], {"value": "string"})
+    rows = [{"value": f"m{i:02d}"} for i in range(23)]
+    by_rows = vsqs.Queue(tmp_path / "rows")
+    assert publish_rows(by_rows, rows, fmt, "p:", batch_size=5) == 23
+    cuts = ((0, 3), (3, 17), (17, 23))
+    batches = [
+        pa.RecordBatch.from_pydict({"value": [r["value"] for r in rows[a:b]]}) for a, b in cuts
+    ]
+    by_arrow = vsqs.Queue(tmp_path / "arrow")
+    assert publish_arrow(by_arrow, batches, fmt, "p:", batch_size=5) == 23
+    dedup = ".vsqs/dedup"
+    assert sorted(os.listdir(by_rows.path + "/" + dedup)) == sorted(
+        os.listdir(by_arrow.path + "/" + dedup)
+    )
+    assert publish_rows(by_arrow, rows, fmt, "p:", batch_size=5) == 23  # a retry: no-op
+    assert [m.body for m in by_arrow.browse()] == [r["value"].encode() for r in rows]
+    nulls = pa.RecordBatch.from_pydict({"value": ["a", None]})
+    with pytest.raises(ValueError, match="row 1 has a null 'value'"):
+        publish_arrow(vsqs.Queue(tmp_path / "n"), [nulls], fmt, "p:", batch_size=5)
 
 
 def test_kafka_headers_become_attributes(tmp_path: Path) -> None:

@@ -26,12 +26,27 @@ and hosts. Two limits, both at the edges of the window: duplicates that race wit
 *expiry* of the previous marker may each publish once (removing a file only if it is
 still the one read is not atomic in POSIX); and on a power loss the marker, which is
 synced but whose directory entry may not be, can be lost while the message survives.
+
+Chunks. ``publish_batch(..., batch_dedup_id=...)`` deduplicates a whole batch with one
+marker (:meth:`Deduplicator.claim_chunk`), named from the digest of ``"chunk\0"`` and
+the id so it never meets a per-message one. Its content is a JSON record of the batch:
+its message ids (in order) and sizes, its attributes and delay. The publisher writes
+every body as ``<id>.new`` first (and flushes them, if durable); creating the marker
+is the batch's commit point; the renames that follow only roll it forward. Whoever
+finds a marker whose ``.new`` files are still there, the batch is published already:
+a duplicate publisher waits for the writer, as above, and after ``IN_PROGRESS_LIMIT``
+rolls the rest forward itself (:meth:`Queue.clean` does the same), from the record
+alone. So a crash before the marker leaves only invisible ``.new`` debris (a retry
+publishes the batch afresh), and a crash after it leaves a batch that the next
+duplicate or ``clean`` completes: never a half-published batch, never a copy.
 """
 
 from __future__ import annotations
 
 import hashlib
+import json
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Final
 
@@ -53,6 +68,22 @@ class DedupClaim:
     """The time written into the marker (by this process's clock)."""
     duplicate_of: str | None
     """The id already published under this ``dedup_id``; ``None`` if this publish won."""
+
+
+@dataclass(frozen=True, slots=True)
+class Chunk:
+    """The record of a batch published under one ``batch_dedup_id``: its marker's content."""
+
+    marker: str
+    """The marker file of the batch."""
+    created_us: int
+    """The time written into the marker (by its writer's clock)."""
+    entries: tuple[tuple[str, int], ...]
+    """Each message's id and size, in publish order."""
+    attributes: dict[str, str]
+    """The attributes of every message of the batch."""
+    delay_us: int
+    """The delay of every message of the batch (µs)."""
 
 
 class Deduplicator:
@@ -120,6 +151,127 @@ class Deduplicator:
         """Forget a won marker whose message was not published: a retry must be free."""
         self._layout.remove(DEDUP, claim.marker)
 
+    @staticmethod
+    def _chunk_marker(key: str) -> str:
+        return hashlib.sha256(("chunk\0" + key).encode("utf-8", "surrogatepass")).hexdigest()
+
+    def find_chunk(self, key: str) -> Chunk | None:
+        """The batch recorded under *key*, if any and within the window (one read)."""
+        marker = self._chunk_marker(key)
+        chunk = self._read_chunk(marker)
+        if chunk is None or self._clock.time_us() - chunk.created_us > self._window_us:
+            return None
+        return chunk
+
+    def claim_chunk(
+        self,
+        key: str,
+        entries: list[tuple[str, int]],
+        attributes: Mapping[str, str],
+        delay_us: int,
+    ) -> tuple[Chunk, bool]:
+        """Record the staged batch *entries* under *key* (its commit point), unless a batch
+        was recorded under it within the window; return the record and whether it is ours.
+
+        Call it once every body is written as ``<id>.new`` (and flushed, if durable).
+        Atomic across processes and hosts (one exclusive create): of all the publishers
+        of one *key*, exactly one wins. An expired record whose batch is not complete is
+        returned (as not ours), to be rolled forward rather than replaced.
+        """
+        layout, clock = self._layout, self._clock
+        marker = self._chunk_marker(key)
+        while True:
+            now_us = clock.time_us()
+            chunk = Chunk(marker, now_us, tuple(entries), dict(attributes), delay_us)
+            record = {
+                "time": now_us,
+                "ids": [entry[0] for entry in entries],
+                "sizes": [entry[1] for entry in entries],
+                "attributes": chunk.attributes,
+                "delay_us": delay_us,
+            }
+            content = json.dumps(record, separators=(",", ":")).encode()
+            # Written whole under a temporary name, then given the marker's name with a
+            # no-replace rename: a reader never sees a partial record. Unsynced: see
+            # "Exactness" above (a power loss may lose it, never the messages).
+            tmp = f"{marker}.new-{os.getpid()}-{os.urandom(4).hex()}"
+            layout.create(DEDUP, tmp, content, durable=False)
+            try:
+                layout.rename_noreplace(DEDUP, tmp, marker)
+            except FileExistsError:
+                layout.remove(DEDUP, tmp)
+            except BaseException:
+                layout.remove(DEDUP, tmp)
+                raise
+            else:
+                return chunk, True
+            found = self._read_chunk(marker)
+            if found is None:
+                continue  # RACE: expired by another publisher meanwhile
+            if now_us - found.created_us > self._window_us and not self.pending(found):
+                self._expire(marker, found.created_us)
+                continue
+            return found, False
+
+    def repoint_chunk(self, chunk: Chunk, ids: list[str]) -> None:
+        """Record the ids a batch's messages were finally published under (some were
+        drawn again), so a duplicate is told those. Atomic (a rename over the marker)."""
+        record = {
+            "time": chunk.created_us,
+            "ids": ids,
+            "sizes": [entry[1] for entry in chunk.entries],
+            "attributes": chunk.attributes,
+            "delay_us": chunk.delay_us,
+        }
+        content = json.dumps(record, separators=(",", ":")).encode()
+        self._layout.write(DEDUP, chunk.marker, content, durable=False)
+
+    def pending(self, chunk: Chunk) -> list[tuple[str, int]]:
+        """The entries of *chunk* still staged (``<id>.new``), in order."""
+        layout = self._layout
+        return [entry for entry in chunk.entries if _fs.exists(layout.message(entry[0] + ".new"))]
+
+    def await_chunk(self, chunk: Chunk) -> list[tuple[str, int]]:
+        """Wait for the writer of *chunk* to finish it; what is left to roll forward.
+
+        Empty once the writer made every message ready. Waits at most
+        ``IN_PROGRESS_LIMIT`` (not at all for a record that old by its own time), so
+        a writer that died is taken over.
+        """
+        clock = self._clock
+        since = clock.monotonic()
+        while pending := self.pending(chunk):
+            stale = clock.time_us() - chunk.created_us > IN_PROGRESS_LIMIT * 1e6
+            if stale or clock.monotonic() - since >= IN_PROGRESS_LIMIT:
+                return pending
+            clock.sleep(_POLL)
+        return []
+
+    def unfinished_chunks(self) -> list[tuple[Chunk, list[tuple[str, int]], bool]]:
+        """Recorded batches with ``.new`` files left: each with those entries and whether
+        its writer is presumed dead (older than ``IN_PROGRESS_LIMIT``). :meth:`Queue.clean`
+        rolls the dead ones forward and spares the others' ``.new`` files."""
+        now_us = self._clock.time_us()
+        found = []
+        for name in self._layout.names(DEDUP):
+            chunk = None if "." in name else self._read_chunk(name)
+            if chunk is not None and (pending := self.pending(chunk)):
+                stale = now_us - chunk.created_us > IN_PROGRESS_LIMIT * 1e6
+                found.append((chunk, pending, stale))
+        return found
+
+    def _read_chunk(self, marker: str) -> Chunk | None:
+        """The batch a chunk marker records; ``None`` if it is gone. Anything that is not
+        a record (a planted entry, a hand edit) reads as expired long ago, with nothing
+        left to finish, so it is replaced rather than blocking the key."""
+        try:
+            raw = self._layout.read(DEDUP, marker)
+        except OSError:
+            raw = b"planted"  # not a regular file
+        if raw is None:
+            return None
+        return _parse_chunk(marker, raw) or Chunk(marker, 0, (), {}, 0)
+
     def sweep_if_due(self) -> None:
         """Remove expired markers, once per window (called by deduplicating publishers)."""
         now = self._clock.monotonic()
@@ -135,8 +287,8 @@ class Deduplicator:
             layout.rename_noreplace(DEDUP, marker, tomb)
         except FileNotFoundError:
             return  # RACE: another publisher expired it first
-        found = self._read(tomb)
-        if found is not None and found[1] != created_us:
+        found = self._created(tomb)
+        if found is not None and found != created_us:
             # RACE: between our read and our rename another publisher expired the old
             # marker and made a fresh one; put the fresh one back.
             try:
@@ -162,10 +314,21 @@ class Deduplicator:
                 if age > max(self._window, IN_PROGRESS_LIMIT) and layout.remove(DEDUP, name):
                     removed += 1
                 continue
-            found = self._read(name)
-            if found is None:
+            try:
+                raw = layout.read(DEDUP, name)
+            except OSError:
+                raw = b"planted"  # not a regular file: an unparseable marker (see below)
+            if raw is None:
                 continue
-            other_id, created_us = found
+            chunk = _parse_chunk(name, raw)
+            if chunk is not None:
+                # A batch's record: kept while its batch is unfinished (rolled forward
+                # by `Queue.clean` first), whatever its age.
+                if now_us - chunk.created_us > self._window_us and not self.pending(chunk):
+                    self._expire(name, chunk.created_us)
+                    removed += 1
+                continue
+            other_id, created_us = _parse_marker(raw)
             age_us = now_us - created_us
             # A publisher that died between its marker and its rename: free the key
             # before `Queue.clean` removes the `.new`, or a retry would be dropped.
@@ -178,6 +341,17 @@ class Deduplicator:
                 self._expire(name, created_us)
                 removed += 1
         return removed
+
+    def _created(self, marker: str) -> int | None:
+        """The creation time a marker of either kind records; ``None`` if it is gone."""
+        try:
+            raw = self._layout.read(DEDUP, marker)
+        except OSError:
+            raw = b"planted"  # not a regular file: an unparseable marker
+        if raw is None:
+            return None
+        chunk = _parse_chunk(marker, raw)
+        return chunk.created_us if chunk is not None else _parse_marker(raw)[1]
 
     def _read(self, marker: str) -> tuple[str, int] | None:
         """The id and time a marker records; ``None`` if it is gone."""
@@ -199,3 +373,19 @@ def _parse_marker(raw: bytes) -> tuple[str, int]:
     if len(parts) != 2 or not (parts[0].isdigit() and parts[1].isdigit()):
         return "0", 0
     return parts[0], int(parts[1])
+
+
+def _parse_chunk(marker: str, raw: bytes) -> Chunk | None:
+    """A chunk marker's record; ``None`` if *raw* is not one (a per-message marker)."""
+    if not raw.startswith(b"{"):
+        return None
+    try:
+        record = json.loads(raw)
+        ids = [str(i) for i in record["ids"]]
+        sizes = [int(n) for n in record["sizes"]]
+        attributes = {str(k): str(v) for k, v in dict(record["attributes"]).items()}
+        entries = tuple(zip(ids, sizes, strict=True))
+        return Chunk(marker, int(record["time"]), entries, attributes, int(record["delay_us"]))
+    except (ValueError, KeyError, TypeError):
+        # A hand edit or a torn write: treated as expired long ago, with nothing to finish.
+        return Chunk(marker, 0, (), {}, 0)

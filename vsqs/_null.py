@@ -71,6 +71,7 @@ class NullQueue:
         delay: float = 0.0,
         attributes: Mapping[str, str] | None = None,
         dedup_ids: Iterable[str | None] | None = None,
+        batch_dedup_id: str | None = None,
         timeout: float | None = None,
     ) -> list[str]:
         """Discard *bodies*; return one fresh id for each."""

@@ -14,7 +14,9 @@ from typing import Any
 from pyspark import TaskContext
 from pyspark.sql.datasource import (
     DataSource,
+    DataSourceArrowWriter,
     DataSourceReader,
+    DataSourceStreamArrowWriter,
     DataSourceStreamWriter,
     DataSourceWriter,
     InputPartition,
@@ -24,7 +26,7 @@ from pyspark.sql.types import StructType
 
 from . import Queue
 from ._spark_options import SCHEMA, MessageRow, SourceOptions, message_row
-from ._spark_publish import RowFormat, publish_rows, resolve_format
+from ._spark_publish import RowFormat, is_plain, publish_arrow, publish_rows, resolve_format
 from ._spark_stream import StreamReader
 
 
@@ -84,10 +86,15 @@ class BatchWriter(DataSourceWriter):
         partition = _task().partitionId()
         prefix = "key:" if self.format.key_column is not None else f"w:{self.run_id}:{partition}:"
         with Queue(self.options.path, durable=self.options.durable) as queue:
-            count = publish_rows(
+            publish = publish_arrow if isinstance(self, DataSourceArrowWriter) else publish_rows
+            count = publish(
                 queue, iterator, self.format, prefix, batch_size=self.options.batch_size
             )
         return Published(partition, count)
+
+
+class ArrowBatchWriter(BatchWriter, DataSourceArrowWriter):
+    """:class:`BatchWriter` fed Arrow record batches, for one plain body column."""
 
 
 class StreamWriter(DataSourceStreamWriter):
@@ -108,10 +115,16 @@ class StreamWriter(DataSourceStreamWriter):
         partition = context.partitionId()
         prefix = "key:" if self.format.key_column is not None else f"s:{query}:{batch}:{partition}:"
         with Queue(self.options.path, durable=self.options.durable) as queue:
-            count = publish_rows(
+            arrow = isinstance(self, DataSourceStreamArrowWriter)
+            publish = publish_arrow if arrow else publish_rows
+            count = publish(
                 queue, iterator, self.format, prefix, batch_size=self.options.batch_size
             )
         return Published(partition, count)
+
+
+class ArrowStreamWriter(StreamWriter, DataSourceStreamArrowWriter):
+    """:class:`StreamWriter` fed Arrow record batches, for one plain body column."""
 
 
 class VsqsDataSource(DataSource):
@@ -130,10 +143,16 @@ class VsqsDataSource(DataSource):
     def writer(self, schema: StructType, overwrite: bool) -> BatchWriter:
         if overwrite:
             raise ValueError("vsqs only appends: use .mode('append') (purge a queue explicitly)")
-        return BatchWriter(SourceOptions.parse(self.options), schema)
+        options = SourceOptions.parse(self.options)
+        if is_plain(_row_format(options, schema)):
+            return ArrowBatchWriter(options, schema)
+        return BatchWriter(options, schema)
 
     def streamReader(self, schema: StructType) -> StreamReader:
         return StreamReader(SourceOptions.parse(self.options))
 
     def streamWriter(self, schema: StructType, overwrite: bool) -> StreamWriter:
-        return StreamWriter(SourceOptions.parse(self.options), schema)
+        options = SourceOptions.parse(self.options)
+        if is_plain(_row_format(options, schema)):
+            return ArrowStreamWriter(options, schema)
+        return StreamWriter(options, schema)

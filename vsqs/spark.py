@@ -10,24 +10,27 @@ Publishing from executors
 -------------------------
 :func:`publish_partition` runs inside a task (``df.foreachPartition``). It publishes in
 batches of ``batch_size`` with :meth:`Queue.publish_batch`: one filesystem sync and one
-directory fsync per batch. Every message carries a deduplication id, so that a task
-that Spark runs twice (a retry after a failure, a speculative copy, a stage resubmitted
-after a lost executor) publishes each row once:
+directory fsync per batch. Every message is covered by a deduplication id, so that a
+task that Spark runs twice (a retry after a failure, a speculative copy, a stage
+resubmitted after a lost executor) publishes each row once:
 
-* with ``key_column``, the id is ``"key:" + str(row[key_column])``: the row's identity,
-  the same in any job that publishes that row;
-* otherwise ``"t:<run_id>:<stageId>:<partitionId>:<index>"``, from the
-  ``TaskContext``. ``attemptNumber`` is deliberately left out: every attempt of a task
-  maps to the same ids. ``run_id`` tells two jobs (or applications, whose stage ids both
-  start at 0) apart; :func:`publish_dataframe` and :func:`partition_publisher` draw a
-  fresh one on the driver.
+* with ``key_column``, each message's id is ``"key:" + str(row[key_column])``: the
+  row's identity, the same in any job that publishes that row;
+* otherwise each *batch* has one id, ``"t:<run_id>:<stageId>:<partitionId>:<first
+  index>+<count>"``, from the ``TaskContext`` (``publish_batch(batch_dedup_id=...)``:
+  one marker per batch, the batch's commit point, so a task killed mid-batch leaves a
+  batch that its retry completes, never a half one; see the guide).
+  ``attemptNumber`` is deliberately left out: every attempt of a task maps to the same
+  ids. ``run_id`` tells two jobs (or applications, whose stage ids both start at 0)
+  apart; :func:`publish_dataframe` and :func:`partition_publisher` draw a fresh one on
+  the driver.
 
 Guaranteed: within the queue's ``dedup_window`` (default 300 s), a row is published at
 most once however many attempts run, provided each attempt sees the same rows in the
 same order (a deterministic partition) or rows carry a key. Not guaranteed: a retry that
 starts after the window, a non-deterministic partition (e.g. after an unordered
-shuffle) without a key, and a batch is not atomic: a failed task leaves a published
-prefix, which its retry then completes.
+shuffle) without a key, and a task is not atomic: a failed task leaves its first
+batches published, which its retry then completes.
 
 The data source
 ---------------
@@ -56,14 +59,22 @@ import functools
 import itertools
 import uuid
 from collections.abc import Callable, Iterable, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Final
 
 from pyspark import TaskContext
+from pyspark.errors import AnalysisException
+from pyspark.sql.readwriter import DataFrameWriter
 
 from . import Queue
 from ._spark_consume import consume
 from ._spark_options import SCHEMA, ReadMode
-from ._spark_publish import DEFAULT_BATCH_SIZE, RowFormat, publish_rows, resolve_format, row_names
+from ._spark_publish import (
+    DEFAULT_BATCH_SIZE,
+    RowFormat,
+    publish_rows,
+    resolve_format,
+    row_names,
+)
 from ._spark_source import VsqsDataSource
 
 if TYPE_CHECKING:
@@ -88,6 +99,44 @@ def register(spark: SparkSession) -> None:
     >>> spark.read.format("vsqs").load("/data/q").show()  # doctest: +SKIP
     """
     spark.dataSource.register(VsqsDataSource)
+    _explain_save_modes()
+
+
+_SAVE_MODE_ERROR: Final = "UNSUPPORTED_DATA_SOURCE_SAVE_MODE"
+_HINTED: Final[list[Callable[..., None]]] = []
+
+
+def _explain_save_modes() -> None:
+    """Make ``df.write.format("vsqs").save()`` without a mode say to use ``append``.
+
+    Spark's default save mode is ``ErrorIfExists``, which Spark itself refuses for a
+    Python data source before any vsqs code runs, advising "Append" or "Overwrite"
+    (and vsqs refuses ``overwrite``). No data source hook sees the mode, so this wraps
+    ``DataFrameWriter.save`` once, in this process: that one error, for the ``vsqs``
+    format only, becomes a :class:`ValueError` naming the fix; everything else passes
+    through untouched.
+    """
+    save = DataFrameWriter.save
+    if save in _HINTED:
+        return
+
+    @functools.wraps(save)
+    def save_with_hint(self: DataFrameWriter, *args: Any, **kwargs: Any) -> None:
+        try:
+            save(self, *args, **kwargs)
+        except AnalysisException as exc:
+            source = (exc.getMessageParameters() or {}).get("source", "")
+            if exc.getCondition() != _SAVE_MODE_ERROR or source.strip('"`') != "vsqs":
+                raise
+            mode = (exc.getMessageParameters() or {}).get("createMode", "?").strip('"')
+            raise ValueError(
+                "the vsqs format only appends: write with"
+                f" df.write.format('vsqs').mode('append').save(path) (Spark refuses {mode},"
+                " its default when no mode is given)"
+            ) from exc
+
+    _HINTED.append(save_with_hint)
+    DataFrameWriter.save = save_with_hint  # type: ignore[method-assign]
 
 
 def publish_partition(
@@ -215,6 +264,7 @@ def publish_dataframe(
         attributes_column=attributes_column,
         attributes=attributes,
     )
+    # Rows, not Arrow: pyspark's mapInArrow needs pandas, which the extra does not pull in.
     publish = functools.partial(
         _publish_counted,
         queue_path=queue_path,

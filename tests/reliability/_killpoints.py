@@ -48,6 +48,9 @@ ACTIONS: Final[dict[str, Callable[[vsqs.Queue, str], object]]] = {
     "publish_delayed": lambda q, _: q.publish(BODY, delay=5),
     "publish_batch": lambda q, _: q.publish_batch(BATCH),
     "dedup_publish": lambda q, _: q.publish(BODY, dedup_id="once"),
+    # One marker for the batch; the parent retries it (after `clean`, for the second).
+    "chunk_publish": lambda q, _: q.publish_batch(BATCH, batch_dedup_id="chunk"),
+    "chunk_publish_clean": lambda q, _: q.publish_batch(BATCH, batch_dedup_id="chunk"),
     "receive": _receive,
     "delete": lambda q, receipt: q.delete(receipt),
     "change_visibility": lambda q, receipt: q.change_visibility(receipt, 100),

@@ -29,13 +29,14 @@ from ._killpoints import ACTIONS, BATCH, BODY, KILLED, child, open_queue
 
 PUBLISHES = ("publish", "publish_nondurable", "publish_attributes", "publish_delayed")
 RECEIPT_USERS = ("delete", "change_visibility", "release", "requeue", "dead_letter")
+CHUNKS = ("chunk_publish", "chunk_publish_clean")
 KNOWN_BODIES = {BODY, *BATCH}
 
 
 def _prepare(root: Path, scenario: str, now: float) -> str:
     """A fresh queue in the state the transition starts from; the receipt it needs."""
     q = open_queue(root, scenario, now)
-    if scenario in (*PUBLISHES, "publish_batch", "dedup_publish"):
+    if scenario in (*PUBLISHES, *CHUNKS, "publish_batch", "dedup_publish"):
         return ""
     # Attributes give the message metadata, so every transition also updates `.vsqs/`.
     q.publish(BODY, attributes={"a": "b"})
@@ -104,6 +105,8 @@ def _expected(scenario: str, calls: list[list[str]], k: int, after: bool) -> lis
         return [body for body, index in zip(BATCH, commits, strict=True) if done(index)]
     if scenario == "dedup_publish":
         return [BODY]  # the child's copy, or else the parent's retry: exactly one
+    if scenario in CHUNKS:
+        return list(BATCH)  # the child's batch, completed, or else the retry's: once
     if scenario == "delete":
         unlinks = [i for i, (name, *args) in enumerate(calls, 1) if name == "unlink"]
         return [] if done(unlinks[0]) else [BODY]
@@ -149,6 +152,14 @@ def test_kill_before_and_after_every_fs_call(scenario: str, workdir: Path) -> No
                 # The publisher retries within the window: one copy, whatever happened.
                 retry = open_queue(root, scenario, now + 60).publish(BODY, dedup_id="once")
                 assert retry in {e.partition(".")[0] for e in os.listdir(q.path)}, where
+            if scenario in CHUNKS:
+                # The task is retried (after an upkeep run, in the second scenario): the
+                # batch ends up whole and once, whichever call the child died at.
+                task = open_queue(root, scenario, now + 60)
+                if scenario == "chunk_publish_clean":
+                    task.clean(older_than=0)
+                ids = task.publish_batch(BATCH, batch_dedup_id="chunk")
+                assert [m.id for m in task.browse()] == ids, where
             late = open_queue(root, scenario, now + 3600)
             bodies = _upkeep_and_drain(late)
             if late.dead_letter is not None:
@@ -156,3 +167,5 @@ def test_kill_before_and_after_every_fs_call(scenario: str, workdir: Path) -> No
                 bodies = _upkeep_and_drain(late.dead_letter)
             expected = _expected(scenario, calls, k, after)
             assert sorted(bodies) == sorted(expected), where
+            if scenario in CHUNKS:
+                assert bodies == expected, f"{where}: out of order"
