@@ -87,3 +87,46 @@ def test_progress_reports_the_backlog(queue: vsqs.Queue, reader: StreamReader) -
     assert (final["ready"], final["held"], final["oldestReadyAgeMs"], final["shutdown"]) == (
         0, 0, -1, True,
     )  # fmt: skip
+
+
+# -- options and rows: every error names what is wrong, and nothing is published -------
+
+
+@pytest.mark.parametrize(
+    ("options", "named"),
+    [
+        ({}, "needs a queue path"),
+        ({"mode": "tail"}, "option 'mode' must be browse"),
+        ({"visibilityTimeout": "0.5"}, "option 'visibilityTimeout' must be >= 1.0"),
+        ({"visibilityTimeout": "nan"}, "option 'visibilityTimeout' must be >= 1.0"),
+        ({"numPartitions": "0"}, "option 'numPartitions' must be >= 1"),
+        ({"durable": "yes"}, "option 'durable' must be true or false"),
+    ],
+)
+def test_bad_options_are_named(tmp_path: Path, options: dict[str, str], named: str) -> None:
+    given = {"path": str(tmp_path / "q"), **options} if options else {}
+    with pytest.raises(ValueError, match=named):
+        SourceOptions.parse(given)
+
+
+def test_rows_with_bad_cells_publish_nothing_and_say_which(queue: vsqs.Queue) -> None:
+    from pyspark.sql import Row
+
+    from vsqs._spark_publish import publish_rows, resolve_format
+
+    fmt = resolve_format(["value", "key"], key_column="key")
+    with pytest.raises(ValueError, match="row 1 has a null key column 'key'"):
+        publish_rows(queue, [Row(value=b"a", key="1"), Row(value=b"b", key=None)], fmt, "t:")
+    with pytest.raises(ValueError, match="row 0 has a null 'value' column"):
+        publish_rows(queue, [Row(value=None, key="2")], fmt, "t:")
+    with pytest.raises(TypeError, match="column 'value' must be binary or string, not int"):
+        publish_rows(queue, [Row(value=7, key="3")], fmt, "t:")
+    with pytest.raises(KeyError, match="the row has no column 'key'"):
+        publish_rows(queue, [Row(value=b"c")], fmt, "t:")
+    with pytest.raises(ValueError, match="batch_size must be a positive int"):
+        publish_rows(queue, [], fmt, "t:", batch_size=0)
+    assert queue.counts().total == 0
+    body_fmt = resolve_format(["value"])
+    cells = [Row(value=bytearray(b"x")), Row(value=memoryview(b"y"))]
+    assert publish_rows(queue, cells, body_fmt, "u:") == 2
+    assert [m.body for m in queue.browse()] == [b"x", b"y"]
