@@ -33,6 +33,8 @@ def build_session(master: str = "local[2,4]") -> SparkSession:
         .config("spark.ui.enabled", "false")
         .config("spark.sql.shuffle.partitions", "2")
         .config("spark.task.maxFailures", "4")
+        # A worker per task that exits normally: coverage then records what ran in it.
+        .config("spark.python.worker.reuse", "false")
         .config("spark.sql.streaming.forceDeleteTempCheckpointLocation", "true")
         .getOrCreate()
     )

@@ -130,3 +130,44 @@ def test_rows_with_bad_cells_publish_nothing_and_say_which(queue: vsqs.Queue) ->
     cells = [Row(value=bytearray(b"x")), Row(value=memoryview(b"y"))]
     assert publish_rows(queue, cells, body_fmt, "u:") == 2
     assert [m.body for m in queue.browse()] == [b"x", b"y"]
+
+
+# -- the data source's planning side, as Spark's planner process calls it ----------------
+
+
+def test_the_data_source_plans_readers_and_writers(queue: vsqs.Queue) -> None:
+    from pyspark.sql.types import BinaryType, StringType, StructField, StructType
+
+    from vsqs._spark_source import (
+        ArrowBatchWriter,
+        ArrowStreamWriter,
+        BatchReader,
+        BatchWriter,
+        StreamWriter,
+        VsqsDataSource,
+    )
+
+    source = VsqsDataSource({"path": queue.path})
+    assert source.name() == "vsqs" and "body binary" in source.schema()
+    reader = source.reader(StructType())
+    assert isinstance(reader, BatchReader) and len(reader.partitions()) == 1
+    queue.publish(b"seen")
+    assert [row[1] for row in reader.read(reader.partitions()[0])] == [b"seen"]
+    assert queue.counts().ready == 1  # a batch read claims nothing
+    plain = StructType([StructField("value", BinaryType())])
+    keyed = StructType([StructField("value", BinaryType()), StructField("key", StringType())])
+    assert type(source.writer(plain, False)) is ArrowBatchWriter
+    assert type(source.streamWriter(plain, False)) is ArrowStreamWriter
+    with_key = VsqsDataSource({"path": queue.path, "keyColumn": "key"})
+    assert type(with_key.writer(keyed, False)) is BatchWriter
+    assert type(with_key.streamWriter(keyed, False)) is StreamWriter
+    with pytest.raises(ValueError, match=r"vsqs only appends: use .mode\('append'\)"):
+        source.writer(plain, True)
+    stream = source.streamReader(StructType())
+    try:
+        assert isinstance(stream, StreamReader)
+    finally:
+        stream.stop()
+    with pytest.raises(RuntimeError, match="only inside a Spark task"):
+        source.writer(plain, False).write(iter([]))
+    assert queue.counts().total == 1
