@@ -171,3 +171,44 @@ def test_the_data_source_plans_readers_and_writers(queue: vsqs.Queue) -> None:
     with pytest.raises(RuntimeError, match="only inside a Spark task"):
         source.writer(plain, False).write(iter([]))
     assert queue.counts().total == 1
+
+
+# -- offsets that do not belong to the reader are refused, naming what to do -------------
+
+
+def test_offsets_of_another_run_are_refused(queue: vsqs.Queue, tmp_path: Path) -> None:
+    from vsqs._spark_state import StateMismatch
+
+    queue.publish_batch([b"a", b"b"])
+    options = SourceOptions.parse(
+        {"path": queue.path, "heartbeatInterval": "3600", "lockTimeout": "0.2"}
+    )
+    first = StreamReader(options)
+    try:
+        start = first.initialOffset()
+        end = first.latestOffset(start, ReadMaxRows(1))
+        assert first.latestOffset(start, ReadMaxRows(1)) == end  # asked again: same batch
+        with pytest.raises(StateMismatch, match="without an epoch past batch 0"):
+            first.latestOffset({"epoch": "", "seq": 3}, ReadMaxRows(1))
+        with pytest.raises(StateMismatch, match="one reader serves one checkpoint"):
+            first.latestOffset({"epoch": "another", "seq": 1}, ReadMaxRows(1))
+        with pytest.raises(StateMismatch, match="no record of it"):
+            first.partitions(start, {"epoch": end["epoch"], "seq": 5})
+        second = StreamReader(options)
+        try:
+            with pytest.raises(RuntimeError, match="still holds"):
+                second.latestOffset(end, ReadMaxRows(1))  # the first run holds the state
+        finally:
+            second.stop()
+    finally:
+        first.stop()
+    moved = SourceOptions.parse(
+        {"path": queue.path, "stateDir": str(tmp_path / "elsewhere"), "heartbeatInterval": "3600"}
+    )
+    third = StreamReader(moved)
+    try:
+        with pytest.raises(StateMismatch, match="holds no state for it"):
+            third.latestOffset(end, ReadMaxRows(1))
+    finally:
+        third.stop()
+    assert queue.counts().total == 2  # nothing lost by any refusal
