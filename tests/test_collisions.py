@@ -163,3 +163,27 @@ def test_browse_skips_what_was_taken_meanwhile(qdir: Path, clock: ManualClock) -
     assert [m.id for m in seen] == [third]
     peeked = q.peek()
     assert peeked is not None and peeked.id == first and peeked.receive_count == 0
+
+
+def test_a_delayed_publish_into_a_taken_name_draws_again(qdir: Path, clock: ManualClock) -> None:
+    q = vsqs.Queue(qdir, clock=clock, durable=False)
+    # A peer's message held until exactly when ours would come due, under our next id.
+    planted = qdir / f"{int(START * 1e6)}.{int((START + 10) * 1e6)}"
+    planted.write_bytes(b"theirs")
+    message_id = q.publish(b"mine", delay=10, attributes={"k": "v"})
+    assert message_id != planted.name.partition(".")[0]
+    assert planted.read_bytes() == b"theirs"
+    clock.advance(11)
+    got = {m.body: m for m in drain(q)}
+    assert set(got) == {b"mine", b"theirs"}  # theirs came back when its lease ended
+    assert got[b"mine"].attributes == {"k": "v"} and got[b"mine"].receive_count == 1
+
+
+def test_delayed_publishes_with_attributes_of_one_id_from_two_hosts(qdir: Path) -> None:
+    a, b, clock = two_hosts(qdir)
+    a.publish(b"a", delay=5)
+    b.publish(b"b", delay=5, attributes={"from": "b"})  # same id: marked already; draws again
+    clock.advance(6)
+    got = {m.body: m for m in drain(a)}
+    assert set(got) == {b"a", b"b"}
+    assert got[b"b"].attributes == {"from": "b"} and got[b"a"].attributes == {}
