@@ -252,3 +252,19 @@ def test_dead_letter_across_filesystems_into_a_taken_id(
     assert got[b"poison"].id != message_id
     assert got[b"poison"].attributes == (attributes or {})
     assert q.counts().total == 0
+
+
+def test_clean_survives_planted_entries_among_dedup_markers(qdir: Path, clock: ManualClock) -> None:
+    q = vsqs.Queue(qdir, clock=clock, durable=False, dedup_window=60)
+    first = q.publish(b"x", dedup_id="order-1")
+    dedup = next(p for p in (qdir / ".vsqs").iterdir() if p.name == "dedup")
+    (dedup / "planted-dir").mkdir()
+    (dedup / "planted-dir" / "keep").write_bytes(b"not vsqs's")
+    os.mkfifo(dedup / "planted-fifo")
+    q.clean(older_than=0)  # never blocks on the FIFO, never follows or empties the dir
+    assert q.publish(b"x again", dedup_id="order-1") == first  # the real marker stands
+    clock.advance(120)
+    q.clean(older_than=0)
+    assert q.publish(b"x later", dedup_id="order-1") != first  # expired with its window
+    kept = [p for p in dedup.rglob("keep")]
+    assert [p.read_bytes() for p in kept] == [b"not vsqs's"]  # moved aside, never emptied
