@@ -266,5 +266,5 @@ def test_clean_survives_planted_entries_among_dedup_markers(qdir: Path, clock: M
     clock.advance(120)
     q.clean(older_than=0)
     assert q.publish(b"x later", dedup_id="order-1") != first  # expired with its window
-    kept = [p for p in dedup.rglob("keep")]
+    kept = list(dedup.rglob("keep"))
     assert [p.read_bytes() for p in kept] == [b"not vsqs's"]  # moved aside, never emptied
