@@ -898,8 +898,8 @@ class Queue:
         deadline = None if timeout is None else clock.monotonic() + _seconds(timeout, "timeout")
         waiter = self.waiter()
         made_ready: list[str] | None = None
+        token = waiter.token()
         while True:
-            token = waiter.token()
             got = self._claim(max_messages, vt_us, made_ready)
             if got:
                 return got
@@ -911,7 +911,12 @@ class Queue:
             waiter.wait(token, self._pause(now, deadline))
             # The names made ready since the look that found nothing, if the waiter saw
             # them all: the next claim tries them before listing the directory again.
-            made_ready = waiter.made_ready(token)
+            # The next token is taken first, so every event it counts is in the names and
+            # any later one wakes the next wait. RACE: another thread of this process may
+            # read the events at any moment; taken the other way round, an event it counted
+            # between the two calls would be in neither, and would not wake us.
+            seen, token = token, waiter.token()
+            made_ready = waiter.made_ready(seen)
 
     def next_look(self, deadline: float | None = None) -> float:
         """Seconds until something this handle knows of may change the queue without a
