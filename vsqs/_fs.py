@@ -125,6 +125,19 @@ def sync_filesystem(path: str) -> bool:
     return True
 
 
+def sync_files(directory: str, names: list[str]) -> None:
+    """Flush the files *names* of *directory*: one ``syncfs`` where there is one (it
+    covers them all), one ``fsync`` per file elsewhere."""
+    if sync_filesystem(directory):
+        return
+    for name in names:  # pragma: no cover - no syncfs (not Linux)
+        fd = open_regular(f"{directory}/{name}")
+        try:
+            fsync(fd)
+        finally:
+            close(fd)
+
+
 def rename_noreplace(src: str, dst: str) -> None:
     """Rename *src* to *dst* atomically unless *dst* exists.
 
@@ -435,13 +448,10 @@ def chmod(path: str, mode: int) -> None:
 
 def is_plain_dir(path: str) -> bool:
     """Whether *path* is a directory itself, not a symlink to one."""
-    # Usually absent (a queue without metadata): access() says so without an exception.
-    if not os.access(path, os.F_OK, follow_symlinks=False):
-        return False
     try:
         return stat.S_ISDIR(os.lstat(path).st_mode)
     except FileNotFoundError:
-        return False  # RACE: removed since the access() (clean() of another process)
+        return False
 
 
 def remove_tree(path: str) -> None:

@@ -454,13 +454,7 @@ class Queue:
         try:
             # extend() keeps what was staged before a failure: it is removed below.
             staged.extend(self._stage(view) for view in views)
-            if not _fs.sync_filesystem(self.path):  # pragma: no cover - no syncfs (not Linux)
-                for name, _ in staged:
-                    fd = _fs.open_regular(self.layout.message(name))
-                    try:
-                        _fs.fsync(fd)
-                    finally:
-                        _fs.close(fd)
+            _fs.sync_files(self.path, [name for name, _ in staged])
             for (name, size), key in zip(staged, keys, strict=True):
                 # The markers are flushed by the caller's syncfs, not one fsync each.
                 ids.append(self._commit_keyed(name, size, attrs, delay_us, key, sync_marker=False))
@@ -487,13 +481,8 @@ class Queue:
         staged: list[tuple[str, int]] = []
         try:
             self._stage_all(views, staged)
-            if self.durable and not _fs.sync_filesystem(self.path):
-                for name, _ in staged:
-                    fd = _fs.open_regular(self.layout.message(name))
-                    try:
-                        _fs.fsync(fd)
-                    finally:
-                        _fs.close(fd)
+            if self.durable:
+                _fs.sync_files(self.path, [name for name, _ in staged])
             self._shutdown.check_open()
             entries = [(name[:-4], size) for name, size in staged]
             chunk, ours = dedup.claim_chunk(key, entries, attrs, delay_us)
