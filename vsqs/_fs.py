@@ -60,16 +60,6 @@ if _syncfs is not None:
 _FS_ENCODING: Final = sys.getfilesystemencoding()
 
 
-def _encode(path: str) -> bytes:  # pragma: no cover - macOS only (renamex_np)
-    # os.fsencode minus its type dispatch (hot path)
-    return path.encode(_FS_ENCODING, "surrogateescape")
-
-
-def _raise_errno(src: str, dst: str | None = None) -> None:
-    code = ctypes.get_errno()
-    raise OSError(code, os.strerror(code), src, None, dst)
-
-
 def create_exclusive(path: str, mode: int = 0o666) -> int:
     """Create *path* and return a write-only fd; :class:`FileExistsError` if it exists."""
     return os.open(path, _CREATE_FLAGS, mode)
@@ -119,15 +109,15 @@ def sync_filesystem(path: str) -> bool:
     fd = os.open(path, os.O_RDONLY | _O_DIRECTORY | _O_CLOEXEC)
     try:
         if _syncfs(fd) != 0:
-            _raise_errno(path)
+            code = ctypes.get_errno()
+            raise OSError(code, os.strerror(code), path)
     finally:
         os.close(fd)
     return True
 
 
 def sync_files(directory: str, names: list[str]) -> None:
-    """Flush the files *names* of *directory*: one ``syncfs`` where there is one (it
-    covers them all), one ``fsync`` per file elsewhere."""
+    """Flush the files *names* of *directory*: one ``syncfs``, or an ``fsync`` each."""
     if sync_filesystem(directory):
         return
     for name in names:  # pragma: no cover - no syncfs (not Linux)
@@ -164,7 +154,7 @@ def _rename_noreplace(src: str, dst: str, dir_fd: int) -> None:
         if code not in (errno.EINVAL, errno.ENOSYS, errno.ENOTSUP):
             raise OSError(code, os.strerror(code), src, None, dst)
     elif _renamex_np is not None and dir_fd == _AT_FDCWD:  # pragma: no cover - macOS only
-        if not _renamex_np(_encode(src), _encode(dst), _RENAME_EXCL):
+        if not _renamex_np(os.fsencode(src), os.fsencode(dst), _RENAME_EXCL):
             return
         code = ctypes.get_errno()
         if code not in (errno.EINVAL, errno.ENOTSUP):
