@@ -38,17 +38,25 @@ def _markers(qdir: Path) -> list[Path]:
 
 def _die_after_renames(monkeypatch: pytest.MonkeyPatch, count: int) -> None:
     """Make the publisher stop (as if killed) after *count* commit renames."""
-    real = _fs.rename_noreplace
+    real, real_at = _fs.rename_noreplace, _fs.rename_noreplace_at
     done = [0]
 
-    def rename(src: str, dst: str) -> None:
+    def die_at_count(src: str, dst: str) -> None:
         if src.endswith(".new") and not dst.endswith(".new"):
             if done[0] == count:
                 raise SystemExit("killed")
             done[0] += 1
+
+    def rename(src: str, dst: str) -> None:  # a commit with attributes or a delay
+        die_at_count(src, dst)
         real(src, dst)
 
+    def rename_at(src: str, dst: str, dir_fd: int) -> None:  # a plain one, in the dir's fd
+        die_at_count(src, dst)
+        real_at(src, dst, dir_fd)
+
     monkeypatch.setattr(_fs, "rename_noreplace", rename)
+    monkeypatch.setattr(_fs, "rename_noreplace_at", rename_at)
 
 
 def test_a_batch_published_again_adds_nothing(q: vsqs.Queue, qdir: Path) -> None:
@@ -282,14 +290,14 @@ def test_two_finishers_of_one_batch_make_each_message_ready_once(
         with pytest.raises(SystemExit):
             q.publish_batch(BODIES, batch_dedup_id="t")
     clock.advance(60)
-    real = _fs.rename_noreplace
+    real = _fs.rename_noreplace_at
 
-    def rename(src: str, dst: str) -> None:
-        if src.endswith(".new") and os.path.exists(src):
-            real(src, dst)  # the other finisher, a moment earlier
-        real(src, dst)
+    def rename(src: str, dst: str, dir_fd: int) -> None:
+        if src.endswith(".new") and _fs.exists_at(src, dir_fd):
+            real(src, dst, dir_fd)  # the other finisher, a moment earlier
+        real(src, dst, dir_fd)
 
     with monkeypatch.context() as patch:
-        patch.setattr(_fs, "rename_noreplace", rename)
+        patch.setattr(_fs, "rename_noreplace_at", rename)
         q.publish_batch(BODIES, batch_dedup_id="t")
     assert [m.body for m in drain(q)] == BODIES

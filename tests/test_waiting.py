@@ -138,17 +138,19 @@ def test_threads_waiting_on_one_queue_share_one_inotify_descriptor(qpath: str) -
     before = inotify_fds()
     waited: set[int] = set()
     lock = threading.Lock()
-    real_wait = _wait.InotifyHub.wait
+    real_wait = _wait.InotifyHub.wait_ready
 
-    def counting_wait(hub: _wait.InotifyHub, token: int, seconds: float) -> None:
+    def counting_wait(
+        hub: _wait.InotifyHub, token: int, seconds: float
+    ) -> tuple[int, list[str] | None]:
         with lock:
             waited.add(threading.get_ident())
-        real_wait(hub, token, seconds)
+        return real_wait(hub, token, seconds)
 
     queues = [vsqs.Queue(qpath, **{**NO_RECHECK, "poll_interval": 30}) for _ in range(20)]
     got: list[vsqs.Message | None] = []
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(_wait.InotifyHub, "wait", counting_wait)
+        patch.setattr(_wait.InotifyHub, "wait_ready", counting_wait)
         threads = [
             threading.Thread(target=lambda q=q: got.append(q.receive(timeout=60))) for q in queues
         ]

@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from typing import Final, Protocol, runtime_checkable
+from typing import Final, Protocol, TypeVar, runtime_checkable
 
 from ._ids import IDS, bind_source
+
+_T = TypeVar("_T")
 
 
 @runtime_checkable
@@ -27,8 +29,8 @@ class Clock(Protocol):
     def sleep(self, seconds: float) -> None:
         """Let *seconds* pass."""
 
-    def wait(self, seconds: float, block: Callable[[float], None]) -> None:
-        """Let up to *seconds* pass while waiting for an event.
+    def wait(self, seconds: float, block: Callable[[float], _T]) -> _T:
+        """Let up to *seconds* pass while waiting for an event; what *block* returned.
 
         *block(s)* waits in the kernel for an event, at most *s* real seconds. The
         system clock calls it with *seconds*; a manual clock moves its own time instead,
@@ -49,8 +51,8 @@ class SystemClock:
     def sleep(self, seconds: float) -> None:
         time.sleep(max(0.0, seconds))
 
-    def wait(self, seconds: float, block: Callable[[float], None]) -> None:
-        block(max(0.0, seconds))
+    def wait(self, seconds: float, block: Callable[[float], _T]) -> _T:
+        return block(max(0.0, seconds))
 
     def __reduce__(self) -> str:
         # Unpickled as the one system clock of the receiving process (its id source too).

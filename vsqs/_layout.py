@@ -184,12 +184,13 @@ class Layout:
     # -- operations on files under .vsqs, each by (directory, name) ------------------------
 
     def has_dir(self, sub: str) -> bool:
-        """Whether ``.vsqs/<sub>`` exists as a real directory (a hint: one ``lstat``).
+        """Whether anything is at ``.vsqs/<sub>`` (a hint: one ``access``, no exception).
 
-        Only a hint for skipping work (a planted link under ``.vsqs`` may answer it);
-        every read and write still goes through the descriptors, never a link.
+        Only a hint for skipping work: anything there (a planted link or file too) says
+        yes, and every read and write still goes through the descriptors, never a link,
+        treating a non-directory as absent. Cheap on purpose: a woken receive asks it.
         """
-        return _fs.is_plain_dir(f"{self.root}/{sub}" if sub else self.root)
+        return _fs.exists(f"{self.root}/{sub}" if sub else self.root)
 
     def read(self, sub: str, name: str) -> bytes | None:
         """The content of a regular file; ``None`` if it (or its directory) is absent.

@@ -40,6 +40,43 @@ class Message:
         return self.body.decode()
 
 
+_new = object.__new__
+_SET_ID, _SET_BODY, _SET_RECEIPT, _SET_EXPIRES, _SET_COUNT, _SET_ATTRS, _SET_SENT, _SET_QUEUE = (
+    Message.__dict__[name].__set__
+    for name in (
+        "id", "body", "receipt", "expires_at", "receive_count", "attributes", "sent_at", "queue"
+    )
+)  # fmt: skip
+
+
+def received(  # noqa: PLR0917 - positional, as the receive path calls it
+    message_id: str,
+    body: bytes,
+    receipt: str,
+    expires_at: float,
+    receive_count: int,
+    attributes: Mapping[str, str],
+    sent_at: float,
+    queue: str,
+) -> Message:
+    """A :class:`Message` with every field given: the receive path's constructor.
+
+    The same object as ``Message(...)`` makes, a third cheaper: it sets the slots
+    directly instead of through the frozen class's ``object.__setattr__`` (this runs
+    once per received message, often on a cold cache right after a wake-up).
+    """
+    message = _new(Message)
+    _SET_ID(message, message_id)
+    _SET_BODY(message, body)
+    _SET_RECEIPT(message, receipt)
+    _SET_EXPIRES(message, expires_at)
+    _SET_COUNT(message, receive_count)
+    _SET_ATTRS(message, attributes)
+    _SET_SENT(message, sent_at)
+    _SET_QUEUE(message, queue)
+    return message
+
+
 @dataclass(frozen=True, slots=True)
 class Counts:
     """How many messages are in each state (one listing; a snapshot)."""

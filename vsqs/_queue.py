@@ -46,7 +46,7 @@ from ._ids import State as _State
 from ._layout import Layout
 from ._lease import Lease, Renewer
 from ._lifecycle import History
-from ._message import NO_ATTRIBUTES, Counts, Message
+from ._message import NO_ATTRIBUTES, Counts, Message, received
 from ._meta import Meta, MetaStore, report_once, validate_attributes
 from ._shutdown import ShutdownWatch
 from ._stats import Counters, Stats, read_totals
@@ -479,42 +479,51 @@ class Queue:
         if earlier is not None:
             return self._finish_chunk(earlier, dedup.await_chunk(earlier))
         staged: list[tuple[str, int]] = []
+        # Every name of the batch is resolved from one descriptor of the directory: one
+        # path walk per batch instead of two per message.
+        dir_fd = _fs.open_queue_dir(self.path)
         try:
-            self._stage_all(views, staged)
-            if self.durable:
-                _fs.sync_files(self.path, [name for name, _ in staged])
-            self._shutdown.check_open()
-            entries = [(name[:-4], size) for name, size in staged]
-            chunk, ours = dedup.claim_chunk(key, entries, attrs, delay_us)
-        except BaseException:
-            for name, _ in staged:
-                _fs.unlink(self.layout.message(name))  # never visible: left as no debris
-            raise
-        if not ours:
-            for name, _ in staged:
-                _fs.unlink(self.layout.message(name))  # a duplicate: never visible
-            return self._finish_chunk(chunk, dedup.await_chunk(chunk))
-        # From here on the batch is published: a failure leaves its `.new` files for
-        # whoever finishes it (a retry, `clean`), never removes them.
-        ids = self._finish_chunk(chunk, entries)
+            try:
+                self._stage_all(views, staged, dir_fd)
+                if self.durable:
+                    _fs.sync_files(self.path, [name for name, _ in staged])
+                self._shutdown.check_open()
+                entries = [(name[:-4], size) for name, size in staged]
+                chunk, ours = dedup.claim_chunk(key, entries, attrs, delay_us)
+            except BaseException:
+                for name, _ in staged:
+                    _fs.unlink_at(name, dir_fd)  # never visible: left as no debris
+                raise
+            if not ours:
+                for name, _ in staged:
+                    _fs.unlink_at(name, dir_fd)  # a duplicate: never visible
+                return self._finish_chunk(chunk, dedup.await_chunk(chunk), dir_fd)
+            # From here on the batch is published: a failure leaves its `.new` files for
+            # whoever finishes it (a retry, `clean`), never removes them.
+            ids = self._finish_chunk(chunk, entries, dir_fd)
+        finally:
+            _fs.close(dir_fd)
         if self.durable:
             _fs.fsync_dir(self.path)
         dedup.sweep_if_due()
         return ids
 
-    def _stage_all(self, views: list[memoryview], staged: list[tuple[str, int]]) -> None:
-        """The *create* arrow for every body of a batch, appending each to *staged* (so
-        the caller removes what was staged before a failure). :meth:`_stage` in a lean
-        loop. Each id is drawn from the clock afresh: ids drawn in a run from one reading
-        would collide with a concurrent publisher's run, one id at a time."""
-        path, file_mode = self.path, self.config.file_mode
+    def _stage_all(
+        self, views: list[memoryview], staged: list[tuple[str, int]], dir_fd: int
+    ) -> None:
+        """The *create* arrow for every body of a batch, in the queue directory open as
+        *dir_fd*, appending each to *staged* (so the caller removes what was staged
+        before a failure). :meth:`_stage` in a lean loop. Each id is drawn from the clock
+        afresh: ids drawn in a run from one reading would collide with a concurrent
+        publisher's run, one id at a time."""
+        file_mode = self.config.file_mode
         ids, precision, time_us = self._ids, self.precision, self.clock.time_us
-        create, write, close = _fs.create_exclusive, _fs.write_all, _fs.close
+        create, write, close = _fs.create_at, _fs.write_all, _fs.close
         for view in views:
             while True:
                 new = ids.next(time_us(), precision) + ".new"
                 try:
-                    fd = create(f"{path}/{new}", file_mode or 0o666)
+                    fd = create(new, file_mode or 0o666, dir_fd)
                 except FileExistsError:
                     continue  # RACE: another process drew the same id in the same tick
                 break
@@ -524,28 +533,36 @@ class Queue:
                 write(fd, view)
             except BaseException:
                 close(fd)
-                _fs.unlink(f"{path}/{new}")  # never leave a partial body behind
+                _fs.unlink_at(new, dir_fd)  # never leave a partial body behind
                 raise
             close(fd)
             staged.append((new, len(view)))
 
-    def _finish_chunk(self, chunk: Chunk, pending: list[tuple[str, int]]) -> list[str]:
+    def _finish_chunk(
+        self, chunk: Chunk, pending: list[tuple[str, int]], dir_fd: int | None = None
+    ) -> list[str]:
         """Roll a recorded batch forward: make each of its *pending* ``.new`` ready (or
-        delayed); return the batch's ids.
+        delayed); return the batch's ids. *dir_fd*: the queue directory, if open.
 
         Past the commit point, so no shutdown check: a batch recorded before the queue
         was shut down is published whole. Tolerates another finisher on the same batch.
         """
+        if dir_fd is None:
+            dir_fd = _fs.open_queue_dir(self.path)
+            try:
+                return self._finish_chunk(chunk, pending, dir_fd)
+            finally:
+                _fs.close(dir_fd)
         attrs, delay_us = chunk.attributes, chunk.delay_us
         done: dict[str, str] = {}
         plain = not attrs and not delay_us
-        path, rename, produced = self.path, _fs.rename_noreplace, self._counters.add_produced
+        rename, produced = _fs.rename_noreplace_at, self._counters.add_produced
         for message_id, size in pending:
             new = message_id + ".new"
             try:
                 if plain:
                     try:
-                        rename(f"{path}/{new}", f"{path}/{message_id}")
+                        rename(new, message_id, dir_fd)
                     except FileExistsError:
                         # RACE: the id is taken by a message in another state (skewed
                         # clock, a vsqs 0.3 peer): the general commit re-ids it.
@@ -897,15 +914,12 @@ class Queue:
             now = clock.monotonic()
             if deadline is not None and now >= deadline:
                 return []
-            waiter.wait(token, self._pause(now, deadline))
             # The names made ready since the look that found nothing, if the waiter saw
             # them all: the next claim tries them before listing the directory again.
-            # The next token is taken first, so every event it counts is in the names and
-            # any later one wakes the next wait. RACE: another thread of this process may
-            # read the events at any moment; taken the other way round, an event it counted
-            # between the two calls would be in neither, and would not wake us.
-            seen, token = token, waiter.token()
-            made_ready = waiter.made_ready(seen)
+            # RACE: another thread of this process may read the events at any moment; the
+            # waiter takes the next token and the names under one lock, so every event the
+            # token counts is in the names, and any later one wakes the next wait.
+            token, made_ready = waiter.wait_ready(token, self._pause(now, deadline))
 
     def next_look(self, deadline: float | None = None) -> float:
         """Seconds until something this handle knows of may change the queue without a
@@ -967,21 +981,15 @@ class Queue:
         prefix = self.path + "/"
         got: list[Message] = []
         listed = relisted = False
+        named: list[int] = []  # the names made ready, newest first, when the view is empty
         if made_ready and not self._deferred and self.retention is None:
-            if self._ignored:
-                made_ready = [name for name in made_ready if name not in self._ignored]
-            for ready in _scan.ready_codes(made_ready):
-                view.put_back(ready)
-            if not self._meta.possible:
-                # Metadata is written before its message becomes ready: look after the
-                # event, as a listing would, so a first message with attributes has them.
-                self._meta.refresh()
+            named = self._named(made_ready)
             listed = True  # as good as a listing: nothing else can be ready
         elif view.stale(clock.monotonic()):
             self._relist(now_us)
             listed = True
         while len(got) < limit:
-            code = view.take()
+            code = named.pop() if named else view.take()
             if code is None:
                 # One listing per call, or two when the first held messages back: the
                 # second one confirms them (see _defer_listed_during_scan).
@@ -1006,7 +1014,27 @@ class Queue:
             message = self._open_claimed(message_id, receipt, code, expiry)
             if message is not None:
                 got.append(message)
+        for ready in named:  # more were made ready than asked for: keep them for next time
+            view.put_back(ready)
         return got
+
+    def _named(self, made_ready: list[str]) -> list[int]:
+        """The candidates of a claim after a wake-up: the packed ids of *made_ready*,
+        newest first (taken from the end), or ``[]`` when they went into the view."""
+        if self._ignored:
+            made_ready = [name for name in made_ready if name not in self._ignored]
+        named = _scan.ready_codes(made_ready)
+        if self._view.empty():
+            named.reverse()  # taken from the end: oldest first
+        else:  # our own requeues are in the view too: merge them, oldest first
+            for ready in named:
+                self._view.put_back(ready)
+            named = []
+        if not self._meta.possible:
+            # Metadata is written before its message becomes ready: look after the
+            # event, as a listing would, so a first message with attributes has them.
+            self._meta.refresh()
+        return named
 
     def _open_claimed(
         self, message_id: str, receipt: str, code: int, expiry: int
@@ -1038,11 +1066,11 @@ class Queue:
         meta = self._meta.read(message_id) if self._meta.possible else None
         if meta is not None and meta.owned_by(inode):  # not another message's, with our id
             attributes = meta.attributes or NO_ATTRIBUTES
-            return Message(
+            return received(
                 message_id, body, receipt, expiry / 1e6, meta.receive_count + 1, attributes,
                 sent_at, self.path,
             )  # fmt: skip
-        return Message(
+        return received(
             message_id, body, receipt, expiry / 1e6, 1, NO_ATTRIBUTES, sent_at, self.path
         )
 

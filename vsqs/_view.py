@@ -61,6 +61,10 @@ class ReadyView:
     def invalidate(self) -> None:
         self.stale_at = float("-inf")
 
+    def empty(self) -> bool:
+        """Whether the view has no candidate left (listed or put back)."""
+        return not self._codes and not self._returned
+
     def take(self) -> int | None:
         """The next candidate to claim, or ``None`` when the view is used up."""
         if self._returned:

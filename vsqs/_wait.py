@@ -26,10 +26,13 @@ if the waiter is sure it saw every such event; ``None`` otherwise (a watch made 
 the token, more names than it keeps, an overflow of the kernel's event queue, or a
 polling waiter). A consumer whose look found nothing ready claims those names instead
 of listing the directory again: together they are everything that can be ready.
+``token, names = waiter.wait_ready(token, seconds)`` does the three in one step (the
+next token and the names taken together, under one lock): the blocked receive's path.
 """
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import select
@@ -59,6 +62,10 @@ class Waiter(Protocol):
         """The names moved into the directory since *token* that look like ready messages,
         in event order, if this waiter saw every such event; ``None`` if it cannot say."""
 
+    def wait_ready(self, token: int, seconds: float) -> tuple[int, list[str] | None]:
+        """:meth:`wait`, then the token for the next look and :meth:`made_ready` of
+        *token*, taken together: every event the new token counts is in the names."""
+
     def close(self) -> None:
         """Release what the waiter holds."""
 
@@ -80,6 +87,10 @@ class PollWaiter:
 
     def made_ready(self, token: int) -> list[str] | None:
         return None  # a sleep sees no events
+
+    def wait_ready(self, token: int, seconds: float) -> tuple[int, list[str] | None]:
+        self.wait(token, seconds)
+        return 0, None
 
     def close(self) -> None:
         pass
@@ -151,14 +162,15 @@ class _Instance:
             os.close(self.fd)
             self.fd = -1
 
-    def wait(self, wd: int, token: int, seconds: float) -> None:
-        """Return after an event on *wd* since *token*, or after *seconds*."""
+    def wait(self, wd: int, token: int, seconds: float) -> tuple[int, list[str] | None]:
+        """Return after an event on *wd* since *token*, or after *seconds*: the token for
+        the next wait and the names made ready since *token* (:meth:`since`)."""
         deadline = time.monotonic() + max(0.0, seconds)
         while True:
             with self.cond:
                 while self.generations.get(wd, token + 1) == token:
                     if deadline <= time.monotonic():
-                        return
+                        return token, self.since(wd, token)
                     if not self.reader:
                         break
                     self.sleepers += 1
@@ -167,16 +179,22 @@ class _Instance:
                     finally:
                         self.sleepers -= 1
                 else:
-                    return  # something happened since the caller looked
+                    # Something happened since the caller looked.
+                    return self.generations.get(wd, 0), self.since(wd, token)
                 self.reader = True
                 fd = self.fd
-            if wd in self._read(fd, deadline):
-                return  # our own directory changed: no need to look again
+            found = self._read(fd, deadline, wd, token)
+            if found is not None:
+                return found  # our own directory changed: no need to look again
 
-    def _read(self, fd: int, deadline: float) -> dict[int, list[str]]:
-        """As the reader: wait for events until *deadline*, then hand them out; what
-        changed (watch -> the digit-only names moved in)."""
+    def _read(
+        self, fd: int, deadline: float, wd: int, token: int
+    ) -> tuple[int, list[str] | None] | None:
+        """As the reader: wait for events until *deadline*, then hand them out. If *wd*
+        changed, its next token and names since *token*, taken under the same lock as
+        the events were counted; ``None`` if it did not."""
         changed: dict[int, list[str]] = {}
+        found = None
         try:
             poller = select.poll()
             poller.register(fd, select.POLLIN)
@@ -186,7 +204,9 @@ class _Instance:
             with self.cond:
                 self.reader = False
                 self._handed_out(changed)
-        return changed
+                if wd in changed or -1 in changed:
+                    found = self.generations.get(wd, 0), self.since(wd, token)
+        return found
 
     def _handed_out(self, changed: dict[int, list[str]]) -> None:
         """Under cond, after a read: record it, wake sleeping threads, tell listeners."""
@@ -194,8 +214,9 @@ class _Instance:
             self._bump(changed)
         if self.sleepers:
             self.cond.notify_all()
-        for listener in list(self.listeners):
-            listener()
+        if self.listeners:
+            for listener in list(self.listeners):
+                listener()
 
     def drain(self) -> bool:
         """Read the events already queued, without blocking (for an event loop).
@@ -235,10 +256,18 @@ class _Instance:
     def made_ready(self, wd: int, token: int) -> list[str] | None:
         """The digit-only names moved into *wd* since *token*, or ``None`` if not all known."""
         with self.cond:
-            if token < self.complete_since.get(wd, token + 1):
-                return None
-            record = self.moved_in.get(wd, ())
-            return [name for generation, name in record if generation > token]
+            return self.since(wd, token)
+
+    def since(self, wd: int, token: int) -> list[str] | None:
+        """:meth:`made_ready`, under the condition already held."""
+        if token < self.complete_since.get(wd, token + 1):
+            return None
+        record = self.moved_in.get(wd, ())
+        # From the newest end: a woken waiter wants the last few of up to 4,096.
+        start = len(record)
+        while start and record[start - 1][0] > token:
+            start -= 1
+        return [name for _, name in record[start:]]
 
 
 _MOVED_IN_KEPT: Final = 4096
@@ -270,6 +299,9 @@ class InotifyHub:
         return self._instance.generations.get(self._wd, 0)
 
     def wait(self, token: int, seconds: float) -> None:
+        self.wait_ready(token, seconds)
+
+    def wait_ready(self, token: int, seconds: float) -> tuple[int, list[str] | None]:
         instance = self._instance
         if self._wd < 0:
             with instance.cond:
@@ -277,8 +309,8 @@ class InotifyHub:
                     self._wd = instance.add(self.path)
                     self._finalizer = weakref.finalize(self, _release, instance, self._wd)
                     # Events before the watch existed are lost: make the caller look again.
-                    return
-        instance.wait(self._wd, token, seconds)
+                    return instance.generations[self._wd], None
+        return instance.wait(self._wd, token, seconds)
 
     def made_ready(self, token: int) -> list[str] | None:
         return None if self._wd < 0 else self._instance.made_ready(self._wd, token)
@@ -334,6 +366,9 @@ class _Detached:
         return 0
 
     def wait(self, token: int, seconds: float) -> None:
+        self.wait_ready(token, seconds)
+
+    def wait_ready(self, token: int, seconds: float) -> tuple[int, list[str] | None]:
         raise RuntimeError("this queue was detached; create a new Queue object to wait on it")
 
     def made_ready(self, token: int) -> list[str] | None:
@@ -351,6 +386,10 @@ class _Polling:
 
     def wait(self, token: int, seconds: float) -> None:
         time.sleep(max(0.0, seconds))
+
+    def wait_ready(self, token: int, seconds: float) -> tuple[int, list[str] | None]:
+        self.wait(token, seconds)
+        return 0, None
 
     def made_ready(self, token: int) -> list[str] | None:
         return None
@@ -379,16 +418,20 @@ class InotifyWaiter:
         return self._hub.token()
 
     def wait(self, token: int, seconds: float) -> None:
+        self.wait_ready(token, seconds)
+
+    def wait_ready(self, token: int, seconds: float) -> tuple[int, list[str] | None]:
         # The re-check interval bounds the *real* wait (a lost event costs at most one);
         # a manual clock skips the wait and only collects events that already came.
-        self._clock.wait(seconds, lambda real: self._block(token, min(real, self.interval)))
+        return self._clock.wait(seconds, functools.partial(self._block, token))
 
     def made_ready(self, token: int) -> list[str] | None:
         return self._hub.made_ready(token)
 
-    def _block(self, token: int, seconds: float) -> None:
+    def _block(self, token: int, real: float) -> tuple[int, list[str] | None]:
+        seconds = min(real, self.interval)
         try:
-            self._hub.wait(token, seconds)
+            return self._hub.wait_ready(token, seconds)
         except OSError as exc:
             global _warned  # noqa: PLW0603 - one warning per process
             if not _warned:
@@ -399,7 +442,7 @@ class InotifyWaiter:
                     exc, self.interval,
                 )  # fmt: skip
             self._hub = _Polling()
-            self._hub.wait(token, seconds)
+            return self._hub.wait_ready(token, seconds)
 
     def close(self) -> None:
         # The watch is shared; it is removed when the last waiter lets go of it.

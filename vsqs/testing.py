@@ -21,12 +21,14 @@ import os
 import threading
 import warnings
 from collections.abc import Callable
-from typing import Final
+from typing import Final, TypeVar
 
 from ._ids import State, parse_name
 from ._layout import DIR as META_DIR
 from ._message import Message
 from ._queue import Queue
+
+_T = TypeVar("_T")
 
 __all__ = ["ManualClock", "assert_consistent", "assert_empty", "drain"]
 
@@ -59,7 +61,7 @@ class ManualClock:
     def sleep(self, seconds: float) -> None:
         self.advance(max(0.0, seconds))
 
-    def wait(self, seconds: float, block: Callable[[float], None]) -> None:
+    def wait(self, seconds: float, block: Callable[[float], _T]) -> _T:
         """Move the clock by *seconds* instead of waiting for them.
 
         Events that already happened are still collected (``block(0)``). A wait with no
@@ -77,10 +79,9 @@ class ManualClock:
                     RuntimeWarning,
                     stacklevel=4,
                 )
-            block(_REAL_SLICE)
-            return
+            return block(_REAL_SLICE)
         self.advance(max(0.0, seconds))
-        block(0.0)
+        return block(0.0)
 
     def advance(self, seconds: float) -> None:
         """Move both clocks forward by *seconds*."""
