@@ -6,7 +6,8 @@ comes from this one run, on ``--dir``.
 * Publishing ``--rows`` rows of ``--body`` bytes in ``--partitions`` partitions, cached
   so every run publishes the same rows; each run writes into a fresh directory,
   removed and flushed (``os.sync``, untimed) before the next run starts; the runs are
-  interleaved round by round, ``--repeat`` rounds, median shown:
+  interleaved round by round, the order rotated by one each round (so with
+  ``--repeat 4`` each run goes first once), ``--repeat`` rounds, median shown:
 
   - *bare O_EXCL+rename*: what one would hand-write with ``foreachPartition``: per
     row, create a temporary file with ``O_CREAT|O_EXCL``, write, close, rename. No
@@ -179,10 +180,14 @@ def main(argv: list[str] | None = None) -> int:
 
     def timed(runs: dict[str, Callable[[str], None]]) -> dict[str, float]:
         """The median rate of each run; the runs interleaved round by round, so that a
-        slow spell of a shared machine hits them all alike."""
+        slow spell of a shared machine hits them all alike, and the order rotated each
+        round, so that no run always follows the same one (or always goes first, on a
+        disk still fresh)."""
         rates: dict[str, list[float]] = {name: [] for name in runs}
-        for _ in range(args.repeat):
-            for name, run in runs.items():
+        order = list(runs.items())
+        for round_ in range(args.repeat):
+            shift = round_ % len(order)
+            for name, run in order[shift:] + order[:shift]:
                 target = tempfile.mkdtemp(dir=root)
                 started = time.perf_counter()
                 run(target)

@@ -106,7 +106,10 @@ class _Instance:
     """
 
     def __init__(self) -> None:
-        self.cond = threading.Condition()
+        # `with self.lock` where no wait or notify follows: the condition's own
+        # __enter__/__exit__ are Python calls around the same (re-entrant) lock.
+        self.lock = threading.RLock()
+        self.cond = threading.Condition(self.lock)
         self.fd = -1
         self.reader = False
         self.sleepers = 0  # threads asleep on the condition (the reader's seat was taken)
@@ -201,7 +204,7 @@ class _Instance:
             if poller.poll(max(0.0, deadline - time.monotonic()) * 1000):
                 changed = _inotify.read_events(fd)
         finally:
-            with self.cond:
+            with self.lock:
                 self.reader = False
                 self._handed_out(changed)
                 if wd in changed or -1 in changed:
@@ -255,7 +258,7 @@ class _Instance:
 
     def made_ready(self, wd: int, token: int) -> list[str] | None:
         """The digit-only names moved into *wd* since *token*, or ``None`` if not all known."""
-        with self.cond:
+        with self.lock:
             return self.since(wd, token)
 
     def since(self, wd: int, token: int) -> list[str] | None:
