@@ -34,6 +34,7 @@ NAMES = (
     "2  helpers: decide or remember one thing",
     "2  helpers (metadata)",
     "1  mechanism: paths, listing, waiting",
+    "1  mechanism: the process's inotify descriptor",
     "1  mechanism: every system call",
     "1  mechanism: which filesystem (mountinfo)",
     "0  pure values",

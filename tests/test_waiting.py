@@ -315,7 +315,7 @@ def test_when_inotify_runs_out_waiting_polls_and_says_so_once(
     polling (one warning through logging) and still gets the message."""
     import ctypes
 
-    from vsqs._wait import _instances
+    from vsqs._hub import _instances
 
     libc = ctypes.CDLL(None, use_errno=True)
     _instances.clear()  # the process-wide instance is made anew below, and fails

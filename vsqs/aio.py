@@ -45,10 +45,11 @@ from ._aio_publish import Publisher
 from ._aio_wait import Waiters, reactor
 from ._config import seconds as _seconds
 from ._errors import QueueDrained, QueueFull
+from ._hub import InotifyHub
 from ._lease import Lease
 from ._message import Message
 from ._queue import Queue
-from ._wait import InotifyHub, InotifyWaiter
+from ._wait import InotifyWaiter
 
 if TYPE_CHECKING:
     from typing_extensions import Self, Unpack
