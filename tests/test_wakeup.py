@@ -15,7 +15,7 @@ import pytest
 
 import vsqs
 from tests.fixtures_core import CHILD_TIMEOUT, children, wait_blocked_in_inotify
-from vsqs import _queue, _scan
+from vsqs import _queue, _scan, _wait
 from vsqs._wait import HAVE_INOTIFY, InotifyWaiter
 
 pytestmark = pytest.mark.skipif(not HAVE_INOTIFY, reason="needs inotify (Linux)")
@@ -45,6 +45,30 @@ def test_the_waiter_names_what_was_made_ready_since_a_token(tmp_path: Path) -> N
     assert waiter.made_ready(token) == ["1700000000000002", "1700000000000001"]
     later = waiter.token()
     assert waiter.made_ready(later) == []
+
+
+def test_wait_ready_gives_the_next_token_and_the_names_together(tmp_path: Path) -> None:
+    """What a blocked receive uses: one call returns the token for the next wait and the
+    names made ready since the old token; a polling or detached waiter says what it can."""
+    qdir = tmp_path / "q"
+    qdir.mkdir()
+    clock = vsqs.Queue(qdir).clock
+    waiter = InotifyWaiter(str(qdir), clock, 1.0)
+    token, names = waiter.wait_ready(waiter.token(), 0.01)  # makes the watch
+    assert names is None and token == waiter.token()
+    _publish_raw(qdir, 1_700_000_000_000_005, b"e")
+    _publish_raw(qdir, 1_700_000_000_000_004, b"d")
+    later, names = waiter.wait_ready(token, 1.0)
+    assert names == ["1700000000000005", "1700000000000004"]
+    assert later > token and waiter.made_ready(later) == []
+    assert waiter.wait_ready(later, 0.01) == (later, [])  # nothing since: timed out
+    polling = _wait.PollWaiter(clock, 0.01)
+    assert polling.wait_ready(polling.token(), 0.01) == (0, None)
+    assert polling.made_ready(0) is None
+    waiter.close()
+    assert waiter.made_ready(later) is None
+    with pytest.raises(RuntimeError, match="detached"):
+        waiter.wait_ready(later, 0.01)
 
 
 def _blocked_batch_consumer(path: str, out: Any) -> None:

@@ -109,9 +109,6 @@ class _Detached:
     def token(self) -> int:
         return 0
 
-    def wait(self, token: int, seconds: float) -> None:
-        self.wait_ready(token, seconds)
-
     def wait_ready(self, token: int, seconds: float) -> tuple[int, list[str] | None]:
         raise RuntimeError("this queue was detached; create a new Queue object to wait on it")
 
@@ -128,11 +125,8 @@ class _Polling:
     def token(self) -> int:
         return 0
 
-    def wait(self, token: int, seconds: float) -> None:
-        time.sleep(max(0.0, seconds))
-
     def wait_ready(self, token: int, seconds: float) -> tuple[int, list[str] | None]:
-        self.wait(token, seconds)
+        time.sleep(max(0.0, seconds))
         return 0, None
 
     def made_ready(self, token: int) -> list[str] | None:
