@@ -1,13 +1,11 @@
 """Every system call that changes a queue, and every platform difference.
 
-The state machine in ``_queue`` decides *what* to do; this module only does it. Keeping
-the syscalls here gives the crash tests one place to patch (kill between any two calls)
-and keeps the policy code free of ``errno`` plumbing.
+The state machine in ``_queue`` decides *what* to do; this module only does it: the
+crash tests have one place to patch (kill between any two calls), and the policy code
+no ``errno`` plumbing. Guarantees the rest of vsqs relies on:
 
-Guarantees the rest of vsqs relies on:
-
-* :func:`create_exclusive` never opens an existing file (``O_EXCL``), never follows a
-  symlink and never blocks on a FIFO.
+* :func:`create_exclusive` never opens an existing file (``O_EXCL``; an existing name is
+  :class:`FileExistsError` on every filesystem, sshfs too), never follows a symlink.
 * :func:`rename_noreplace` and :func:`link_noreplace` never replace an existing name;
   they raise :class:`FileExistsError` instead.
 * :func:`read_regular` reads only regular files, never through a symlink, never
@@ -62,7 +60,7 @@ _FS_ENCODING: Final = sys.getfilesystemencoding()
 
 def create_exclusive(path: str, mode: int = 0o666) -> int:
     """Create *path* and return a write-only fd; :class:`FileExistsError` if it exists."""
-    return os.open(path, _CREATE_FLAGS, mode)
+    return create_at(path, mode, None)
 
 
 def write_all(fd: int, data: bytes | memoryview) -> None:
@@ -99,11 +97,8 @@ def fsync_dir(path: str) -> None:
 
 
 def sync_filesystem(path: str) -> bool:
-    """Flush every dirty file of the filesystem holding *path* in one call (Linux ``syncfs``).
-
-    Returns ``False`` where the platform has no such call; the caller then fsyncs files
-    one by one.
-    """
+    """Flush every dirty file of the filesystem holding *path* in one call (Linux
+    ``syncfs``); ``False`` where there is no such call (the caller fsyncs each file)."""
     if _syncfs is None:  # pragma: no cover - not Linux
         return False
     fd = os.open(path, os.O_RDONLY | _O_DIRECTORY | _O_CLOEXEC)
@@ -171,6 +166,9 @@ def _link_then_unlink(src: str, dst: str, dir_fd: int | None) -> None:
     """
     try:
         os.link(src, dst, src_dir_fd=dir_fd, dst_dir_fd=dir_fd, follow_symlinks=False)
+    except PermissionError:
+        _raise_if_taken(dst, dir_fd)
+        raise
     except FileNotFoundError:
         # RACE: another host took *dst* (claimed the message we just published) between
         # the server making our link and the client's lookup of the new name (sshfs and
@@ -253,11 +251,8 @@ def open_queue_dir(path: str) -> int:
 
 
 def open_dir(name: str, dir_fd: int | None = None) -> int:
-    """Open the directory *name* (relative to *dir_fd*) without following a symlink.
-
-    Raises :class:`NotADirectoryError` (or ``ELOOP``) if *name* is anything but a real
-    directory, :class:`FileNotFoundError` if it does not exist.
-    """
+    """Open the directory *name* (relative to *dir_fd*) without following a symlink:
+    :class:`NotADirectoryError` (or ``ELOOP``) for anything else, ``ENOENT`` if absent."""
     return os.open(name, _DIR_FLAGS, dir_fd=dir_fd)
 
 
@@ -279,16 +274,25 @@ def fchmod_dir_at(name: str, mode: int, dir_fd: int) -> None:
         os.close(fd)
 
 
-def create_at(name: str, mode: int, dir_fd: int) -> int:
+def create_at(name: str, mode: int, dir_fd: int | None) -> int:
     """Create *name* in *dir_fd* exclusively; a write-only fd (``FileExistsError`` if taken)."""
-    return os.open(name, _CREATE_FLAGS, mode, dir_fd=dir_fd)
+    try:
+        return os.open(name, _CREATE_FLAGS, mode, dir_fd=dir_fd)
+    except PermissionError:
+        _raise_if_taken(name, dir_fd)
+        raise
+
+
+def _raise_if_taken(name: str, dir_fd: int | None) -> None:
+    """RACE: on sshfs an exclusive create or a link that races another host's for the same
+    name fails with EPERM (SFTP's bare failure), not EEXIST: say what it is."""
+    if exists_at(name, dir_fd):
+        raise FileExistsError(errno.EEXIST, "made by another host meanwhile", name)
 
 
 def open_lock_at(name: str, mode: int, dir_fd: int) -> int:
-    """Open (creating if needed) the regular file *name* in *dir_fd* for a lock.
-
-    Never follows a symlink and never truncates; ``EINVAL`` if *name* is not a regular file.
-    """
+    """Open (creating if needed) the regular file *name* in *dir_fd* for a lock: never
+    follows a symlink, never truncates; ``EINVAL`` if *name* is not a regular file."""
     fd = os.open(name, os.O_RDWR | os.O_CREAT | _O_NOFOLLOW | _O_CLOEXEC | _O_NONBLOCK,
                  mode, dir_fd=dir_fd)  # fmt: skip
     if not stat.S_ISREG(os.fstat(fd).st_mode):
@@ -359,11 +363,8 @@ def list_at(dir_fd: int) -> list[str]:
 
 
 def now_us_at(dir_fd: int) -> int:
-    """The filesystem's own clock (µs): the mtime of a file created now in *dir_fd*.
-
-    On a network filesystem this is the server's time, the same clock that dated every
-    message file's mtime, whatever the clocks of the hosts.
-    """
+    """The filesystem's own clock (µs): the mtime of a file created now in *dir_fd* (on a
+    network filesystem, the server's: the clock of every message file's mtime)."""
     name = f".now-{os.getpid()}-{os.urandom(4).hex()}"
     fd = create_at(name, 0o600, dir_fd)
     try:
@@ -374,11 +375,8 @@ def now_us_at(dir_fd: int) -> int:
 
 
 def copy_fd(source: int, target: int, progress: Callable[[], object]) -> int:
-    """Copy everything from *source* to *target* in 1 MiB chunks; return the size.
-
-    *progress* is called before each chunk (a mover renews its claim there); whatever
-    it raises stops the copy.
-    """
+    """Copy *source* to *target* in 1 MiB chunks; the size. *progress* is called before
+    each chunk (a mover renews its claim there); what it raises stops the copy."""
     size = 0
     while True:
         progress()
@@ -405,7 +403,6 @@ def open_regular(path: str) -> int:
 
 def exists(path: str) -> bool:
     """Whether *path* names anything (without following a final symlink)."""
-    # access(): a third cheaper than lstat() for "no", the answer on every publish.
     return os.access(path, os.F_OK, follow_symlinks=False)
 
 

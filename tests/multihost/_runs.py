@@ -94,7 +94,7 @@ def check_exactly_once(
 ) -> None:
     """No publish error, nothing lost, nothing twice, FIFO per producer in each consumer."""
     errors = [rec for recs in published.values() for rec in recs if str(rec[1]).startswith("error")]
-    assert errors == []
+    assert errors == [], errors
     bodies = Counter(str(rec[0]) for recs in consumed.values() for rec in recs)
     expected = {f"{p}:{n}" for p in published for n in range(per)}
     assert set(bodies) == expected, f"lost: {sorted(expected - set(bodies))[:10]}"
