@@ -87,3 +87,19 @@ def test_queue_like_classes_offer_their_protocols() -> None:
         }
         for obj in objects:
             assert members <= set(dir(obj)), (type(obj).__name__, members - set(dir(obj)))
+
+
+def test_the_receive_paths_constructor_makes_the_same_message() -> None:
+    """``_message.received`` sets the slots itself (a cheaper constructor for the receive
+    path): every field of :class:`vsqs.Message` must come out as the class's own
+    constructor makes it, so a field added to the class cannot be left unset there."""
+    import dataclasses
+
+    from vsqs._message import received
+
+    values = ("1", b"body", "1.2", 2.5, 3, {"k": "v"}, 1.5, "/q")
+    fields = [field.name for field in dataclasses.fields(vsqs.Message)]
+    assert len(fields) == len(values)
+    made, fast = vsqs.Message(*values), received(*values)
+    assert [getattr(fast, name) for name in fields] == [getattr(made, name) for name in fields]
+    assert fast == made and hash(fast) == hash(made) and repr(fast) == repr(made)

@@ -32,19 +32,18 @@ def test_the_waiter_names_what_was_made_ready_since_a_token(tmp_path: Path) -> N
     qdir.mkdir()
     waiter = InotifyWaiter(str(qdir), vsqs.Queue(qdir).clock, 1.0)
     before_watch = waiter.token()
-    waiter.wait(before_watch, 0.01)  # makes the watch; events before it were not seen
-    assert waiter.made_ready(before_watch) is None
-    token = waiter.token()
-    assert waiter.made_ready(token) == []
+    # Makes the watch; events before it were not seen.
+    token, names = waiter.wait_ready(before_watch, 0.01)
+    assert names is None
+    assert waiter.wait_ready(token, 0) == (token, [])
     _publish_raw(qdir, 1_700_000_000_000_002, b"b")
     _publish_raw(qdir, 1_700_000_000_000_001, b"a")
     (qdir / "1700000000000003.new").write_bytes(b"being written")  # not ready: not named
     os.rename(qdir / "1700000000000001", qdir / "1700000000000001.1800000000000000")  # held
     (qdir / "notes.txt").write_bytes(b"foreign")
-    waiter.wait(token, 1.0)
-    assert waiter.made_ready(token) == ["1700000000000002", "1700000000000001"]
-    later = waiter.token()
-    assert waiter.made_ready(later) == []
+    later, names = waiter.wait_ready(token, 1.0)
+    assert names == ["1700000000000002", "1700000000000001"]
+    assert waiter.wait_ready(later, 0) == (later, [])
 
 
 def test_wait_ready_gives_the_next_token_and_the_names_together(tmp_path: Path) -> None:
@@ -60,13 +59,11 @@ def test_wait_ready_gives_the_next_token_and_the_names_together(tmp_path: Path) 
     _publish_raw(qdir, 1_700_000_000_000_004, b"d")
     later, names = waiter.wait_ready(token, 1.0)
     assert names == ["1700000000000005", "1700000000000004"]
-    assert later > token and waiter.made_ready(later) == []
+    assert later > token and later == waiter.token()
     assert waiter.wait_ready(later, 0.01) == (later, [])  # nothing since: timed out
     polling = _wait.PollWaiter(clock, 0.01)
     assert polling.wait_ready(polling.token(), 0.01) == (0, None)
-    assert polling.made_ready(0) is None
     waiter.close()
-    assert waiter.made_ready(later) is None
     with pytest.raises(RuntimeError, match="detached"):
         waiter.wait_ready(later, 0.01)
 
@@ -150,14 +147,14 @@ def test_a_waiter_that_lost_track_says_so_and_the_receive_lists(
     waiter = queue.waiter()
     token = waiter.token()
     names = _rename_in(qdir, 2_000_000_000_000_000, events)
-    waiter.wait(token, 1.0)
-    assert waiter.made_ready(token) is None, why
+    _, seen = waiter.wait_ready(token, 1.0)
+    assert seen is None, why
     got = queue.receive_batch(10, timeout=5)  # falls back to a listing: still oldest first
     assert [m.id for m in got] == names[:10]
     later = waiter.token()
     _rename_in(qdir, 3_000_000_000_000_000, 1)
-    waiter.wait(later, 1.0)
-    assert waiter.made_ready(later) == ["3000000000000000"]  # on track again
+    _, seen = waiter.wait_ready(later, 1.0)
+    assert seen == ["3000000000000000"]  # on track again
 
 
 def test_a_foreign_digit_name_that_is_not_an_id_is_never_taken(tmp_path: Path) -> None:

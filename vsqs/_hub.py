@@ -181,13 +181,9 @@ class _Instance:
                     self.complete_since[watched] = record[-_MOVED_IN_KEPT - 1][0]
                     del record[:-_MOVED_IN_KEPT]
 
-    def made_ready(self, wd: int, token: int) -> list[str] | None:
-        """The digit-only names moved into *wd* since *token*, or ``None`` if not all known."""
-        with self.lock:
-            return self.since(wd, token)
-
     def since(self, wd: int, token: int) -> list[str] | None:
-        """:meth:`made_ready`, under the condition already held."""
+        """The digit-only names moved into *wd* since *token*, or ``None`` if not all known
+        (the caller holds the lock)."""
         if token < self.complete_since.get(wd, token + 1):
             return None
         record = self.moved_in.get(wd, ())
@@ -226,9 +222,6 @@ class InotifyHub:
         # One dict lookup is atomic: no lock on this path of every blocked call.
         return self._instance.generations.get(self._wd, 0)
 
-    def wait(self, token: int, seconds: float) -> None:
-        self.wait_ready(token, seconds)
-
     def wait_ready(self, token: int, seconds: float) -> tuple[int, list[str] | None]:
         instance = self._instance
         if self._wd < 0:
@@ -239,9 +232,6 @@ class InotifyHub:
                     # Events before the watch existed are lost: make the caller look again.
                     return instance.generations[self._wd], None
         return instance.wait(self._wd, token, seconds)
-
-    def made_ready(self, token: int) -> list[str] | None:
-        return None if self._wd < 0 else self._instance.made_ready(self._wd, token)
 
     # -- the non-blocking side, for an event loop (vsqs.aio) ----------------------------
 

@@ -20,14 +20,14 @@ Usage is ``token = waiter.token()`` *before* looking at the queue, then
 ``waiter.wait(token, seconds)`` if nothing was found: an event that arrives between
 the look and the wait is never missed.
 
-After the wait, ``waiter.made_ready(token)`` gives the digit-only names moved into the
-directory since the token (messages published, released or returned), in event order,
-if the waiter is sure it saw every such event; ``None`` otherwise (a watch made after
-the token, more names than it keeps, an overflow of the kernel's event queue, or a
-polling waiter). A consumer whose look found nothing ready claims those names instead
-of listing the directory again: together they are everything that can be ready.
-``token, names = waiter.wait_ready(token, seconds)`` does the three in one step (the
-next token and the names taken together, under one lock): the blocked receive's path.
+``token, names = waiter.wait_ready(token, seconds)`` waits the same way, then gives the
+token for the next look and the digit-only names moved into the directory since the old
+token (messages published, released or returned), in event order, taken together under
+one lock; the names are ``None`` if the waiter cannot be sure it saw every such event
+(a watch made after the token, more names than it keeps, an overflow of the kernel's
+event queue, or a polling waiter). A consumer whose look found nothing ready claims
+those names instead of listing the directory again: together they are everything that
+can be ready.
 """
 
 from __future__ import annotations
@@ -59,13 +59,11 @@ class Waiter(Protocol):
     def wait(self, token: int, seconds: float) -> None:
         """Return after a change since *token*, or after *seconds*, whichever is first."""
 
-    def made_ready(self, token: int) -> list[str] | None:
-        """The names moved into the directory since *token* that look like ready messages,
-        in event order, if this waiter saw every such event; ``None`` if it cannot say."""
-
     def wait_ready(self, token: int, seconds: float) -> tuple[int, list[str] | None]:
-        """:meth:`wait`, then the token for the next look and :meth:`made_ready` of
-        *token*, taken together: every event the new token counts is in the names."""
+        """:meth:`wait`, then the token for the next look and the names moved into the
+        directory since *token* that look like ready messages, in event order (``None``
+        if this waiter cannot say), taken together: every event the new token counts is
+        in the names."""
 
     def close(self) -> None:
         """Release what the waiter holds."""
@@ -86,12 +84,9 @@ class PollWaiter:
         interval = self.interval
         self._clock.wait(seconds, lambda real: time.sleep(min(real, interval)))
 
-    def made_ready(self, token: int) -> list[str] | None:
-        return None  # a sleep sees no events
-
     def wait_ready(self, token: int, seconds: float) -> tuple[int, list[str] | None]:
         self.wait(token, seconds)
-        return 0, None
+        return 0, None  # a sleep sees no events
 
     def close(self) -> None:
         pass
@@ -112,9 +107,6 @@ class _Detached:
     def wait_ready(self, token: int, seconds: float) -> tuple[int, list[str] | None]:
         raise RuntimeError("this queue was detached; create a new Queue object to wait on it")
 
-    def made_ready(self, token: int) -> list[str] | None:
-        return None
-
 
 _DETACHED: Final = _Detached()
 
@@ -128,9 +120,6 @@ class _Polling:
     def wait_ready(self, token: int, seconds: float) -> tuple[int, list[str] | None]:
         time.sleep(max(0.0, seconds))
         return 0, None
-
-    def made_ready(self, token: int) -> list[str] | None:
-        return None
 
 
 class InotifyWaiter:
@@ -162,9 +151,6 @@ class InotifyWaiter:
         # The re-check interval bounds the *real* wait (a lost event costs at most one);
         # a manual clock skips the wait and only collects events that already came.
         return self._clock.wait(seconds, functools.partial(self._block, token))
-
-    def made_ready(self, token: int) -> list[str] | None:
-        return self._hub.made_ready(token)
 
     def _block(self, token: int, real: float) -> tuple[int, list[str] | None]:
         seconds = min(real, self.interval)
