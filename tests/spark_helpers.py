@@ -74,8 +74,8 @@ def publish_killed_midway(queue_path: str, run_id: str, rows: Iterable[Row]) -> 
         real = vsqs._fs.rename_noreplace
         made_ready = [0]
 
-        def rename(src: str, dst: str) -> None:
-            real(src, dst)
+        def rename(src: str, dst: str, dir_fd: int = -100) -> None:  # AT_FDCWD
+            real(src, dst, dir_fd)
             if src.endswith(".new") and not dst.endswith(".new"):
                 made_ready[0] += 1
                 if made_ready[0] == 10:

@@ -268,3 +268,21 @@ def test_clean_survives_planted_entries_among_dedup_markers(qdir: Path, clock: M
     assert q.publish(b"x later", dedup_id="order-1") != first  # expired with its window
     kept = list(dedup.rglob("keep"))
     assert [p.read_bytes() for p in kept] == [b"not vsqs's"]  # moved aside, never emptied
+
+
+def test_clean_removes_pokes_and_announcements_a_dead_process_left(qdir: Path) -> None:
+    """A process killed between making a poke (`.wake-*`) or an announcement
+    (`.wake-*-meta`) and removing it leaves an empty file: clean() removes old ones only,
+    and never another dot-file."""
+    q = vsqs.Queue(qdir, durable=False)
+    q.publish(b"kept")
+    left = [".wake-41-0a1b2c3d", ".wake-41-0a1b2c3e-meta"]
+    for name in [*left, ".wake-young", ".my-notes"]:
+        (qdir / name).touch()
+    old = time.time() - 7200
+    for name in [*left, ".my-notes"]:
+        os.utime(qdir / name, (old, old))
+    assert q.clean(older_than=3600) == 2
+    remaining = sorted(p.name for p in qdir.iterdir() if not p.name.isdigit())
+    assert remaining == [".my-notes", ".vsqs", ".wake-young"]
+    assert [m.body for m in q.receive_batch(10)] == [b"kept"]

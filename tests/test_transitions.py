@@ -29,10 +29,10 @@ def test_publish_never_shows_a_partial_body(q: vsqs.Queue, qdir: Path) -> None:
     seen: list[list[str]] = []
     real_rename = vsqs._fs.rename_noreplace
 
-    def spy(src: str, dst: str) -> None:
+    def spy(src: str, dst: str, dir_fd: int = -100) -> None:  # AT_FDCWD
         seen.append(names(qdir))
         assert Path(src).read_bytes() == b"x" * 100_000
-        real_rename(src, dst)
+        real_rename(src, dst, dir_fd)
 
     vsqs._fs.rename_noreplace = spy
     try:

@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 import vsqs
-from vsqs import _wait
+from vsqs import _hub, _wait
 
 from . import procs
 from .fixtures_core import (
@@ -138,19 +138,19 @@ def test_threads_waiting_on_one_queue_share_one_inotify_descriptor(qpath: str) -
     before = inotify_fds()
     waited: set[int] = set()
     lock = threading.Lock()
-    real_wait = _wait.InotifyHub.wait_ready
+    real_wait = _hub._Instance.wait
 
     def counting_wait(
-        hub: _wait.InotifyHub, token: int, seconds: float
-    ) -> tuple[int, list[str] | None]:
+        instance: _hub._Instance, wd: int, token: int, seconds: float
+    ) -> tuple[int, list[int] | None]:
         with lock:
             waited.add(threading.get_ident())
-        return real_wait(hub, token, seconds)
+        return real_wait(instance, wd, token, seconds)
 
     queues = [vsqs.Queue(qpath, **{**NO_RECHECK, "poll_interval": 30}) for _ in range(20)]
     got: list[vsqs.Message | None] = []
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(_wait.InotifyHub, "wait_ready", counting_wait)
+        patch.setattr(_hub._Instance, "wait", counting_wait)
         threads = [
             threading.Thread(target=lambda q=q: got.append(q.receive(timeout=60))) for q in queues
         ]

@@ -15,7 +15,7 @@ import pytest
 
 import vsqs
 from tests.fixtures_core import CHILD_TIMEOUT, children, wait_blocked_in_inotify
-from vsqs import _queue, _scan, _wait
+from vsqs import _ids, _inotify, _queue, _scan, _wait
 from vsqs._wait import HAVE_INOTIFY, InotifyWaiter
 
 pytestmark = pytest.mark.skipif(not HAVE_INOTIFY, reason="needs inotify (Linux)")
@@ -41,8 +41,19 @@ def test_the_waiter_names_what_was_made_ready_since_a_token(tmp_path: Path) -> N
     (qdir / "1700000000000003.new").write_bytes(b"being written")  # not ready: not named
     os.rename(qdir / "1700000000000001", qdir / "1700000000000001.1800000000000000")  # held
     (qdir / "notes.txt").write_bytes(b"foreign")
-    later, names = waiter.wait_ready(token, 1.0)
-    assert names == ["1700000000000002", "1700000000000001"]
+    (qdir / "x").write_bytes(b"not canonical")
+    os.rename(qdir / "x", qdir / "0017")  # digits, but no id (a leading zero): not named
+    os.rename(qdir / "notes.txt", qdir / "170000000000000000001")  # too long for an id
+    vsqs.Queue(qdir).layout.announce("meta")
+    _publish_raw(qdir, 42, b"a millisecond id")
+    later, made_ready = waiter.wait_ready(token, 1.0)
+    assert made_ready == [
+        _ids.encode_ready(1_700_000_000_000_002),
+        _ids.encode_ready(1_700_000_000_000_001),
+        _inotify.ANNOUNCEMENT,
+        _ids.encode_ready(42),
+    ]
+    assert _ids.decode_ready(made_ready[-1]) == "42"
     assert waiter.wait_ready(later, 0) == (later, [])
 
 
@@ -57,8 +68,9 @@ def test_wait_ready_gives_the_next_token_and_the_names_together(tmp_path: Path) 
     assert names is None and token == waiter.token()
     _publish_raw(qdir, 1_700_000_000_000_005, b"e")
     _publish_raw(qdir, 1_700_000_000_000_004, b"d")
-    later, names = waiter.wait_ready(token, 1.0)
-    assert names == ["1700000000000005", "1700000000000004"]
+    later, made_ready = waiter.wait_ready(token, 1.0)
+    ids = (1_700_000_000_000_005, 1_700_000_000_000_004)
+    assert made_ready == [_ids.encode_ready(v) for v in ids]
     assert later > token and later == waiter.token()
     assert waiter.wait_ready(later, 0.01) == (later, [])  # nothing since: timed out
     polling = _wait.PollWaiter(clock, 0.01)
@@ -124,6 +136,24 @@ def test_attributes_of_the_first_message_with_metadata_are_seen_after_a_wake(
     assert got[0].attributes == {"trace": "abc"}
 
 
+def test_a_metadata_directory_made_while_a_receive_sleeps_is_announced(tmp_path: Path) -> None:
+    """A writer that made `.vsqs/meta` and died before announcing it: the next writer
+    announces it before its first record, so a receive that looked before the directory
+    existed still gives the message its attributes (it does not list after a wake-up)."""
+    qdir = tmp_path / "q"
+    consumer_queue = vsqs.Queue(qdir, durable=False, poll_interval=3600)
+    got: list[vsqs.Message | None] = []
+    consumer = threading.Thread(target=lambda: got.append(consumer_queue.receive(timeout=30)))
+    consumer.start()
+    time.sleep(0.3)  # blocked, having looked for metadata and found none
+    (qdir / ".vsqs" / "meta").mkdir(parents=True)  # made, never announced
+    vsqs.Queue(qdir, durable=False).publish(b"x", attributes={"trace": "abc"})
+    consumer.join(10)
+    assert got and got[0] is not None
+    assert got[0].attributes == {"trace": "abc"}
+    assert sorted(p.name for p in qdir.iterdir()) == [".vsqs", got[0].receipt]  # no debris
+
+
 def _rename_in(qdir: Path, first: int, count: int) -> list[str]:
     """Make *count* messages ready, one rename each (one inotify event each)."""
     names = [str(first + n) for n in range(count)]
@@ -154,7 +184,7 @@ def test_a_waiter_that_lost_track_says_so_and_the_receive_lists(
     later = waiter.token()
     _rename_in(qdir, 3_000_000_000_000_000, 1)
     _, seen = waiter.wait_ready(later, 1.0)
-    assert seen == ["3000000000000000"]  # on track again
+    assert seen == [_ids.encode_ready(3_000_000_000_000_000)]  # on track again
 
 
 def test_a_foreign_digit_name_that_is_not_an_id_is_never_taken(tmp_path: Path) -> None:

@@ -123,19 +123,14 @@ def sync_files(directory: str, names: list[str]) -> None:
             close(fd)
 
 
-def rename_noreplace(src: str, dst: str) -> None:
-    """Rename *src* to *dst* atomically unless *dst* exists.
+def rename_noreplace(src: str, dst: str, dir_fd: int = _AT_FDCWD) -> None:
+    """Rename *src* to *dst* (relative to *dir_fd*, if given) atomically unless *dst* exists.
 
     :class:`FileExistsError` if *dst* exists, :class:`FileNotFoundError` if *src* does
     not. Without an atomic no-replace rename (NFS, sshfs) it links then unlinks: never
     replacing; a crash between leaves two names on one inode, which the state machine
     repairs.
     """
-    _rename_noreplace(src, dst, _AT_FDCWD)
-
-
-def _rename_noreplace(src: str, dst: str, dir_fd: int) -> None:
-    """:func:`rename_noreplace` of two names relative to *dir_fd* (or the cwd)."""
     if _renameat2 is not None:
         if not _renameat2(
             dir_fd,
@@ -155,6 +150,9 @@ def _rename_noreplace(src: str, dst: str, dir_fd: int) -> None:
         if code not in (errno.EINVAL, errno.ENOTSUP):
             raise OSError(code, os.strerror(code), src, None, dst)
     _link_then_unlink(src, dst, None if dir_fd == _AT_FDCWD else dir_fd)
+
+
+_rename_noreplace: Final = rename_noreplace  # for rename_noreplace_at
 
 
 def _link_then_unlink(src: str, dst: str, dir_fd: int | None) -> None:
@@ -212,17 +210,14 @@ def read_regular(path: str) -> bytes:
     return read_message(path)[0]
 
 
-def read_message(path: str) -> tuple[bytes, int]:
-    """Read a message file (as :func:`read_regular`); its body and inode (0: unknown)."""
-    return _read_fd(os.open(path, _READ_FLAGS), path)
-
-
-def _read_fd(fd: int, name: str) -> tuple[bytes, int]:
-    """Read the regular file open as *fd* whole, then close it; its bytes and inode."""
+def read_message(path: str, dir_fd: int | None = None) -> tuple[bytes, int]:
+    """Read a message file (as :func:`read_regular`; relative to *dir_fd*, if given):
+    its body and inode (0: unknown)."""
+    fd = os.open(path, _READ_FLAGS, dir_fd=dir_fd)
     try:
         info = os.fstat(fd)
         if info.st_mode & _S_IFMT != _S_IFREG:
-            raise OSError(errno.EINVAL, "not a regular file", name)
+            raise OSError(errno.EINVAL, "not a regular file", path)
         size = info.st_size
         first = os.read(fd, size) if size else b""
         if len(first) == size:
@@ -317,7 +312,7 @@ def unlock(fd: int) -> None:
 
 def read_at(name: str, dir_fd: int) -> bytes:
     """Read the regular file *name* in *dir_fd* (as :func:`read_regular`)."""
-    return _read_fd(os.open(name, _READ_FLAGS, dir_fd=dir_fd), name)[0]
+    return read_message(name, dir_fd)[0]
 
 
 def unlink_at(name: str, dir_fd: int) -> bool:

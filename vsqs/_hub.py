@@ -4,21 +4,55 @@
 descriptor (``poll(2)``, so any descriptor number works), created on the first wait and
 closed with the last watch. One waiting thread reads it; the others sleep on a
 condition. Each read is recorded as generations (what changed since a token) and the
-digit-only names moved in (messages made ready). How a queue waits, and what it falls
-back to when inotify runs out, is :mod:`vsqs._wait`'s.
+messages made ready (packed ids: :func:`vsqs._inotify.read_events`). How a queue waits,
+and what it falls back to when inotify runs out, is :mod:`vsqs._wait`'s.
 """
 
 from __future__ import annotations
 
+import functools
 import os
 import select
 import threading
 import time
 import weakref
+from bisect import bisect_right
 from collections.abc import Callable
 from typing import Final
 
 from . import _inotify
+
+
+class _Watch:
+    """What one watched directory's events left: its generation (bumped by every read
+    that saw an event on it) and the messages made ready (packed ids, with announcements:
+    :func:`vsqs._inotify.read_events`),
+    each beside the generation that recorded it (sorted: bisected, never scanned),
+    complete from generation *complete_since* on."""
+
+    __slots__ = ("complete_since", "generation", "moved_at", "moved_in", "users")
+
+    def __init__(self, generation: int) -> None:
+        self.generation = self.complete_since = generation
+        self.moved_in: list[int] = []
+        self.moved_at: list[int] = []
+        self.users = 0  # hubs using it
+
+    def lose(self, generation: int) -> None:
+        """Count a read that lost events: what happened is unknown up to *generation*."""
+        self.generation = self.complete_since = generation
+        self.moved_in, self.moved_at = [], []
+
+    def forget_oldest(self) -> None:
+        """Keep the last :data:`_MOVED_IN_KEPT` ids: older tokens get ``None``."""
+        self.complete_since = self.moved_at[-_MOVED_IN_KEPT - 1]
+        del self.moved_in[:-_MOVED_IN_KEPT], self.moved_at[:-_MOVED_IN_KEPT]
+
+    def since(self, token: int) -> list[int] | None:
+        """The ids made ready since *token*, or ``None`` if not all are known."""
+        if token < self.complete_since:
+            return None
+        return self.moved_in[bisect_right(self.moved_at, token) :]
 
 
 class _Instance:
@@ -38,15 +72,10 @@ class _Instance:
         self.fd = -1
         self.reader = False
         self.sleepers = 0  # threads asleep on the condition (the reader's seat was taken)
-        self.generations: dict[int, int] = {}
-        self.users: dict[int, int] = {}  # watch -> hubs using it
+        self.watches: dict[int, _Watch] = {}
         # Generations are drawn from one counter for all watches, so a token never
         # matches a later watch on a reused descriptor number.
         self.serial = 0
-        # Per watch: the (generation, name) of each digit-only name moved in (a message
-        # made ready), and the generation from which that record is complete.
-        self.moved_in: dict[int, list[tuple[int, str]]] = {}
-        self.complete_since: dict[int, int] = {}
         # Called (under cond, from any thread) whenever a read of the descriptor ends:
         # how an event loop that watches it hears of events a thread read first.
         self.listeners: set[Callable[[], None]] = set()
@@ -58,31 +87,33 @@ class _Instance:
         try:
             wd = _inotify.add_watch(self.fd, path)  # ENOSPC: the per-user watch limit
         except OSError:
-            if not self.users:
+            if not self.watches:
                 self._close()
             raise
-        self.users[wd] = self.users.get(wd, 0) + 1
-        if wd not in self.generations:
+        watch = self.watches.get(wd)
+        if watch is None:
             # A new watch: events before it are unknown, so tokens taken before now
             # (smaller: generations only grow, across watches too) get no names.
             self.serial += 1
-            self.generations[wd] = self.complete_since[wd] = self.serial
-            self.moved_in[wd] = []
+            watch = self.watches[wd] = _Watch(self.serial)
+        watch.users += 1
         return wd
+
+    def generation(self, wd: int) -> int:
+        """The current generation of *wd* (0 if not watched): one dict lookup, atomic."""
+        watch = self.watches.get(wd)
+        return 0 if watch is None else watch.generation
 
     def remove(self, wd: int) -> None:
         """Let go of a watch; the descriptor closes with the last one."""
-        left = self.users.get(wd, 0) - 1
-        if left > 0:
-            self.users[wd] = left
+        watch = self.watches.get(wd)
+        if watch is not None and watch.users > 1:
+            watch.users -= 1
             return
-        self.users.pop(wd, None)
-        self.generations.pop(wd, None)
-        self.moved_in.pop(wd, None)
-        self.complete_since.pop(wd, None)
+        self.watches.pop(wd, None)
         if self.fd >= 0:
             _inotify.rm_watch(self.fd, wd)  # EINVAL if the directory is gone: fine
-        if not self.users:
+        if not self.watches:
             self._close()
 
     def _close(self) -> None:
@@ -90,15 +121,20 @@ class _Instance:
             os.close(self.fd)
             self.fd = -1
 
-    def wait(self, wd: int, token: int, seconds: float) -> tuple[int, list[str] | None]:
+    def wait(  # noqa: PLR0912 - one function: a woken receive's hot path, where each call costs
+        self, wd: int, token: int, seconds: float
+    ) -> tuple[int, list[int] | None]:
         """Return after an event on *wd* since *token*, or after *seconds*: the token for
-        the next wait and the names made ready since *token* (:meth:`since`)."""
+        the next wait and the ids made ready since *token* (:meth:`_Watch.since`)."""
         deadline = time.monotonic() + max(0.0, seconds)
         while True:
             with self.cond:
-                while self.generations.get(wd, token + 1) == token:
+                watch = self.watches.get(wd)
+                if watch is None:
+                    return 0, None  # RACE: let go of meanwhile (a closed queue): look again
+                while watch.generation == token:
                     if deadline <= time.monotonic():
-                        return token, self.since(wd, token)
+                        return token, watch.since(token)
                     if not self.reader:
                         break
                     self.sleepers += 1
@@ -108,43 +144,47 @@ class _Instance:
                         self.sleepers -= 1
                 else:
                     # Something happened since the caller looked.
-                    return self.generations.get(wd, 0), self.since(wd, token)
+                    return watch.generation, watch.since(token)
                 self.reader = True
                 fd = self.fd
-            found = self._read(fd, deadline, wd, token)
+            # As the reader: wait for events, then hand them out (inline, not a method:
+            # this is the hot path of a woken receive, often on a cold cache).
+            changed: dict[int, list[int]] = {}
+            found = None
+            try:
+                poller = select.poll()
+                poller.register(fd, select.POLLIN)
+                if poller.poll(max(0.0, deadline - time.monotonic()) * 1000):
+                    changed = _inotify.read_events(fd)
+            finally:
+                with self.lock:
+                    self.reader = False
+                    if changed:
+                        self._count(changed)
+                    if self.sleepers:
+                        self.cond.notify_all()
+                    if self.listeners:
+                        self._tell_listeners()
+                    if watch.generation != token:
+                        # Only this read moved the generation on since *token*: the
+                        # ids since *token* are its own, unless some were forgotten.
+                        complete = token >= watch.complete_since
+                        found = watch.generation, changed[wd] if complete else None
             if found is not None:
                 return found  # our own directory changed: no need to look again
 
-    def _read(
-        self, fd: int, deadline: float, wd: int, token: int
-    ) -> tuple[int, list[str] | None] | None:
-        """As the reader: wait for events until *deadline*, then hand them out. If *wd*
-        changed, its next token and names since *token*, taken under the same lock as
-        the events were counted; ``None`` if it did not."""
-        changed: dict[int, list[str]] = {}
-        found = None
-        try:
-            poller = select.poll()
-            poller.register(fd, select.POLLIN)
-            if poller.poll(max(0.0, deadline - time.monotonic()) * 1000):
-                changed = _inotify.read_events(fd)
-        finally:
-            with self.lock:
-                self.reader = False
-                self._handed_out(changed)
-                if wd in changed or -1 in changed:
-                    found = self.generations.get(wd, 0), self.since(wd, token)
-        return found
-
-    def _handed_out(self, changed: dict[int, list[str]]) -> None:
+    def _handed_out(self, changed: dict[int, list[int]]) -> None:
         """Under cond, after a read: record it, wake sleeping threads, tell listeners."""
         if changed:
-            self._bump(changed)
+            self._count(changed)
         if self.sleepers:
             self.cond.notify_all()
         if self.listeners:
-            for listener in list(self.listeners):
-                listener()
+            self._tell_listeners()
+
+    def _tell_listeners(self) -> None:
+        for listener in list(self.listeners):
+            listener()
 
     def drain(self) -> bool:
         """Read the events already queued, without blocking (for an event loop).
@@ -159,39 +199,27 @@ class _Instance:
             self._handed_out(_inotify.read_events(self.fd))
             return True
 
-    def _bump(self, changed: dict[int, list[str]]) -> None:
-        """Record a read's events (under the condition): new generations, names moved in."""
-        lost = -1 in changed  # the event queue overflowed: anything may have changed
-        generations, moved_in = self.generations, self.moved_in
+    def _count(self, changed: dict[int, list[int]]) -> None:
+        """Record a read's events (under the condition): a new generation for each watch
+        that saw one (for all of them if events were lost: key -1), ids made ready."""
         self.serial += 1
         generation = self.serial
-        for watched in generations:
-            names = changed.get(watched)
-            if names is None and not lost:
+        watches = self.watches
+        if -1 in changed:  # the event queue overflowed: anything may have changed
+            for every in watches.values():
+                every.lose(generation)
+            return
+        for wd, made_ready in changed.items():
+            watch = watches.get(wd)
+            if watch is None:  # RACE: events of a watch let go of meanwhile: dropped
                 continue
-            generations[watched] = generation
-            if lost:
-                moved_in[watched] = []  # what happened is unknown up to this generation
-                self.complete_since[watched] = generation
-            elif names:
-                record = moved_in[watched]
-                for name in names:
-                    record.append((generation, name))
-                if len(record) > _MOVED_IN_KEPT:  # forget the oldest: older tokens get None
-                    self.complete_since[watched] = record[-_MOVED_IN_KEPT - 1][0]
-                    del record[:-_MOVED_IN_KEPT]
-
-    def since(self, wd: int, token: int) -> list[str] | None:
-        """The digit-only names moved into *wd* since *token*, or ``None`` if not all known
-        (the caller holds the lock)."""
-        if token < self.complete_since.get(wd, token + 1):
-            return None
-        record = self.moved_in.get(wd, ())
-        # From the newest end: a woken waiter wants the last few of up to 4,096.
-        start = len(record)
-        while start and record[start - 1][0] > token:
-            start -= 1
-        return [name for _, name in record[start:]]
+            watch.generation = generation
+            if made_ready:  # inline, not a method: the hot path of a woken receive
+                moved_in = watch.moved_in
+                moved_in += made_ready
+                watch.moved_at += [generation] * len(made_ready)
+                if len(moved_in) > _MOVED_IN_KEPT:
+                    watch.forget_oldest()
 
 
 _MOVED_IN_KEPT: Final = 4096
@@ -217,21 +245,31 @@ class InotifyHub:
         self.path = path
         self._instance = _instance()
         self._wd = -1
+        self.wait_ready: Callable[[int, float], tuple[int, list[int] | None]] = self._first_wait
+        """Wait for an event since *token* (a ``(token, seconds)`` call): the token for the
+        next wait and the ids made ready since *token*, ``None`` if not all are known.
+        Once the directory is watched, the process instance's own wait, bound to the
+        watch: one Python call less on every wake-up."""
 
     def token(self) -> int:
         # One dict lookup is atomic: no lock on this path of every blocked call.
-        return self._instance.generations.get(self._wd, 0)
+        return self._instance.generation(self._wd)
 
-    def wait_ready(self, token: int, seconds: float) -> tuple[int, list[str] | None]:
+    def _first_wait(self, token: int, seconds: float) -> tuple[int, list[int] | None]:
         instance = self._instance
-        if self._wd < 0:
-            with instance.cond:
-                if self._wd < 0:  # RACE: another thread of this process may have added it
-                    self._wd = instance.add(self.path)
-                    self._finalizer = weakref.finalize(self, _release, instance, self._wd)
-                    # Events before the watch existed are lost: make the caller look again.
-                    return instance.generations[self._wd], None
+        with instance.cond:
+            if self._wd < 0:  # RACE: another thread of this process may have added it
+                self._add()
+                # Events before the watch existed are lost: make the caller look again.
+                return instance.generation(self._wd), None
         return instance.wait(self._wd, token, seconds)
+
+    def _add(self) -> None:
+        """Watch the directory (under the instance's condition)."""
+        instance = self._instance
+        self._wd = instance.add(self.path)
+        self._finalizer = weakref.finalize(self, _release, instance, self._wd)
+        self.wait_ready = functools.partial(instance.wait, self._wd)
 
     # -- the non-blocking side, for an event loop (vsqs.aio) ----------------------------
 
@@ -247,8 +285,7 @@ class InotifyHub:
         instance = self._instance
         with instance.cond:
             if self._wd < 0:
-                self._wd = instance.add(self.path)
-                self._finalizer = weakref.finalize(self, _release, instance, self._wd)
+                self._add()
             return instance.fd
 
     def drain(self) -> bool:

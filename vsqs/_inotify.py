@@ -13,6 +13,8 @@ import struct
 import sys
 from typing import Final
 
+from ._ids import MAX_DIGITS, MS_LIMIT
+
 # inotify(7) event bits: a message became ready or held (moved in), or left (deleted,
 # moved out). IN_CREATE is left out on purpose: a `.new` file appearing is not news.
 _IN_MOVED_FROM: Final = 0x00000040
@@ -36,6 +38,15 @@ if _inotify_rm_watch is not None:
     _inotify_rm_watch.restype = ctypes.c_int
 _EVENT: Final = struct.Struct("iIII")  # struct inotify_event: wd, mask, cookie, len
 _IN_Q_OVERFLOW: Final = 0x00004000
+
+WAKE: Final = ".wake-"
+"""The prefix of the names vsqs makes only to cause events (``Layout.wake``). One moved
+in is an announcement (``Layout.announce``); the others are only created and removed."""
+ANNOUNCEMENT: Final = -1
+"""What :func:`read_events` records for an announcement, beside the messages made
+ready (packed ids, never negative)."""
+_WAKE: Final = WAKE.encode("ascii")
+_ZERO: Final = ord("0")
 
 HAVE_INOTIFY: Final = _inotify_init1 is not None and _inotify_add_watch is not None
 
@@ -72,11 +83,13 @@ def rm_watch(fd: int, wd: int) -> None:
         _inotify_rm_watch(fd, wd)
 
 
-def read_events(fd: int) -> dict[int, list[str]]:
-    """Drain the descriptor: for each watch that saw an event, the digit-only names moved
-    in (messages made ready), in order. Key -1: events were lost (the queue overflowed).
+def read_events(fd: int) -> dict[int, list[int]]:
+    """Drain the descriptor: for each watch that saw an event, the messages made ready
+    (names moved in that are canonical ids, as :func:`vsqs._scan.scan` reads them), as
+    packed ids (:func:`vsqs._ids.encode_ready`), and :data:`ANNOUNCEMENT` for each
+    announcement, in event order. Key -1: events were lost (the queue overflowed).
     """
-    changed: dict[int, list[str]] = {}
+    changed: dict[int, list[int]] = {}
     unpack = _EVENT.unpack_from
     try:
         while data := os.read(fd, _READ_SIZE):
@@ -92,8 +105,16 @@ def read_events(fd: int) -> dict[int, list[str]]:
                     names = changed[wd] = []
                 if mask & _IN_MOVED_TO:
                     name = data[start:offset].rstrip(b"\0")
-                    if name.isdigit():
-                        names.append(name.decode("ascii"))
+                    if name.isdigit():  # bytes: ASCII digits only
+                        # Canonical (no leading zero, not too long), then encode_ready(),
+                        # inline: the hot path of a woken receive, often on a cold cache.
+                        if len(name) <= MAX_DIGITS and (name[0] != _ZERO or len(name) == 1):
+                            value = int(name)
+                            names.append(
+                                value << 1 if value >= MS_LIMIT else (value * 1000) << 1 | 1
+                            )
+                    elif name.startswith(_WAKE):
+                        names.append(ANNOUNCEMENT)
             if end < _READ_SIZE - _EVENT_MAX:
                 break  # a short read: the descriptor is drained (saves a failing read)
     except BlockingIOError:

@@ -23,13 +23,16 @@ reached without following a symlink (see :class:`Layout`).
 from __future__ import annotations
 
 import errno
+import functools
 import math
 import os
 import stat
 import threading
+from collections.abc import Callable
 from typing import Final
 
 from . import _fs
+from ._inotify import WAKE
 
 DIR: Final = ".vsqs"
 """The name of the metadata directory inside a queue."""
@@ -102,7 +105,29 @@ class Layout:
 
     def wake(self) -> str:
         """A fresh, unique name in the queue directory for an inotify poke."""
-        return f"{self.path}/.wake-{os.getpid()}-{os.urandom(4).hex()}"
+        return f"{self.path}/{WAKE}{os.getpid()}-{os.urandom(4).hex()}"
+
+    def announce(self, sub: str) -> None:
+        """Make sure ``.vsqs/<sub>`` exists, then say so to blocked receives on this host.
+
+        The announcement is a name moved into the queue directory (a fresh
+        ``.wake-<pid>-<hex>`` file renamed to ``.wake-<pid>-<hex>-<sub>``, then removed:
+        nothing else moves a ``.wake-`` name in). An inotify waiter records it beside the
+        messages made ready (:data:`vsqs._inotify.ANNOUNCEMENT`), in event order, so a
+        waiter that saw no ``.vsqs/<sub>`` before it slept learns, before any message
+        whose record went in there, that it may exist now.
+
+        :raises OSError: the directory or the files could not be made (a full disk).
+        """
+        self._open(sub, create=True)
+        staged = self.wake()
+        announced = f"{staged}-{sub}"
+        _fs.close(_fs.create_exclusive(staged))
+        try:
+            _fs.rename_noreplace(staged, announced)
+        finally:  # nobody else makes these names (a process id and a random suffix)
+            if not _fs.unlink(announced):
+                _fs.unlink(staged)
 
     @property
     def create_mode(self) -> int:
@@ -183,14 +208,15 @@ class Layout:
 
     # -- operations on files under .vsqs, each by (directory, name) ------------------------
 
-    def has_dir(self, sub: str) -> bool:
-        """Whether anything is at ``.vsqs/<sub>`` (a hint: one ``access``, no exception).
+    def dir_probe(self, sub: str) -> Callable[[], bool]:
+        """A function telling whether anything is at ``.vsqs/<sub>`` (a hint: one
+        ``access``, no exception).
 
         Only a hint for skipping work: anything there (a planted link or file too) says
         yes, and every read and write still goes through the descriptors, never a link,
         treating a non-directory as absent. Cheap on purpose: a woken receive asks it.
         """
-        return _fs.exists(f"{self.root}/{sub}" if sub else self.root)
+        return functools.partial(_fs.exists, f"{self.root}/{sub}" if sub else self.root)
 
     def read(self, sub: str, name: str) -> bytes | None:
         """The content of a regular file; ``None`` if it (or its directory) is absent.

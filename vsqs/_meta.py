@@ -148,14 +148,38 @@ class MetaStore:
 
     def __init__(self, layout: Layout) -> None:
         self.layout = layout
+        self._probe = layout.dir_probe(META)
         self.possible = True
-        """Whether any metadata may exist; ``False`` once a listing proved there is none,
+        """Whether any metadata may exist; ``False`` once a look found no directory for it,
         so a plain queue never looks for it. Set again by every metadata write."""
+        self._found = 0  # how many times `possible` was set: a look that saw none before
+        self._announced = False  # whether this object announced .vsqs/meta (see _announce)
 
     def refresh(self) -> bool:
-        """Look whether any per-message metadata was ever written (after a listing)."""
-        self.possible = self.layout.has_dir(META)
+        """Look whether any per-message metadata was ever written (after a listing, or
+        before a blocked receive sleeps); the new :attr:`possible`."""
+        found = self._found
+        if self._probe():
+            self.possible = True
+            self._found += 1
+        elif found == self._found:
+            # RACE: another thread of this process may have found metadata (or written
+            # some) while we looked: what it found stands, our older look does not.
+            self.possible = False
         return self.possible
+
+    def _announce(self) -> None:
+        """Before this object's first write: make ``.vsqs/meta`` and announce it.
+
+        A blocked receive that found no ``.vsqs/meta`` before it slept trusts that,
+        unless it is woken by the announcement (see :meth:`Layout.announce`): so every
+        writer announces before its first record, even where the directory existed (its
+        creator may have died before announcing it)."""
+        self.possible = True
+        self._found += 1
+        if not self._announced:
+            self.layout.announce(META)
+            self._announced = True
 
     def read(self, message_id: str) -> Meta | None:
         """The metadata of *message_id*, or ``None`` if it has none (or none readable)."""
@@ -174,14 +198,14 @@ class MetaStore:
         Exclusive creation doubles as a collision check: an id with metadata belongs to
         another message, whatever state its file is in (a planted entry included).
         """
-        self.possible = True
+        self._announce()
         return self.layout.create(META, message_id, meta.to_json(), durable=durable)
 
     def write(self, message_id: str, meta: Meta, *, durable: bool) -> bool:
         """Replace the metadata of an existing message atomically; ``False`` if it could
         not be written (a planted directory in its place; reported once)."""
-        self.possible = True
         try:
+            self._announce()
             self.layout.write(META, message_id, meta.to_json(), durable=durable)
         except (IsADirectoryError, UnsafeEntry) as exc:
             report_once(self.layout.path, "metadata that cannot be replaced", str(exc))

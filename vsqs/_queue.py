@@ -198,7 +198,8 @@ class Queue:
         self._waiter: Waiter | None = None
         self._lock = threading.Lock()
         self._view = ReadyView(config.refresh_interval)
-        self._receipts: OrderedDict[str, str] = OrderedDict()
+        # message id -> its live receipt; the oldest forgotten first (a dict keeps order).
+        self._receipts: dict[str, str] = {}
         # Receipts this object superseded by extending their lease -> the next receipt.
         self._superseded: OrderedDict[str, str] = OrderedDict()
         # Leases this object handed out (a heap by expiry), so a blocked receive wakes when
@@ -903,7 +904,7 @@ class Queue:
         clock = self.clock
         deadline = None if timeout is None else clock.monotonic() + _seconds(timeout, "timeout")
         waiter = self.waiter()
-        made_ready: list[str] | None = None
+        made_ready: list[int] | None = None
         token = waiter.token()
         while True:
             got = self._claim(max_messages, vt_us, made_ready)
@@ -914,6 +915,10 @@ class Queue:
             now = clock.monotonic()
             if deadline is not None and now >= deadline:
                 return []
+            if not self._meta.possible:
+                # Look for metadata now, after the token and before sleeping, not on the
+                # wake-up: its directory made later is announced among the names.
+                self._meta.refresh()
             # The names made ready since the look that found nothing, if the waiter saw
             # them all: the next claim tries them before listing the directory again.
             # RACE: another thread of this process may read the events at any moment; the
@@ -959,14 +964,17 @@ class Queue:
                 return
             yield message
 
-    def _claim(self, limit: int, vt_us: int, made_ready: list[str] | None = None) -> list[Message]:
+    def _claim(  # noqa: PLR0912, PLR0915 - one function: the receive's hot path, where each call costs
+        self, limit: int, vt_us: int, made_ready: list[int] | None = None
+    ) -> list[Message]:
         """The *claim* arrow, for up to *limit* messages: ``<id>`` to ``<id>.<expiry>``.
 
         Takes the oldest candidate of the view; a lost race (the file is gone) moves on
         to the next one, never further: each consumer claims in id order.
 
-        *made_ready* are the names that became ready since a look that found nothing
-        ready (the view used up, nothing deferred), as the waiter saw them: then they are
+        *made_ready* (consumed) are the messages made ready since a look that found
+        nothing ready (the view used up, nothing deferred), as the waiter saw them (packed
+        ids, and announcements: :meth:`vsqs._wait.Waiter.wait_ready`): then they are
         every message that can be ready, so claiming them oldest first, before listing
         again, is FIFO. That saves a listing on every wake-up of a blocked receive.
         """
@@ -981,9 +989,25 @@ class Queue:
         prefix = self.path + "/"
         got: list[Message] = []
         listed = relisted = False
-        named: list[int] = []  # the names made ready, newest first, when the view is empty
+        named: list[int] = []  # the messages made ready, newest first, when the view is empty
         if made_ready and not self._deferred and self.retention is None:
-            named = self._named(made_ready)
+            # Taken from the end, oldest first (inline: the hot path of a woken receive).
+            named = sorted(made_ready, reverse=True) if len(made_ready) > 1 else made_ready
+            if named[-1] < 0:  # announcements (negative) sort last
+                named = [code for code in named if code >= 0]
+                if not self._meta.possible:
+                    # Metadata may exist now: its records are written before their
+                    # messages become ready, so looking after the event, as a listing
+                    # would, gives a first message its attributes. Without an
+                    # announcement, the look before the wait stands (receive_batch).
+                    self._meta.refresh()
+            if self._ignored:
+                named = [code for code in named if decode_ready(code) not in self._ignored]
+            if view.codes or view.returned:
+                # Our own requeues are in the view too: merge them, oldest first.
+                for ready in named:
+                    view.put_back(ready)
+                named = []
             listed = True  # as good as a listing: nothing else can be ready
         elif view.stale(clock.monotonic()):
             self._relist(now_us)
@@ -1002,8 +1026,9 @@ class Queue:
             # decode_ready(code), inlined: this loop is the receive hot path.
             message_id = str(code >> 1) if not code & 1 else str((code >> 1) // 1000)
             receipt = message_id + suffix
+            held = prefix + receipt
             try:
-                _fs.rename_noreplace(prefix + message_id, prefix + receipt)
+                _fs.rename_noreplace(prefix + message_id, held)
             except FileNotFoundError:
                 # RACE: another consumer claimed it first, or it was deleted or purged:
                 # try the next one (never skip ahead, which would break FIFO).
@@ -1011,37 +1036,20 @@ class Queue:
                 continue
             except FileExistsError:
                 continue  # RACE: a same-id message was claimed into the same tick by a peer
-            message = self._open_claimed(message_id, receipt, code, expiry)
+            message = self._open_claimed(message_id, receipt, held, code, expiry)
             if message is not None:
                 got.append(message)
         for ready in named:  # more were made ready than asked for: keep them for next time
             view.put_back(ready)
         return got
 
-    def _named(self, made_ready: list[str]) -> list[int]:
-        """The candidates of a claim after a wake-up: the packed ids of *made_ready*,
-        newest first (taken from the end), or ``[]`` when they went into the view."""
-        if self._ignored:
-            made_ready = [name for name in made_ready if name not in self._ignored]
-        named = _scan.ready_codes(made_ready)
-        if self._view.empty():
-            named.reverse()  # taken from the end: oldest first
-        else:  # our own requeues are in the view too: merge them, oldest first
-            for ready in named:
-                self._view.put_back(ready)
-            named = []
-        if not self._meta.possible:
-            # Metadata is written before its message becomes ready: look after the
-            # event, as a listing would, so a first message with attributes has them.
-            self._meta.refresh()
-        return named
-
     def _open_claimed(
-        self, message_id: str, receipt: str, code: int, expiry: int
+        self, message_id: str, receipt: str, path: str, code: int, expiry: int
     ) -> Message | None:
-        """Read a message this object just claimed, and remember its lease."""
+        """Read a message this object just claimed (held at *path*), and remember its
+        lease."""
         try:
-            body, inode = _fs.read_message(f"{self.path}/{receipt}")
+            body, inode = _fs.read_message(path)
         except FileNotFoundError:
             return None  # RACE: a peer whose clock runs ahead already requeued or deleted it
         except OSError as exc:
@@ -1056,11 +1064,12 @@ class Queue:
             raise  # a real fault (EMFILE, EIO...): the caller must hear of it
         receipts = self._receipts
         if len(receipts) >= _RECEIPT_CACHE:
-            receipts.popitem(last=False)
+            del receipts[next(iter(receipts))]
         receipts[message_id] = receipt
-        # A live receipt is never a superseded one (a manual clock, or a coarse one, may
-        # give a new lease a receipt that an older lease had): chains end at live leases.
-        self._superseded.pop(receipt, None)
+        if self._superseded:
+            # A live receipt is never a superseded one (a manual clock, or a coarse one, may
+            # give a new lease a receipt an older lease had): chains end at live leases.
+            self._superseded.pop(receipt, None)
         heapq.heappush(self._own_leases, (expiry, message_id, receipt))
         sent_at = (code >> 1) / 1e6
         meta = self._meta.read(message_id) if self._meta.possible else None
@@ -1744,8 +1753,9 @@ class Queue:
         """Remove debris older than *older_than* seconds; return how many entries.
 
         Debris is what crashed processes leave: ``.new`` files of publishers that died
-        mid-write (never visible, so nothing is lost), orphaned metadata, and expired
-        deduplication markers. Young ``.new`` files are never touched. With a
+        mid-write (never visible, so nothing is lost), orphaned metadata, expired
+        deduplication markers, and empty pokes and announcements (``.wake-*``,
+        ``.wake-*-meta``). Young ``.new`` files are never touched. With a
         ``retention``, messages past it are dropped (or dead-lettered) too and counted.
         """
         age = _seconds(older_than, "older_than")
@@ -1773,6 +1783,10 @@ class Queue:
                 removed += 1
             else:
                 kept_new.append((created, name))
+        for name in listing.pokes:  # empty files a process died between making and removing
+            path = self.layout.message(name)
+            if _fs.mtime(path) < wall_cutoff and _fs.unlink(path):
+                removed += 1
         if self.retention is not None:
             removed += len(listing.ready) - len(self._apply_retention(listing.ready, now_us))
         live = {decode_ready(code) for code in listing.ready}

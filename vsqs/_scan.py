@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 
 from ._ids import MAX_DIGITS, MS_LIMIT, parse_name
 from ._ids import State as _State
+from ._inotify import WAKE
 
 
 @dataclass(slots=True)
@@ -29,6 +30,9 @@ class Listing:
     """``(expiry_us, name)`` of held messages, unsorted."""
     new: list[tuple[int, str]] = field(default_factory=list)
     """``(created_us, name)`` of messages being written."""
+    pokes: list[str] = field(default_factory=list)
+    """Names of pokes and announcements (``.wake-*``: :data:`vsqs._inotify.WAKE`), made
+    in the queue directory for an instant to cause inotify events; a crash may leave one."""
 
 
 def scan(path: str) -> Listing:
@@ -49,6 +53,8 @@ def scan(path: str) -> Listing:
                 continue
             parsed = parse_name(name)
             if parsed is None:
+                if name.startswith(WAKE):  # a poke or announcement its maker left behind
+                    listing.pokes.append(name)
                 continue  # foreign files, dot-entries, directories named oddly: not ours
             if parsed.state is _State.HELD:
                 assert parsed.expires is not None
@@ -57,22 +63,6 @@ def scan(path: str) -> Listing:
                 listing.new.append((parsed.key, name))
     listing.ready.sort()
     return listing
-
-
-def ready_codes(names: list[str]) -> list[int]:
-    """Packed ids of the *names* that are ready messages (digit-only, canonical), sorted.
-
-    The same rule as :func:`scan`'s fast path, for names learnt from inotify events.
-    """
-    codes = []
-    for name in names:
-        if name.isdigit() and name.isascii():
-            if len(name) > MAX_DIGITS or (name[0] == "0" and name != "0"):
-                continue
-            value = int(name)
-            codes.append(((value * 1000 if value < MS_LIMIT else value) << 1) | (value < MS_LIMIT))
-    codes.sort()
-    return codes
 
 
 def held_names_for(path: str, message_id: str) -> list[str]:

@@ -39,8 +39,10 @@ class ReadyView:
 
     def __init__(self, refresh_interval: float) -> None:
         self.refresh_interval = refresh_interval
-        self._codes: deque[int] = deque()
-        self._returned: list[int] = []  # heap: ids this process put back (requeues)
+        self.codes: deque[int] = deque()
+        """The listed candidates, oldest first (read it; change it through the methods)."""
+        self.returned: list[int] = []
+        """A heap of the ids this process put back (requeues), merged into :meth:`take`."""
         self._held: list[tuple[int, str]] = []  # heap: (expiry_us, name)
         self.stale_at = float("-inf")
         """The monotonic time after which the listing should be redone."""
@@ -48,8 +50,8 @@ class ReadyView:
 
     def load(self, codes: list[int], held: list[tuple[int, str]], now: float, cost: float) -> None:
         """Replace the view with a fresh listing taken at monotonic time *now*."""
-        self._codes = deque(codes)
-        self._returned = []
+        self.codes = deque(codes)
+        self.returned = []
         heapq.heapify(held)
         self._held = held
         self.stale_at = now + max(self.refresh_interval, _REFRESH_FACTOR * cost)
@@ -61,21 +63,17 @@ class ReadyView:
     def invalidate(self) -> None:
         self.stale_at = float("-inf")
 
-    def empty(self) -> bool:
-        """Whether the view has no candidate left (listed or put back)."""
-        return not self._codes and not self._returned
-
     def take(self) -> int | None:
         """The next candidate to claim, or ``None`` when the view is used up."""
-        if self._returned:
+        if self.returned:
             return self._take_merged()
         try:
-            return self._codes.popleft()
+            return self.codes.popleft()
         except IndexError:
             return None
 
     def _take_merged(self) -> int | None:
-        codes, returned = self._codes, self._returned
+        codes, returned = self.codes, self.returned
         try:
             if not codes or returned[0] <= codes[0]:
                 return heapq.heappop(returned)
@@ -89,7 +87,7 @@ class ReadyView:
 
     def put_back(self, code: int) -> None:
         """Offer an id that this process returned to the queue."""
-        heapq.heappush(self._returned, code)
+        heapq.heappush(self.returned, code)
 
     def lease_due(self, now_us: int) -> bool:
         """Whether a known lease has expired by *now_us* (cheap: the claim hot path)."""

@@ -20,14 +20,15 @@ Usage is ``token = waiter.token()`` *before* looking at the queue, then
 ``waiter.wait(token, seconds)`` if nothing was found: an event that arrives between
 the look and the wait is never missed.
 
-``token, names = waiter.wait_ready(token, seconds)`` waits the same way, then gives the
-token for the next look and the digit-only names moved into the directory since the old
-token (messages published, released or returned), in event order, taken together under
-one lock; the names are ``None`` if the waiter cannot be sure it saw every such event
-(a watch made after the token, more names than it keeps, an overflow of the kernel's
-event queue, or a polling waiter). A consumer whose look found nothing ready claims
-those names instead of listing the directory again: together they are everything that
-can be ready.
+``token, made_ready = waiter.wait_ready(token, seconds)`` waits the same way, then gives
+the token for the next look and the messages made ready in the directory since the old
+token (published, released or returned: canonical ids moved in, as packed ids,
+:func:`vsqs._ids.encode_ready`), in event order, with :data:`vsqs._inotify.ANNOUNCEMENT`
+for each announcement (``Layout.announce``), taken together under one lock; ``None`` if
+the waiter cannot be sure it saw every such event (a watch made after the token, more
+than it keeps, an overflow of the kernel's event queue, or a polling waiter). A consumer
+whose look found nothing ready claims those instead of listing the directory again:
+together they are everything that can be ready.
 """
 
 from __future__ import annotations
@@ -59,11 +60,11 @@ class Waiter(Protocol):
     def wait(self, token: int, seconds: float) -> None:
         """Return after a change since *token*, or after *seconds*, whichever is first."""
 
-    def wait_ready(self, token: int, seconds: float) -> tuple[int, list[str] | None]:
-        """:meth:`wait`, then the token for the next look and the names moved into the
-        directory since *token* that look like ready messages, in event order (``None``
-        if this waiter cannot say), taken together: every event the new token counts is
-        in the names."""
+    def wait_ready(self, token: int, seconds: float) -> tuple[int, list[int] | None]:
+        """:meth:`wait`, then the token for the next look and the messages made ready
+        in the directory since *token* (packed ids and announcements, in event order;
+        ``None`` if this waiter cannot say), taken together: every event the new token
+        counts is in them."""
 
     def close(self) -> None:
         """Release what the waiter holds."""
@@ -84,7 +85,7 @@ class PollWaiter:
         interval = self.interval
         self._clock.wait(seconds, lambda real: time.sleep(min(real, interval)))
 
-    def wait_ready(self, token: int, seconds: float) -> tuple[int, list[str] | None]:
+    def wait_ready(self, token: int, seconds: float) -> tuple[int, list[int] | None]:
         self.wait(token, seconds)
         return 0, None  # a sleep sees no events
 
@@ -104,7 +105,7 @@ class _Detached:
     def token(self) -> int:
         return 0
 
-    def wait_ready(self, token: int, seconds: float) -> tuple[int, list[str] | None]:
+    def wait_ready(self, token: int, seconds: float) -> tuple[int, list[int] | None]:
         raise RuntimeError("this queue was detached; create a new Queue object to wait on it")
 
 
@@ -117,7 +118,7 @@ class _Polling:
     def token(self) -> int:
         return 0
 
-    def wait_ready(self, token: int, seconds: float) -> tuple[int, list[str] | None]:
+    def wait_ready(self, token: int, seconds: float) -> tuple[int, list[int] | None]:
         time.sleep(max(0.0, seconds))
         return 0, None
 
@@ -147,12 +148,12 @@ class InotifyWaiter:
     def wait(self, token: int, seconds: float) -> None:
         self.wait_ready(token, seconds)
 
-    def wait_ready(self, token: int, seconds: float) -> tuple[int, list[str] | None]:
+    def wait_ready(self, token: int, seconds: float) -> tuple[int, list[int] | None]:
         # The re-check interval bounds the *real* wait (a lost event costs at most one);
         # a manual clock skips the wait and only collects events that already came.
         return self._clock.wait(seconds, functools.partial(self._block, token))
 
-    def _block(self, token: int, real: float) -> tuple[int, list[str] | None]:
+    def _block(self, token: int, real: float) -> tuple[int, list[int] | None]:
         seconds = min(real, self.interval)
         try:
             return self._hub.wait_ready(token, seconds)

@@ -17,19 +17,20 @@ from pathlib import Path
 import pytest
 
 import vsqs
-from vsqs import _fs
+from vsqs import _fs, _inotify
 
 _real_link = os.link
 
 
 @pytest.fixture
 def after_link(monkeypatch: pytest.MonkeyPatch) -> list[Callable[[str, str], None]]:
-    """Functions run once, in order, right after the next links made by vsqs."""
+    """Functions run once, in order, right after the next links made by vsqs to a
+    message's names (not those of an announcement, which moves no message)."""
     actions: list[Callable[[str, str], None]] = []
 
     def link(src: str, dst: str, **kwargs: object) -> None:
         _real_link(src, dst, **kwargs)  # type: ignore[arg-type]
-        if actions:
+        if actions and not Path(dst).name.startswith(_inotify.WAKE):
             actions.pop(0)(src, dst)
 
     monkeypatch.setattr(os, "link", link)
