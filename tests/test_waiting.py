@@ -130,6 +130,22 @@ def test_a_receive_with_a_timeout_returns_none_after_about_that_long(qpath: str,
     assert 0.3 <= time.monotonic() - started < 10
 
 
+def test_a_blocked_receive_wakes_when_its_own_earliest_lease_ends(qpath: str) -> None:
+    """Leases this handle took end in expiry order, not in claim order: a shorter lease
+    taken after longer ones is the one a blocked receive of the same handle waits for."""
+    queue = vsqs.Queue(qpath, **{**NO_RECHECK, "poll_interval": 30})
+    queue.publish_batch([b"long", b"longer", b"short"])
+    assert queue.receive(visibility_timeout=60, timeout=0) is not None
+    assert queue.receive(visibility_timeout=120, timeout=0) is not None
+    short = queue.receive(visibility_timeout=0.5, timeout=0)
+    assert short is not None and short.body == b"short"
+    assert queue.next_look() <= 0.6  # from its own leases: it listed before claiming them
+    started = time.monotonic()
+    back = queue.receive(timeout=20)  # no file event: only the lease's end can wake it
+    assert back is not None and back.body == b"short" and back.receive_count == 2
+    assert time.time() >= short.expires_at and time.monotonic() - started < 15
+
+
 @needs_inotify
 def test_threads_waiting_on_one_queue_share_one_inotify_descriptor(qpath: str) -> None:
     """Twenty threads, each with its own Queue object on the directory, block at once:

@@ -210,9 +210,9 @@ def read_regular(path: str) -> bytes:
     return read_message(path)[0]
 
 
-def read_message(path: str, dir_fd: int | None = None) -> tuple[bytes, int]:
+def read_message(path: str, dir_fd: int | None = None) -> tuple[bytes, os.stat_result]:
     """Read a message file (as :func:`read_regular`; relative to *dir_fd*, if given):
-    its body and inode (0: unknown)."""
+    its body and status (for its inode: :func:`vsqs._mountinfo.stable_inode`)."""
     fd = os.open(path, _READ_FLAGS, dir_fd=dir_fd)
     try:
         info = os.fstat(fd)
@@ -221,11 +221,11 @@ def read_message(path: str, dir_fd: int | None = None) -> tuple[bytes, int]:
         size = info.st_size
         first = os.read(fd, size) if size else b""
         if len(first) == size:
-            return first, stable_inode(info)
+            return first, info
         chunks = [first]
         while chunk := os.read(fd, 1 << 20):  # short read (NFS, signals): go on to EOF
             chunks.append(chunk)
-        return b"".join(chunks), stable_inode(info)
+        return b"".join(chunks), info
     finally:
         os.close(fd)
 

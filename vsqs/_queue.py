@@ -48,6 +48,7 @@ from ._lease import Lease, Renewer
 from ._lifecycle import History
 from ._message import NO_ATTRIBUTES, Counts, Message, received
 from ._meta import Meta, MetaStore, report_once, validate_attributes
+from ._mountinfo import stable_inode
 from ._shutdown import ShutdownWatch
 from ._stats import Counters, Stats, read_totals
 from ._view import ReadyView
@@ -1049,7 +1050,7 @@ class Queue:
         """Read a message this object just claimed (held at *path*), and remember its
         lease."""
         try:
-            body, inode = _fs.read_message(path)
+            body, info = _fs.read_message(path)
         except FileNotFoundError:
             return None  # RACE: a peer whose clock runs ahead already requeued or deleted it
         except OSError as exc:
@@ -1070,10 +1071,15 @@ class Queue:
             # A live receipt is never a superseded one (a manual clock, or a coarse one, may
             # give a new lease a receipt an older lease had): chains end at live leases.
             self._superseded.pop(receipt, None)
-        heapq.heappush(self._own_leases, (expiry, message_id, receipt))
+        own, lease = self._own_leases, (expiry, message_id, receipt)
+        if own and lease < own[(len(own) - 1) >> 1]:
+            heapq.heappush(own, lease)
+        else:  # not below its parent (leases mostly end in claim order): still a heap,
+            own.append(lease)  # without a call into heapq, which is cold after a wake-up
         sent_at = (code >> 1) / 1e6
         meta = self._meta.read(message_id) if self._meta.possible else None
-        if meta is not None and meta.owned_by(inode):  # not another message's, with our id
+        # Not another message's, with our id (the inode is looked up only then).
+        if meta is not None and meta.owned_by(stable_inode(info)):
             attributes = meta.attributes or NO_ATTRIBUTES
             return received(
                 message_id, body, receipt, expiry / 1e6, meta.receive_count + 1, attributes,
