@@ -25,10 +25,9 @@ from . import _inotify
 
 class _Watch:
     """What one watched directory's events left: its generation (bumped by every read
-    that saw an event on it) and the messages made ready (packed ids, with announcements:
-    :func:`vsqs._inotify.read_events`),
-    each beside the generation that recorded it (sorted: bisected, never scanned),
-    complete from generation *complete_since* on."""
+    that saw an event on it) and the messages made ready (packed ids and announcements,
+    :func:`vsqs._inotify.read_events`), each beside the generation that recorded it
+    (sorted: bisected, never scanned), complete from generation *complete_since* on."""
 
     __slots__ = ("complete_since", "generation", "moved_at", "moved_in", "users")
 

@@ -199,8 +199,7 @@ class Queue:
         self._waiter: Waiter | None = None
         self._lock = threading.Lock()
         self._view = ReadyView(config.refresh_interval)
-        # message id -> its live receipt; the oldest forgotten first (a dict keeps order).
-        self._receipts: dict[str, str] = {}
+        self._receipts: OrderedDict[str, str] = OrderedDict()
         # Receipts this object superseded by extending their lease -> the next receipt.
         self._superseded: OrderedDict[str, str] = OrderedDict()
         # Leases this object handed out (a heap by expiry), so a blocked receive wakes when
@@ -1065,7 +1064,7 @@ class Queue:
             raise  # a real fault (EMFILE, EIO...): the caller must hear of it
         receipts = self._receipts
         if len(receipts) >= _RECEIPT_CACHE:
-            del receipts[next(iter(receipts))]
+            receipts.popitem(last=False)  # one call: atomic beside other threads
         receipts[message_id] = receipt
         if self._superseded:
             # A live receipt is never a superseded one (a manual clock, or a coarse one, may
