@@ -15,7 +15,7 @@ import pytest
 
 import vsqs
 from tests.fixtures_core import CHILD_TIMEOUT, children, wait_blocked_in_inotify
-from vsqs import _ids, _inotify, _queue, _scan, _wait
+from vsqs import _ids, _inotify, _meta, _queue, _scan, _wait
 from vsqs._wait import HAVE_INOTIFY, InotifyWaiter
 
 pytestmark = pytest.mark.skipif(not HAVE_INOTIFY, reason="needs inotify (Linux)")
@@ -201,3 +201,24 @@ def test_a_foreign_digit_name_that_is_not_an_id_is_never_taken(tmp_path: Path) -
     consumer.join(10)
     assert got and got[0] is not None and got[0].body == b"ours"
     assert (qdir / "00042").read_bytes() == b"not ours"
+
+
+def test_a_slow_look_for_metadata_never_undoes_what_another_thread_saw(tmp_path: Path) -> None:
+    """A look for `.vsqs/meta` that saw nothing and ends after another thread of the
+    process wrote metadata must not say "no metadata" over it, or a woken receive would
+    trust that and give a message no attributes."""
+    qdir = tmp_path / "q"
+    queue = vsqs.Queue(qdir, durable=False)
+    store = queue._meta
+    assert store.refresh() is False  # a plain queue: no metadata directory yet
+    real = store.layout.has_dir
+
+    def slow_look(sub: str) -> bool:
+        seen = real(sub)  # nothing there yet; before this look returns, a write
+        store.write("1", _meta.Meta(), durable=False)
+        return seen
+
+    store.layout.has_dir = slow_look  # type: ignore[method-assign]
+    assert store.refresh() is True
+    del store.layout.has_dir
+    assert store.refresh() is True and (qdir / ".vsqs" / "meta").is_dir()

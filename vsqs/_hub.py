@@ -120,9 +120,7 @@ class _Instance:
             os.close(self.fd)
             self.fd = -1
 
-    def wait(  # noqa: PLR0912 - one function: a woken receive's hot path, where each call costs
-        self, wd: int, token: int, seconds: float
-    ) -> tuple[int, list[int] | None]:
+    def wait(self, wd: int, token: int, seconds: float) -> tuple[int, list[int] | None]:
         """Return after an event on *wd* since *token*, or after *seconds*: the token for
         the next wait and the ids made ready since *token* (:meth:`_Watch.since`)."""
         deadline = time.monotonic() + max(0.0, seconds)
@@ -146,8 +144,7 @@ class _Instance:
                     return watch.generation, watch.since(token)
                 self.reader = True
                 fd = self.fd
-            # As the reader: wait for events, then hand them out (inline, not a method:
-            # this is the hot path of a woken receive, often on a cold cache).
+            # As the reader: wait for events, then hand them out.
             changed: dict[int, list[int]] = {}
             found = None
             try:
@@ -158,12 +155,7 @@ class _Instance:
             finally:
                 with self.lock:
                     self.reader = False
-                    if changed:
-                        self._count(changed)
-                    if self.sleepers:
-                        self.cond.notify_all()
-                    if self.listeners:
-                        self._tell_listeners()
+                    self._handed_out(changed)
                     if watch.generation != token:
                         # Only this read moved the generation on since *token*: the
                         # ids since *token* are its own, unless some were forgotten.
@@ -179,11 +171,8 @@ class _Instance:
         if self.sleepers:
             self.cond.notify_all()
         if self.listeners:
-            self._tell_listeners()
-
-    def _tell_listeners(self) -> None:
-        for listener in list(self.listeners):
-            listener()
+            for listener in list(self.listeners):
+                listener()
 
     def drain(self) -> bool:
         """Read the events already queued, without blocking (for an event loop).

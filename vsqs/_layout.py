@@ -23,12 +23,10 @@ reached without following a symlink (see :class:`Layout`).
 from __future__ import annotations
 
 import errno
-import functools
 import math
 import os
 import stat
 import threading
-from collections.abc import Callable
 from typing import Final
 
 from . import _fs
@@ -208,15 +206,14 @@ class Layout:
 
     # -- operations on files under .vsqs, each by (directory, name) ------------------------
 
-    def dir_probe(self, sub: str) -> Callable[[], bool]:
-        """A function telling whether anything is at ``.vsqs/<sub>`` (a hint: one
-        ``access``, no exception).
+    def has_dir(self, sub: str) -> bool:
+        """Whether anything is at ``.vsqs/<sub>`` (a hint: one ``access``, no exception).
 
         Only a hint for skipping work: anything there (a planted link or file too) says
         yes, and every read and write still goes through the descriptors, never a link,
-        treating a non-directory as absent. Cheap on purpose: a woken receive asks it.
+        treating a non-directory as absent.
         """
-        return functools.partial(_fs.exists, f"{self.root}/{sub}" if sub else self.root)
+        return _fs.exists(f"{self.root}/{sub}" if sub else self.root)
 
     def read(self, sub: str, name: str) -> bytes | None:
         """The content of a regular file; ``None`` if it (or its directory) is absent.

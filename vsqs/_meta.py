@@ -148,7 +148,6 @@ class MetaStore:
 
     def __init__(self, layout: Layout) -> None:
         self.layout = layout
-        self._probe = layout.dir_probe(META)
         self.possible = True
         """Whether any metadata may exist; ``False`` once a look found no directory for it,
         so a plain queue never looks for it. Set again by every metadata write."""
@@ -159,7 +158,7 @@ class MetaStore:
         """Look whether any per-message metadata was ever written (after a listing, or
         before a blocked receive sleeps); the new :attr:`possible`."""
         found = self._found
-        if self._probe():
+        if self.layout.has_dir(META):
             self.possible = True
             self._found += 1
         elif found == self._found:
