@@ -59,6 +59,8 @@ def layers() -> list[list[str]]:
 def summary(module: str) -> str:
     """The first line of a module's docstring."""
     path = ROOT / (module.replace(".", "/") + ".py")
+    if not path.exists():  # a subpackage (vsqs/cli/, vsqs/spark/...)
+        path = ROOT / module.replace(".", "/") / "__init__.py"
     doc = ast.get_docstring(ast.parse(path.read_text(encoding="utf-8"))) or ""
     return doc.splitlines()[0] if doc else ""
 

@@ -18,7 +18,7 @@ import pytest
 from click.testing import CliRunner, Result
 
 import vsqs
-from vsqs._cli_entry import MISSING_EXTRA
+from vsqs.__main__ import MISSING_EXTRA
 from vsqs.cli import cli
 from vsqs.testing import drain
 
@@ -482,7 +482,7 @@ def test_a_broken_install_of_vsqs_itself_still_shows_its_traceback(tmp_path: Pat
     """Only a missing click or rich means the extra is missing; any other missing module
     is a real error and keeps its traceback."""
     (tmp_path / "sitecustomize.py").write_text(
-        "import sys\nsys.modules['vsqs._cli_admin'] = None\n"
+        "import sys\nsys.modules['vsqs.cli._admin'] = None\n"
     )
     done = subprocess.run(
         [VSQS, "--help"],

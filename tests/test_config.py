@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 import vsqs
-from vsqs._config import Config
+from vsqs._options import Config
 
 BAD_OPTIONS = [
     ("visibility_timeout", -1, ValueError),

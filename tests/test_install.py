@@ -13,7 +13,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from vsqs._cli_entry import MISSING_EXTRA
+from vsqs.__main__ import MISSING_EXTRA
 
 ROOT = Path(__file__).resolve().parent.parent
 README = ROOT / "README.rst"

@@ -22,7 +22,7 @@ from kombu.message import Message
 
 import vsqs
 import vsqs.kombu
-from vsqs._kombu_names import Binding, Bindings, vsqs_name
+from vsqs.kombu._names import Binding, Bindings, vsqs_name
 
 TASKS = KombuQueue("tasks", Exchange("tasks", "direct"), routing_key="tasks")
 

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 import vsqs
-from vsqs import _settings
+from vsqs import _stored
 from vsqs.testing import ManualClock
 
 SETTINGS = Path(".vsqs") / "settings.json"
@@ -185,7 +185,7 @@ def test_a_bad_configure_raises_and_changes_nothing(
 def test_an_unknown_setting_is_refused_by_name(tmp_path: Path) -> None:
     layout = vsqs.Queue(tmp_path).layout
     with pytest.raises(TypeError, match="unknown setting 'colour'"):
-        _settings.update(layout, ManualClock(), {"colour": "blue"})
+        _stored.update(layout, ManualClock(), {"colour": "blue"})
 
 
 @pytest.mark.parametrize("where", ["/elsewhere/dlq", "sub/dlq"])

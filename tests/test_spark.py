@@ -24,10 +24,10 @@ from pyspark.sql.streaming.datasource import ReadMaxRows
 import vsqs
 import vsqs.spark
 from tests import spark_helpers
-from vsqs._spark_options import Planned, SourceOptions
-from vsqs._spark_publish import publish_arrow, publish_rows, resolve_format
-from vsqs._spark_read import read_planned, split
-from vsqs._spark_stream import StreamReader
+from vsqs.spark._options import Planned, SourceOptions
+from vsqs.spark._publish import publish_arrow, publish_rows, resolve_format
+from vsqs.spark._read import read_planned, split
+from vsqs.spark._stream import StreamReader
 
 pytestmark = pytest.mark.spark
 

@@ -11,8 +11,8 @@ import pytest
 from pyspark.sql.streaming.datasource import ReadMaxBytes, ReadMaxRows
 
 import vsqs
-from vsqs._spark_options import SourceOptions
-from vsqs._spark_stream import StreamReader
+from vsqs.spark._options import SourceOptions
+from vsqs.spark._stream import StreamReader
 
 pytestmark = pytest.mark.spark
 
@@ -112,7 +112,7 @@ def test_bad_options_are_named(tmp_path: Path, options: dict[str, str], named: s
 def test_rows_with_bad_cells_publish_nothing_and_say_which(queue: vsqs.Queue) -> None:
     from pyspark.sql import Row
 
-    from vsqs._spark_publish import publish_rows, resolve_format
+    from vsqs.spark._publish import publish_rows, resolve_format
 
     fmt = resolve_format(["value", "key"], key_column="key")
     with pytest.raises(ValueError, match="row 1 has a null key column 'key'"):
@@ -138,7 +138,7 @@ def test_rows_with_bad_cells_publish_nothing_and_say_which(queue: vsqs.Queue) ->
 def test_the_data_source_plans_readers_and_writers(queue: vsqs.Queue) -> None:
     from pyspark.sql.types import BinaryType, StringType, StructField, StructType
 
-    from vsqs._spark_source import (
+    from vsqs.spark._source import (
         ArrowBatchWriter,
         ArrowStreamWriter,
         BatchReader,
@@ -177,7 +177,7 @@ def test_the_data_source_plans_readers_and_writers(queue: vsqs.Queue) -> None:
 
 
 def test_offsets_of_another_run_are_refused(queue: vsqs.Queue, tmp_path: Path) -> None:
-    from vsqs._spark_state import StateMismatch
+    from vsqs.spark._state import StateMismatch
 
     queue.publish_batch([b"a", b"b"])
     options = SourceOptions.parse(

@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 import vsqs
-from vsqs import _hub, _wait
+from vsqs import _inotify_hub, _waiters
 
 from . import procs
 from .fixtures_core import (
@@ -30,7 +30,7 @@ from .fixtures_core import (
 
 NO_RECHECK: dict[str, Any] = {"durable": False, "wait": "inotify", "poll_interval": 3600}
 
-needs_inotify = pytest.mark.skipif(not _wait.HAVE_INOTIFY, reason="inotify is Linux-only")
+needs_inotify = pytest.mark.skipif(not _waiters.HAVE_INOTIFY, reason="inotify is Linux-only")
 
 
 @pytest.fixture
@@ -154,10 +154,10 @@ def test_threads_waiting_on_one_queue_share_one_inotify_descriptor(qpath: str) -
     before = inotify_fds()
     waited: set[int] = set()
     lock = threading.Lock()
-    real_wait = _hub._Instance.wait
+    real_wait = _inotify_hub._Instance.wait
 
     def counting_wait(
-        instance: _hub._Instance, wd: int, token: int, seconds: float
+        instance: _inotify_hub._Instance, wd: int, token: int, seconds: float
     ) -> tuple[int, list[int] | None]:
         with lock:
             waited.add(threading.get_ident())
@@ -166,7 +166,7 @@ def test_threads_waiting_on_one_queue_share_one_inotify_descriptor(qpath: str) -
     queues = [vsqs.Queue(qpath, **{**NO_RECHECK, "poll_interval": 30}) for _ in range(20)]
     got: list[vsqs.Message | None] = []
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(_hub._Instance, "wait", counting_wait)
+        patch.setattr(_inotify_hub._Instance, "wait", counting_wait)
         threads = [
             threading.Thread(target=lambda q=q: got.append(q.receive(timeout=60))) for q in queues
         ]
@@ -331,11 +331,11 @@ def test_when_inotify_runs_out_waiting_polls_and_says_so_once(
     polling (one warning through logging) and still gets the message."""
     import ctypes
 
-    from vsqs._hub import _instances
+    from vsqs._inotify_hub import _instances
 
     libc = ctypes.CDLL(None, use_errno=True)
     _instances.clear()  # the process-wide instance is made anew below, and fails
-    monkeypatch.setattr(_wait, "_warned", False)
+    monkeypatch.setattr(_waiters, "_warned", False)
     taken = []
     while (fd := libc.inotify_init1(os.O_CLOEXEC)) >= 0:
         taken.append(fd)

@@ -15,8 +15,8 @@ import pytest
 
 import vsqs
 from tests.fixtures_core import CHILD_TIMEOUT, children, wait_blocked_in_inotify
-from vsqs import _ids, _inotify, _meta, _queue, _scan, _wait
-from vsqs._wait import HAVE_INOTIFY, InotifyWaiter
+from vsqs import _ids, _inotify, _meta, _queue, _scan, _waiters
+from vsqs._waiters import HAVE_INOTIFY, InotifyWaiter
 
 pytestmark = pytest.mark.skipif(not HAVE_INOTIFY, reason="needs inotify (Linux)")
 
@@ -73,7 +73,7 @@ def test_wait_ready_gives_the_next_token_and_the_names_together(tmp_path: Path) 
     assert made_ready == [_ids.encode_ready(v) for v in ids]
     assert later > token and later == waiter.token()
     assert waiter.wait_ready(later, 0.01) == (later, [])  # nothing since: timed out
-    polling = _wait.PollWaiter(clock, 0.01)
+    polling = _waiters.PollWaiter(clock, 0.01)
     assert polling.wait_ready(polling.token(), 0.01) == (0, None)
     waiter.close()
     with pytest.raises(RuntimeError, match="detached"):

@@ -27,13 +27,13 @@ from ._errors import (
     QueueNotFound,
     VsqsError,
 )
+from ._history import History
 from ._ids import Precision
-from ._lease import Lease
-from ._lifecycle import History
 from ._message import Counts, Message
 from ._null import NullQueue
 from ._protocol import QueueLike, Receiver
 from ._queue import Queue
+from ._renewal import Lease
 from ._root import QueueRoot, validate_name
 from ._sets import QueueSet
 from ._stats import Stats

@@ -30,7 +30,7 @@ from . import _fs, _scan
 from ._clock import Clock
 from ._errors import QueueFull
 from ._layout import CAPACITY_COUNT, CAPACITY_LOCK, ROOT, Layout
-from ._wait import Waiter
+from ._waiters import Waiter
 
 NEW_GRACE_US: Final = 60_000_000
 """A ``.new`` older than this (µs) belongs to a crashed publisher: it counts for nothing."""

@@ -1,7 +1,7 @@
 """The inotify(7) system calls, through ctypes: the one descriptor kind vsqs waits on.
 
 Only the calls and the decoding of events; what to make of them (one descriptor per
-process, generations, who reads) is :mod:`vsqs._wait`'s.
+process, generations, who reads) is :mod:`vsqs._waiters`'s.
 """
 
 from __future__ import annotations

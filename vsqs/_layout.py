@@ -11,7 +11,7 @@ reader of the design's format ignore (its name does not parse as an id)::
     .vsqs/closed                 present once the queue was shut down (its time inside)
     .vsqs/capacity.lock          the cross-process lock of bounded queues
     .vsqs/capacity.count         an upper bound on the message count (under that lock)
-    .vsqs/settings.json          JSON: the settings stored with the queue (see _settings)
+    .vsqs/settings.json          JSON: the settings stored with the queue (see _stored)
     .vsqs/settings.lock          serialises changes to the settings
     .vsqs/spark/<consumer>/      the state of a Spark consumer
 

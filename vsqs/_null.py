@@ -9,12 +9,12 @@ from typing import Final
 
 from ._clock import SYSTEM_CLOCK, Clock
 from ._errors import InvalidId, LeaseLost
+from ._history import History
 from ._ids import Precision, parse_name, source_for
-from ._lease import Lease
-from ._lifecycle import History
 from ._message import Counts, Message
-from ._settings import Settings
+from ._renewal import Lease
 from ._stats import Stats
+from ._stored import Settings
 
 
 class NullQueue:

@@ -14,7 +14,7 @@ import os
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Protocol
 
-from ._lifecycle import History
+from ._history import History
 from ._message import Counts, Message
 from ._stats import Stats
 

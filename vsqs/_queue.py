@@ -34,25 +34,25 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import replace
 from typing import Final
 
-from . import _fs, _ingest, _lifecycle, _scan, _settings
+from . import _fs, _history, _ingest, _scan, _stored
 from ._capacity import NEW_GRACE_US, Capacity
 from ._clock import Clock
-from ._config import UNSET, Config, Unset, queue_path
-from ._config import seconds as _seconds
 from ._dedup import Chunk, Deduplicator
 from ._errors import InvalidId, InvalidPayload, LeaseLost, NotAQueue, QueueDrained
+from ._history import History
 from ._ids import Precision, decode_ready, encode_ready, format_time, parse_name, source_for
 from ._ids import State as _State
 from ._layout import Layout
-from ._lease import Lease, Renewer
-from ._lifecycle import History
 from ._message import NO_ATTRIBUTES, Counts, Message, received
 from ._meta import Meta, MetaStore, report_once, validate_attributes
 from ._mountinfo import stable_inode
+from ._options import UNSET, Config, Unset, queue_path
+from ._options import seconds as _seconds
+from ._renewal import Lease, Renewer
 from ._shutdown import ShutdownWatch
 from ._stats import Counters, Stats, read_totals
 from ._view import ReadyView
-from ._wait import Waiter, make_waiter
+from ._waiters import Waiter, make_waiter
 
 _RECEIPT_CACHE: Final = 4096
 # What reading a planted non-file under a message name gives: a symlink (ELOOP, as we
@@ -151,9 +151,9 @@ class Queue:
             "retention": retention,
             "dedup_window": dedup_window,
         }
-        stored = _settings.resolve(
+        stored = _stored.resolve(
             self.path,
-            _settings.load(self.path),
+            _stored.load(self.path),
             {key: value for key, value in given.items() if value is not UNSET},
         )
         config = Config.build(
@@ -169,7 +169,7 @@ class Queue:
         if config.dead_letter == self.path:
             raise ValueError("a queue cannot be its own dead-letter queue")
         self.config: Final = config
-        """The validated options (a frozen :class:`~vsqs._config.Config`)."""
+        """The validated options (a frozen :class:`~vsqs._options.Config`)."""
         self.clock: Final = config.clock
         self.durable: Final = config.durable
         self.precision: Final = config.precision
@@ -974,7 +974,7 @@ class Queue:
 
         *made_ready* (consumed) are the messages made ready since a look that found
         nothing ready (the view used up, nothing deferred), as the waiter saw them (packed
-        ids, and announcements: :meth:`vsqs._wait.Waiter.wait_ready`): then they are
+        ids, and announcements: :meth:`vsqs._waiters.Waiter.wait_ready`): then they are
         every message that can be ready, so claiming them oldest first, before listing
         again, is FIFO. That saves a listing on every wake-up of a blocked receive.
         """
@@ -1389,7 +1389,7 @@ class Queue:
                 self._meta.unmark_delayed(message_id)
             return Gone.LOST if code is None else code
         now_us = self.clock.time_us()
-        hold = self._take_hold(held_name, _lifecycle.hold_until(now_us, self._vt_us))
+        hold = self._take_hold(held_name, _history.hold_until(now_us, self._vt_us))
         if hold is None:
             return Gone.LOST  # RACE: another process requeued, deleted or dead-lettered it
         held_name = f"{message_id}.{hold}"
@@ -1404,10 +1404,10 @@ class Queue:
             meta = Meta()
             target = self._new_id()
         meta.inode = inode
-        _lifecycle.count_ended_lease(
+        _history.count_ended_lease(
             meta, message_id, lease, hold, released=released, now_us=now_us, vt_us=self._vt_us
         )
-        if _lifecycle.exhausted(meta, self.max_receives):
+        if _history.exhausted(meta, self.max_receives):
             try:
                 if target == message_id:
                     self._meta.write(message_id, meta, durable=self.durable)
@@ -1493,7 +1493,7 @@ class Queue:
         dlq = self.dead_letter
         assert dlq is not None
         message_id = held_name.partition(".")[0]
-        record = _lifecycle.dead_letter_record(
+        record = _history.dead_letter_record(
             meta, source=self.path, message_id=message_id, now_us=self.clock.time_us(),
             reason=reason,
         )  # fmt: skip
@@ -1625,13 +1625,13 @@ class Queue:
         Each is claimed first, so a consumer that got it a moment earlier keeps it.
         """
         assert self.retention is not None
-        split = _lifecycle.expired_split(codes, now_us, self.retention)
+        split = _history.expired_split(codes, now_us, self.retention)
         if split:
             # Never judge by a clock that runs ahead of the filesystem's own (the time of
             # a file made now): a consumer whose clock is ahead must not drop fresh
             # messages. One probe, only when some message looks expired.
             now_us = min(now_us, self.layout.now_us())
-            split = _lifecycle.expired_split(codes, now_us, self.retention)
+            split = _history.expired_split(codes, now_us, self.retention)
         for code in codes[:split]:
             message_id = decode_ready(code)
             held = self._claim_for_move(message_id)
@@ -1796,7 +1796,7 @@ class Queue:
             removed += len(listing.ready) - len(self._apply_retention(listing.ready, now_us))
         live = {decode_ready(code) for code in listing.ready}
         live.update(name.partition(".")[0] for _, name in (*listing.held, *kept_new))
-        return removed + _lifecycle.remove_orphans(self.layout, self._meta, live, wall_cutoff)
+        return removed + _history.remove_orphans(self.layout, self._meta, live, wall_cutoff)
 
     def redrive(
         self, to: Queue | str | os.PathLike[str] | None = None, limit: int | None = None
@@ -1827,14 +1827,14 @@ class Queue:
             meta = self._meta.read(message_id) or Meta()
             destination = fixed
             if destination is None:
-                source = _lifecycle.redrive_source(meta)
+                source = _history.redrive_source(meta)
                 if source is None:
                     _fs.rename_noreplace(self.layout.message(held), self.layout.message(message_id))
                     continue  # no recorded source and no explicit target: leave it
                 if source not in targets:
                     targets[source] = self._sibling(source)
                 destination = targets[source]
-            if self._transfer(held, destination, _lifecycle.redrive_record(meta)) is not None:
+            if self._transfer(held, destination, _history.redrive_record(meta)) is not None:
                 self._meta.remove(message_id)
                 moved += 1
         return moved
@@ -1865,7 +1865,7 @@ class Queue:
         entry = parse_name(name)
         if entry is None or entry.state is _State.NEW:
             raise InvalidId(name)
-        return _lifecycle.history_of(self._meta.read(entry.id) or Meta(), entry)
+        return _history.history_of(self._meta.read(entry.id) or Meta(), entry)
 
     # -- settings stored with the queue -------------------------------------------------
 
@@ -1879,7 +1879,7 @@ class Queue:
         max_receives: int | Unset | None = UNSET,
         retention: float | Unset | None = UNSET,
         dedup_window: float | Unset | None = UNSET,
-    ) -> _settings.Settings:
+    ) -> _stored.Settings:
         """Store settings with the queue (as SQS ``SetQueueAttributes``); return them all.
 
         Atomic: the settings file is replaced in one rename (readers see the old
@@ -1924,16 +1924,16 @@ class Queue:
             "retention": retention,
             "dedup_window": dedup_window,
         }
-        return _settings.update(
+        return _stored.update(
             self.layout, self.clock, {k: v for k, v in changes.items() if v is not UNSET}
         )
 
-    def settings(self) -> _settings.Settings:
+    def settings(self) -> _stored.Settings:
         """The settings stored with the queue (``dead_letter`` by name); one read.
 
         :raises InvalidSettings: the stored file cannot be trusted.
         """
-        return _settings.read(self.layout)
+        return _stored.read(self.layout)
 
     # -- self-renewing leases (the extend arrow, on a timer) ------------------------------
 
@@ -2023,7 +2023,7 @@ class _Claim:
         message_id, _, lease = name.partition(".")
         self._id = message_id
         self._tag = ".0" if lease.endswith(".0") else ""
-        self._length_us = max(queue.config.vt_us, _lifecycle.REQUEUE_HOLD_US)
+        self._length_us = max(queue.config.vt_us, _history.REQUEUE_HOLD_US)
         entry = parse_name(name)
         self._expires = entry.expires if entry is not None and entry.expires else 0
 

@@ -7,10 +7,10 @@ import re
 from typing import TYPE_CHECKING, Final, cast
 
 from . import _fs
-from ._config import Config, QueueOptions
 from ._errors import InvalidName, NotAQueue, QueueNotFound
+from ._options import Config, QueueOptions
 from ._queue import Queue
-from ._settings import STORED
+from ._stored import STORED
 
 if TYPE_CHECKING:
     from typing_extensions import Unpack

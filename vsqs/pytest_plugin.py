@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import pytest
 
-from ._config import QueueOptions
+from ._options import QueueOptions
 from ._queue import Queue
 from ._root import QueueRoot, validate_name
 from .testing import ManualClock

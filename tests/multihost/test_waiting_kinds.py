@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 import vsqs
-from vsqs import _mountinfo, _wait
+from vsqs import _mountinfo, _waiters
 
 from ._workers import read_report, spawn
 
@@ -41,15 +41,15 @@ def test_sshfs_mount_polls(hosts: tuple[Path, Path, Path]) -> None:
     owner, b, _ = hosts
     vsqs.Queue(owner)
     assert _mountinfo.filesystem_type(str(b)) == "fuse.sshfs"
-    assert isinstance(vsqs.Queue(b, poll_interval=0.2).waiter(), _wait.PollWaiter)
-    assert isinstance(vsqs.Queue(owner).waiter(), _wait.InotifyWaiter)  # the owner's disk
+    assert isinstance(vsqs.Queue(b, poll_interval=0.2).waiter(), _waiters.PollWaiter)
+    assert isinstance(vsqs.Queue(owner).waiter(), _waiters.InotifyWaiter)  # the owner's disk
 
 
 def test_tmpfs_watches() -> None:
     """tmpfs (``/dev/shm``): every change is made by this kernel, inotify sees it."""
     with tempfile.TemporaryDirectory(dir="/dev/shm") as where:
         assert _mountinfo.filesystem_type(where) == "tmpfs"
-        assert isinstance(vsqs.Queue(Path(where) / "q").waiter(), _wait.InotifyWaiter)
+        assert isinstance(vsqs.Queue(Path(where) / "q").waiter(), _waiters.InotifyWaiter)
 
 
 def test_blocked_receive_on_one_mount_wakes_on_a_publish_through_another(

@@ -3,7 +3,7 @@
 Two strategies behind one small protocol:
 
 * :class:`InotifyWaiter` (Linux): one inotify descriptor per *process*
-  (:mod:`vsqs._hub`), created on the first wait (never in a constructor), with one watch
+  (:mod:`vsqs._inotify_hub`), created on the first wait (never in a constructor), with one watch
   per directory shared by every thread and every :class:`~vsqs.Queue` object on it.
   One waiting thread reads the descriptor (``poll(2)``, so a process with thousands of
   descriptors is fine); the others sleep on a condition it signals. No background
@@ -43,7 +43,7 @@ from typing import Final, Protocol
 
 from . import _inotify
 from ._clock import Clock
-from ._hub import InotifyHub
+from ._inotify_hub import InotifyHub
 from ._mountinfo import filesystem_type, polls
 
 __all__ = ["HAVE_INOTIFY", "InotifyHub", "InotifyWaiter", "PollWaiter", "Waiter", "make_waiter"]

@@ -11,8 +11,8 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from . import QueueRoot, Stats, validate_name
-from ._cli_common import (
+from .. import QueueRoot, Stats, validate_name
+from ._common import (
     CliError,
     format_age,
     json_line,
@@ -24,7 +24,7 @@ from ._cli_common import (
 if TYPE_CHECKING:
     from rich.table import Table
 
-    from . import Queue
+    from .. import Queue
 
 
 def _confirm(what: str, yes: bool) -> None:
@@ -200,7 +200,7 @@ def stats(
 
     as_json = as_json or fmt == "json"
     if fmt == "prometheus":
-        from ._cli_metrics import prometheus_text  # noqa: PLC0415 -- the metrics extra
+        from ._metrics import prometheus_text  # noqa: PLC0415 -- the metrics extra
 
         def snapshot() -> list[dict[str, Any]]:
             return [{"text": prometheus_text(opened)}]

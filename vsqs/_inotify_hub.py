@@ -5,7 +5,7 @@ descriptor (``poll(2)``, so any descriptor number works), created on the first w
 closed with the last watch. One waiting thread reads it; the others sleep on a
 condition. Each read is recorded as generations (what changed since a token) and the
 messages made ready (packed ids: :func:`vsqs._inotify.read_events`). How a queue waits,
-and what it falls back to when inotify runs out, is :mod:`vsqs._wait`'s.
+and what it falls back to when inotify runs out, is :mod:`vsqs._waiters`'s.
 """
 
 from __future__ import annotations

@@ -21,7 +21,7 @@ import time
 from collections.abc import Iterable
 from typing import Final
 
-from . import Queue
+from .. import Queue
 
 RECHECK: Final = 1.0  # the longest a watching thread blocks before it looks at _stop
 IDLE: Final = 10.0  # seconds without a wait after which the watching threads end

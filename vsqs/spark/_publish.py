@@ -17,7 +17,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
-from . import Queue
+from .. import Queue
 
 DEFAULT_BATCH_SIZE: Final = 500
 """Messages per ``publish_batch``: one filesystem sync and one directory fsync each."""

@@ -46,7 +46,7 @@ The data source
   Kafka's ``headers``) the attributes; all chosen and checked on the driver. The writer
   is built once on the driver with a fresh run id, so task retries deduplicate as above.
 * ``spark.readStream.format("vsqs").load(path)``: replayable micro-batches bound to the
-  query's checkpoint (:mod:`vsqs._spark_stream`): claimed on the driver, recorded
+  query's checkpoint (:mod:`vsqs.spark._stream`): claimed on the driver, recorded
   before Spark sees the offset, read on the executors, deleted once Spark commits, and
   served again with the same messages when Spark re-runs a logged batch.
 * ``df.writeStream.format("vsqs")``: each micro-batch is published by its tasks, with ids
@@ -65,17 +65,17 @@ from pyspark import TaskContext
 from pyspark.errors import AnalysisException
 from pyspark.sql.readwriter import DataFrameWriter
 
-from . import Queue
-from ._spark_consume import consume
-from ._spark_options import SCHEMA, ReadMode
-from ._spark_publish import (
+from .. import Queue
+from ._consume import consume
+from ._options import SCHEMA, ReadMode
+from ._publish import (
     DEFAULT_BATCH_SIZE,
     RowFormat,
     publish_rows,
     resolve_format,
     row_names,
 )
-from ._spark_source import VsqsDataSource
+from ._source import VsqsDataSource
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession

@@ -14,8 +14,8 @@ from typing import Any, Final
 
 import click
 
-from . import LeaseLost, Message, Queue, QueueDrained
-from ._cli_common import (
+from .. import LeaseLost, Message, Queue, QueueDrained
+from ._common import (
     CLOSED,
     EMPTY,
     EXEC_FAILED,

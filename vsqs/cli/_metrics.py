@@ -14,13 +14,13 @@ from typing import TYPE_CHECKING, Final
 
 import click
 
-from . import QueueRoot
-from ._cli_common import CliError, open_queue
+from .. import QueueRoot
+from ._common import CliError, open_queue
 
 if TYPE_CHECKING:
     from prometheus_client.core import Metric
 
-    from . import Queue
+    from .. import Queue
 
 MISSING: Final = (
     "this needs the 'metrics' extra; install it from a clone of vsqs with pip install '.[metrics]'"
@@ -33,7 +33,7 @@ def prometheus_text(queues: Iterable[tuple[str, Queue]]) -> str:
         from prometheus_client import CollectorRegistry, generate_latest  # noqa: PLC0415
         from prometheus_client.registry import Collector  # noqa: PLC0415
 
-        from .metrics import families, samples  # noqa: PLC0415 -- needs prometheus_client
+        from ..metrics import families, samples  # noqa: PLC0415 -- needs prometheus_client
     except ImportError:
         raise CliError(f"--format prometheus: {MISSING}") from None
 
@@ -72,7 +72,7 @@ def serve(queues: tuple[str, ...], roots: tuple[str, ...], port: int, addr: str)
     try:
         from prometheus_client import CollectorRegistry, start_http_server  # noqa: PLC0415
 
-        from .metrics import QueueCollector, Source  # noqa: PLC0415
+        from ..metrics import QueueCollector, Source  # noqa: PLC0415
     except ImportError:
         raise CliError(MISSING) from None
     if not queues and not roots:

@@ -1,6 +1,6 @@
 """How coroutines wait for a queue directory to change, without a thread.
 
-The process has one inotify descriptor (:mod:`vsqs._wait`); each event loop that waits
+The process has one inotify descriptor (:mod:`vsqs._waiters`); each event loop that waits
 registers it once with ``loop.add_reader`` (a :class:`_Reactor` per loop). When it is
 readable the loop drains it without blocking; when a *thread* of this process holds the
 reader's seat (a sync ``receive`` blocked in ``poll``), that thread reads the events and
@@ -22,7 +22,7 @@ import weakref
 from dataclasses import dataclass, field
 from typing import Final
 
-from ._wait import InotifyHub
+from .._waiters import InotifyHub
 
 _INFINITE: Final = math.inf
 

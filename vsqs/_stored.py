@@ -37,9 +37,9 @@ from typing import Final, TypedDict, cast
 
 from . import _fs
 from ._clock import Clock
-from ._config import count, seconds
 from ._errors import InvalidSettings
 from ._layout import ROOT, SETTINGS, SETTINGS_LOCK, Layout, UnsafeEntry
+from ._options import count, seconds
 
 STORED: Final = (
     "visibility_timeout",

@@ -1,6 +1,6 @@
 """The ``vsqs`` Spark data source: batch read and write, streaming write.
 
-The streaming read is in :mod:`vsqs._spark_stream`. Every class here is pickled by
+The streaming read is in :mod:`vsqs.spark._stream`. Every class here is pickled by
 reference and rebuilt on the executors, which therefore need vsqs installed.
 """
 
@@ -24,10 +24,10 @@ from pyspark.sql.datasource import (
 )
 from pyspark.sql.types import StructType
 
-from . import Queue
-from ._spark_options import SCHEMA, MessageRow, SourceOptions, message_row
-from ._spark_publish import RowFormat, is_plain, publish_arrow, publish_rows, resolve_format
-from ._spark_stream import StreamReader
+from .. import Queue
+from ._options import SCHEMA, MessageRow, SourceOptions, message_row
+from ._publish import RowFormat, is_plain, publish_arrow, publish_rows, resolve_format
+from ._stream import StreamReader
 
 
 @dataclass

@@ -3,7 +3,7 @@
 Every command takes queue *paths*; only ``publish`` and ``pump`` create a missing queue
 directory, so a typo in ``vsqs stats /tmp/jbos`` is an error rather than a new queue.
 Errors are one line on stderr with a documented exit status (see
-:data:`~vsqs._cli_common.EXIT_CODES_HELP`); ``--debug`` shows the traceback instead.
+:data:`~vsqs.cli._common.EXIT_CODES_HELP`); ``--debug`` shows the traceback instead.
 
 ``import vsqs`` never imports this module, click or rich.
 """
@@ -16,14 +16,14 @@ from typing import Any
 
 import click
 
-from . import __version__
-from ._cli_admin import clean, purge, queues, redrive, requeue, shutdown, stats
-from ._cli_common import EXIT_CODES_HELP, INTERRUPTED, OK, CliError, describe
-from ._cli_config import config
-from ._cli_load import demo, pump, sink
-from ._cli_messages import delete, peek, publish
-from ._cli_metrics import metrics
-from ._cli_receive import receive
+from .. import __version__
+from ._admin import clean, purge, queues, redrive, requeue, shutdown, stats
+from ._common import EXIT_CODES_HELP, INTERRUPTED, OK, CliError, describe
+from ._config import config
+from ._load import demo, pump, sink
+from ._messages import delete, peek, publish
+from ._metrics import metrics
+from ._receive import receive
 
 __all__ = ["cli", "main"]
 

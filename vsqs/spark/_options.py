@@ -9,8 +9,8 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any, Final, TypeVar
 
-from . import Message
-from ._layout import Layout
+from .. import Message
+from .._layout import Layout
 
 SCHEMA: Final = (
     "id string, body binary, attributes map<string,string>, receive_count int, sent_at timestamp"

@@ -41,20 +41,20 @@ from collections.abc import AsyncIterator, Iterable, Mapping
 from types import TracebackType
 from typing import TYPE_CHECKING
 
-from ._aio_publish import Publisher
-from ._aio_wait import Waiters, reactor
-from ._config import seconds as _seconds
-from ._errors import QueueDrained, QueueFull
-from ._hub import InotifyHub
-from ._lease import Lease
-from ._message import Message
-from ._queue import Queue
-from ._wait import InotifyWaiter
+from .._errors import QueueDrained, QueueFull
+from .._inotify_hub import InotifyHub
+from .._message import Message
+from .._options import seconds as _seconds
+from .._queue import Queue
+from .._renewal import Lease
+from .._waiters import InotifyWaiter
+from ._publish import Publisher
+from ._reactor import Waiters, reactor
 
 if TYPE_CHECKING:
     from typing_extensions import Self, Unpack
 
-    from ._config import QueueOptions
+    from .._options import QueueOptions
 
 __all__ = ["AsyncLease", "AsyncQueue"]
 

@@ -8,8 +8,8 @@ from typing import Any
 
 import click
 
-from . import InvalidSettings
-from ._cli_common import open_queue
+from .. import InvalidSettings
+from ._common import open_queue
 
 # Every setting a queue stores, its option and its vsqs default ("none": no limit).
 _SETTINGS: dict[str, tuple[str, str]] = {

@@ -15,7 +15,7 @@ from typing import Any, Final
 
 import click
 
-from . import LeaseLost, Message, Queue, QueueClosed, QueueDrained, QueueFull, VsqsError
+from .. import LeaseLost, Message, Queue, QueueClosed, QueueDrained, QueueFull, VsqsError
 
 # The documented exit codes (the epilog of `vsqs --help` and docs/guides/cli.rst).
 OK: Final = 0

@@ -1,4 +1,4 @@
-"""``vsqs publish``, ``delete`` and ``peek`` (``receive`` is in _cli_receive)."""
+"""``vsqs publish``, ``delete`` and ``peek`` (``receive`` is in _receive)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,8 @@ from typing import IO
 
 import click
 
-from ._cli_common import (
+from .._ids import State, parse_name
+from ._common import (
     EMPTY,
     ERROR,
     json_line,
@@ -19,7 +20,6 @@ from ._cli_common import (
     progress,
     stdout_is_terminal,
 )
-from ._ids import State, parse_name
 
 
 def _attributes(

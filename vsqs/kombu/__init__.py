@@ -38,9 +38,9 @@ import kombu.transport
 from kombu.transport import virtual
 from kombu.utils.json import dumps, loads
 
-from . import Lease, LeaseLost, Queue, QueueDrained, QueueRoot, __version__
-from ._kombu_names import Binding, Bindings, vsqs_name
-from ._kombu_wait import Watchers
+from .. import Lease, LeaseLost, Queue, QueueDrained, QueueRoot, __version__
+from ._names import Binding, Bindings, vsqs_name
+from ._watch import Watchers
 
 __all__ = ["Channel", "QoS", "Transport", "vsqs_name"]
 
@@ -342,7 +342,7 @@ class Transport(virtual.Transport):
         """Deliver one message, blocking up to *timeout* seconds for one.
 
         Every consumed queue is watched (inotify, through its own waiter; see
-        :class:`~vsqs._kombu_wait.Watchers`), and the token is taken before looking, so
+        :class:`~vsqs.kombu._watch.Watchers`), and the token is taken before looking, so
         a message published to any of them between the look and the wait wakes it at
         once. The queues are looked at again every ``polling_interval`` seconds anyway:
         that is how a message whose lease ran out (a dead worker's) is seen, and how

@@ -24,7 +24,7 @@ import threading
 from dataclasses import dataclass
 from typing import Final
 
-from ._queue import Queue
+from .._queue import Queue
 
 MAX_BATCH: Final = 1000
 """The most bodies one sync covers."""

@@ -24,9 +24,9 @@ from collections.abc import Iterator, Mapping
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
-from . import LeaseLost, Message, Queue, QueueDrained
-from ._spark_options import SCHEMA, Planned, planned
-from ._spark_read import read_planned, split
+from .. import LeaseLost, Message, Queue, QueueDrained
+from ._options import SCHEMA, Planned, planned
+from ._read import read_planned, split
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession

@@ -3,7 +3,7 @@
 ``<stateDir>/<epoch>/epoch.json`` holds the queue and the highest batch claimed; one
 ``<seq>.json`` per claimed, not yet deleted micro-batch lists its messages. Every file is
 replaced durably (a temporary file, fsync, rename, directory fsync). Used by
-:mod:`vsqs._spark_stream`.
+:mod:`vsqs.spark._stream`.
 """
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ import json
 import os
 from typing import Any
 
-from . import LeaseLost, Message, Queue
-from ._spark_options import Planned
+from .. import LeaseLost, Message, Queue
+from ._options import Planned
 
 
 def write_json(path: str, data: object) -> None:

@@ -7,8 +7,8 @@ import time
 
 import click
 
-from . import QueueDrained
-from ._cli_common import EMPTY, format_rate, open_queue, progress, stdout_is_terminal
+from .. import QueueDrained
+from ._common import EMPTY, format_rate, open_queue, progress, stdout_is_terminal
 
 
 @click.command()
@@ -108,6 +108,6 @@ def demo(producers: int, consumers: int, messages: int) -> None:
 
     Checks that every message was delivered exactly once; exit status 1 if not.
     """
-    from ._demo import run  # noqa: PLC0415 -- multiprocessing set-up only when asked
+    from .._demo import run  # noqa: PLC0415 -- multiprocessing set-up only when asked
 
     click.get_current_context().exit(run(producers, consumers, messages))

@@ -2,7 +2,7 @@
 
 Spark drives one :class:`StreamReader` per query run in a long-lived Python process on
 the driver; ``read()`` runs on the executors, on a copy, and reads the bodies of the
-messages :meth:`StreamReader.partitions` planned (see :mod:`vsqs._spark_read`).
+messages :meth:`StreamReader.partitions` planned (see :mod:`vsqs.spark._read`).
 
 Offsets are ``{"epoch": E, "seq": n}``. The epoch is drawn when a query starts from an
 empty checkpoint (``initialOffset``) and then travels in every offset Spark logs, so the
@@ -43,10 +43,10 @@ from pyspark.sql.streaming.datasource import (
     SupportsTriggerAvailableNow,
 )
 
-from . import LeaseLost, Message, Queue, QueueDrained
-from ._spark_options import Planned, SourceOptions, planned
-from ._spark_read import arrow_batches, read_planned, split
-from ._spark_state import StateDir, StateMismatch, take_over
+from .. import LeaseLost, Message, Queue, QueueDrained
+from ._options import Planned, SourceOptions, planned
+from ._read import arrow_batches, read_planned, split
+from ._state import StateDir, StateMismatch, take_over
 
 log = logging.getLogger("vsqs.spark")
 

@@ -1,6 +1,6 @@
 """Executors read the bodies of messages the driver claimed, from the queue's files.
 
-The driver puts :data:`~vsqs._spark_options.Planned` tuples (id, receipt, attributes,
+The driver puts :data:`~vsqs.spark._options.Planned` tuples (id, receipt, attributes,
 receive count, publish time) into the partitions, never bodies. A body is the content of
 the message's file (see :doc:`/concepts`), and a message's content never changes while it
 exists: only its name does. So an executor opens ``<queue>/<receipt>``; when the driver
@@ -20,7 +20,7 @@ from typing import Any, Final
 
 import pyarrow as pa
 
-from ._spark_options import MessageRow, Planned
+from ._options import MessageRow, Planned
 
 log = logging.getLogger("vsqs.spark")
 

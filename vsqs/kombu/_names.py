@@ -27,7 +27,7 @@ import os
 import re
 from typing import Final, NamedTuple
 
-from . import Queue, QueueRoot
+from .. import Queue, QueueRoot
 
 BINDINGS_DIR: Final = ".kombu-bindings"
 _KEEP: Final = re.compile(r"[A-Za-z0-9-]")
