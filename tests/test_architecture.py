@@ -92,3 +92,139 @@ def test_the_architecture_picture_is_drawn_from_the_contract() -> None:
         check=False,
     )
     assert result.returncode == 0, result.stdout
+
+
+# -- one method per arrow (the table at the top of vsqs/_queue.py) ---------------------
+
+# The _fs calls that move a message from one state to another: making, renaming and
+# removing names in a queue directory (writing a body or flushing is part of an arrow).
+_TRANSITIONS = {
+    "create": {"create_exclusive", "create_at", "link_noreplace"},
+    "rename": {"rename_noreplace", "rename_noreplace_at"},
+    "unlink": {"unlink", "unlink_at"},
+}
+# Each public method of Queue and the arrows it exists to perform; each must be at most
+# three calls away: the public method, at most one method of policy, the arrow's method,
+# _fs. (A receive also returns ended leases and dead-letters on its way: that is one call
+# further, through the requeue policy, _return.)
+_PUBLIC_ARROWS = {
+    "publish": ("create", "commit", "discard"),
+    "publish_batch": ("create", "commit", "discard"),
+    "publish_file": ("create", "commit"),
+    "publish_stream": ("create", "commit"),
+    "receive": ("claim",),
+    "receive_batch": ("claim",),
+    "delete": ("delete",),
+    "change_visibility": ("extend", "ready"),
+    "requeue_expired": ("extend", "ready", "move"),
+    "purge": ("delete",),
+    "clean": ("discard", "commit"),
+    "redrive": ("claim", "move", "ready"),
+}
+
+
+def _queue_module() -> tuple[str, ast.Module]:
+    source = (PACKAGE / "_queue.py").read_text(encoding="utf-8")
+    return source, ast.parse(source)
+
+
+def _arrow_table() -> dict[str, tuple[str, str]]:
+    """arrow -> (method, syscall kind), from the module docstring of vsqs/_queue.py."""
+    _, tree = _queue_module()
+    doc = ast.get_docstring(tree) or ""
+    rows = re.findall(r"^    (\w+)\s.*?\sQueue\.(\w+)\s+(\S+)$", doc, re.M)
+    return {arrow: (method, syscall) for arrow, method, syscall in rows}
+
+
+def _methods() -> dict[str, ast.FunctionDef]:
+    _, tree = _queue_module()
+    (queue,) = (n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "Queue")
+    return {n.name: n for n in queue.body if isinstance(n, ast.FunctionDef)}
+
+
+def _fs_calls(node: ast.AST) -> set[str]:
+    return {
+        call.func.attr
+        for call in ast.walk(node)
+        if isinstance(call, ast.Call)
+        and isinstance(call.func, ast.Attribute)
+        and isinstance(call.func.value, ast.Name)
+        and call.func.value.id == "_fs"
+    }
+
+
+def _calls(node: ast.AST) -> set[str]:
+    """Names of the Queue methods *node* calls (on self, or on another queue)."""
+    methods = set(_methods())
+    return {
+        call.func.attr
+        for call in ast.walk(node)
+        if isinstance(call, ast.Call)
+        and isinstance(call.func, ast.Attribute)
+        and call.func.attr in methods
+    }
+
+
+def test_the_arrow_table_names_every_arrow_once() -> None:
+    table = _arrow_table()
+    assert set(table) == {
+        "create", "discard", "commit", "claim", "extend", "ready", "delete", "move", "copy"
+    }  # fmt: skip
+    methods = [method for method, _ in table.values()]
+    assert len(set(methods)) == len(methods), "one method per arrow"
+    assert set(methods) <= set(_methods()), "a method named in the table is missing"
+
+
+def test_each_arrow_method_is_the_only_maker_of_its_transition() -> None:
+    """A transition (create, rename, unlink of a name in the queue) is made in
+    vsqs/_queue.py only by the method of its arrow: fast paths call it, never copy it."""
+    table = _arrow_table()
+    arrow_methods = dict(table.values())
+    transitions = set().union(*_TRANSITIONS.values())
+    _, tree = _queue_module()
+    offenders = []
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.FunctionDef, ast.Lambda)) and not isinstance(node, ast.Lambda):
+            made = _fs_calls(node) & transitions
+            # A nested function counts for its enclosing one (ast.walk visits both).
+            if made and node.name not in arrow_methods and not _inside_arrow(tree, node):
+                offenders.append(f"{node.name}: {sorted(made)}")
+    assert offenders == []
+    methods = _methods()
+    for method, kind in arrow_methods.items():
+        if kind in _TRANSITIONS:
+            assert _fs_calls(methods[method]) & _TRANSITIONS[kind], (method, kind)
+
+
+def _inside_arrow(tree: ast.Module, node: ast.FunctionDef) -> bool:
+    """Whether *node* is nested in an arrow method."""
+    arrow_methods = {method for method, _ in _arrow_table().values()}
+    return any(
+        node in ast.walk(method) and method is not node
+        for name, method in _methods().items()
+        if name in arrow_methods
+    )
+
+
+def test_no_public_call_is_more_than_three_calls_from_its_syscall() -> None:
+    methods = _methods()
+    graph = {name: _calls(node) for name, node in methods.items()}
+    table = _arrow_table()
+
+    def hops(start: str, goal: str) -> int:
+        seen, frontier, depth = {start}, {start}, 0
+        while frontier:
+            if goal in frontier:
+                return depth + 1  # the arrow's own call into _fs
+            frontier = {n for f in frontier for n in graph[f]} - seen
+            seen |= frontier
+            depth += 1
+        return 99
+
+    too_deep = {
+        (public, arrow, hops(public, table[arrow][0]))
+        for public, arrows in _PUBLIC_ARROWS.items()
+        for arrow in arrows
+        if hops(public, table[arrow][0]) > 3
+    }
+    assert too_deep == set()

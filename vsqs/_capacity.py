@@ -45,12 +45,12 @@ class Capacity:
         self.capacity = capacity
         self._layout = layout
         self._clock = clock
-        self._lock: _FdLock | None = None
+        # No I/O until acquired. Threads sharing it are serialised by flock itself: each
+        # acquisition opens its own descriptor, and only one holds the lock at a time.
+        self._lock = _FdLock(layout, clock)
         self._verified_at = -math.inf  # monotonic time of this process's last listing
 
     def _filelock(self) -> _FdLock:
-        if self._lock is None:
-            self._lock = _FdLock(self._layout, self._clock)
         return self._lock
 
     def count(self) -> int:

@@ -384,9 +384,10 @@ def copy_fd(source: int, target: int, progress: Callable[[], object]) -> int:
         size += len(chunk)
 
 
-def inode(path: str) -> int:
-    """The inode number of *path* (not following a symlink); 0 where it is per host."""
-    return stable_inode(os.lstat(path))
+def inode(path: str, dir_fd: int | None = None) -> int:
+    """The inode number of *path* (relative to *dir_fd*, if given; not following a
+    symlink); 0 where it is per host."""
+    return stable_inode(os.stat(path, dir_fd=dir_fd, follow_symlinks=False))
 
 
 def open_regular(path: str) -> int:
@@ -410,6 +411,21 @@ def same_file(first: str, second: str) -> bool:
     except FileNotFoundError:
         return False
     return (a.st_dev, a.st_ino) == (b.st_dev, b.st_ino)
+
+
+def make_queue_dir(path: str, mode: int, *, set_mode: bool) -> None:
+    """Create the queue directory *path* (and its parents) if needed; with *set_mode*,
+    give it *mode* whatever the umask, when we own it (another user sharing the queue
+    may not chmod it), keeping a set-group-id bit (which keeps a shared queue's group).
+
+    :raises NotADirectoryError: *path* exists and is not a directory.
+    """
+    os.makedirs(path, mode=mode, exist_ok=True)
+    info = os.stat(path)
+    if not stat.S_ISDIR(info.st_mode):
+        raise NotADirectoryError(errno.ENOTDIR, "not a directory", path)
+    if set_mode and info.st_uid == os.geteuid() and info.st_mode & 0o777 != mode:
+        os.chmod(path, mode | (info.st_mode & 0o2000))
 
 
 def make_dirs(path: str, mode: int = 0o777) -> None:

@@ -105,6 +105,19 @@ class Layout:
         """A fresh, unique name in the queue directory for an inotify poke."""
         return f"{self.path}/{WAKE}{os.getpid()}-{os.urandom(4).hex()}"
 
+    def poke(self) -> None:
+        """Make a file event in the queue directory (a fresh ``.wake-`` name made and
+        removed), which wakes receives blocked on it in this and other processes."""
+        name = self.wake()
+        _fs.close(_fs.create_exclusive(name))
+        _fs.unlink(name)
+
+    def remove_poke(self, name: str, *, older_than: float) -> bool:
+        """Remove the poke or announcement *name* that a process died between making and
+        removing, if it was last changed before *older_than* (wall clock); whether it did."""
+        path = self.message(name)
+        return _fs.mtime(path) < older_than and _fs.unlink(path)
+
     def announce(self, sub: str) -> None:
         """Make sure ``.vsqs/<sub>`` exists, then say so to blocked receives on this host.
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 import errno
 import json
 import logging
+import threading
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
@@ -153,19 +154,23 @@ class MetaStore:
         so a plain queue never looks for it. Set again by every metadata write."""
         self._found = 0  # how many times `possible` was set: a look that saw none before
         self._announced = False  # whether this object announced .vsqs/meta (see _announce)
+        self._lock = threading.Lock()  # guards the three above (a handle is shared)
 
     def refresh(self) -> bool:
         """Look whether any per-message metadata was ever written (after a listing, or
         before a blocked receive sleeps); the new :attr:`possible`."""
-        found = self._found
-        if self.layout.has_dir(META):
-            self.possible = True
-            self._found += 1
-        elif found == self._found:
-            # RACE: another thread of this process may have found metadata (or written
-            # some) while we looked: what it found stands, our older look does not.
-            self.possible = False
-        return self.possible
+        with self._lock:
+            found = self._found
+        present = self.layout.has_dir(META)  # the look itself, outside the lock
+        with self._lock:
+            if present:
+                self.possible = True
+                self._found += 1
+            elif found == self._found:
+                # RACE: another thread of this process may have found metadata (or written
+                # some) while we looked: what it found stands, our older look does not.
+                self.possible = False
+            return self.possible
 
     def _announce(self) -> None:
         """Before this object's first write: make ``.vsqs/meta`` and announce it.
@@ -174,9 +179,13 @@ class MetaStore:
         unless it is woken by the announcement (see :meth:`Layout.announce`): so every
         writer announces before its first record, even where the directory existed (its
         creator may have died before announcing it)."""
-        self.possible = True
-        self._found += 1
-        if not self._announced:
+        with self._lock:
+            self.possible = True
+            self._found += 1
+            if self._announced:
+                return
+            # Under the lock: a second writer of this object must not write a record
+            # before the first one's announcement is made.
             self.layout.announce(META)
             self._announced = True
 
