@@ -1760,7 +1760,10 @@ class Queue:
         Debris is what crashed processes leave: ``.new`` files of publishers that died
         mid-write (never visible, so nothing is lost), orphaned metadata, expired
         deduplication markers, and empty pokes and announcements (``.wake-*``,
-        ``.wake-*-meta``). Young ``.new`` files are never touched. With a
+        ``.wake-*-meta``). Young ``.new`` files are never touched, nor, whatever
+        *older_than*, one that a deduplication marker in force names (its publisher died
+        between marker and rename under 30 s ago): a retry then waits for it and
+        publishes, never taking it for a published message. With a
         ``retention``, messages past it are dropped (or dead-lettered) too and counted.
         """
         age = _seconds(older_than, "older_than")
@@ -1776,7 +1779,7 @@ class Queue:
             else:
                 spared.update(message_id + ".new" for message_id, _ in pending)
         # Markers next: one whose publisher died leaves a stale `.new` that is removed below.
-        removed = self._dedup.clean()
+        removed = self._dedup.clean(spared)  # and spares the `.new` of a marker in force
         listing = _scan.scan(self.path)
         kept_new = []
         for created, name in listing.new:
