@@ -30,6 +30,7 @@ from . import _fs, _scan
 from ._clock import Clock
 from ._errors import QueueFull
 from ._layout import CAPACITY_COUNT, CAPACITY_LOCK, ROOT, Layout
+from ._meta import report_once
 from ._waiters import Waiter
 
 NEW_GRACE_US: Final = 60_000_000
@@ -99,7 +100,23 @@ class Capacity:
             waiter.wait(token, remaining)  # a delete in any process wakes us
 
     def _record(self, bound: int) -> None:
-        self._layout.write(ROOT, CAPACITY_COUNT, str(bound).encode(), durable=False)
+        """Rewrite the counter; never raises, since the publish it follows has happened.
+
+        If the rewrite fails (a full disk, a quota: the new content needs a block), the
+        counter is removed instead (an unlink needs no space), so the next bounded
+        publisher in any process recounts with a listing: a stale, too low count is
+        never left behind to let the queue overfill.
+        """
+        layout = self._layout
+        try:
+            layout.write(ROOT, CAPACITY_COUNT, str(bound).encode(), durable=False)
+        except OSError as exc:
+            self._verified_at = -math.inf  # this process recounts next time in any case
+            try:
+                layout.remove(ROOT, CAPACITY_COUNT)
+            except OSError:
+                pass  # e.g. read-only meanwhile: nobody can publish then, nor overfill it
+            report_once(layout.path, "could not record the capacity count", str(exc))
 
     def _bound(self, need: int) -> int:
         """An upper bound of the message count, from the counter when it can be trusted."""
