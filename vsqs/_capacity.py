@@ -17,6 +17,11 @@ short, so this costs little.
 
 Every producer of a bounded queue must open it with the same ``capacity``: a producer that
 does not take the lock is not bounded by it.
+
+Moves are producers too: a message dead-lettered into a bounded queue, or redriven into
+one, takes room there under the same lock (:func:`room_for_move`), and never waits for
+it: a move that finds the queue full leaves the message where it was (the caller says
+how it is held back) and is tried again later.
 """
 
 from __future__ import annotations
@@ -127,6 +132,32 @@ class Capacity:
             bound = self.count()
             self._verified_at = now
         return bound
+
+
+@contextmanager
+def room_for_move(capacity: Capacity | None) -> Iterator[None]:
+    """Room for one message moved into a queue of *capacity* (``None``: unbounded).
+
+    The body of the ``with`` moves it, under that queue's capacity lock, as a bounded
+    publish does; a move never waits for room.
+
+    :raises QueueFull: the queue is full now.
+    """
+    if capacity is None:
+        yield
+        return
+    with capacity.room(1, None, None):  # waits for the lock only, never for room
+        yield
+
+
+def held_back(held: list[tuple[int, str]]) -> int:
+    """How many of the *held* names (a listing's) are requeue holds ``<id>.<end>.0``.
+
+    Such a hold is taken for an instant by every requeue; it lasts when the message
+    is kept back for want of room in its dead-letter queue (full, or a full disk), or
+    when its requeuer died: each is tried again when its hold ends.
+    """
+    return sum(1 for _, name in held if name.endswith(".0") and name.count(".") == 2)
 
 
 def _read_int(layout: Layout) -> int | None:

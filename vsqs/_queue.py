@@ -35,10 +35,10 @@ from dataclasses import replace
 from typing import Final
 
 from . import _fs, _history, _ingest, _scan, _stored
-from ._capacity import NEW_GRACE_US, Capacity
+from ._capacity import NEW_GRACE_US, Capacity, held_back, room_for_move
 from ._clock import Clock
 from ._dedup import Chunk, Deduplicator
-from ._errors import InvalidId, InvalidPayload, LeaseLost, NotAQueue, QueueDrained
+from ._errors import InvalidId, InvalidPayload, LeaseLost, NotAQueue, QueueDrained, QueueFull
 from ._history import History
 from ._ids import Precision, decode_ready, encode_ready, format_time, parse_name, source_for
 from ._ids import State as _State
@@ -1488,7 +1488,9 @@ class Queue:
         was written in the dead-letter queue. Returns ``False`` if another process moved
         or deleted the message first. A crash before the rename leaves the message held
         here, where it is dead-lettered again when that hold expires: never lost, never
-        in both queues (except across filesystems, see :meth:`_transfer`).
+        in both queues (except across filesystems, see :meth:`_transfer`). A bounded
+        dead-letter queue that is full takes nothing: the message is held back here
+        (:meth:`_hold_back`) and tried again when that hold ends.
         """
         dlq = self.dead_letter
         assert dlq is not None
@@ -1497,10 +1499,39 @@ class Queue:
             meta, source=self.path, message_id=message_id, now_us=self.clock.time_us(),
             reason=reason,
         )  # fmt: skip
-        if self._transfer(held_name, dlq, record) is None:
+        try:
+            moved = self._transfer_bounded(held_name, dlq, record)
+        except QueueFull:
+            self._hold_back(held_name, meta)
+            return False
+        if moved is None:
             return False
         self._meta.remove(message_id)
         return True
+
+    def _hold_back(self, held_name: str, meta: Meta) -> None:
+        """Keep a message that its dead-letter queue has no room for out of delivery.
+
+        A requeue hold (the *max_receives* path) simply stays: when it ends, the next
+        requeue tries the move again and counts no receive (the hold is the tag in its
+        metadata). Any other claim (retention's) is turned into such a hold, tagged.
+        """
+        message_id, _, lease = held_name.partition(".")
+        if lease.endswith(".0"):
+            return
+        hold = self._take_hold(held_name, _history.hold_until(self.clock.time_us(), self._vt_us))
+        if hold is not None:  # else RACE: its claim ended and another process took it
+            meta.lease = hold
+            self._write_count(message_id, meta)
+
+    def _transfer_bounded(self, held_name: str, dest: Queue, meta: Meta) -> str | None:
+        """:meth:`_transfer` under *dest*'s capacity lock when it is bounded: a move
+        takes room like a publish, so the bound holds for every way in.
+
+        :raises QueueFull: *dest* is full; nothing moved (never waits for room).
+        """
+        with room_for_move(dest._capacity):
+            return self._transfer(held_name, dest, meta)
 
     def _transfer(self, held_name: str, dest: Queue, meta: Meta) -> str | None:
         """Move a held message of this queue into *dest* as ready, with *meta*; its id.
@@ -1719,6 +1750,7 @@ class Queue:
             else max(0.0, (self.clock.time_us() - (oldest >> 1)) / 1e6),
             is_shutdown=self.is_shutdown,
             oldest_ready_id=None if oldest is None else decode_ready(oldest),
+            held_back=held_back(listing.held),
         )
 
     def peek_oldest_key(self) -> int | None:
@@ -1813,6 +1845,10 @@ class Queue:
 
         :param to: a queue or path; ``None`` for each message's source queue.
         :param limit: move at most this many, oldest first (SQS ``StartMessageMoveTask``).
+
+        A bounded target takes messages while it has room (under its capacity lock, as
+        a publish); once it is full, the redrive stops (a message whose own source
+        queue is full stays here, and the others go on) and returns how many moved.
         """
         bad_limit = isinstance(limit, bool) or not isinstance(limit, int) or limit < 0
         if limit is not None and bad_limit:
@@ -1837,7 +1873,14 @@ class Queue:
                 if source not in targets:
                     targets[source] = self._sibling(source)
                 destination = targets[source]
-            if self._transfer(held, destination, _history.redrive_record(meta)) is not None:
+            try:
+                done = self._transfer_bounded(held, destination, _history.redrive_record(meta))
+            except QueueFull:
+                self._make_ready(self.layout.message(held), message_id, meta)  # stays here
+                if fixed is not None:
+                    break  # the target is full: stop
+                continue
+            if done is not None:
                 self._meta.remove(message_id)
                 moved += 1
         return moved
