@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gc
 import os
+import threading
 import time
 from collections import Counter
 from pathlib import Path
@@ -11,6 +12,7 @@ from pathlib import Path
 import pytest
 
 import vsqs
+from vsqs import _fs
 from vsqs.testing import ManualClock, drain
 
 from . import procs
@@ -292,3 +294,93 @@ def test_redrive_stops_when_the_target_is_full(tmp_path: Path, stored: bool) -> 
     assert sorted(m.body for m in drain(q)) == [b"fresh", b"m0"]
     assert dlq.redrive(to=target) == 2
     assert q.counts().total == 2
+
+
+# -- a drain waits for every live publisher (issue 32) -----------------------------------
+
+
+class _Gate:
+    """Stops the thread named *who* in ``_fs.<name>`` (before the real call) until opened."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch, name: str, who: str) -> None:
+        self.reached, self.open = threading.Event(), threading.Event()
+        real = getattr(_fs, name)
+
+        def gated(*args: object) -> object:
+            if threading.current_thread().name == who and not self.reached.is_set():
+                self.reached.set()
+                assert self.open.wait(60)
+            return real(*args)
+
+        monkeypatch.setattr(_fs, name, gated)
+
+
+def _publisher(qdir: Path, clock: ManualClock, out: list[object]) -> threading.Thread:
+    def run() -> None:
+        try:
+            out.append(vsqs.Queue(qdir, durable=False, clock=clock).publish(b"late"))
+        except vsqs.QueueClosed as exc:
+            out.append(exc)
+
+    return threading.Thread(target=run, name="publisher", daemon=True)
+
+
+def test_a_drain_waits_for_a_publisher_whose_clock_is_70_s_behind(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A publisher 70 s behind passed its shutdown check and is about to rename: its
+    ``.new`` has an id 70 s old but a fresh mtime. The drain waits for it (judged by
+    mtime as well as id, as ``clean`` does): the message is delivered, then the queue
+    is drained, and nothing is left behind."""
+    qdir = tmp_path / "q"
+    consumer = vsqs.Queue(qdir, durable=False, clock=ManualClock(time.time()))
+    gate = _Gate(monkeypatch, "rename_noreplace", "publisher")
+    out: list[object] = []
+    publisher = _publisher(qdir, ManualClock(time.time() - 70), out)
+    publisher.start()
+    assert gate.reached.wait(60)
+    consumer.shutdown()
+    assert consumer.receive(timeout=0) is None  # within the grace
+    consumer.clock.advance(1)  # type: ignore[attr-defined]
+    assert consumer.receive(timeout=0) is None  # not drained: the `.new` is alive
+    gate.open.set()
+    publisher.join(60)
+    (message,) = consumer.receive_batch(10, timeout=0)
+    assert message.body == b"late" and out == [message.id]
+    consumer.delete(message)
+    with pytest.raises(vsqs.QueueDrained):
+        consumer.receive(timeout=0)
+    assert consumer.counts().total == 0
+
+
+def test_a_publisher_stalled_before_its_rename_through_a_shutdown_leaves_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A publisher stalled for 70 s with its body written (the ``.new``'s id and mtime
+    both 70 s old) does not hold the drain up; when it resumes it finds the queue shut
+    down and withdraws its ``.new``: no message is left once ``consume()`` has returned."""
+    qdir = tmp_path / "q"
+    start = time.time()
+    consumer = vsqs.Queue(qdir, durable=False, clock=ManualClock(start))
+    consumer.publish(b"early")
+    gate = _Gate(monkeypatch, "exists", "publisher")  # its shutdown check, after the body
+    out: list[object] = []
+    publisher = _publisher(qdir, ManualClock(start - 70), out)
+    publisher.start()
+    assert gate.reached.wait(60)
+    (new,) = qdir.glob("*.new")
+    os.utime(new, (start - 70, start - 70))  # the stall: its body was written 70 s ago
+    consumer.shutdown()
+    consumer.clock.advance(2)  # type: ignore[attr-defined]  # past the shutdown's grace
+    bodies = []
+    for message in consumer.consume(timeout=0):
+        bodies.append(message.body)
+        consumer.delete(message)
+    assert bodies == [b"early"]
+    with pytest.raises(vsqs.QueueDrained):
+        consumer.receive(timeout=0)  # consume() returned because the queue is drained
+    gate.open.set()
+    publisher.join(60)
+    assert len(out) == 1 and isinstance(out[0], vsqs.QueueClosed)
+    assert consumer.counts().total == 0
+    assert sorted(p.name for p in qdir.iterdir()) == [".vsqs"]

@@ -36,10 +36,9 @@ from ._clock import Clock
 from ._errors import QueueFull
 from ._layout import CAPACITY_COUNT, CAPACITY_LOCK, ROOT, Layout
 from ._meta import report_once
+from ._scan import NEW_GRACE_US
 from ._waiters import Waiter
 
-NEW_GRACE_US: Final = 60_000_000
-"""A ``.new`` older than this (µs) belongs to a crashed publisher: it counts for nothing."""
 VERIFY_INTERVAL: Final = 1.0
 """Seconds this process trusts the shared counter before checking it with a listing."""
 

@@ -35,7 +35,7 @@ from dataclasses import replace
 from typing import Final
 
 from . import _fs, _history, _ingest, _scan, _stored
-from ._capacity import NEW_GRACE_US, Capacity, held_back, room_for_move
+from ._capacity import Capacity, held_back, room_for_move
 from ._clock import Clock
 from ._dedup import Chunk, Deduplicator
 from ._errors import InvalidId, InvalidPayload, LeaseLost, NotAQueue, QueueDrained, QueueFull
@@ -841,13 +841,7 @@ class Queue:
 
     def _is_drained(self) -> bool:
         """Whether the queue is shut down and provably empty (see ``_shutdown``)."""
-        watch = self._shutdown
-        if not watch.is_shut_down() or watch.in_grace():
-            return False
-        listing = _scan.scan(self.path)
-        stale_before = self.clock.time_us() - NEW_GRACE_US
-        live_new = [name for created, name in listing.new if created > stale_before]
-        return not (listing.ready or listing.held or live_new)
+        return self._shutdown.is_drained()
 
     # -- receiving: the claim arrow -----------------------------------------------------
 
