@@ -134,3 +134,11 @@ def dedup_publisher_dying_before_rename(qdir: str, key: str) -> None:
 
     _fs.rename_noreplace = dying  # type: ignore[assignment]
     vsqs.Queue(qdir).publish(b"lost?", dedup_id=key)
+
+
+def killed_after_publishing(qdir: str, count: int) -> None:
+    """Publish *count* messages in quick succession, then die as a SIGKILL would."""
+    queue = vsqs.Queue(qdir, durable=False)
+    for n in range(count):
+        queue.publish(b"%d" % n)
+    os._exit(137)
