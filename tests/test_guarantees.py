@@ -15,6 +15,7 @@ import pytest
 
 import vsqs
 from vsqs import _fs
+from vsqs.testing import ManualClock
 
 from ._lifecycle_workers import forkserver, killed_after_publishing
 
@@ -136,3 +137,18 @@ def test_a_killed_process_loses_at_most_the_counts_since_its_last_flush(tmp_path
     stats = vsqs.Queue(qdir, durable=False).stats()
     assert 1 <= stats.produced_messages <= 3
     assert stats.ready == 3
+
+
+def test_a_crashed_publishers_new_counts_against_the_capacity_for_a_minute_only(
+    tmp_path: Path,
+) -> None:
+    """Bounded queues: "A crashed publisher's ``.new`` file counts for a minute, then no
+    longer". A ``.new`` left 59 s ago fills a queue of capacity 1; at 61 s it does not."""
+    clock = ManualClock()
+    q = vsqs.Queue(tmp_path / "q", durable=False, clock=clock, capacity=1)
+    (tmp_path / "q" / f"{clock.time_us() - 59_000_000}.new").write_bytes(b"dead")
+    with pytest.raises(vsqs.QueueFull):
+        q.publish(b"x", timeout=0)
+    clock.advance(2)
+    q.publish(b"x", timeout=0)
+    assert q.counts().ready == 1
