@@ -1514,9 +1514,10 @@ class Queue:
         if lease.endswith(".0"):
             return
         hold = self._take_hold(held_name, _history.hold_until(self.clock.time_us(), self._vt_us))
-        if hold is not None:  # else RACE: its claim ended and another process took it
-            meta.lease = hold
-            self._write_count(message_id, meta)
+        if hold is None:
+            return  # RACE: its claim ended and another process requeued or deleted it
+        meta.lease = hold
+        self._write_count(message_id, meta)
 
     def _transfer_bounded(self, held_name: str, dest: Queue, meta: Meta) -> str | None:
         """:meth:`_transfer` under *dest*'s capacity lock when it is bounded: a move
