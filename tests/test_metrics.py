@@ -124,6 +124,7 @@ def test_vsqs_stats_format_prometheus_parses(tmp_path: Path) -> None:
         "vsqs_oldest_ready_age_seconds",
         "vsqs_oldest_receive_count",
         "vsqs_shutdown",
+        "vsqs_held_back_messages",
         *(
             f"vsqs_{kind}_{unit}_total"
             for kind in ("produced", "consumed")

@@ -302,8 +302,15 @@ class Deduplicator:
         except OSError:
             pass  # a planted directory: it stays, as a tomb that no key ever names
 
-    def clean(self) -> int:
-        """Remove the markers older than the window; return how many."""
+    def clean(self, spared: set[str] | None = None) -> int:
+        """Remove the markers older than the window; return how many.
+
+        :param spared: filled with the ``<id>.new`` names that a marker still in force
+            points at (its publisher is between marker and rename, or died there less
+            than ``IN_PROGRESS_LIMIT`` ago): :meth:`Queue.clean` must not remove them, or
+            a retry would find the marker, no ``.new`` to wait for, and take the dead
+            publisher's id for a published message (a lost publish).
+        """
         layout = self._layout
         now_us = self._clock.time_us()
         removed = 0
@@ -340,6 +347,8 @@ class Deduplicator:
             if age_us > self._window_us or crashed:
                 self._expire(name, created_us)
                 removed += 1
+            elif spared is not None and other_id:
+                spared.add(other_id + ".new")
         return removed
 
     def _created(self, marker: str) -> int | None:

@@ -54,7 +54,7 @@ class Meta:
             data["inode"] = self.inode
         if self.attributes:
             data["attributes"] = self.attributes
-        if self.receive_count:
+        if self.receive_count or self.lease:  # a lease alone: a hold that counts no receive
             data["receive_count"] = self.receive_count
             data["lease"] = self.lease
         if self.last_received_us:

@@ -43,11 +43,11 @@ from dataclasses import replace
 from typing import Final
 
 from . import _fs, _history, _ingest, _scan, _stored
-from ._capacity import NEW_GRACE_US, Capacity
+from ._capacity import Capacity, held_back, room_for_move
 from ._clock import Clock
 from ._consumer import Consumer
 from ._dedup import Chunk, Deduplicator
-from ._errors import InvalidId, InvalidPayload, LeaseLost, NotAQueue, QueueDrained
+from ._errors import InvalidId, InvalidPayload, LeaseLost, NotAQueue, QueueDrained, QueueFull
 from ._history import History
 from ._ids import Precision, decode_ready, encode_ready, format_time, parse_name, source_for
 from ._ids import State as _State
@@ -791,13 +791,7 @@ class Queue:
 
     def _is_drained(self) -> bool:
         """Whether the queue is shut down and provably empty (see ``_shutdown``)."""
-        watch = self._shutdown
-        if not watch.is_shut_down() or watch.in_grace():
-            return False
-        listing = _scan.scan(self.path)
-        stale_before = self.clock.time_us() - NEW_GRACE_US
-        live_new = [name for created, name in listing.new if created > stale_before]
-        return not (listing.ready or listing.held or live_new)
+        return self._shutdown.is_drained()
 
     # -- receiving: the claim arrow -----------------------------------------------------
 
@@ -1283,6 +1277,11 @@ class Queue:
                 # here, dead-lettered again when that ends: never lost, never in both.
                 record = self._dead_letter_meta(held_name, meta, reason="max_receives")
                 moved = self._transfer(held_name, self.dead_letter, record) is not None
+            except QueueFull:
+                # A bounded dead-letter queue that is full takes nothing: the message stays
+                # in its requeue hold here, out of delivery, and is tried again (counting
+                # no receive: the hold is tagged in its metadata) when that hold ends.
+                return Gone.LOST
             except OSError as exc:
                 if exc.errno not in _NO_SPACE:
                     raise
@@ -1346,6 +1345,24 @@ class Queue:
             now_us=self.clock.time_us(), reason=reason,
         )  # fmt: skip
 
+    def _hold_back(self, held_name: str, meta: Meta) -> None:
+        """Keep a message that its dead-letter queue has no room for out of delivery.
+
+        A requeue hold (the *max_receives* path) simply stays: when it ends, the next
+        requeue tries the move again and counts no receive (the hold is the tag in its
+        metadata). Any other claim (retention's) is turned into such a hold, tagged.
+        """
+        message_id, _, lease = held_name.partition(".")
+        if lease.endswith(".0"):
+            return
+        taken = self._extend_lease(
+            held_name, _history.hold_until(self.clock.time_us(), self._vt_us), tag=".0"
+        )
+        if taken is None:
+            return  # RACE: its claim ended and another process requeued or deleted it
+        meta.lease = taken[0].partition(".")[2]
+        self._write_count(message_id, meta)
+
     def _transfer(self, held_name: str, dest: Queue, meta: Meta) -> str | None:
         """The *move* arrow (dead-letter, redrive): a held message of this queue into
         *dest*, ready, with *meta*; its id there.
@@ -1354,45 +1371,49 @@ class Queue:
         that moves the file, so whoever sees the message there sees its metadata; this
         queue's metadata of it goes after. Returns ``None`` if the file was gone (another
         process moved or deleted it first). Across filesystems (``EXDEV``) it copies
-        instead (:meth:`_copy_to`).
+        instead (:meth:`_copy_to`). A bounded *dest* takes the message only if it has room
+        (under its capacity lock, as a publish; a move never waits for room).
+
+        :raises QueueFull: *dest* is full: nothing moved.
         """
-        source = self.layout.message(held_name)
-        target = held_name.partition(".")[0]
-        with_meta = meta.to_json() != b"{}"
-        try:
-            meta.inode = _fs.inode(source)  # a rename keeps it: the metadata stays matched
-        except FileNotFoundError:
-            return None  # RACE: another process moved or deleted it first
-        while True:
-            if with_meta and not dest._meta.create(target, meta, durable=dest.durable):
-                target = dest._new_id()  # the id is taken in *dest*
-                continue
+        with room_for_move(dest._capacity):
+            source = self.layout.message(held_name)
+            target = held_name.partition(".")[0]
+            with_meta = meta.to_json() != b"{}"
             try:
-                _fs.rename_noreplace(source, dest.layout.message(target))
+                meta.inode = _fs.inode(source)  # a rename keeps it: the metadata stays matched
             except FileNotFoundError:
-                if with_meta:
-                    dest._meta.remove(target)
                 return None  # RACE: another process moved or deleted it first
-            except FileExistsError:
-                if with_meta:
-                    dest._meta.remove(target)
-                target = dest._new_id()  # RACE: a message took that id in *dest*
-                continue
-            except OSError as exc:
-                if with_meta:
-                    dest._meta.remove(target)
-                if exc.errno != errno.EXDEV:
-                    raise
-                copied = self._copy_to(dest, held_name, target, meta if with_meta else None)
-                if copied is not None:
-                    self._meta.remove(held_name.partition(".")[0])
-                return copied
-            break
-        self._meta.remove(held_name.partition(".")[0])
-        if dest.durable:
-            _fs.fsync_dir(dest.path)
-            _fs.fsync_dir(self.path)
-        return target
+            while True:
+                if with_meta and not dest._meta.create(target, meta, durable=dest.durable):
+                    target = dest._new_id()  # the id is taken in *dest*
+                    continue
+                try:
+                    _fs.rename_noreplace(source, dest.layout.message(target))
+                except FileNotFoundError:
+                    if with_meta:
+                        dest._meta.remove(target)
+                    return None  # RACE: another process moved or deleted it first
+                except FileExistsError:
+                    if with_meta:
+                        dest._meta.remove(target)
+                    target = dest._new_id()  # RACE: a message took that id in *dest*
+                    continue
+                except OSError as exc:
+                    if with_meta:
+                        dest._meta.remove(target)
+                    if exc.errno != errno.EXDEV:
+                        raise
+                    copied = self._copy_to(dest, held_name, target, meta if with_meta else None)
+                    if copied is not None:
+                        self._meta.remove(held_name.partition(".")[0])
+                    return copied
+                break
+            self._meta.remove(held_name.partition(".")[0])
+            if dest.durable:
+                _fs.fsync_dir(dest.path)
+                _fs.fsync_dir(self.path)
+            return target
 
     def _copy_to(self, dest: Queue, held_name: str, target: str, meta: Meta | None) -> str | None:
         """The *copy* arrow, a move across filesystems: *create* a copy in *dest*,
@@ -1472,7 +1493,10 @@ class Queue:
             if self.dead_letter is not None:
                 meta = self._meta.read(message_id) or Meta()
                 record = self._dead_letter_meta(held, meta, reason="retention")
-                self._transfer(held, self.dead_letter, record)
+                try:
+                    self._transfer(held, self.dead_letter, record)
+                except QueueFull:
+                    self._hold_back(held, meta)  # no room there: held here, tried again
             else:
                 self._unlink_message(held)
         return codes[split:]
@@ -1552,6 +1576,7 @@ class Queue:
             else max(0.0, (self.clock.time_us() - (oldest >> 1)) / 1e6),
             is_shutdown=self.is_shutdown,
             oldest_ready_id=None if oldest is None else decode_ready(oldest),
+            held_back=held_back(listing.held),
         )
 
     def peek_oldest_key(self) -> int | None:
@@ -1593,7 +1618,10 @@ class Queue:
         Debris is what crashed processes leave: ``.new`` files of publishers that died
         mid-write (never visible, so nothing is lost), orphaned metadata, expired
         deduplication markers, and empty pokes and announcements (``.wake-*``,
-        ``.wake-*-meta``). Young ``.new`` files are never touched. With a
+        ``.wake-*-meta``). Young ``.new`` files are never touched, nor, whatever
+        *older_than*, one that a deduplication marker in force names (its publisher died
+        between marker and rename under 30 s ago): a retry then waits for it and
+        publishes, never taking it for a published message. With a
         ``retention``, messages past it are dropped (or dead-lettered) too and counted.
         """
         age = _seconds(older_than, "older_than")
@@ -1609,7 +1637,7 @@ class Queue:
             else:
                 spared.update(message_id + ".new" for message_id, _ in pending)
         # Markers next: one whose publisher died leaves a stale `.new` that is removed below.
-        removed = self._dedup.clean()
+        removed = self._dedup.clean(spared)  # and spares the `.new` of a marker in force
         listing = _scan.scan(self.path)
         kept_new = []
         for created, name in listing.new:
@@ -1642,6 +1670,10 @@ class Queue:
 
         :param to: a queue or path; ``None`` for each message's source queue.
         :param limit: move at most this many, oldest first (SQS ``StartMessageMoveTask``).
+
+        A bounded target takes messages while it has room (under its capacity lock, as
+        a publish); once it is full, the redrive stops (a message whose own source
+        queue is full stays here, and the others go on) and returns how many moved.
         """
         bad_limit = isinstance(limit, bool) or not isinstance(limit, int) or limit < 0
         if limit is not None and bad_limit:
@@ -1666,7 +1698,14 @@ class Queue:
                 if source not in targets:
                     targets[source] = self._sibling(source)
                 destination = targets[source]
-            if self._transfer(held, destination, _history.redrive_record(meta)) is not None:
+            try:
+                done = self._transfer(held, destination, _history.redrive_record(meta))
+            except QueueFull:
+                self._make_ready(held, message_id, meta)  # stays here
+                if fixed is not None:
+                    break  # the target is full: stop
+                continue
+            if done is not None:
                 moved += 1
         return moved
 

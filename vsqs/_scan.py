@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
+from typing import Final
 
 from ._ids import MAX_DIGITS, MS_LIMIT, parse_name
 from ._ids import State as _State
@@ -33,6 +34,11 @@ class Listing:
     pokes: list[str] = field(default_factory=list)
     """Names of pokes and announcements (``.wake-*``: :data:`vsqs._inotify.WAKE`), made
     in the queue directory for an instant to cause inotify events; a crash may leave one."""
+
+
+NEW_GRACE_US: Final = 60_000_000
+"""A ``.new`` older than this (µs) belongs to a crashed publisher: the capacity counts it
+for nothing, and a drain does not wait for it once its mtime is that old too."""
 
 
 def scan(path: str) -> Listing:

@@ -53,6 +53,10 @@ class Stats:
     """Whether the queue was shut down (:meth:`vsqs.Queue.shutdown`)."""
     oldest_ready_id: str | None = None
     """The id of the oldest ready message (pass it to :meth:`vsqs.Queue.history`)."""
+    held_back: int = 0
+    """Of the held messages, those kept back from delivery because their dead-letter
+    queue had no room (it is at its capacity, or the disk is full), or whose requeuer
+    died: each is tried again when its hold ends (``max(visibility_timeout, 30 s)``)."""
 
 
 class Counters:

@@ -141,6 +141,7 @@ class QueueCollector(Collector):
 
     ``vsqs_messages{state}``, ``vsqs_oldest_ready_age_seconds``,
     ``vsqs_oldest_receive_count``, ``vsqs_dead_letter_messages``, ``vsqs_shutdown``,
+    ``vsqs_held_back_messages``,
     ``vsqs_produced_messages_total``, ``vsqs_produced_bytes_total``,
     ``vsqs_consumed_messages_total``, ``vsqs_consumed_bytes_total``.
     """
@@ -180,6 +181,11 @@ def families(samples: Iterable[Sample]) -> Iterator[Metric]:
         "shutdown": GaugeMetricFamily(
             "vsqs_shutdown", "1 if the queue was shut down, else 0.", labels=["queue"]
         ),
+        "held_back": GaugeMetricFamily(
+            "vsqs_held_back_messages",
+            "Held messages waiting for room in their dead-letter queue (or a dead requeuer's).",
+            labels=["queue"],
+        ),
     }
     counters = {
         field: CounterMetricFamily(
@@ -203,6 +209,7 @@ def families(samples: Iterable[Sample]) -> Iterator[Metric]:
         if one.dead_letter is not None:
             gauges["dead"].add_metric(labels, one.dead_letter)
         gauges["shutdown"].add_metric(labels, 1 if stats.is_shutdown else 0)
+        gauges["held_back"].add_metric(labels, stats.held_back)
         for field, family in counters.items():
             family.add_metric(labels, getattr(stats, field))
     yield messages
@@ -286,6 +293,7 @@ _VALUES: Final = {
     "age": lambda one: one.oldest_ready_age,
     "receives": lambda one: one.oldest_receive_count,
     "dead": lambda one: one.dead_letter,
+    "held_back": lambda one: one.stats.held_back,
     "produced": lambda one: one.stats.produced_messages,
     "produced_bytes": lambda one: one.stats.produced_bytes,
     "consumed": lambda one: one.stats.consumed_messages,
@@ -295,6 +303,7 @@ _GAUGES: Final = (
     (f"{NS}.queue.oldest_ready.age", "age", "s", "Age of the oldest ready message."),
     (f"{NS}.queue.oldest_ready.receives", "receives", "{receive}", "Its receives."),
     (f"{NS}.queue.dead_letter.messages", "dead", "{message}", "Dead-letter depth."),
+    (f"{NS}.queue.held_back.messages", "held_back", "{message}", "Waiting for room."),
 )
 _COUNTERS: Final = (
     ("messaging.client.sent.messages", "produced", "{message}", "Messages published."),
