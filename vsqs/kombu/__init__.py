@@ -31,14 +31,26 @@ import logging
 import math
 import time
 import uuid
+from collections import Counter, defaultdict
+from collections.abc import Callable
 from queue import Empty
 from typing import Any, ClassVar, Final
 
 import kombu.transport
+from kombu.exceptions import ChannelError
 from kombu.transport import virtual
-from kombu.utils.json import dumps, loads
+from kombu.utils.json import dumps
 
-from .. import Lease, LeaseLost, Queue, QueueDrained, QueueRoot, __version__
+from .. import (
+    Lease,
+    LeaseLost,
+    Message,
+    Queue,
+    QueueDrained,
+    QueueRoot,
+    __version__,
+)
+from ._envelope import NotKombu, expiry_attributes, move, overdue, parse
 from ._names import Binding, Bindings, vsqs_name
 from ._watch import Watchers
 
@@ -48,6 +60,10 @@ _log = logging.getLogger("vsqs.kombu")
 ACK: Final = "ack"
 RELEASE: Final = "release"
 REJECT: Final = "reject"
+NO_ROUTE: Final = 312  # AMQP's reply code for a mandatory message that no queue gets
+POISON_SUFFIX: Final = ".poison"
+"""A poison message of kombu queue ``q`` is kept in kombu queue ``q.poison`` when no
+dead-letter queue is configured."""
 
 kombu.transport.TRANSPORT_ALIASES.setdefault("vsqs", "vsqs.kombu:Transport")
 
@@ -147,6 +163,12 @@ class Channel(virtual.Channel):
         self.bindings = Bindings(self.root.path)
         self._queues: dict[str, Queue] = {}
         self._no_ack: set[str] = set()
+        # Callbacks by event, as py-amqp's channel: kombu's Producer(on_return=...) adds
+        # to events["basic_return"], called for a mandatory message that no queue gets.
+        self.events: defaultdict[str, set[Callable[..., Any]]] = defaultdict(set)
+        self.expired: Counter[str] = Counter()
+        """Expired messages this channel dropped, by kombu queue (none with a dead-letter
+        queue: they go there)."""
 
     def close(self) -> None:
         """Close the channel (unacknowledged messages are released), then every queue
@@ -174,6 +196,14 @@ class Channel(virtual.Channel):
                 found = self.root.create(vsqs_name(name), durable=self.durable)
             self._queues[name] = found
         return found
+
+    def dead_letter_target(self, queue: str) -> Queue | None:
+        """Where a message of *queue* that must not run goes: the ``dead_letter_queue``
+        transport option, else the vsqs queue's own dead-letter queue (its stored
+        settings), else ``None``."""
+        if self.dead_letter_queue is not None and queue != self.dead_letter_queue:
+            return self.queue(self.dead_letter_queue)
+        return self.queue(queue).dead_letter
 
     def dead_letter(self, queue: str, body: bytes) -> None:
         """Keep a rejected message: publish it to the dead-letter queue, if one is set.
@@ -205,8 +235,36 @@ class Channel(virtual.Channel):
     # -- publishing and routing ---------------------------------------------------------
 
     def _put(self, queue: str, message: dict[str, Any], **kwargs: Any) -> None:
-        """Publish kombu's message (JSON) to *queue*: atomic, one rename (priority unused)."""
-        self.queue(queue).publish(dumps(message).encode())
+        """Publish kombu's message (JSON) to *queue*: atomic, one rename (priority unused).
+
+        kombu's ``expiration`` (Celery's ``expires``) is stored as the message's expiry
+        (an attribute, see :mod:`vsqs.kombu._envelope`), checked at each delivery.
+
+        :raises ValueError: ``expiration`` is not a number of milliseconds >= 0.
+        """
+        target = self.queue(queue)
+        now = target.clock.time_us() / 1e6
+        attributes = expiry_attributes(message.get("properties") or {}, now)
+        target.publish(dumps(message).encode(), attributes=attributes)
+
+    def basic_publish(
+        self, message: dict[str, Any], exchange: str, routing_key: str, **kwargs: Any
+    ) -> Any:
+        """Publish, as kombu's virtual channel; a ``mandatory`` message that no queue would
+        get is returned instead: each ``basic_return`` callback (``Producer(on_return=)``)
+        is called at once with ``(exception, exchange, routing_key, message)``, as AMQP
+        brokers do (``NO_ROUTE``, 312)."""
+        handlers = list(self.events.get("basic_return", ()))
+        if not (handlers and kwargs.get("mandatory") and exchange) or self._lookup(
+            exchange, routing_key
+        ):
+            return super().basic_publish(message, exchange, routing_key, **kwargs)
+        self._inplace_augment_message(message, exchange, routing_key)
+        returned = self.Message(message, channel=self)
+        text = f"NO_ROUTE: no queue is bound to {exchange!r} with {routing_key!r}"
+        for callback in handlers:
+            callback(ChannelError(text, reply_code=NO_ROUTE), exchange, routing_key, returned)
+        return None
 
     def _put_fanout(
         self, exchange: str, message: dict[str, Any], routing_key: str, **kwargs: Any
@@ -277,15 +335,22 @@ class Channel(virtual.Channel):
             self._no_ack.discard(queue)
 
     def _get(self, queue: str, timeout: float | None = None) -> dict[str, Any]:
-        """Claim the oldest message of *queue* (one rename), held until it is settled."""
+        """Claim the oldest message of *queue* (one rename), held until it is settled.
+
+        A message that expired, or that is not kombu's (poison), is never delivered: it
+        is settled here (see :meth:`_screen`) and the next one is claimed.
+        """
         source = self.queue(queue)
-        try:
-            message = source.receive(timeout=0)
-        except QueueDrained:
-            raise Empty from None
-        if message is None:
-            raise Empty
-        payload: dict[str, Any] = loads(message.body)
+        while True:
+            try:
+                message = source.receive(timeout=0)
+            except QueueDrained:
+                raise Empty from None
+            if message is None:
+                raise Empty
+            payload = self._screen(queue, source, message)
+            if payload is not None:
+                break
         tag = uuid.uuid4().hex
         properties = payload.setdefault("properties", {})
         properties["delivery_tag"] = tag
@@ -297,6 +362,34 @@ class Channel(virtual.Channel):
             lease = source.lease(message, max_duration=self.max_lease)
             self.qos.leases[tag] = (lease, queue)
         return payload
+
+    def _screen(self, queue: str, source: Queue, message: Message) -> dict[str, Any] | None:
+        """kombu's envelope of a claimed *message*, or ``None`` if it must not run.
+
+        An expired message goes to the dead-letter queue (:meth:`dead_letter_target`),
+        or else is deleted (counted in :attr:`expired` and the queue's
+        ``consumed_messages``). A poison message (not kombu's envelope) goes to the
+        dead-letter queue, or else to the kombu queue ``<queue>.poison``, never deleted.
+        Each is logged (INFO if expired, ERROR if poison) naming where it went.
+        """
+        late = overdue(message.attributes, source.clock.time_us() / 1e6)
+        if late is None:
+            try:
+                return parse(message.body, self.decode_body)
+            except NotKombu as exc:
+                aside = self.dead_letter_target(queue) or self.queue(queue + POISON_SUFFIX)
+                reason = f"not a kombu message: {exc.reason}"
+                move(source, message, aside, queue=queue, reason=reason, level=logging.ERROR)
+                return None
+        target = self.dead_letter_target(queue)
+        if target is None:
+            source.delete(message)
+            self.expired[queue] += 1
+            _log.info("vsqs: dropped message %s of %r: expired %.3f s ago", message.id, queue, late)
+        else:
+            reason = f"expired {late:.3f} s ago"
+            move(source, message, target, queue=queue, reason=reason, level=logging.INFO)
+        return None
 
     def consumed(self) -> list[Queue]:
         """The vsqs queues this channel consumes from."""
