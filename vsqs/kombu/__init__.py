@@ -14,6 +14,10 @@ vsqs's guarantees underneath:
   acknowledged (deleted), rejected with ``requeue=True`` (released at once) or rejected
   without (moved to the ``dead_letter_queue`` if one is set, deleted otherwise); a worker
   that dies holds nothing: its messages come back after ``visibility_timeout``;
+* a message that is not kombu's JSON envelope (*poison*: ``garbage``, ``[1,2]``) is
+  never delivered, it would stop the worker: it moves to the dead-letter queue, else to
+  the kombu queue ``<queue>.poison``; an expired one (kombu's ``expiration``, Celery's
+  ``expires``) to the dead-letter queue, else it is deleted (:mod:`vsqs.kombu._envelope`);
 * bindings live on disk (``<root>/.kombu-bindings/``), so direct replies and
   fanout broadcasts reach queues bound by any process or host sharing the root;
 * an idle worker blocks on inotify (each queue's own waiter, one thread per consumed
@@ -41,15 +45,7 @@ from kombu.exceptions import ChannelError
 from kombu.transport import virtual
 from kombu.utils.json import dumps
 
-from .. import (
-    Lease,
-    LeaseLost,
-    Message,
-    Queue,
-    QueueDrained,
-    QueueRoot,
-    __version__,
-)
+from .. import Lease, LeaseLost, Message, Queue, QueueDrained, QueueRoot, __version__
 from ._envelope import NotKombu, expiry_attributes, move, overdue, parse
 from ._names import Binding, Bindings, vsqs_name
 from ._watch import Watchers
@@ -61,9 +57,7 @@ ACK: Final = "ack"
 RELEASE: Final = "release"
 REJECT: Final = "reject"
 NO_ROUTE: Final = 312  # AMQP's reply code for a mandatory message that no queue gets
-POISON_SUFFIX: Final = ".poison"
-"""A poison message of kombu queue ``q`` is kept in kombu queue ``q.poison`` when no
-dead-letter queue is configured."""
+POISON_SUFFIX: Final = ".poison"  # queue q's poison goes to q.poison, if no dead-letter queue
 
 kombu.transport.TRANSPORT_ALIASES.setdefault("vsqs", "vsqs.kombu:Transport")
 
@@ -163,8 +157,7 @@ class Channel(virtual.Channel):
         self.bindings = Bindings(self.root.path)
         self._queues: dict[str, Queue] = {}
         self._no_ack: set[str] = set()
-        # Callbacks by event, as py-amqp's channel: kombu's Producer(on_return=...) adds
-        # to events["basic_return"], called for a mandatory message that no queue gets.
+        # Callbacks by event name, as py-amqp's: Producer(on_return=) adds "basic_return".
         self.events: defaultdict[str, set[Callable[..., Any]]] = defaultdict(set)
         self.expired: Counter[str] = Counter()
         """Expired messages this channel dropped, by kombu queue (none with a dead-letter
@@ -235,13 +228,10 @@ class Channel(virtual.Channel):
     # -- publishing and routing ---------------------------------------------------------
 
     def _put(self, queue: str, message: dict[str, Any], **kwargs: Any) -> None:
-        """Publish kombu's message (JSON) to *queue*: atomic, one rename (priority unused).
+        """Publish kombu's message (JSON) to *queue*: atomic, one rename (priority unused),
+        with the expiry its ``expiration`` gives, if any (:mod:`vsqs.kombu._envelope`).
 
-        kombu's ``expiration`` (Celery's ``expires``) is stored as the message's expiry
-        (an attribute, see :mod:`vsqs.kombu._envelope`), checked at each delivery.
-
-        :raises ValueError: ``expiration`` is not a number of milliseconds >= 0.
-        """
+        :raises ValueError: ``expiration`` is not a number of milliseconds >= 0."""
         target = self.queue(queue)
         now = target.clock.time_us() / 1e6
         attributes = expiry_attributes(message.get("properties") or {}, now)
@@ -250,10 +240,9 @@ class Channel(virtual.Channel):
     def basic_publish(
         self, message: dict[str, Any], exchange: str, routing_key: str, **kwargs: Any
     ) -> Any:
-        """Publish, as kombu's virtual channel; a ``mandatory`` message that no queue would
-        get is returned instead: each ``basic_return`` callback (``Producer(on_return=)``)
-        is called at once with ``(exception, exchange, routing_key, message)``, as AMQP
-        brokers do (``NO_ROUTE``, 312)."""
+        """Publish; a ``mandatory`` message that no queue would get is returned instead, as
+        AMQP does: each ``basic_return`` callback (``Producer(on_return=)``) is called at
+        once with ``(exception, exchange, routing_key, message)`` (``NO_ROUTE``, 312)."""
         handlers = list(self.events.get("basic_return", ()))
         if not (handlers and kwargs.get("mandatory") and exchange) or self._lookup(
             exchange, routing_key
@@ -335,11 +324,8 @@ class Channel(virtual.Channel):
             self._no_ack.discard(queue)
 
     def _get(self, queue: str, timeout: float | None = None) -> dict[str, Any]:
-        """Claim the oldest message of *queue* (one rename), held until it is settled.
-
-        A message that expired, or that is not kombu's (poison), is never delivered: it
-        is settled here (see :meth:`_screen`) and the next one is claimed.
-        """
+        """Claim the oldest message of *queue* (one rename), held until it is settled; one
+        that must not run (:meth:`_screen`) is settled here and the next one claimed."""
         source = self.queue(queue)
         while True:
             try:
