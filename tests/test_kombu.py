@@ -432,7 +432,10 @@ def test_a_message_is_delivered_before_its_expiry_which_is_stored_with_it(root: 
         message = next(_get(conn))
         assert message.payload == "in time"
         assert message.properties["expiration"] == "3600000"  # kombu's, untouched
-        message.ack()
+        message.reject(requeue=True)
+        released = _tasks(root).peek()
+        assert released is not None and released.attributes[EXPIRES] == repr(expires)
+        next(_get(conn)).ack()
 
 
 def test_an_expiry_is_due_until_its_instant() -> None:
