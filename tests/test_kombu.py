@@ -6,6 +6,7 @@ from __future__ import annotations
 import base64
 import json
 import logging
+import pickle
 import subprocess
 import sys
 import time
@@ -23,7 +24,7 @@ from kombu.message import Message
 
 import vsqs
 import vsqs.kombu
-from vsqs.kombu._envelope import EXPIRES, overdue
+from vsqs.kombu._envelope import EXPIRES, NotKombu, overdue, parse
 from vsqs.kombu._names import Binding, Bindings, vsqs_name
 
 TASKS = KombuQueue("tasks", Exchange("tasks", "direct"), routing_key="tasks")
@@ -315,6 +316,7 @@ POISON = [
     pytest.param(b'{"body": "abc", "properties": {"body_encoding": "base64"}}', id="bad-base64"),
     pytest.param(b'{"body": "abc", "properties": {"body_encoding": "rot13"}}', id="no-such-codec"),
     pytest.param(b'{"body": "", "properties": {}, "headers": [1]}', id="headers-not-an-object"),
+    pytest.param(b'{"body": "", "properties": {"delivery_info": 1}}', id="bad-delivery-info"),
 ]
 
 
@@ -480,3 +482,73 @@ def test_a_channel_has_events_as_kombu_expects(root: Path) -> None:
         callback = print
         producer = conn.Producer(conn.default_channel, on_return=callback)
         assert callback in producer.channel.events["basic_return"]
+
+
+def test_a_poison_message_with_all_the_attributes_it_may_have_is_still_kept(root: Path) -> None:
+    full = {f"a{n}": "x" for n in range(10)}  # the most a message may carry
+    vsqs.QueueRoot(root).create("tasks").publish(b"garbage", attributes=full)
+    with _connect(root) as conn:
+        assert list(_get(conn)) == []
+    kept = vsqs.QueueRoot(root).get("tasks.poison").receive(timeout=0)
+    assert kept is not None and kept.body == b"garbage"
+    assert set(kept.attributes) == {"source", "reason"}  # why it is there wins
+
+
+def test_a_poison_message_taken_back_during_its_move_is_kept_twice_never_lost(
+    root: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The lease runs out while the message is copied aside (a paused worker) and
+    another consumer takes it: the late delete removes nothing, a warning says so."""
+    _plant(root, b"garbage")
+    publish = vsqs.Queue.publish
+    stolen: list[vsqs.Message] = []
+
+    def publish_after_the_lease_ran_out(self: vsqs.Queue, data: Any, **kwargs: Any) -> str:
+        other = vsqs.QueueRoot(root).get("tasks")
+        while self.path.endswith("poison") and not stolen:  # the lease lasts a millisecond
+            stolen.extend(filter(None, [other.receive(timeout=0)]))
+        return publish(self, data, **kwargs)
+
+    monkeypatch.setattr(vsqs.Queue, "publish", publish_after_the_lease_ran_out)
+    with _connect(root, visibility_timeout=0.001, max_lease=0) as conn:
+        assert list(_get(conn)) == []
+    monkeypatch.undo()
+    assert stolen[0].body == b"garbage" and _tasks(root).counts().held == 1
+    assert vsqs.QueueRoot(root).get("tasks.poison").counts().ready == 1
+    assert "taken back while moved" in caplog.text
+
+
+def test_an_expired_message_taken_back_before_its_delete_is_not_counted(
+    root: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Its lease runs out between the claim and the drop, and another consumer takes it:
+    the late delete removes nothing and the channel counts nothing."""
+    delete = vsqs.Queue.delete
+    stolen: list[vsqs.Message] = []
+
+    def delete_after_the_lease_ran_out(self: vsqs.Queue, message: Any) -> bool:
+        other = vsqs.QueueRoot(root).get("tasks")
+        while not stolen:  # the lease lasts a millisecond
+            stolen.extend(filter(None, [other.receive(timeout=0)]))
+        return delete(self, message)
+
+    with _connect(root, visibility_timeout=0.001, max_lease=0) as conn:
+        _publish_expiring(conn, "too late", 0)
+        monkeypatch.setattr(vsqs.Queue, "delete", delete_after_the_lease_ran_out)
+        assert list(_get(conn)) == []
+        monkeypatch.undo()
+        assert conn.default_channel.expired == {}
+    assert len(stolen) == 1 and _tasks(root).counts().held == 1
+
+
+def test_the_envelope_check_accepts_what_kombu_accepts() -> None:
+    decode = Connection("memory://").default_channel.decode_body
+    empty = parse(b'{"body": "", "properties": {"body_encoding": "base64"}}', decode)
+    assert empty["body"] == ""  # nothing to decode, as kombu's Message
+    plain = parse(b'{"body": "hi", "properties": {}, "headers": null}', decode)
+    assert plain["body"] == "hi"  # no body_encoding: kombu reads it as it is
+
+
+def test_not_kombu_pickles_with_its_reason() -> None:
+    error = pickle.loads(pickle.dumps(NotKombu("x" * 300)))  # noqa: S301 - our own bytes
+    assert isinstance(error, NotKombu) and error.reason == "x" * 200

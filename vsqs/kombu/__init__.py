@@ -369,9 +369,11 @@ class Channel(virtual.Channel):
                 return None
         target = self.dead_letter_target(queue)
         if target is None:
-            source.delete(message)
-            self.expired[queue] += 1
-            _log.info("vsqs: dropped message %s of %r: expired %.3f s ago", message.id, queue, late)
+            if source.delete(message):  # RACE: False if its lease ran out (a paused worker)
+                self.expired[queue] += 1
+                _log.info(
+                    "vsqs: dropped message %s of %r: expired %.3f s ago", message.id, queue, late
+                )
         else:
             reason = f"expired {late:.3f} s ago"
             move(source, message, target, queue=queue, reason=reason, level=logging.INFO)

@@ -46,10 +46,7 @@ class NotKombu(ValueError):
 
     def __init__(self, reason: str) -> None:
         self.reason = reason[:_MAX_REASON]
-        super().__init__(self.reason)
-
-    def __reduce__(self) -> tuple[Any, ...]:
-        return (NotKombu, (self.reason,))
+        super().__init__(self.reason)  # args == (reason,): it pickles as it is
 
 
 def parse(body: bytes, decode_body: Callable[[Any, Any], Any]) -> dict[str, Any]:
@@ -64,7 +61,7 @@ def parse(body: bytes, decode_body: Callable[[Any, Any], Any]) -> dict[str, Any]
     try:
         payload = loads(body)
     except Exception as exc:  # noqa: BLE001 -- kombu's object hook raises what a "__type__" makes it
-        raise NotKombu(f"not JSON: {type(exc).__name__}: {exc}") from None
+        raise NotKombu(f"unreadable JSON: {type(exc).__name__}: {exc}") from None
     if not isinstance(payload, dict):
         raise NotKombu(f"JSON {type(payload).__name__}, not kombu's envelope (an object)")
     properties = payload.get("properties")
