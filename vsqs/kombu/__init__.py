@@ -45,17 +45,15 @@ from kombu.exceptions import ChannelError
 from kombu.transport import virtual
 from kombu.utils.json import dumps
 
-from .. import Lease, LeaseLost, Message, Queue, QueueDrained, QueueRoot, __version__
+from .. import Message, Queue, QueueDrained, QueueRoot, __version__
 from ._envelope import NotKombu, expiry_attributes, move, overdue, parse
 from ._names import Binding, Bindings, vsqs_name
+from ._qos import QoS
 from ._watch import Watchers
 
 __all__ = ["Channel", "QoS", "Transport", "vsqs_name"]
 
 _log = logging.getLogger("vsqs.kombu")
-ACK: Final = "ack"
-RELEASE: Final = "release"
-REJECT: Final = "reject"
 NO_ROUTE: Final = 312  # AMQP's reply code for a mandatory message that no queue gets
 POISON_SUFFIX: Final = ".poison"  # queue q's poison goes to q.poison, if no dead-letter queue
 
@@ -74,59 +72,6 @@ def root_of(client: Any) -> str:
             "or transport_options={'root': path}"
         )
     return str(root)
-
-
-class QoS(virtual.QoS):
-    """kombu's prefetch accounting, with each unacknowledged message held in a lease.
-
-    An ack deletes the held file (one unlink), a requeue releases it (one rename), and
-    the messages still unacknowledged when the channel closes are released, not copied
-    back as kombu's default restore does: a message is never in the queue twice.
-    """
-
-    def __init__(self, channel: Channel, prefetch_count: int = 0) -> None:
-        super().__init__(channel, prefetch_count)
-        self.leases: dict[str, tuple[Lease, str]] = {}
-
-    def ack(self, delivery_tag: str) -> None:
-        """Delete the held message (one unlink, under its lease's lock; any thread)."""
-        self._settle(delivery_tag, ACK)
-        super().ack(delivery_tag)
-
-    def reject(self, delivery_tag: str, requeue: bool = False) -> None:
-        """Release the held message now (one rename), or dead-letter or delete it."""
-        self._settle(delivery_tag, RELEASE if requeue else REJECT)
-        super().ack(delivery_tag)  # forget it: the base class would publish a copy
-
-    def restore_unacked(self) -> list[tuple[BaseException, Any]]:
-        """Release every unacknowledged message (kombu calls this when the channel closes)."""
-        self._flush()
-        errors: list[tuple[BaseException, Any]] = []
-        for tag, message in list(self._delivered.items()):
-            try:
-                self._settle(tag, RELEASE)
-            except OSError as exc:  # pragma: no cover -- EIO, ESTALE: cannot be caused here
-                # Its lease runs out instead: the message still comes back.
-                errors.append((exc, message))
-        self._delivered.clear()
-        return errors
-
-    def _settle(self, delivery_tag: str, how: str) -> None:
-        held = self.leases.pop(delivery_tag, None)
-        if held is None:
-            return  # settled already (or delivered without acknowledgement)
-        lease, queue = held
-        try:
-            if how == RELEASE:
-                lease.release()
-                return
-            if how == REJECT:
-                self.channel.dead_letter(queue, lease.message.body)
-            lease.delete()
-        except LeaseLost as exc:
-            # RACE: the lease ran out (a paused worker) and the message went back or to
-            # another consumer, whose copy is never touched: it will run again.
-            _log.warning("vsqs: %s of a message from %r came too late: %s", how, queue, exc)
 
 
 class Channel(virtual.Channel):
