@@ -134,3 +134,37 @@ def test_a_broadcast_reaches_every_worker(tmp_path: Path) -> None:
         assert len(hostnames) == 3
         assert sorted(os.listdir(seen)) == hostnames
         assert {name.split("@")[0] for name in hostnames} == {w.name for w in started}
+
+
+def test_a_poison_message_does_not_stop_a_worker(tmp_path: Path) -> None:
+    """A body that is not kombu's (anyone who can write to the root can plant one) is
+    set aside in ``celery.poison``, logged once; the worker keeps going and the 20 tasks
+    behind it run (issue 26, item 1: a stock worker used to exit with JSONDecodeError)."""
+    root = tmp_path / "root"
+    env = celery_env(f"vsqs://{root}", root, CELERY_TEST_DURABLE="0")
+    app = _app(root, durable=False)
+    vsqs.QueueRoot(root).create("celery").publish(b"garbage")
+    results = [app.send_task("tests.celery_app.add", args=(n, 1)) for n in range(20)]
+    with workers(env, tmp_path, "w1") as (worker,):
+        assert [r.get(timeout=60) for r in results] == [n + 1 for n in range(20)]
+        assert worker.process.poll() is None
+    log = worker.log.read_text()
+    assert "Unrecoverable error" not in log
+    (line,) = [line for line in log.splitlines() if "not a kombu message" in line]
+    assert str(root / "celery.poison") in line
+    assert [m.body for m in vsqs.QueueRoot(root).get("celery.poison").browse()] == [b"garbage"]
+    assert vsqs.QueueRoot(root).get("celery").counts().total == 0
+
+
+def test_an_expired_task_never_reaches_the_worker(tmp_path: Path) -> None:
+    """``expires=`` already past when the worker looks: the transport drops the message
+    (Celery would otherwise receive it and record it REVOKED); the task after it runs."""
+    root = tmp_path / "root"
+    env = celery_env(f"vsqs://{root}", root, CELERY_TEST_DURABLE="0")
+    app = _app(root, durable=False)
+    expired = app.send_task("tests.celery_app.add", args=(1, 1), expires=0.0)
+    fine = app.send_task("tests.celery_app.add", args=(2, 2), expires=3600.0)
+    with workers(env, tmp_path, "w1"):
+        assert fine.get(timeout=60) == 4
+    assert expired.state == "PENDING"  # never received: no result of any kind
+    assert vsqs.QueueRoot(root).get("celery").counts().total == 0

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import base64
 import json
+import logging
+import pickle
 import subprocess
 import sys
 import time
@@ -22,6 +24,7 @@ from kombu.message import Message
 
 import vsqs
 import vsqs.kombu
+from vsqs.kombu._envelope import EXPIRES, NotKombu, overdue, parse
 from vsqs.kombu._names import Binding, Bindings, vsqs_name
 
 TASKS = KombuQueue("tasks", Exchange("tasks", "direct"), routing_key="tasks")
@@ -301,3 +304,251 @@ def test_the_transport_class_and_a_root_option_work_without_a_url(root: Path) ->
     with Connection(transport="vsqs.kombu:Transport", transport_options=options) as conn:
         _publish(conn, "a")
         assert next(_get(conn)).payload == "a"
+
+
+# -- poison messages (issue 26, item 1) --------------------------------------------------
+
+POISON = [
+    pytest.param(b"garbage", id="not-json"),
+    pytest.param(b"[1,2]", id="a-json-list"),
+    pytest.param(b'{"hello": 1}', id="an-object-without-kombus-fields"),
+    pytest.param(b"\xff\xfe{}", id="invalid-utf-8"),
+    pytest.param(b'{"body": "abc", "properties": {"body_encoding": "base64"}}', id="bad-base64"),
+    pytest.param(b'{"body": "abc", "properties": {"body_encoding": "rot13"}}', id="no-such-codec"),
+    pytest.param(b'{"body": "", "properties": {}, "headers": [1]}', id="headers-not-an-object"),
+    pytest.param(b'{"body": "", "properties": {"delivery_info": 1}}', id="bad-delivery-info"),
+]
+
+
+def _plant(root: Path, body: bytes) -> None:
+    """A message that no kombu producer wrote, as anyone who can write to the root can."""
+    vsqs.QueueRoot(root).create("tasks").publish(body)
+
+
+def _ack_all(conn: Connection) -> list[Any]:
+    """The payloads of every message delivered from TASKS, each acknowledged."""
+    payloads = []
+    for message in _get(conn):
+        payloads.append(message.payload)
+        message.ack()
+    return payloads
+
+
+def _errors(caplog: pytest.LogCaptureFixture) -> list[str]:
+    return [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR]
+
+
+@pytest.mark.parametrize("poison", POISON)
+def test_a_poison_message_is_kept_aside_and_the_next_one_delivered(
+    root: Path, poison: bytes, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Without a dead-letter queue the poison goes to the kombu queue ``tasks.poison``,
+    untouched, and one ERROR line names it; the consumer goes on to the next message."""
+    with _connect(root) as conn:
+        _plant(root, poison)
+        _publish(conn, "fine")
+        assert _ack_all(conn) == ["fine"]
+    aside = vsqs.QueueRoot(root).get("tasks.poison")
+    kept = aside.receive(timeout=0)
+    assert kept is not None and kept.body == poison
+    assert kept.attributes["source"] == "tasks"
+    assert kept.attributes["reason"].startswith("not a kombu message")
+    (error,) = _errors(caplog)
+    assert aside.path in error and kept.id in error
+    assert _tasks(root).counts().total == 0
+
+
+@pytest.mark.parametrize("where", ["transport-option", "stored-setting"])
+def test_a_poison_message_goes_to_the_dead_letter_queue_when_there_is_one(
+    root: Path, where: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    options = {"dead_letter_queue": "tasks-dead"} if where == "transport-option" else {}
+    if where == "stored-setting":
+        vsqs.QueueRoot(root).create("tasks", dead_letter="tasks-dead")
+    with _connect(root, **options) as conn:
+        _plant(root, b"garbage")
+        _publish(conn, "fine")
+        assert _ack_all(conn) == ["fine"]
+    assert _tasks(root).counts().total == 0
+    dead = vsqs.QueueRoot(root).get("tasks-dead")
+    kept = dead.receive(timeout=0)
+    assert kept is not None and kept.body == b"garbage"
+    assert "tasks.poison" not in vsqs.QueueRoot(root)
+    (error,) = _errors(caplog)
+    assert dead.path in error
+
+
+def test_a_poison_message_is_never_delivered_to_basic_get(root: Path) -> None:
+    with _connect(root) as conn:
+        _plant(root, b"[1,2]")
+        assert conn.default_channel.basic_get("tasks") is None
+    assert vsqs.QueueRoot(root).get("tasks.poison").counts().ready == 1
+
+
+# -- per-message expiry (issue 26, item 18) ----------------------------------------------
+
+
+def _publish_expiring(conn: Connection, body: str, expiration: float) -> None:
+    with conn.Producer() as producer:
+        producer.publish(
+            body, exchange=TASKS.exchange, routing_key="tasks", declare=[TASKS],
+            expiration=expiration,
+        )  # fmt: skip
+
+
+def test_an_expired_message_is_dropped_counted_and_never_delivered(
+    root: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """kombu's expiration 0 (what Celery sends for an ``expires`` in the past) is
+    expired by the time any consumer looks."""
+    caplog.set_level(logging.INFO, "vsqs.kombu")
+    with _connect(root) as conn:
+        _publish_expiring(conn, "too late", 0)
+        _publish(conn, "fine")
+        assert _ack_all(conn) == ["fine"]
+        assert conn.default_channel.expired == {"tasks": 1}
+    tasks = _tasks(root)
+    assert tasks.counts().total == 0
+    assert tasks.stats().consumed_messages == 2  # the expired one is counted as consumed
+    assert any("dropped" in r.getMessage() and "expired" in r.getMessage() for r in caplog.records)
+
+
+def test_an_expired_message_goes_to_the_dead_letter_queue_when_there_is_one(root: Path) -> None:
+    with _connect(root, dead_letter_queue="tasks-dead") as conn:
+        _publish_expiring(conn, "too late", 0)
+        assert list(_get(conn)) == []
+        assert conn.default_channel.expired == {}
+    kept = vsqs.QueueRoot(root).get("tasks-dead").receive(timeout=0)
+    assert kept is not None and kept.attributes["reason"].startswith("expired")
+    assert base64.b64decode(json.loads(kept.body)["body"]) == b"too late"
+
+
+def test_a_message_is_delivered_before_its_expiry_which_is_stored_with_it(root: Path) -> None:
+    with _connect(root) as conn:
+        before = time.time()
+        _publish_expiring(conn, "in time", 3600)
+        stored = _tasks(root).peek()
+        assert stored is not None
+        expires = float(stored.attributes[EXPIRES])
+        assert before + 3600 <= expires <= time.time() + 3600
+        message = next(_get(conn))
+        assert message.payload == "in time"
+        assert message.properties["expiration"] == "3600000"  # kombu's, untouched
+        message.reject(requeue=True)
+        released = _tasks(root).peek()
+        assert released is not None and released.attributes[EXPIRES] == repr(expires)
+        next(_get(conn)).ack()
+
+
+def test_an_expiry_is_due_until_its_instant() -> None:
+    attributes = {EXPIRES: "100.5"}
+    assert overdue(attributes, 100.4) is None
+    assert overdue(attributes, 100.5) == 0.0
+    assert overdue(attributes, 102.0) == 1.5
+    assert overdue({}, 1e12) is None
+    assert overdue({EXPIRES: "soon"}, 1e12) is None  # not ours: delivered, never lost
+
+
+@pytest.mark.parametrize("bad", ["-1", "soon", "nan", "inf", None])
+def test_a_bad_expiration_is_refused_at_publish(root: Path, bad: str | None) -> None:
+    with _connect(root) as conn:
+        channel = conn.default_channel
+        message = channel.prepare_message("x", properties={"expiration": bad or []})
+        with pytest.raises(ValueError, match="milliseconds"):
+            channel.basic_publish(message, "", "tasks")
+
+
+# -- Producer(on_return=...) (issue 26, item 17) -----------------------------------------
+
+
+def test_on_return_gets_a_mandatory_message_that_no_queue_takes(root: Path) -> None:
+    returned: list[tuple[Any, str, str, Message]] = []
+    nowhere = Exchange("nowhere", "direct")
+    with _connect(root) as conn:
+        producer = conn.Producer(on_return=lambda *args: returned.append(args))
+        producer.publish("lost", exchange=nowhere, routing_key="k", declare=[nowhere],
+                         mandatory=True)  # fmt: skip
+        producer.publish("dropped quietly", exchange=nowhere, routing_key="k")
+        producer.publish("routed", exchange=TASKS.exchange, routing_key="tasks",
+                         declare=[TASKS], mandatory=True)  # fmt: skip
+        assert [m.payload for m in _get(conn)] == ["routed"]
+    ((error, exchange, routing_key, message),) = returned
+    assert (exchange, routing_key, message.payload) == ("nowhere", "k", "lost")
+    assert error.reply_code == 312 and "NO_ROUTE" in str(error)
+
+
+def test_a_channel_has_events_as_kombu_expects(root: Path) -> None:
+    with _connect(root) as conn:
+        callback = print
+        producer = conn.Producer(conn.default_channel, on_return=callback)
+        assert callback in producer.channel.events["basic_return"]
+
+
+def test_a_poison_message_with_all_the_attributes_it_may_have_is_still_kept(root: Path) -> None:
+    full = {f"a{n}": "x" for n in range(10)}  # the most a message may carry
+    vsqs.QueueRoot(root).create("tasks").publish(b"garbage", attributes=full)
+    with _connect(root) as conn:
+        assert list(_get(conn)) == []
+    kept = vsqs.QueueRoot(root).get("tasks.poison").receive(timeout=0)
+    assert kept is not None and kept.body == b"garbage"
+    assert set(kept.attributes) == {"source", "reason"}  # why it is there wins
+
+
+def test_a_poison_message_taken_back_during_its_move_is_kept_twice_never_lost(
+    root: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The lease runs out while the message is copied aside (a paused worker) and
+    another consumer takes it: the late delete removes nothing, a warning says so."""
+    _plant(root, b"garbage")
+    publish = vsqs.Queue.publish
+    stolen: list[vsqs.Message] = []
+
+    def publish_after_the_lease_ran_out(self: vsqs.Queue, data: Any, **kwargs: Any) -> str:
+        other = vsqs.QueueRoot(root).get("tasks")
+        while self.path.endswith("poison") and not stolen:  # the lease lasts a millisecond
+            stolen.extend(filter(None, [other.receive(timeout=0)]))
+        return publish(self, data, **kwargs)
+
+    monkeypatch.setattr(vsqs.Queue, "publish", publish_after_the_lease_ran_out)
+    with _connect(root, visibility_timeout=0.001, max_lease=0) as conn:
+        assert list(_get(conn)) == []
+    monkeypatch.undo()
+    assert stolen[0].body == b"garbage" and _tasks(root).counts().held == 1
+    assert vsqs.QueueRoot(root).get("tasks.poison").counts().ready == 1
+    assert "taken back while moved" in caplog.text
+
+
+def test_an_expired_message_taken_back_before_its_delete_is_not_counted(
+    root: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Its lease runs out between the claim and the drop, and another consumer takes it:
+    the late delete removes nothing and the channel counts nothing."""
+    delete = vsqs.Queue.delete
+    stolen: list[vsqs.Message] = []
+
+    def delete_after_the_lease_ran_out(self: vsqs.Queue, message: Any) -> bool:
+        other = vsqs.QueueRoot(root).get("tasks")
+        while not stolen:  # the lease lasts a millisecond
+            stolen.extend(filter(None, [other.receive(timeout=0)]))
+        return delete(self, message)
+
+    with _connect(root, visibility_timeout=0.001, max_lease=0) as conn:
+        _publish_expiring(conn, "too late", 0)
+        monkeypatch.setattr(vsqs.Queue, "delete", delete_after_the_lease_ran_out)
+        assert list(_get(conn)) == []
+        monkeypatch.undo()
+        assert conn.default_channel.expired == {}
+    assert len(stolen) == 1 and _tasks(root).counts().held == 1
+
+
+def test_the_envelope_check_accepts_what_kombu_accepts() -> None:
+    decode = Connection("memory://").default_channel.decode_body
+    empty = parse(b'{"body": "", "properties": {"body_encoding": "base64"}}', decode)
+    assert empty["body"] == ""  # nothing to decode, as kombu's Message
+    plain = parse(b'{"body": "hi", "properties": {}, "headers": null}', decode)
+    assert plain["body"] == "hi"  # no body_encoding: kombu reads it as it is
+
+
+def test_not_kombu_pickles_with_its_reason() -> None:
+    error = pickle.loads(pickle.dumps(NotKombu("x" * 300)))  # noqa: S301 - our own bytes
+    assert isinstance(error, NotKombu) and error.reason == "x" * 200
