@@ -56,6 +56,26 @@ def test_only_fs_and_its_peers_make_syscalls_that_change_a_queue() -> None:
     assert offenders == []
 
 
+def test_only_ids_takes_a_name_apart() -> None:
+    """The name grammar is read in ``_ids`` alone (``parse_name``, ``sort_names``,
+    ``ready_code``, ``id_of``...): no other module splits a string at a dot or asks
+    whether it is digits, the two steps of every hand-written reader of names."""
+    splitting = {"partition", "rpartition", "split", "rsplit"}
+    digits = {"isdigit", "isdecimal", "isnumeric"}
+    offenders: list[str] = []
+    for path in PACKAGE.rglob("*.py"):
+        if path == PACKAGE / "_ids.py":
+            continue
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)):
+                continue
+            method, args = node.func.attr, node.args
+            at_a_dot = bool(args) and isinstance(args[0], ast.Constant) and args[0].value == "."
+            if (method in splitting and at_a_dot) or method in digits:
+                offenders.append(f"{path.relative_to(PACKAGE)}:{node.lineno} .{method}()")
+    assert offenders == [], "ask vsqs._ids instead"
+
+
 def test_every_vsqs_path_is_built_by_the_layout() -> None:
     """``.vsqs`` appears in one module's code: the layout owns every path under it."""
     owners: list[str] = []

@@ -8,10 +8,14 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 from pyspark.sql.streaming.datasource import ReadMaxBytes, ReadMaxRows
 
 import vsqs
-from vsqs.spark._options import SourceOptions
+from vsqs._ids import State, parse_name
+from vsqs.spark._options import Planned, SourceOptions
+from vsqs.spark._read import MessageGone, current_names, read_planned
 from vsqs.spark._stream import StreamReader
 
 pytestmark = pytest.mark.spark
@@ -212,3 +216,35 @@ def test_offsets_of_another_run_are_refused(queue: vsqs.Queue, tmp_path: Path) -
     finally:
         third.stop()
     assert queue.counts().total == 2  # nothing lost by any refusal
+
+
+# -- executors find a renamed message by the grammar alone ------------------------------
+
+
+def test_an_executor_reads_only_names_of_the_grammar(queue: vsqs.Queue) -> None:
+    """A planned message deleted meanwhile is gone, even when a foreign file that starts
+    with its id (a user's ``<id>.orig`` copy, ``0<id>``) sits in the queue directory."""
+    queue.publish(b"the message")
+    (held,) = queue.receive_batch(1, timeout=0)
+    queue.delete(held)
+    for foreign in (f"{held.id}.orig", f"0{held.id}", f"0{held.id}.1"):
+        Path(queue.path, foreign).write_bytes(b"not the message")
+    plan: list[Planned] = [(held.id, held.receipt, {}, 1, held.sent_at)]
+    with pytest.raises(MessageGone):
+        list(read_planned(queue.path, plan))
+
+
+def test_an_executor_reads_the_renewed_name_whatever_the_listing_order() -> None:
+    names = ["17.200", "17.bak", "17", "0017", "0017.300", "17.100", "18.new", "18.5.0"]
+    assert current_names(names) == {"17": "17.200", "18": "18.5.0"}
+    assert current_names(reversed(names)) == {"17": "17.200", "18": "18.5.0"}
+
+
+@given(st.lists(st.sampled_from(["17", "17.100", "17.200", "17.200.0", "017", "17.new", "x"])))
+def test_which_name_an_executor_reads_never_depends_on_the_listing(names: list[str]) -> None:
+    """Whatever the order, the same name; and a name parse_name rejects is never one."""
+    found = current_names(names)
+    assert found == current_names(sorted(names)) == current_names(sorted(names, reverse=True))
+    for message_id, name in found.items():
+        entry = parse_name(name)
+        assert entry is not None and entry.id == message_id and entry.state is not State.NEW

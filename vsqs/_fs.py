@@ -354,6 +354,16 @@ def mtime_us_at(name: str, dir_fd: int) -> int:
     return os.lstat(name, dir_fd=dir_fd).st_mtime_ns // 1000
 
 
+scandir: Final = os.scandir
+"""Iterate over a directory's entries (``os.scandir`` itself: a listing of a large backlog
+is the consumer's hot path, so not even a call is put in front of it)."""
+
+
+def list_dir(path: str) -> list[str]:
+    """Every name in the directory *path*."""
+    return os.listdir(path)
+
+
 def list_at(dir_fd: int) -> list[str]:
     """Every name in the directory open as *dir_fd*."""
     return os.listdir(dir_fd)

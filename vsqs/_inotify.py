@@ -13,7 +13,7 @@ import struct
 import sys
 from typing import Final
 
-from ._ids import MAX_DIGITS, MS_LIMIT
+from ._ids import ready_code_of_bytes
 
 # inotify(7) event bits: a message became ready or held (moved in), or left (deleted,
 # moved out). IN_CREATE is left out on purpose: a `.new` file appearing is not news.
@@ -46,7 +46,6 @@ ANNOUNCEMENT: Final = -1
 """What :func:`read_events` records for an announcement, beside the messages made
 ready (packed ids, never negative)."""
 _WAKE: Final = WAKE.encode("ascii")
-_ZERO: Final = ord("0")
 
 HAVE_INOTIFY: Final = _inotify_init1 is not None and _inotify_add_watch is not None
 
@@ -105,14 +104,9 @@ def read_events(fd: int) -> dict[int, list[int]]:
                     names = changed[wd] = []
                 if mask & _IN_MOVED_TO:
                     name = data[start:offset].rstrip(b"\0")
-                    if name.isdigit():  # bytes: ASCII digits only
-                        # Canonical (no leading zero, not too long), then encode_ready(),
-                        # inline: the hot path of a woken receive, often on a cold cache.
-                        if len(name) <= MAX_DIGITS and (name[0] != _ZERO or len(name) == 1):
-                            value = int(name)
-                            names.append(
-                                value << 1 if value >= MS_LIMIT else (value * 1000) << 1 | 1
-                            )
+                    code = ready_code_of_bytes(name)
+                    if code is not None:
+                        names.append(code)
                     elif name.startswith(_WAKE):
                         names.append(ANNOUNCEMENT)
             if end < _READ_SIZE - _EVENT_MAX:

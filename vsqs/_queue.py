@@ -40,7 +40,18 @@ from ._clock import Clock
 from ._dedup import Chunk, Deduplicator
 from ._errors import InvalidId, InvalidPayload, LeaseLost, NotAQueue, QueueDrained
 from ._history import History
-from ._ids import Precision, decode_ready, encode_ready, format_time, parse_name, source_for
+from ._ids import (
+    HOLD_TAG,
+    Precision,
+    decode_ready,
+    encode_ready,
+    format_time,
+    id_of,
+    is_hold,
+    parse_name,
+    source_for,
+    split_name,
+)
 from ._ids import State as _State
 from ._layout import Layout
 from ._message import NO_ATTRIBUTES, Counts, Message, received
@@ -1210,7 +1221,7 @@ class Queue:
                 return False
         if not self._unlink_message(receipt):
             return False
-        self._receipts.pop(receipt.partition(".")[0], None)
+        self._receipts.pop(id_of(receipt), None)
         self._counters.add_consumed(size)
         return True
 
@@ -1222,7 +1233,7 @@ class Queue:
         """
         if not self._meta.possible:
             return _fs.unlink(f"{self.path}/{name}")
-        message_id = name.partition(".")[0]
+        message_id = id_of(name)
         meta = self._meta.read(message_id)
         inode = 0
         if meta is not None and meta.inode:
@@ -1256,8 +1267,8 @@ class Queue:
         """
         duration = _seconds(seconds, "seconds")
         receipt = self._current(self._receipt_of(message))
-        message_id, dot, _ = receipt.partition(".")
-        if not dot:
+        message_id = id_of(receipt)
+        if message_id == receipt:  # no dot
             raise InvalidId(receipt, "a receipt (id.expiry) is needed, not a bare id")
         if not isinstance(message, Message):
             message = Message(id=message_id, body=b"", receipt=receipt, expires_at=0.0)
@@ -1282,7 +1293,7 @@ class Queue:
 
     def _extend(self, message: Message, receipt: str, expiry: int) -> Message:
         """The *extend* arrow: rename the held file to a later expiry (a heartbeat)."""
-        message_id = receipt.partition(".")[0]
+        message_id = id_of(receipt)
         while True:
             target = f"{message_id}.{format_time(expiry, self.precision)}"
             if target == receipt:
@@ -1327,7 +1338,7 @@ class Queue:
         in the metadata (every requeue writes its hold there), so no such record means
         the lease was extended.
         """
-        message_id = receipt.partition(".")[0]
+        message_id = id_of(receipt)
         held = _scan.held_names_for(self.path, message_id)
         if held:
             ours = parse_name(receipt)
@@ -1382,7 +1393,7 @@ class Queue:
         replaces an existing file: a message that took the id meanwhile keeps it, and
         ours gets a fresh id.
         """
-        message_id, _, lease = held_name.partition(".")
+        message_id, lease = split_name(held_name)
         if self._meta.is_delayed(message_id):
             code = self._make_ready(self.layout.message(held_name), message_id, None)
             if code is not None:
@@ -1442,9 +1453,9 @@ class Queue:
         The ``.0`` fraction (tolerated by the grammar) keeps a hold's name apart from
         every consumer lease, which vsqs writes without one: a tag is never mistaken.
         """
-        message_id = held_name.partition(".")[0]
+        message_id = id_of(held_name)
         while True:
-            hold = format_time(hold_us, self.precision) + ".0"
+            hold = format_time(hold_us, self.precision) + HOLD_TAG
             try:
                 _fs.rename_noreplace(
                     self.layout.message(held_name), self.layout.message(f"{message_id}.{hold}")
@@ -1492,7 +1503,7 @@ class Queue:
         """
         dlq = self.dead_letter
         assert dlq is not None
-        message_id = held_name.partition(".")[0]
+        message_id = id_of(held_name)
         record = _history.dead_letter_record(
             meta, source=self.path, message_id=message_id, now_us=self.clock.time_us(),
             reason=reason,
@@ -1510,7 +1521,7 @@ class Queue:
         ``None`` if the file was gone (another process moved or deleted it first).
         """
         source = self.layout.message(held_name)
-        target = held_name.partition(".")[0]
+        target = id_of(held_name)
         with_meta = meta.to_json() != b"{}"
         try:
             meta.inode = _fs.inode(source)  # a rename keeps it: the metadata stays matched
@@ -1660,7 +1671,7 @@ class Queue:
 
     def _counts(self, listing: _scan.Listing) -> Counts:
         delayed_ids = self._meta.delayed_ids() if listing.held else set()
-        delayed = sum(1 for _, name in listing.held if name.partition(".")[0] in delayed_ids)
+        delayed = sum(1 for _, name in listing.held if id_of(name) in delayed_ids)
         return Counts(
             ready=len(listing.ready),
             held=len(listing.held) - delayed,
@@ -1750,7 +1761,7 @@ class Queue:
             # RACE: a consumer may get there first (the unlink finds nothing).
             if self._unlink_message(name):
                 removed += 1
-                self._meta.unmark_delayed(name.partition(".")[0])
+                self._meta.unmark_delayed(id_of(name))
         self._view.invalidate()
         return removed
 
@@ -1795,7 +1806,7 @@ class Queue:
         if self.retention is not None:
             removed += len(listing.ready) - len(self._apply_retention(listing.ready, now_us))
         live = {decode_ready(code) for code in listing.ready}
-        live.update(name.partition(".")[0] for _, name in (*listing.held, *kept_new))
+        live.update(id_of(name) for _, name in (*listing.held, *kept_new))
         return removed + _history.remove_orphans(self.layout, self._meta, live, wall_cutoff)
 
     def redrive(
@@ -2020,9 +2031,8 @@ class _Claim:
     def __init__(self, queue: Queue, name: str) -> None:
         self._queue = queue
         self.name = name
-        message_id, _, lease = name.partition(".")
-        self._id = message_id
-        self._tag = ".0" if lease.endswith(".0") else ""
+        self._id = id_of(name)
+        self._tag = HOLD_TAG if is_hold(name) else ""
         self._length_us = max(queue.config.vt_us, _history.REQUEUE_HOLD_US)
         entry = parse_name(name)
         self._expires = entry.expires if entry is not None and entry.expires else 0

@@ -13,6 +13,7 @@ import os
 from typing import Any
 
 from .. import LeaseLost, Message, Queue
+from .._ids import parse_decimal
 from ._options import Planned
 
 
@@ -67,11 +68,11 @@ class StateDir:
         """Every recorded batch (left by an earlier run of this query)."""
         found: dict[int, list[Planned]] = {}
         for name in os.listdir(self.path):
-            stem, _, ext = name.partition(".")
-            if ext == "json" and stem.isdigit():
+            seq = parse_decimal(name.removesuffix(".json")) if name.endswith(".json") else None
+            if seq is not None:
                 with open(os.path.join(self.path, name), "rb") as fh:
                     rows = json.load(fh)["messages"]
-                found[int(stem)] = [(r[0], r[1], dict(r[2]), int(r[3]), float(r[4])) for r in rows]
+                found[seq] = [(r[0], r[1], dict(r[2]), int(r[3]), float(r[4])) for r in rows]
         return found
 
     def remove(self, seq: int) -> None:
