@@ -4,6 +4,7 @@ Trigger.AvailableNow's budget, byte limits and the progress report."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -14,6 +15,7 @@ from pyspark.sql.streaming.datasource import ReadMaxBytes, ReadMaxRows
 
 import vsqs
 from vsqs._ids import State, parse_name
+from vsqs._layout import UnsafeEntry
 from vsqs.spark._options import Planned, SourceOptions
 from vsqs.spark._read import MessageGone, current_names, read_planned
 from vsqs.spark._stream import StreamReader
@@ -248,3 +250,48 @@ def test_which_name_an_executor_reads_never_depends_on_the_listing(names: list[s
     for message_id, name in found.items():
         entry = parse_name(name)
         assert entry is not None and entry.id == message_id and entry.state is not State.NEW
+
+
+# -- the state never follows a planted symlink ------------------------------------------
+
+
+def _snapshot(top: Path) -> dict[str, bytes | None]:
+    """Every entry under *top*, with the content of each file (to see it untouched)."""
+    return {
+        str(p.relative_to(top)): None if p.is_dir() else p.read_bytes()
+        for p in sorted(top.rglob("*"))
+    }
+
+
+@pytest.mark.parametrize(
+    "planted", [".vsqs/spark", ".vsqs/spark/streams", "{epoch}", "{epoch}/epoch.json",
+                "{epoch}/1.json", "{epoch}/lock"],
+)  # fmt: skip
+def test_a_symlink_planted_in_the_spark_state_is_refused(
+    queue: vsqs.Queue, tmp_path: Path, planted: str
+) -> None:
+    """A later run of the query refuses a symlink planted at .vsqs/spark or anywhere in
+    its state with an error naming it, and never touches what the link points to (the
+    state it would find there is a real copy: following it would work)."""
+    queue.publish_batch([b"a", b"b"])
+    options = SourceOptions.parse({"path": queue.path, "heartbeatInterval": "3600"})
+    first = StreamReader(options)
+    end = first.latestOffset(first.initialOffset(), ReadMaxRows(1))
+    first.stop()
+    epoch_dir = f".vsqs/spark/streams/{end['epoch']}"
+    target = Path(queue.path, planted.format(epoch=epoch_dir))
+    assert target.exists()
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    moved = outside / target.name
+    target.rename(moved)
+    target.symlink_to(moved)
+    before = _snapshot(outside)
+    second = StreamReader(options)
+    try:
+        with pytest.raises(UnsafeEntry, match=re.escape(target.name)):
+            second.latestOffset(end, ReadMaxRows(1))
+    finally:
+        second.stop()
+    assert _snapshot(outside) == before
+    assert target.is_symlink()  # not removed either: the user decides

@@ -15,26 +15,26 @@ which is all this module does:
 from __future__ import annotations
 
 import errno
-import os
 import stat
 from collections.abc import Callable
 from typing import IO, Any, Final
 
-from . import _fs
+from . import _fs, _host
 from ._errors import InvalidPayload
+from ._layout import Layout
 
 DEFAULT_CHUNK: Final = 1 << 20
 
 
 def check_source(source: str) -> int:
     """The size of the regular file *source*; an error naming it if it is anything else."""
-    info = os.lstat(source)  # FileNotFoundError passes through, naming the file
+    info = _host.lstatus(source)  # FileNotFoundError passes through, naming the file
     if not stat.S_ISREG(info.st_mode):
         raise ValueError(f"{source!r} is not a regular file (symlinks are not followed)")
     return info.st_size
 
 
-def link_new(source: str, queue_path: str, new_name: Callable[[], str]) -> str:
+def link_new(source: str, layout: Layout, new_name: Callable[[], str]) -> str:
     """Give *source* a second name ``<id>.new`` in the queue; return that name.
 
     Atomic (one ``link``, which never replaces a name). Nothing is copied: across
@@ -43,19 +43,19 @@ def link_new(source: str, queue_path: str, new_name: Callable[[], str]) -> str:
     while True:
         new = new_name()
         try:
-            _fs.link_noreplace(source, f"{queue_path}/{new}")
+            _fs.link_noreplace(source, layout.message(new))
         except FileExistsError:
             continue  # RACE: another process drew the same id in the same tick
         except OSError as exc:
             if exc.errno == errno.EXDEV:
                 raise OSError(
                     errno.EXDEV,
-                    f"cannot move {source!r} into queue {queue_path!r}: they are on different "
+                    f"cannot move {source!r} into queue {layout.path!r}: they are on different "
                     "filesystems (EXDEV), and publish_file never copies; copy it with "
                     "publish_stream() instead",
                     source,
                     None,
-                    queue_path,
+                    layout.path,
                 ) from exc
             raise
         return new

@@ -1,6 +1,8 @@
 """The inotify(7) system calls, through ctypes: the one descriptor kind vsqs waits on.
 
-Only the calls and the decoding of events; what to make of them (one descriptor per
+Only the calls (the descriptor's ``poll(2)`` and ``close`` too: with :mod:`vsqs._fs`, the
+only module that makes system calls) and the decoding of events (names by
+:mod:`vsqs._ids`); what to make of them (one descriptor per
 process, generations, who reads) is :mod:`vsqs._waiters`'s.
 """
 
@@ -9,6 +11,7 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 import os
+import select
 import struct
 import sys
 from typing import Final
@@ -80,6 +83,18 @@ def rm_watch(fd: int, wd: int) -> None:
     """Remove a watch (an error, such as a directory already gone, is ignored)."""
     if _inotify_rm_watch is not None:
         _inotify_rm_watch(fd, wd)
+
+
+def close(fd: int) -> None:
+    """Close an inotify descriptor (its watches go with it)."""
+    os.close(fd)
+
+
+def wait_readable(fd: int, seconds: float) -> bool:
+    """Block until *fd* has events or *seconds* pass (``poll(2)``); whether it has."""
+    poller = select.poll()
+    poller.register(fd, select.POLLIN)
+    return bool(poller.poll(max(0.0, seconds) * 1000))
 
 
 def read_events(fd: int) -> dict[int, list[int]]:

@@ -34,12 +34,13 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import replace
 from typing import Final
 
-from . import _fs, _history, _ingest, _scan, _stored
+from . import _fs, _history, _host, _ingest, _scan, _stored
 from ._capacity import NEW_GRACE_US, Capacity
 from ._clock import Clock
 from ._dedup import Chunk, Deduplicator
 from ._errors import InvalidId, InvalidPayload, LeaseLost, NotAQueue, QueueDrained
 from ._history import History
+from ._host import stable_inode
 from ._ids import (
     HOLD_TAG,
     Precision,
@@ -56,7 +57,6 @@ from ._ids import State as _State
 from ._layout import Layout
 from ._message import NO_ATTRIBUTES, Counts, Message, received
 from ._meta import Meta, MetaStore, report_once, validate_attributes
-from ._mountinfo import stable_inode
 from ._options import UNSET, Config, Unset, queue_path
 from ._options import seconds as _seconds
 from ._renewal import Lease, Renewer
@@ -228,7 +228,7 @@ class Queue:
     def _create_directory(self) -> None:
         config = self.config
         try:
-            os.makedirs(self.path, mode=config.dir_mode, exist_ok=True)
+            _fs.make_dirs(self.path, config.dir_mode)
         except (FileExistsError, NotADirectoryError):
             raise NotAQueue(self.path) from None
         except PermissionError as exc:
@@ -236,12 +236,12 @@ class Queue:
                 exc.errno, f"cannot create queue directory {self.path!r}: permission denied",
                 exc.filename,
             ) from exc  # fmt: skip
-        if not os.path.isdir(self.path):
+        if not _host.is_dir(self.path):
             raise NotAQueue(self.path)
         if config.file_mode is not None:
             # Only the owner may chmod (another user sharing the queue gets EPERM), and a
             # set-group-id bit, which keeps a shared queue's group, must survive.
-            info = os.stat(self.path)
+            info = _host.status(self.path)
             if info.st_uid == os.geteuid() and info.st_mode & 0o777 != config.dir_mode:
                 _fs.chmod(self.path, config.dir_mode | (info.st_mode & 0o2000))
 
@@ -760,7 +760,7 @@ class Queue:
         source = os.fspath(path)
         size = _ingest.check_source(source)
         self._shutdown.check_open()  # fail before touching anything
-        new = _ingest.link_new(source, self.path, lambda: self._new_id() + ".new")
+        new = _ingest.link_new(source, self.layout, lambda: self._new_id() + ".new")
         try:
             if self.config.file_mode is not None:
                 _fs.chmod(self.layout.message(new), self.config.file_mode)

@@ -63,6 +63,11 @@ def current_names(names: Iterable[str]) -> dict[str, str]:
     return {message_id: name for message_id, (_, name) in best.items()}
 
 
+def _listing(queue: str) -> list[str]:
+    with _fs.scandir(queue) as entries:
+        return [entry.name for entry in entries]
+
+
 def _read(layout: Layout, name: str) -> bytes | None:
     try:
         return _fs.read_regular(layout.message(name))
@@ -84,11 +89,11 @@ def read_planned(
         body = _read(layout, receipt)
         if body is None:
             if names is None:
-                names = current_names(_fs.list_dir(queue))  # one listing per partition at most
+                names = current_names(_listing(queue))  # one listing per partition at most
             current = names.get(message_id)
             body = None if current is None else _read(layout, current)
             if body is None:
-                names = current_names(_fs.list_dir(queue))  # it may predate a later rename
+                names = current_names(_listing(queue))  # it may predate a later rename
                 current = names.get(message_id)
                 body = None if current is None else _read(layout, current)
         if body is None:
