@@ -15,7 +15,7 @@ from pyspark.sql.streaming.datasource import ReadMaxBytes, ReadMaxRows
 
 import vsqs
 from vsqs._ids import State, parse_name
-from vsqs._layout import UnsafeEntry
+from vsqs._layout import Layout, UnsafeEntry
 from vsqs.spark._options import Planned, SourceOptions
 from vsqs.spark._read import MessageGone, current_names, read_planned
 from vsqs.spark._stream import StreamReader
@@ -295,3 +295,43 @@ def test_a_symlink_planted_in_the_spark_state_is_refused(
         second.stop()
     assert _snapshot(outside) == before
     assert target.is_symlink()  # not removed either: the user decides
+
+
+@pytest.mark.parametrize("planted", ["", "epoch.json", "1.json", "lock"])
+def test_a_symlink_planted_in_a_named_state_dir_is_refused(
+    queue: vsqs.Queue, tmp_path: Path, planted: str
+) -> None:
+    """The same below a stateDir the user named outside the queue (the stateDir itself is
+    opened as named: it may be a link the user chose)."""
+    queue.publish_batch([b"a", b"b"])
+    (tmp_path / "real-state").mkdir()
+    (tmp_path / "state").symlink_to(tmp_path / "real-state")  # the user's own choice
+    options = SourceOptions.parse(
+        {"path": queue.path, "stateDir": str(tmp_path / "state"), "heartbeatInterval": "3600"}
+    )
+    first = StreamReader(options)
+    end = first.latestOffset(first.initialOffset(), ReadMaxRows(1))
+    first.stop()
+    target = tmp_path / "real-state" / end["epoch"] / planted
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    moved = outside / target.name
+    target.rename(moved)
+    target.symlink_to(moved)
+    before = _snapshot(outside)
+    second = StreamReader(options)
+    try:
+        with pytest.raises(UnsafeEntry, match=re.escape(target.name)):
+            second.latestOffset(end, ReadMaxRows(1))
+    finally:
+        second.stop()
+    assert _snapshot(outside) == before
+
+
+def test_the_layout_names_only_directories_inside_vsqs() -> None:
+    layout = Layout("/q")
+    assert layout.sub_of(layout.spark_dir("streams")) == "spark/streams"
+    assert layout.sub_of("/q/.vsqs") == ""
+    assert layout.sub_of("/q/.vsqs/spark/") == "spark"
+    for elsewhere in ("/q/.vsqs/../x", "/q/.vsqs/spark/../../x", "/q/.vsqsx", "/q", "/x"):
+        assert layout.sub_of(elsewhere) is None, elsewhere
