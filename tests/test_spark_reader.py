@@ -18,6 +18,7 @@ from vsqs._ids import State, parse_name
 from vsqs._layout import Layout, UnsafeEntry
 from vsqs.spark._options import Planned, SourceOptions
 from vsqs.spark._read import MessageGone, current_names, read_planned
+from vsqs.spark._state import StateDir
 from vsqs.spark._stream import StreamReader
 
 pytestmark = pytest.mark.spark
@@ -335,3 +336,28 @@ def test_the_layout_names_only_directories_inside_vsqs() -> None:
     assert layout.sub_of("/q/.vsqs/spark/") == "spark"
     for elsewhere in ("/q/.vsqs/../x", "/q/.vsqs/spark/../../x", "/q/.vsqsx", "/q", "/x"):
         assert layout.sub_of(elsewhere) is None, elsewhere
+
+
+def test_state_records_round_trip_and_leave_no_temporary_file(queue: vsqs.Queue) -> None:
+    """What one run records, the next loads; a record that fails to write leaves nothing,
+    and what a crashed writer left is removed by the next run's load."""
+    state = StateDir(queue.path, Layout(queue.path).spark_dir("streams"), "e1")
+    try:
+        assert not state.exists()
+        with pytest.raises(FileNotFoundError, match="no epoch record"):
+            state.info()
+        state.create("e1", queue.path)
+        assert state.info() == {"epoch": "e1", "queue": queue.path, "high": 0}
+        state.save(3, [("17", "17.100", {"k": "v"}, 2, 1.5)])
+        with pytest.raises(TypeError):
+            state.save(4, [("18", "18.100", {}, 1, object())])  # type: ignore[list-item]
+        epoch_dir = Path(state.path)
+        (epoch_dir / ".tmp-5.json-1-dead").write_bytes(b"a crashed writer's")
+        (epoch_dir / "notes.json").write_bytes(b"not a batch")
+        assert state.load() == {3: [("17", "17.100", {"k": "v"}, 2, 1.5)]}
+        assert sorted(p.name for p in epoch_dir.iterdir()) == ["3.json", "epoch.json", "notes.json"]
+        state.remove(3)
+        state.remove(3)  # twice is fine
+        assert state.load() == {}
+    finally:
+        state.close()
