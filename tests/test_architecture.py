@@ -128,24 +128,42 @@ select.poll(); sh.rmtree("a"); os.getpid(); os.path.join("a", "b")
     ])  # fmt: skip
 
 
+def _name_readers(tree: ast.AST) -> list[tuple[int, str]]:
+    """Calls that take a name apart by hand: a split at a dot, a test for digits."""
+    splitting = {"partition", "rpartition", "split", "rsplit"}
+    digits = {"isdigit", "isdecimal", "isnumeric"}
+    found: list[tuple[int, str]] = []
+    for node in ast.walk(tree):
+        if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)):
+            continue
+        method, args = node.func.attr, node.args
+        at_a_dot = bool(args) and isinstance(args[0], ast.Constant) and args[0].value == "."
+        if (method in splitting and at_a_dot) or method in digits:
+            found.append((node.lineno, f".{method}()"))
+    return found
+
+
 def test_only_ids_takes_a_name_apart() -> None:
     """The name grammar is read in ``_ids`` alone (``parse_name``, ``sort_names``,
     ``ready_code``, ``id_of``...): no other module splits a string at a dot or asks
     whether it is digits, the two steps of every hand-written reader of names."""
-    splitting = {"partition", "rpartition", "split", "rsplit"}
-    digits = {"isdigit", "isdecimal", "isnumeric"}
     offenders: list[str] = []
-    for path in PACKAGE.rglob("*.py"):
+    for path in sorted(PACKAGE.rglob("*.py")):
         if path == PACKAGE / "_ids.py":
             continue
-        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-            if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)):
-                continue
-            method, args = node.func.attr, node.args
-            at_a_dot = bool(args) and isinstance(args[0], ast.Constant) and args[0].value == "."
-            if (method in splitting and at_a_dot) or method in digits:
-                offenders.append(f"{path.relative_to(PACKAGE)}:{node.lineno} .{method}()")
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        rel = path.relative_to(PACKAGE).as_posix()
+        offenders.extend(f"{rel}:{line} {call}" for line, call in _name_readers(tree))
     assert offenders == [], "ask vsqs._ids instead"
+
+
+def test_the_name_reader_check_sees_every_form() -> None:
+    source = """
+a, _, b = name.partition("."); name.rsplit(".", 1); name.split("."); name.isdigit()
+raw.strip().isdecimal(); path.split("/"); name.partition("-"); name.startswith(".")
+"""
+    found = [call for _, call in _name_readers(ast.parse(source))]
+    assert found == [".partition()", ".rsplit()", ".split()", ".isdigit()", ".isdecimal()"]
 
 
 def test_every_vsqs_path_is_built_by_the_layout() -> None:
