@@ -99,9 +99,10 @@ def wait_readable(fd: int, seconds: float) -> bool:
 
 def read_events(fd: int) -> dict[int, list[int]]:
     """Drain the descriptor: for each watch that saw an event, the messages made ready
-    (names moved in that are canonical ids, as :func:`vsqs._scan.scan` reads them), as
-    packed ids (:func:`vsqs._ids.encode_ready`), and :data:`ANNOUNCEMENT` for each
-    announcement, in event order. Key -1: events were lost (the queue overflowed).
+    (names moved in that are ready ids: :func:`vsqs._ids.ready_code_of_bytes`, which
+    agrees with a listing's :func:`vsqs._ids.sort_names`), as packed ids, and
+    :data:`ANNOUNCEMENT` for each announcement, in event order. Key -1: events were lost
+    (the queue overflowed).
     """
     changed: dict[int, list[int]] = {}
     unpack = _EVENT.unpack_from
