@@ -34,6 +34,7 @@ from typing import Final
 from . import _fs, _scan
 from ._clock import Clock
 from ._errors import QueueFull
+from ._ids import is_hold
 from ._layout import CAPACITY_COUNT, CAPACITY_LOCK, ROOT, Layout
 from ._meta import report_once
 from ._scan import NEW_GRACE_US
@@ -156,7 +157,7 @@ def held_back(held: list[tuple[int, str]]) -> int:
     is kept back for want of room in its dead-letter queue (full, or a full disk), or
     when its requeuer died: each is tried again when its hold ends.
     """
-    return sum(1 for _, name in held if name.endswith(".0") and name.count(".") == 2)
+    return sum(1 for _, name in held if is_hold(name))
 
 
 def _read_int(layout: Layout) -> int | None:

@@ -52,6 +52,7 @@ from typing import Final
 
 from . import _fs
 from ._clock import Clock
+from ._ids import parse_decimal
 from ._layout import DEDUP, Layout
 
 IN_PROGRESS_LIMIT: Final = 30.0
@@ -379,9 +380,10 @@ def _parse_marker(raw: bytes) -> tuple[str, int]:
     if not raw:
         return "", 1 << 62
     parts = raw.decode("ascii", "replace").split()
-    if len(parts) != 2 or not (parts[0].isdigit() and parts[1].isdigit()):
+    when = parse_decimal(parts[1]) if len(parts) == 2 else None
+    if when is None or parse_decimal(parts[0]) is None:
         return "0", 0
-    return parts[0], int(parts[1])
+    return parts[0], when
 
 
 def _parse_chunk(marker: str, raw: bytes) -> Chunk | None:

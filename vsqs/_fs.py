@@ -1,8 +1,9 @@
-"""Every system call that changes a queue, and every platform difference.
+"""Every system call vsqs makes on files, and every platform difference.
 
 The state machine in ``_queue`` decides *what* to do; this module only does it: the
 crash tests have one place to patch (kill between any two calls), and the policy code
-no ``errno`` plumbing. Guarantees the rest of vsqs relies on:
+no ``errno`` plumbing. Only :mod:`vsqs._host` (other files) and :mod:`vsqs._inotify`
+(waiting) make system calls beside it. Guarantees the rest of vsqs relies on:
 
 * :func:`create_exclusive` never opens an existing file (``O_EXCL``; an existing name is
   :class:`FileExistsError` on every filesystem, sshfs too), never follows a symlink.
@@ -27,7 +28,7 @@ import sys
 from collections.abc import Callable
 from typing import Final
 
-from ._mountinfo import stable_inode
+from . import _host
 
 _O_NOFOLLOW: Final = getattr(os, "O_NOFOLLOW", 0)
 _O_CLOEXEC: Final = getattr(os, "O_CLOEXEC", 0)
@@ -214,7 +215,7 @@ def read_regular(path: str) -> bytes:
 
 def read_message(path: str, dir_fd: int | None = None) -> tuple[bytes, os.stat_result]:
     """Read a message file (as :func:`read_regular`; relative to *dir_fd*, if given):
-    its body and status (for its inode: :func:`vsqs._mountinfo.stable_inode`)."""
+    its body and status (for its inode: :func:`vsqs._host.stable_inode`)."""
     fd = os.open(path, _READ_FLAGS, dir_fd=dir_fd)
     try:
         info = os.fstat(fd)
@@ -263,10 +264,11 @@ def make_dir_at(name: str, mode: int, dir_fd: int) -> bool:
 
 
 def fchmod_dir_at(name: str, mode: int, dir_fd: int) -> None:
-    """Set the mode of the directory *name* in *dir_fd* (opened without following)."""
+    """Set the mode of the directory *name* in *dir_fd* (opened without following),
+    keeping a set-group-id bit it inherited: how a shared queue keeps its group."""
     fd = open_dir(name, dir_fd)
     try:
-        os.fchmod(fd, mode)
+        os.fchmod(fd, mode | (os.fstat(fd).st_mode & stat.S_ISGID))
     finally:
         os.close(fd)
 
@@ -354,6 +356,9 @@ def mtime_us_at(name: str, dir_fd: int) -> int:
     return os.lstat(name, dir_fd=dir_fd).st_mtime_ns // 1000
 
 
+scandir: Final = os.scandir  # itself, not a call in front of it: the hot path of a backlog
+
+
 def list_at(dir_fd: int) -> list[str]:
     """Every name in the directory open as *dir_fd*."""
     return os.listdir(dir_fd)
@@ -387,7 +392,7 @@ def copy_fd(source: int, target: int, progress: Callable[[], object]) -> int:
 def inode(path: str, dir_fd: int | None = None) -> int:
     """The inode number of *path* (relative to *dir_fd*, if given; not following a
     symlink); 0 where it is per host."""
-    return stable_inode(os.stat(path, dir_fd=dir_fd, follow_symlinks=False))
+    return _host.stable_inode(os.stat(path, dir_fd=dir_fd, follow_symlinks=False))
 
 
 def open_regular(path: str) -> int:

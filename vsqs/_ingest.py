@@ -21,7 +21,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import IO, Any, Final
 
-from . import _fs
+from . import _fs, _host
 from ._errors import InvalidPayload
 
 DEFAULT_CHUNK: Final = 1 << 20
@@ -29,7 +29,7 @@ DEFAULT_CHUNK: Final = 1 << 20
 
 def check_source(source: str) -> int:
     """The size of the regular file *source*; an error naming it if it is anything else."""
-    info = os.lstat(source)  # FileNotFoundError passes through, naming the file
+    info = _host.lstatus(source)  # FileNotFoundError passes through, naming the file
     if not stat.S_ISREG(info.st_mode):
         raise ValueError(f"{source!r} is not a regular file (symlinks are not followed)")
     return info.st_size

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import functools
 import os
-import select
 import threading
 import time
 import weakref
@@ -117,7 +116,7 @@ class _Instance:
 
     def _close(self) -> None:
         if self.fd >= 0:
-            os.close(self.fd)
+            _inotify.close(self.fd)
             self.fd = -1
 
     def wait(self, wd: int, token: int, seconds: float) -> tuple[int, list[int] | None]:
@@ -148,9 +147,7 @@ class _Instance:
             changed: dict[int, list[int]] = {}
             found = None
             try:
-                poller = select.poll()
-                poller.register(fd, select.POLLIN)
-                if poller.poll(max(0.0, deadline - time.monotonic()) * 1000):
+                if _inotify.wait_readable(fd, deadline - time.monotonic()):
                     changed = _inotify.read_events(fd)
             finally:
                 with self.lock:

@@ -13,7 +13,7 @@ reader of the design's format ignore (its name does not parse as an id)::
     .vsqs/capacity.count         an upper bound on the message count (under that lock)
     .vsqs/settings.json          JSON: the settings stored with the queue (see _stored)
     .vsqs/settings.lock          serialises changes to the settings
-    .vsqs/spark/<consumer>/      the state of a Spark consumer
+    .vsqs/spark/<consumer>/      the state of a Spark consumer (SPARK; nested *sub*s)
 
 This module is the only one that builds those paths. Its directories are created on
 first use (never in a constructor), with the queue's modes, and every one of them is
@@ -25,7 +25,6 @@ from __future__ import annotations
 import errno
 import math
 import os
-import stat
 import threading
 from typing import Final
 
@@ -49,6 +48,8 @@ CAPACITY_COUNT: Final = "capacity.count"
 SETTINGS: Final = "settings.json"
 """The settings stored with the queue, in ``.vsqs``."""
 SETTINGS_LOCK: Final = "settings.lock"
+SPARK: Final = "spark"
+"""The Spark consumers' state directories, in ``.vsqs`` (see :mod:`vsqs.spark._state`)."""
 
 # What opening a planted entry as a directory gives: a symlink (ELOOP, O_NOFOLLOW), a
 # file or FIFO where a directory belongs (ENOTDIR).
@@ -98,8 +99,17 @@ class Layout:
         return f"{self.root}/{CLOSED}"
 
     def spark_dir(self, consumer: str) -> str:
-        """The state directory of the Spark consumer *consumer*."""
-        return f"{self.root}/spark/{consumer}"
+        """The state directory of the Spark consumer *consumer* (its path, for the user)."""
+        return f"{self.root}/{SPARK}/{consumer}"
+
+    def sub_of(self, path: str) -> str | None:
+        """The *sub* argument that names *path*, if it is ``.vsqs`` or a directory below
+        it (``"spark/streams"`` for :meth:`spark_dir`); ``None`` if it is elsewhere."""
+        path = os.path.normpath(path)  # no "..": a sub never climbs out of .vsqs
+        if path == self.root:
+            return ROOT
+        inside = path.removeprefix(self.root + "/")
+        return None if inside == path else inside
 
     def wake(self) -> str:
         """A fresh, unique name in the queue directory for an inotify poke."""
@@ -148,9 +158,10 @@ class Layout:
     # -- descriptors ----------------------------------------------------------------------
 
     def _open(self, sub: str, *, create: bool) -> int | None:
-        """The descriptor of ``.vsqs`` (``sub=""``) or ``.vsqs/<sub>``; ``None`` if absent.
+        """The descriptor of ``.vsqs`` (``sub=""``) or ``.vsqs/<sub>`` (``<sub>`` may be
+        nested: ``spark/streams``, each level opened from its parent's); ``None`` if absent.
 
-        :raises UnsafeEntry: the entry is a symlink or not a directory.
+        :raises UnsafeEntry: an entry on the way is a symlink or not a directory.
         """
         fds = self._fds
         fd = fds.get(sub)
@@ -163,15 +174,15 @@ class Layout:
             if sub in fds:
                 return fds[sub]
             if sub:
-                parent = self._open(ROOT, create=create)
+                above, _, name = sub.rpartition("/")
+                parent = self._open(above, create=create)
                 if parent is None:
                     return None
-                name = sub
             else:
                 parent = _fs.open_queue_dir(self.path)
                 name = DIR
             try:
-                fd = self._open_child(parent, name, create=create)
+                fd = self._open_child(parent, name, sub, create=create)
             finally:
                 if not sub:
                     _fs.close(parent)
@@ -179,8 +190,8 @@ class Layout:
                 fds[sub] = fd
             return fd
 
-    def _open_child(self, parent: int, name: str, *, create: bool) -> int | None:
-        shown = f"{DIR}/{name}" if name != DIR else DIR
+    def _open_child(self, parent: int, name: str, sub: str, *, create: bool) -> int | None:
+        shown = f"{DIR}/{sub}" if sub else DIR
         for _ in range(2):
             try:
                 return _fs.open_dir(name, parent)
@@ -188,10 +199,7 @@ class Layout:
                 if not create:
                     return None
                 if _fs.make_dir_at(name, self.dir_mode, parent) and self.file_mode is not None:
-                    # Keep a set-group-id bit inherited from the queue directory: it is
-                    # how a shared queue keeps its group on everything created inside.
-                    inherited = os.stat(name, dir_fd=parent, follow_symlinks=False).st_mode
-                    _fs.fchmod_dir_at(name, self.dir_mode | (inherited & stat.S_ISGID), parent)
+                    _fs.fchmod_dir_at(name, self.dir_mode, parent)
             except OSError as exc:
                 if exc.errno in _NOT_A_DIR:
                     raise UnsafeEntry(
@@ -320,6 +328,15 @@ class Layout:
         fd = self._open(ROOT, create=True)
         assert fd is not None
         return _fs.open_lock_at(name, self.create_mode, fd)
+
+    def open_dir(self, sub: str, *, create: bool) -> int | None:
+        """The descriptor of the directory ``.vsqs/<sub>`` (created if *create*), for a
+        caller that keeps files of its own there (:mod:`vsqs.spark._state`); ``None`` if
+        absent. It stays the layout's: :meth:`close` closes it.
+
+        :raises UnsafeEntry: an entry on the way is a symlink or not a directory.
+        """
+        return self._open(sub, create=create)
 
     def fsync(self, sub: str) -> None:
         """Make the latest changes to ``.vsqs/<sub>``'s entries durable."""

@@ -49,12 +49,23 @@ from ._consumer import Consumer
 from ._dedup import Chunk, Deduplicator
 from ._errors import InvalidId, InvalidPayload, LeaseLost, NotAQueue, QueueDrained, QueueFull
 from ._history import History
-from ._ids import Precision, decode_ready, encode_ready, format_time, parse_name, source_for
+from ._host import stable_inode
+from ._ids import (
+    HOLD_TAG,
+    Precision,
+    decode_ready,
+    encode_ready,
+    format_time,
+    id_of,
+    is_hold,
+    parse_name,
+    source_for,
+    split_name,
+)
 from ._ids import State as _State
 from ._layout import Layout
 from ._message import NO_ATTRIBUTES, Counts, Message, received
 from ._meta import Meta, MetaStore, report_once, validate_attributes
-from ._mountinfo import stable_inode
 from ._options import UNSET, Config, Unset, queue_path
 from ._options import seconds as _seconds
 from ._renewal import Lease, Renewer
@@ -1075,7 +1086,7 @@ class Queue:
                 return False
         if not self._unlink_message(receipt):
             return False
-        consumer.ended(receipt.partition(".")[0], receipt)
+        consumer.ended(id_of(receipt), receipt)
         self._counters.add_consumed(size)
         return True
 
@@ -1089,7 +1100,7 @@ class Queue:
         """
         if not self._meta.possible:
             return _fs.unlink(self.layout.message(name))
-        message_id = name.partition(".")[0]
+        message_id = id_of(name)
         meta = self._meta.read(message_id)
         inode = 0
         if meta is not None and meta.inode:
@@ -1124,8 +1135,8 @@ class Queue:
         """
         duration = _seconds(seconds, "seconds")
         receipt = self._consumer.current(self._receipt_of(message))
-        message_id, dot, _ = receipt.partition(".")
-        if not dot:
+        message_id = id_of(receipt)
+        if message_id == receipt:  # no dot: a bare id
             raise InvalidId(receipt, "a receipt (id.expiry) is needed, not a bare id")
         if not isinstance(message, Message):
             message = Message(id=message_id, body=b"", receipt=receipt, expires_at=0.0)
@@ -1160,7 +1171,7 @@ class Queue:
         long copy (:class:`_Claim`), and, with the ``.0`` *tag*, the requeue hold that
         takes an ended lease out of everybody's reach (:meth:`_return`).
         """
-        message_id = name.partition(".")[0]
+        message_id = id_of(name)
         tick = 1000 if self._ms else 1
         while True:
             target = f"{message_id}.{format_time(expiry_us, self.precision)}{tag}"
@@ -1184,7 +1195,7 @@ class Queue:
         in the metadata (every requeue writes its hold there), so no such record means
         the lease was extended.
         """
-        message_id = receipt.partition(".")[0]
+        message_id = id_of(receipt)
         held = _scan.held_names_for(self.path, message_id)
         if held:
             ours = parse_name(receipt)
@@ -1240,7 +1251,7 @@ class Queue:
         replaces an existing file: a message that took the id meanwhile keeps it, and
         ours gets a fresh id.
         """
-        message_id, _, lease = held_name.partition(".")
+        message_id, lease = split_name(held_name)
         if self._meta.is_delayed(message_id):
             code = self._make_ready(held_name, message_id, None)
             if code is not None:
@@ -1249,11 +1260,13 @@ class Queue:
         now_us = self.clock.time_us()
         # The ``.0`` fraction (tolerated by the grammar) keeps a hold's name apart from
         # every consumer lease, which vsqs writes without one: a tag is never mistaken.
-        taken = self._extend_lease(held_name, _history.hold_until(now_us, self._vt_us), tag=".0")
+        taken = self._extend_lease(
+            held_name, _history.hold_until(now_us, self._vt_us), tag=HOLD_TAG
+        )
         if taken is None:
             return Gone.LOST  # RACE: another process requeued, deleted or dead-lettered it
         held_name = taken[0]
-        hold = held_name.partition(".")[2]
+        hold = split_name(held_name)[1]
         # From here on this process alone holds the message.
         inode = _fs.inode(self.layout.message(held_name))
         meta = self._meta.read(message_id) or Meta()
@@ -1341,7 +1354,7 @@ class Queue:
         """The metadata a message dead-lettered from here carries: its history, its source
         and why it was moved (no I/O)."""
         return _history.dead_letter_record(
-            meta, source=self.path, message_id=held_name.partition(".")[0],
+            meta, source=self.path, message_id=id_of(held_name),
             now_us=self.clock.time_us(), reason=reason,
         )  # fmt: skip
 
@@ -1352,15 +1365,15 @@ class Queue:
         requeue tries the move again and counts no receive (the hold is the tag in its
         metadata). Any other claim (retention's) is turned into such a hold, tagged.
         """
-        message_id, _, lease = held_name.partition(".")
-        if lease.endswith(".0"):
+        message_id = id_of(held_name)
+        if is_hold(held_name):
             return
         taken = self._extend_lease(
-            held_name, _history.hold_until(self.clock.time_us(), self._vt_us), tag=".0"
+            held_name, _history.hold_until(self.clock.time_us(), self._vt_us), tag=HOLD_TAG
         )
         if taken is None:
             return  # RACE: its claim ended and another process requeued or deleted it
-        meta.lease = taken[0].partition(".")[2]
+        meta.lease = split_name(taken[0])[1]
         self._write_count(message_id, meta)
 
     def _transfer(self, held_name: str, dest: Queue, meta: Meta) -> str | None:
@@ -1378,7 +1391,7 @@ class Queue:
         """
         with room_for_move(dest._capacity):
             source = self.layout.message(held_name)
-            target = held_name.partition(".")[0]
+            target = id_of(held_name)
             with_meta = meta.to_json() != b"{}"
             try:
                 meta.inode = _fs.inode(source)  # a rename keeps it: the metadata stays matched
@@ -1406,10 +1419,10 @@ class Queue:
                         raise
                     copied = self._copy_to(dest, held_name, target, meta if with_meta else None)
                     if copied is not None:
-                        self._meta.remove(held_name.partition(".")[0])
+                        self._meta.remove(id_of(held_name))
                     return copied
                 break
-            self._meta.remove(held_name.partition(".")[0])
+            self._meta.remove(id_of(held_name))
             if dest.durable:
                 _fs.fsync_dir(dest.path)
                 _fs.fsync_dir(self.path)
@@ -1517,7 +1530,7 @@ class Queue:
 
     def _counts(self, listing: _scan.Listing) -> Counts:
         delayed_ids = self._meta.delayed_ids() if listing.held else set()
-        delayed = sum(1 for _, name in listing.held if name.partition(".")[0] in delayed_ids)
+        delayed = sum(1 for _, name in listing.held if id_of(name) in delayed_ids)
         return Counts(
             ready=len(listing.ready),
             held=len(listing.held) - delayed,
@@ -1608,7 +1621,7 @@ class Queue:
             # RACE: a consumer may get there first (the unlink finds nothing).
             if self._unlink_message(name):
                 removed += 1
-                self._meta.unmark_delayed(name.partition(".")[0])
+                self._meta.unmark_delayed(id_of(name))
         self._consumer.invalidate()
         return removed
 
@@ -1655,7 +1668,7 @@ class Queue:
         if self.retention is not None:
             removed += len(listing.ready) - len(self._apply_retention(listing.ready, now_us))
         live = {decode_ready(code) for code in listing.ready}
-        live.update(name.partition(".")[0] for _, name in (*listing.held, *kept_new))
+        live.update(id_of(name) for _, name in (*listing.held, *kept_new))
         return removed + _history.remove_orphans(self.layout, self._meta, live, wall_cutoff)
 
     def redrive(
@@ -1901,7 +1914,7 @@ class _Claim:
         self.name = name
         self._extend = extend
         self._time_us = time_us
-        self._tag = ".0" if name.endswith(".0") else ""
+        self._tag = HOLD_TAG if is_hold(name) else ""
         self._length_us = length_us
         entry = parse_name(name)
         self._expires = entry.expires if entry is not None and entry.expires else 0

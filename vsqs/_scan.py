@@ -12,13 +12,16 @@ the atomic rename decide.
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass, field
+from operator import attrgetter
 from typing import Final
 
-from ._ids import MAX_DIGITS, MS_LIMIT, parse_name
+from . import _fs
 from ._ids import State as _State
+from ._ids import parse_name, sort_names
 from ._inotify import WAKE
+
+_NAME: Final = attrgetter("name")
 
 
 @dataclass(slots=True)
@@ -44,29 +47,12 @@ for nothing, and a drain does not wait for it once its mtime is that old too."""
 def scan(path: str) -> Listing:
     """List *path* once. Raises :class:`FileNotFoundError` if the directory is gone."""
     listing = Listing()
-    ready_append = listing.ready.append
-    with os.scandir(path) as entries:
-        for entry in entries:
-            name = entry.name
-            # Fast path for the common case, a ready id: digits only.
-            if name.isdigit() and name.isascii():
-                if len(name) > MAX_DIGITS or (name[0] == "0" and name != "0"):
-                    continue
-                value = int(name)
-                ready_append(
-                    ((value * 1000 if value < MS_LIMIT else value) << 1) | (value < MS_LIMIT)
-                )
-                continue
-            parsed = parse_name(name)
-            if parsed is None:
-                if name.startswith(WAKE):  # a poke or announcement its maker left behind
-                    listing.pokes.append(name)
-                continue  # foreign files, dot-entries, directories named oddly: not ours
-            if parsed.state is _State.HELD:
-                assert parsed.expires is not None
-                listing.held.append((parsed.expires, name))
-            elif parsed.state is _State.NEW:
-                listing.new.append((parsed.key, name))
+    other: list[str] = []
+    with _fs.scandir(path) as entries:
+        sort_names(map(_NAME, entries), listing.ready, listing.held, listing.new, other)
+    # Foreign files, dot-entries, directories named oddly: not ours. Pokes and
+    # announcements are vsqs's, and a crash may leave one behind.
+    listing.pokes.extend(name for name in other if name.startswith(WAKE))
     listing.ready.sort()
     return listing
 
@@ -75,7 +61,7 @@ def held_names_for(path: str, message_id: str) -> list[str]:
     """Every held name of one id (normally zero or one), by a full listing."""
     prefix = message_id + "."
     found = []
-    with os.scandir(path) as entries:
+    with _fs.scandir(path) as entries:
         for entry in entries:
             name = entry.name
             if name.startswith(prefix):

@@ -40,6 +40,7 @@ from typing import Final
 from . import _fs, _scan
 from ._clock import Clock
 from ._errors import QueueClosed
+from ._ids import parse_decimal
 from ._layout import CLOSED, ROOT, Layout
 
 CLOSE_GRACE: Final = 0.1
@@ -172,8 +173,9 @@ class ShutdownWatch:
             return None  # not a regular file (planted), or .vsqs is not a directory
         if raw is None:
             return None  # RACE: removed by hand meanwhile
-        if raw.strip().isdigit():
-            return int(raw.strip())
+        when = parse_decimal(raw.strip().decode("ascii", "replace"))
+        if when is not None:
+            return when
         try:
             return self._layout.mtime_us(ROOT, CLOSED)
         except OSError:

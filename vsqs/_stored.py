@@ -173,7 +173,7 @@ def read(layout: Layout) -> Settings:
     settings = parse(raw, path, layout.path)
     if "dead_letter" in settings:
         target = os.path.join(os.path.dirname(layout.path), settings["dead_letter"])
-        if os.path.lexists(target) and not _fs.is_plain_dir(target):
+        if _fs.exists(target) and not _fs.is_plain_dir(target):
             raise InvalidSettings(
                 path, "dead_letter", f"{target!r} is not a directory (a symlink?); never followed"
             )

@@ -41,10 +41,11 @@ import time
 import weakref
 from typing import Final, Protocol
 
-from . import _inotify
+from . import _host, _inotify
 from ._clock import Clock
+from ._host import filesystem_type
 from ._inotify_hub import InotifyHub
-from ._mountinfo import filesystem_type, polls
+from ._mountinfo import polls
 
 __all__ = ["HAVE_INOTIFY", "InotifyHub", "InotifyWaiter", "PollWaiter", "Waiter", "make_waiter"]
 
@@ -131,7 +132,7 @@ class InotifyWaiter:
     """
 
     def __init__(self, path: str, clock: Clock, recheck: float) -> None:
-        info = os.stat(path)
+        info = _host.status(path)
         key = (os.getpid(), info.st_dev, info.st_ino)
         with _hubs_lock:
             hub = _hubs.get(key)

@@ -10,13 +10,12 @@ Errors are one line on stderr with a documented exit status (see
 
 from __future__ import annotations
 
-import os
 import sys
 from typing import Any
 
 import click
 
-from .. import __version__
+from .. import __version__, _host
 from ._admin import clean, purge, queues, redrive, requeue, shutdown, stats
 from ._common import EXIT_CODES_HELP, INTERRUPTED, OK, CliError, describe
 from ._config import config
@@ -34,9 +33,7 @@ def _silence_stdout() -> None:
         fd = sys.stdout.fileno()
     except (AttributeError, ValueError, OSError):
         return  # a replaced sys.stdout (click's test runner): nothing will flush to a pipe
-    devnull = os.open(os.devnull, os.O_WRONLY)
-    os.dup2(devnull, fd)
-    os.close(devnull)
+    _host.silence(fd)
 
 
 class _Group(click.Group):

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from .. import QueueRoot, Stats, validate_name
+from .. import QueueRoot, Stats, _host, validate_name
 from ._common import (
     CliError,
     format_age,
@@ -255,7 +255,7 @@ def queues(ctx: click.Context, root: str) -> None:
 
 
 def _existing_root(root: str) -> QueueRoot:
-    if not os.path.isdir(root):
+    if not _host.is_dir(root):
         raise CliError(f"no queue root at {root}")
     return QueueRoot(root)
 

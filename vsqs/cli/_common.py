@@ -8,14 +8,13 @@ from __future__ import annotations
 import base64
 import contextlib
 import json
-import os
 import sys
 from collections.abc import Callable, Iterator
 from typing import Any, Final
 
 import click
 
-from .. import LeaseLost, Message, Queue, QueueClosed, QueueDrained, QueueFull, VsqsError
+from .. import LeaseLost, Message, Queue, QueueClosed, QueueDrained, QueueFull, VsqsError, _fs
 
 # The documented exit codes (the epilog of `vsqs --help` and docs/guides/cli.rst).
 OK: Final = 0
@@ -82,7 +81,7 @@ def open_queue(path: str, *, create: bool = False, **options: Any) -> Queue:
     Only commands that publish may *create* the directory: a typo in the path of
     ``stats`` or ``receive`` must be an error, not a new empty queue.
     """
-    if not create and not os.path.lexists(path):
+    if not create and not _fs.exists(path):
         raise CliError(f"no queue at {path}")
     queue = Queue(path, **queue_options(**options))
     click.get_current_context().with_resource(queue)

@@ -10,6 +10,7 @@ from typing import IO
 
 import click
 
+from .. import _host
 from .._ids import State, parse_name
 from ._common import (
     EMPTY,
@@ -53,7 +54,7 @@ def _bodies(
         if name == "-":
             yield from _from_stream(sys.stdin.buffer, whole)
             continue
-        with open(name, "rb") as handle:
+        with _host.open_input(name) as handle:
             yield from _from_stream(handle, whole)
 
 
@@ -69,9 +70,10 @@ def _from_stream(stream: IO[bytes], whole: bool) -> Iterator[tuple[bytes, int]]:
 def _input_size(files: tuple[str, ...]) -> int | None:
     total = 0
     for name in files:
-        if name == "-" or not os.path.isfile(name):
+        size = None if name == "-" else _host.input_size(name)
+        if size is None:
             return None
-        total += os.path.getsize(name)
+        total += size
     return total
 
 

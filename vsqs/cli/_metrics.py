@@ -8,13 +8,12 @@ written to a temporary name and renamed, as its documentation asks) or for scrap
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING, Final
 
 import click
 
-from .. import QueueRoot
+from .. import QueueRoot, _host
 from ._common import CliError, open_queue
 
 if TYPE_CHECKING:
@@ -79,7 +78,7 @@ def serve(queues: tuple[str, ...], roots: tuple[str, ...], port: int, addr: str)
         raise click.UsageError("name at least one QUEUE or --root")
     sources: list[Source] = [(name, open_queue(name)) for name in queues]
     for root in roots:
-        if not os.path.isdir(root):  # a typo must not create an empty root
+        if not _host.is_dir(root):  # a typo must not create an empty root
             raise CliError(f"no queue root at {root}")
         sources.append(QueueRoot(root))
     registry = CollectorRegistry(auto_describe=False)
