@@ -8,7 +8,14 @@ import time
 import click
 
 from .. import QueueDrained
-from ._common import EMPTY, format_rate, open_queue, progress, stdout_is_terminal
+from ._common import (
+    EMPTY,
+    format_rate,
+    open_queue,
+    progress,
+    publish_batch,
+    stdout_is_terminal,
+)
 
 
 @click.command()
@@ -43,7 +50,7 @@ def pump(queue: str, count: int, size: int, batch: int, durable: bool) -> None:
             bodies = [
                 str(published + i).zfill(12).encode().ljust(size, b".")[:size] for i in range(n)
             ]
-            target.publish_batch(bodies)
+            publish_batch(target, bodies)  # Ctrl-C never leaves a half-written batch
             published += n
             advance(n)
     elapsed = time.perf_counter() - started

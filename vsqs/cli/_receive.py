@@ -21,10 +21,12 @@ from ._common import (
     EXEC_FAILED,
     OK,
     CliError,
+    Stopped,
     json_line,
     message_json,
     open_queue,
     release,
+    stopped_line,
 )
 
 _SHELL = "/bin/sh"
@@ -42,20 +44,11 @@ else:  # pragma: no cover -- the same, before Popen(process_group=) existed
     _OWN_GROUP = {"preexec_fn": os.setpgrp}
 
 
-class _Stopped(BaseException):
-    """A stop signal arrived while no message was being worked on (like KeyboardInterrupt,
-    a ``BaseException``, so that no ``except Exception`` on the way swallows it)."""
-
-    def __init__(self, signum: int) -> None:
-        super().__init__(signum)
-        self.signum = signum
-
-
 class _Signals:
     """What SIGTERM, SIGINT and SIGHUP do while ``receive`` runs.
 
     While no message is being worked on, a signal stops ``receive`` at once (it raises
-    :class:`_Stopped`; printed messages not yet deleted are released on the way out).
+    :class:`Stopped`; printed messages not yet deleted are released on the way out).
     While CMD works on a message (``busy``), the signal is passed on to CMD's process
     group and only remembered: ``receive`` waits for CMD to exit, keeps renewing the
     lease meanwhile, settles the message (deleted if CMD exited 0, released otherwise)
@@ -94,18 +87,12 @@ class _Signals:
                 pass  # RACE: CMD (and its group) exited just now; we reap it next
             return
         if not self.busy:
-            raise _Stopped(signum)
+            raise Stopped(signum)
 
     def check(self) -> None:
         """Stop now if a signal arrived while a message was being worked on."""
         if self.signum is not None:
-            raise _Stopped(self.signum)
-
-
-def _stopped_line(signum: int) -> str:
-    if signum == signal.SIGINT:
-        return "vsqs: interrupted"
-    return f"vsqs: stopped by {signal.Signals(signum).name}"
+            raise Stopped(self.signum)
 
 
 def _child_stdout() -> int | None:
@@ -271,13 +258,13 @@ def receive(
                     command, source, batch[0], as_json=as_json, signals=signals, failed=failed
                 )
                 status = outcome or status
-    except _Stopped as stopped:
+    except Stopped as stopped:
         stopped_by = stopped.signum
     finally:
         for message in failed:
             release(source, message)
     if stopped_by:
-        click.echo(_stopped_line(stopped_by), err=True)
+        click.echo(stopped_line(stopped_by), err=True)
         click.get_current_context().exit(128 + stopped_by)
     if status == OK and received == 0:
         status = CLOSED if drained else EMPTY
