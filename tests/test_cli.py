@@ -689,6 +689,46 @@ def test_publish_respects_a_capacity_and_times_out_when_full(tmp_path: Path) -> 
     assert usage.exit_code == 2
 
 
+def test_root_may_follow_the_queues_subcommand(tmp_path: Path) -> None:
+    root = str(tmp_path / "root")
+    created = run("queues", "create", "orders", "--root", root)
+    assert (created.exit_code, created.stdout) == (0, f"{root}/orders\n"), created.output
+    assert run("queues", "list", "--root", root).stdout == "orders\n"
+    assert run("queues", "--root", str(tmp_path), "list", "--root", root).stdout == "orders\n"
+    assert run("queues", "remove", "orders", "--yes", "--root", root).exit_code == 0
+    assert run("queues", "list", "--root", root).stdout == ""
+    missing = run("queues", "list")
+    assert missing.exit_code == 2 and "--root" in missing.output
+
+
+def test_usage_mistakes_are_usage_errors_not_crashes_or_silence(tmp_path: Path) -> None:
+    """An empty QUEUE, two output formats, and `-n 0` (which once meant "no limit" and
+    received and deleted every message) are refused with exit status 2, changing
+    nothing; "every message" is said with --all."""
+    empty = run("publish", "", "x")
+    assert empty.exit_code == 2 and "ValueError" not in empty.output, empty.output
+    vsqs.Queue(tmp_path).publish_batch([b"a", b"b", b"c"])
+    both = run("stats", str(tmp_path), "--json", "--format", "prometheus")
+    assert both.exit_code == 2 and "--json conflicts with --format prometheus" in both.output
+    assert run("stats", str(tmp_path), "--json", "--format", "json").exit_code == 0
+    zero = run("receive", str(tmp_path), "-n", "0")
+    assert zero.exit_code == 2 and "--all" in zero.output
+    conflict = run("receive", str(tmp_path), "-n", "1", "--all")
+    assert conflict.exit_code == 2
+    assert vsqs.Queue(tmp_path).size() == 3  # nothing received or deleted
+    one = run("receive", str(tmp_path), "-n", "1")
+    assert (one.exit_code, one.stdout) == (0, "a\n")
+    every = run("receive", str(tmp_path), "--all")
+    assert (every.exit_code, every.stdout) == (0, "b\nc\n")
+
+
+def test_errors_name_a_file_under_dot_vsqs_by_its_full_path(tmp_path: Path) -> None:
+    (tmp_path / ".vsqs" / "settings.lock").mkdir(parents=True)  # planted: not a lock file
+    result = run("config", str(tmp_path), "--capacity", "3")
+    assert result.exit_code == 1
+    assert f": {tmp_path}/.vsqs/settings.lock" in result.output, result.output
+
+
 def test_publish_obeys_a_stored_capacity_with_timeout_and_batch(tmp_path: Path) -> None:
     """A capacity stored with the queue binds the CLI as any producer: --timeout applies
     (exit 3 when still full, not a usage error asking for --capacity) and --batch is cut

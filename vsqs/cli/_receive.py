@@ -162,15 +162,38 @@ def _run(
     return child.returncode, message
 
 
+def _check_limit(value: int | None) -> int | None:
+    # 0 meant "no limit" before 1.0: a script's `-n 0` (or `-n "$N"` with N unset to 0)
+    # then received and deleted every message. "Every message" is now said with --all.
+    if value is not None and value < 1:
+        raise click.BadParameter(
+            f"{value} is not a number of messages; for every message, give --all (or no -n)"
+        )
+    return value
+
+
+def _refuse_conflicts(*, keep: bool, command: str | None, every: bool, limit: int | None) -> None:
+    if keep and command:
+        raise click.UsageError("--keep and --exec cannot be combined")
+    if every and limit is not None:
+        raise click.UsageError("-n/--max-messages and --all cannot be combined")
+
+
 @click.command()
 @click.argument("queue", type=click.Path())
 @click.option(
     "-n",
     "--max-messages",
     "limit",
-    type=click.IntRange(min=0),
-    default=0,
-    help="Stop after N messages (default 0: no limit).",
+    type=int,
+    callback=lambda _ctx, _param, value: _check_limit(value),
+    help="Stop after N messages (at least 1; without -n, every message: --all).",
+)
+@click.option(
+    "--all",
+    "every",
+    is_flag=True,
+    help="Every message until none is ready (the default; says so explicitly).",
 )
 @click.option(
     "--wait",
@@ -191,7 +214,8 @@ def _run(
 def receive(
     *,
     queue: str,
-    limit: int,
+    limit: int | None,
+    every: bool,
     wait: float,
     visibility_timeout: float | None,
     command: str | None,
@@ -219,8 +243,7 @@ def receive(
       vsqs receive /tmp/jobs -n 10
       vsqs receive /tmp/jobs --wait inf --exec 'convert-one "$(cat)"'
     """
-    if keep and command:
-        raise click.UsageError("--keep and --exec cannot be combined")
+    _refuse_conflicts(keep=keep, command=command, every=every, limit=limit)
     source = open_queue(queue, visibility_timeout=visibility_timeout)
     timeout = None if math.isinf(wait) else wait
     received = 0
