@@ -34,9 +34,14 @@ import uuid
 from queue import Empty
 from typing import Any, ClassVar, Final
 
-import kombu.transport
-from kombu.transport import virtual
-from kombu.utils.json import dumps, loads
+from .._extras import missing_extra
+
+try:
+    import kombu.transport
+    from kombu.transport import virtual
+    from kombu.utils.json import dumps, loads
+except ModuleNotFoundError as error:
+    raise missing_extra(error, "celery", "vsqs.kombu") from None
 
 from .. import Lease, LeaseLost, Queue, QueueDrained, QueueRoot, __version__
 from ._names import Binding, Bindings, vsqs_name
