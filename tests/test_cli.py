@@ -39,6 +39,18 @@ def shell(args: list[str]) -> subprocess.CompletedProcess[str]:
     return subprocess.run(args, capture_output=True, text=True, env=ENV, timeout=120, check=False)
 
 
+def finish(child: subprocess.Popen[str], timeout: float = 60) -> tuple[str, str]:
+    """The output of a child told to stop; one still running after *timeout* is killed
+    (never leaked into the rest of the run, as one that ignores SIGINT would be) and the
+    test fails."""
+    try:
+        return child.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        child.kill()
+        child.communicate()
+        raise AssertionError(f"{child.args!r} did not stop within {timeout} s") from None
+
+
 def bodies(path: Path) -> list[bytes]:
     with vsqs.Queue(path) as queue:
         return [m.body for m in drain(queue)]
@@ -526,7 +538,7 @@ def test_ctrl_c_exits_130_without_a_traceback(tmp_path: Path) -> None:
     )
     time.sleep(1.0)  # let it start and block (a real process: no manual clock to step)
     child.send_signal(signal.SIGINT)
-    out, err = child.communicate(timeout=60)
+    out, err = finish(child)
     assert (child.returncode, out, err) == (130, "", "vsqs: interrupted\n")
 
 
@@ -811,7 +823,7 @@ def test_a_stop_signal_is_passed_to_cmd_and_its_message_settled_after_it_exits(
     )
     _wait_for(started, child)
     child.send_signal(signum)
-    out, err = child.communicate(timeout=60)
+    out, err = finish(child)
     assert (child.returncode, out) == (128 + signum, "")
     expected = "vsqs: interrupted" if signum == signal.SIGINT else f"vsqs: stopped by {signum.name}"
     assert err == expected + "\n"
@@ -838,7 +850,7 @@ def test_sigterm_kills_a_cmd_that_does_not_trap_it_and_releases_its_message(
     )
     _wait_for(started, child)
     child.send_signal(signal.SIGTERM)
-    out, err = child.communicate(timeout=60)
+    out, err = finish(child)
     assert (child.returncode, out, err) == (143, "", "vsqs: stopped by SIGTERM\n")
     assert (queue.counts().ready, queue.counts().held) == (1, 0)
     sleeper = int((tmp_path / "pid").read_text())
@@ -866,5 +878,5 @@ def test_sigterm_while_waiting_for_a_message_exits_143_with_a_line(tmp_path: Pat
     )
     time.sleep(1.0)  # let it start and block (a real process: no manual clock to step)
     child.send_signal(signal.SIGTERM)
-    out, err = child.communicate(timeout=60)
+    out, err = finish(child)
     assert (child.returncode, out, err) == (143, "", "vsqs: stopped by SIGTERM\n")

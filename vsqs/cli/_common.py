@@ -109,20 +109,32 @@ def stops_deferred() -> Iterator[None]:
     """Hold SIGINT and SIGTERM back while the block runs; they take effect after it.
 
     A signal handler's exception lands between two bytecodes, and one that lands just
-    after the ``open`` that created a ``<id>.new`` and before the code that would
-    remove it on failure leaves the file behind (Ctrl-C during ``vsqs pump`` did so in
-    3 tries out of 4). Blocked, the signal waits in the kernel until the publish is
-    complete, then stops the command between two publishes. Main thread only (where
-    Python runs handlers); elsewhere a no-op.
+    after the ``open`` that created a ``<id>.new`` and before the code that removes it on
+    failure leaves the file behind (Ctrl-C during ``vsqs pump`` did so in 3 tries out of
+    4: most of a publish is spent in that ``open``). Meanwhile a signal is only noted,
+    and delivered again, to the usual handler, once the block is over. (Python runs
+    handlers in the main thread whichever thread the kernel picked, so this holds with
+    other threads running, where masking the signal in this thread would not.) Main
+    thread only; elsewhere, or under a handler Python did not install, a no-op.
     """
-    if threading.current_thread() is not threading.main_thread():
+    handlers = {signum: signal.getsignal(signum) for signum in STOP_SIGNALS}
+    if threading.current_thread() is not threading.main_thread() or None in handlers.values():
         yield
         return
-    blocked = signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
+    caught: list[int] = []
+
+    def note(signum: int, frame: FrameType | None) -> None:
+        caught.append(signum)
+
     try:
+        for signum in STOP_SIGNALS:
+            signal.signal(signum, note)
         yield
     finally:
-        signal.pthread_sigmask(signal.SIG_SETMASK, blocked)  # a pending signal fires here
+        for signum, handler in handlers.items():
+            signal.signal(signum, handler)
+        if caught:
+            signal.raise_signal(caught[0])  # the usual handler runs now
 
 
 def publish_batch(
