@@ -278,6 +278,19 @@ def create_at(name: str, mode: int, dir_fd: int | None) -> int:
     except PermissionError:
         _raise_if_taken(name, dir_fd)
         raise
+    except OSError:
+        raise
+    except BaseException:
+        # A signal handler's exception (Ctrl-C's KeyboardInterrupt) raised as the open
+        # returned: the file exists (O_EXCL: made by us) but its descriptor is lost with
+        # the return value, so no caller can remove it; most of a publish is spent in
+        # this open, so a Ctrl-C left a `<id>.new` behind 3 times in 4. Remove it here.
+        # RACE: had the open failed with EINTR instead (no local filesystem interrupts a
+        # create), the name could be another process's, drawn in the same microsecond:
+        # that publish then fails loudly (its rename finds nothing), it never vanishes.
+        with contextlib.suppress(OSError):
+            os.unlink(name, dir_fd=dir_fd)
+        raise
 
 
 def _raise_if_taken(name: str, dir_fd: int | None) -> None:
