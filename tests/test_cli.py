@@ -753,6 +753,11 @@ def test_publish_obeys_a_stored_capacity_with_timeout_and_batch(tmp_path: Path) 
     assert bodies(path) == [b"a", b"b"]
     again = run("publish", str(path), "x", "y", "z", "--batch", "5", "--timeout", "0")
     assert (again.exit_code, again.stdout.count("\n")) == (3, 2), again.output
+    pumped = tmp_path / "pumped"
+    vsqs.Queue(pumped).configure(capacity=5)
+    load = run("pump", str(pumped), "-n", "5", "--batch", "100")
+    assert load.exit_code == 0, load.output
+    assert vsqs.Queue(pumped).size() == 5
 
 
 def test_ctrl_c_during_pump_never_leaves_an_unfinished_publish(tmp_path: Path) -> None:

@@ -42,6 +42,7 @@ def pump(queue: str, count: int, size: int, batch: int, durable: bool) -> None:
     once, in several shells or hosts, to load a shared queue.
     """
     target = open_queue(queue, create=True, durable=durable)
+    batch = min(batch, target.config.capacity or batch)  # a stored bound: a batch must fit
     published = 0
     started = time.perf_counter()
     with progress(f"pumping into {queue}", count, show=stdout_is_terminal()) as advance:
