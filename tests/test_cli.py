@@ -753,11 +753,27 @@ def test_publish_obeys_a_stored_capacity_with_timeout_and_batch(tmp_path: Path) 
     assert bodies(path) == [b"a", b"b"]
     again = run("publish", str(path), "x", "y", "z", "--batch", "5", "--timeout", "0")
     assert (again.exit_code, again.stdout.count("\n")) == (3, 2), again.output
-    pumped = tmp_path / "pumped"
-    vsqs.Queue(pumped).configure(capacity=5)
-    load = run("pump", str(pumped), "-n", "5", "--batch", "100")
-    assert load.exit_code == 0, load.output
-    assert vsqs.Queue(pumped).size() == 5
+
+
+def test_pump_cuts_its_batches_to_a_stored_capacity(tmp_path: Path) -> None:
+    """A batch larger than the bound can never fit: pump publishes batches that do,
+    waiting for room while a consumer drains (it once exited 1 with a ValueError)."""
+    queue = vsqs.Queue(tmp_path, visibility_timeout=60)
+    queue.configure(capacity=5)
+    child = subprocess.Popen(
+        [VSQS, "pump", str(tmp_path), "-n", "20", "--batch", "100", "--size", "3"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=ENV,
+    )  # fmt: skip
+    got: list[bytes] = []
+    deadline = time.monotonic() + 60
+    while len(got) < 20 and time.monotonic() < deadline and child.poll() in (None, 0):
+        for message in queue.receive_batch(5, timeout=0.1):
+            got.append(message.body)
+            queue.delete(message)
+    out, err = finish(child)
+    assert (child.returncode, err) == (0, ""), err
+    assert "published 20 messages" in out
+    assert got == [str(n).zfill(12).encode()[:3] for n in range(20)]
 
 
 def test_ctrl_c_during_pump_never_leaves_an_unfinished_publish(tmp_path: Path) -> None:
