@@ -258,6 +258,8 @@ def set_aside(queue: str, clock: Clock) -> str | None:
     """
     layout = Layout(queue)
     try:
+        if not layout.exists(ROOT, SETTINGS):
+            return None  # nothing to repair: no lock file made in a queue without one
         with _locked(layout, clock):
             if not layout.exists(ROOT, SETTINGS):
                 return None

@@ -63,7 +63,8 @@ _ROOM_SLICE: Final = 0.25
 
 
 class Stopped(BaseException):
-    """A stop signal (SIGTERM, SIGHUP) arrived: the command ends, cleaning up on the way.
+    """A stop signal arrived (SIGTERM; during ``receive``, SIGINT and SIGHUP too): the
+    command ends, cleaning up on the way.
 
     A ``BaseException``, as :class:`KeyboardInterrupt` is, so that no ``except
     Exception`` on the way swallows it. The command line exits ``128 + signum``.
