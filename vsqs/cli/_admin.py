@@ -190,6 +190,9 @@ def stats(
     node_exporter's textfile collector (names in the metrics guide); --watch for a live
     view.
     """
+    explicit = click.get_current_context().get_parameter_source("fmt")
+    if as_json and fmt != "json" and explicit is not click.core.ParameterSource.DEFAULT:
+        raise click.UsageError(f"--json conflicts with --format {fmt}: give one of them")
     from rich.console import Console  # noqa: PLC0415 -- see _table
 
     opened = [(name, open_queue(name)) for name in queues]
@@ -200,9 +203,6 @@ def stats(
     def snapshot() -> list[dict[str, Any]]:
         return [_row(name, queue.stats()) for name, queue in opened]
 
-    explicit = click.get_current_context().get_parameter_source("fmt")
-    if as_json and fmt != "json" and explicit is not click.core.ParameterSource.DEFAULT:
-        raise click.UsageError(f"--json conflicts with --format {fmt}: give one of them")
     as_json = as_json or fmt == "json"
     if fmt == "prometheus":
         from ._metrics import prometheus_text  # noqa: PLC0415 -- the metrics extra
