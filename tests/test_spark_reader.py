@@ -5,7 +5,7 @@ Trigger.AvailableNow's budget, byte limits and the progress report."""
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -361,3 +361,28 @@ def test_state_records_round_trip_and_leave_no_temporary_file(queue: vsqs.Queue)
         assert state.load() == {}
     finally:
         state.close()
+
+
+def test_readers_never_create_a_queue(tmp_path: Path) -> None:
+    """``spark.read.format("vsqs").load("/mistyped")`` once read 0 rows and left an empty
+    queue at the typo. Every reader (batch, stream, consume) refuses it on the driver,
+    naming the path, and the batch reader's task refuses it on the executor too."""
+    from typing import Any, cast
+
+    from pyspark.sql.types import StructType
+
+    from vsqs.spark import consume
+    from vsqs.spark._source import BatchReader, VsqsDataSource
+
+    missing = tmp_path / "mistyped"
+    source = VsqsDataSource({"path": str(missing)})
+    attempts: list[Callable[[], object]] = [
+        lambda: source.reader(StructType()),
+        lambda: source.streamReader(StructType()),
+        lambda: list(BatchReader(SourceOptions.parse({"path": str(missing)})).read(cast(Any, 0))),
+        lambda: consume(cast(Any, None), str(missing)).__enter__(),
+    ]
+    for attempt in attempts:
+        with pytest.raises(FileNotFoundError, match=f"no queue at {missing} "):
+            attempt()
+    assert not missing.exists()

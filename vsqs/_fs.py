@@ -277,8 +277,15 @@ def create_at(name: str, mode: int, dir_fd: int | None) -> int:
     """Create *name* in *dir_fd* exclusively; a write-only fd (``FileExistsError`` if taken)."""
     try:
         return os.open(name, _CREATE_FLAGS, mode, dir_fd=dir_fd)
-    except PermissionError:
-        _raise_if_taken(name, dir_fd)
+    except BaseException as exc:
+        if isinstance(exc, PermissionError):
+            _raise_if_taken(name, dir_fd)
+        elif not isinstance(exc, OSError):
+            # Ctrl-C raised as the open returned: the file is ours (O_EXCL), its fd lost, so
+            # no caller could remove it. RACE: after an EINTR instead (no local filesystem)
+            # it may be another process's same-microsecond name: that publish fails loudly.
+            with contextlib.suppress(OSError):
+                os.unlink(name, dir_fd=dir_fd)
         raise
 
 

@@ -66,6 +66,11 @@ def lstatus(path: str) -> os.stat_result:
     return os.lstat(path)
 
 
+def names_anything(path: str) -> bool:
+    """Whether *path* names anything, a dangling symlink included (nothing is followed)."""
+    return os.path.lexists(path)
+
+
 def is_dir(path: str) -> bool:
     """Whether *path* is a directory, or a symlink to one (a path the user chose)."""
     return os.path.isdir(path)

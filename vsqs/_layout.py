@@ -248,6 +248,9 @@ class Layout:
             return _fs.read_at(name, fd)
         except FileNotFoundError:
             return None
+        except OSError as exc:
+            self._name_in(exc, sub, name)
+            raise
 
     def create(self, sub: str, name: str, data: bytes, *, durable: bool) -> bool:
         """Create a file exclusively with *data*; ``False`` if the name is taken."""
@@ -255,9 +258,12 @@ class Layout:
         assert fd is not None
         try:
             file_fd = _fs.create_at(name, self.create_mode, fd)
+            self._fill(file_fd, data, durable=durable, cleanup=(name, fd))
         except FileExistsError:
             return False
-        self._fill(file_fd, data, durable=durable, cleanup=(name, fd))
+        except OSError as exc:
+            self._name_in(exc, sub, name)
+            raise
         return True
 
     def write(self, sub: str, name: str, data: bytes, *, durable: bool) -> None:
@@ -269,12 +275,18 @@ class Layout:
         fd = self._open(sub, create=True)
         assert fd is not None
         tmp = f".tmp-{name}-{os.getpid()}-{os.urandom(4).hex()}"
-        self._fill(_fs.create_at(tmp, self.create_mode, fd), data, durable=durable,
-                   cleanup=(tmp, fd))  # fmt: skip
+        try:
+            self._fill(_fs.create_at(tmp, self.create_mode, fd), data, durable=durable,
+                       cleanup=(tmp, fd))  # fmt: skip
+        except OSError as exc:
+            self._name_in(exc, sub, tmp)
+            raise
         try:
             _fs.replace_at(tmp, name, fd)
-        except BaseException:
+        except BaseException as exc:
             _fs.unlink_at(tmp, fd)
+            if isinstance(exc, OSError):
+                self._name_in(exc, sub, name)
             raise
 
     def _fill(self, fd: int, data: bytes, *, durable: bool, cleanup: tuple[str, int]) -> None:
@@ -294,7 +306,11 @@ class Layout:
     def remove(self, sub: str, name: str) -> bool:
         """Remove a file (a planted link itself, never its target); ``False`` if absent."""
         fd = self._open(sub, create=False)
-        return fd is not None and _fs.unlink_at(name, fd)
+        try:
+            return fd is not None and _fs.unlink_at(name, fd)
+        except OSError as exc:
+            self._name_in(exc, sub, name)
+            raise
 
     def exists(self, sub: str, name: str) -> bool:
         fd = self._open(sub, create=False)
@@ -321,13 +337,28 @@ class Layout:
         fd = self._open(sub, create=False)
         if fd is None:
             raise FileNotFoundError(errno.ENOENT, "no such file", f"{self.root}/{sub}/{src}")
-        _fs.rename_noreplace_at(src, dst, fd)
+        try:
+            _fs.rename_noreplace_at(src, dst, fd)
+        except OSError as exc:
+            self._name_in(exc, sub, src)
+            raise
 
     def open_lock(self, name: str) -> int:
         """A descriptor of the lock file ``.vsqs/<name>`` (created; never a link)."""
         fd = self._open(ROOT, create=True)
         assert fd is not None
-        return _fs.open_lock_at(name, self.create_mode, fd)
+        try:
+            return _fs.open_lock_at(name, self.create_mode, fd)
+        except OSError as exc:
+            self._name_in(exc, ROOT, name)
+            raise
+
+    def _name_in(self, exc: OSError, sub: str, name: str) -> None:
+        """Make *exc* name ``.vsqs/<sub>/<name>`` by its full path, not the bare *name* a
+        descriptor-relative call gives (``Permission denied: settings.lock`` said
+        neither which queue nor where). The same exception, re-raised by the caller."""
+        if exc.filename == name:
+            exc.filename = f"{self.root}/{sub}/{name}" if sub else f"{self.root}/{name}"
 
     def open_dir(self, sub: str, *, create: bool) -> int | None:
         """The descriptor of the directory ``.vsqs/<sub>`` (created if *create*), for a

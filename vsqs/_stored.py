@@ -32,6 +32,7 @@ from __future__ import annotations
 import errno
 import json
 import os
+import time
 from collections.abc import Callable, Mapping
 from typing import Final, TypedDict, cast
 
@@ -242,6 +243,34 @@ def update(layout: Layout, clock: Clock, changes: Mapping[str, object]) -> Setti
         layout.write(ROOT, SETTINGS, dump(result), durable=True)
         layout.fsync(ROOT)
     return result
+
+
+def set_aside(queue: str, clock: Clock) -> str | None:
+    """Move the settings file of the queue directory *queue* aside, whatever it holds.
+
+    The repair for a file that cannot be read (see :class:`~vsqs.InvalidSettings`),
+    which no ``configure`` will write over: it is renamed, never removed (it is evidence,
+    and may hold settings worth keeping), to ``.vsqs/settings.json.bad-<UTC time>``; the
+    queue then has the default settings. One rename in ``.vsqs`` (never replacing, the
+    planted link or directory itself, never what it points at), under the settings lock:
+    a reader sees the old file or none. The path it was moved to; ``None`` if there was
+    no file.
+    """
+    layout = Layout(queue)
+    try:
+        if not layout.exists(ROOT, SETTINGS):
+            return None  # nothing to repair: no lock file made in a queue without one
+        with _locked(layout, clock):
+            if not layout.exists(ROOT, SETTINGS):
+                return None
+            now_us = clock.time_us()
+            stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime(now_us // 1_000_000))
+            aside = f"{SETTINGS}.bad-{stamp}.{now_us % 1_000_000:06d}Z"
+            layout.rename_noreplace(ROOT, SETTINGS, aside)
+            layout.fsync(ROOT)
+            return f"{layout.root}/{aside}"
+    finally:
+        layout.close()
 
 
 class _locked:  # noqa: N801 - used as a function: ``with _locked(layout, clock):``

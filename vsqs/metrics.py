@@ -29,8 +29,13 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final
 
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
-from prometheus_client.registry import Collector
+from ._extras import missing_extra
+
+try:
+    from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+    from prometheus_client.registry import Collector
+except ModuleNotFoundError as error:
+    raise missing_extra(error, "metrics", "vsqs.metrics") from None
 
 from . import Queue, QueueNotFound, QueueRoot, QueueSet, Stats
 

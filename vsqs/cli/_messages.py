@@ -19,6 +19,7 @@ from ._common import (
     message_json,
     open_queue,
     progress,
+    publish_batch,
     stdout_is_terminal,
 )
 
@@ -117,7 +118,8 @@ def _input_size(files: tuple[str, ...]) -> int | None:
 @click.option(
     "--timeout",
     type=click.FloatRange(min=0),
-    help="With --capacity: seconds to wait for room (default: forever; exit 3 when full).",
+    help="On a bounded queue (--capacity, or a stored capacity): seconds to wait for room"
+    " (default: forever; exit 3 when still full).",
 )
 @click.option("-q", "--quiet", is_flag=True, help="Print nothing (no ids, no progress).")
 def publish(
@@ -153,11 +155,17 @@ def publish(
         streams = len(messages) - len(singles) + len(files)
         if not ((len(singles) == 1 and streams == 0) or (not singles and streams == 1 and whole)):
             raise click.UsageError("--dedup-id needs exactly one message")
-    if timeout is not None and capacity is None:
+    if timeout is not None and capacity is None and not _host.names_anything(queue):
         raise click.UsageError("--timeout only applies to a bounded queue: add --capacity")
     target = open_queue(queue, create=True, capacity=capacity)
-    if capacity is not None:
-        batch = min(batch, capacity)  # a batch is published whole, so it must fit
+    bound = target.config.capacity  # the stored capacity binds, --capacity only tightens
+    if timeout is not None and bound is None:
+        raise click.UsageError(
+            "--timeout only applies to a bounded queue: add --capacity"
+            " (or store one: vsqs config QUEUE --capacity N)"
+        )
+    if bound is not None:
+        batch = min(batch, bound)  # a batch is published whole, so it must fit
     bulk = bool(files) or "-" in messages
     show = bulk and not quiet and stdout_is_terminal()
     published = 0
@@ -172,9 +180,10 @@ def publish(
                 keys = [hashlib.sha256(body).hexdigest() for body in pending]
             else:
                 keys = [dedup_id] * len(pending)
-            ids = target.publish_batch(
-                pending, delay=delay, attributes=attributes, dedup_ids=keys, timeout=timeout
-            )
+            ids = publish_batch(
+                target, pending, delay=delay, attributes=attributes, dedup_ids=keys,
+                timeout=timeout,
+            )  # fmt: skip
             published += len(ids)
             if not (quiet or show):
                 click.echo("\n".join(ids))

@@ -83,7 +83,10 @@ def serve(queues: tuple[str, ...], roots: tuple[str, ...], port: int, addr: str)
         sources.append(QueueRoot(root))
     registry = CollectorRegistry(auto_describe=False)
     registry.register(QueueCollector(*sources))
-    server, thread = start_http_server(port, addr, registry)
+    try:
+        server, thread = start_http_server(port, addr, registry)
+    except OSError as exc:  # EADDRINUSE, EACCES (a port below 1024), EADDRNOTAVAIL
+        raise CliError(f"cannot listen on {addr}:{port}: {exc.strerror or exc}") from None
     bound = server.server_address[1]
     click.echo(f"serving http://{addr}:{bound}/metrics", err=True)
     try:

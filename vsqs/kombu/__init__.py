@@ -40,10 +40,15 @@ from collections.abc import Callable
 from queue import Empty
 from typing import Any, ClassVar, Final
 
-import kombu.transport
-from kombu.exceptions import ChannelError
-from kombu.transport import virtual
-from kombu.utils.json import dumps
+from .._extras import missing_extra
+
+try:
+    import kombu.transport
+    from kombu.exceptions import ChannelError
+    from kombu.transport import virtual
+    from kombu.utils.json import dumps
+except ModuleNotFoundError as error:
+    raise missing_extra(error, "celery", "vsqs.kombu") from None
 
 from .. import Message, Queue, QueueDrained, QueueRoot, __version__
 from ._envelope import NotKombu, expiry_attributes, move, overdue, parse

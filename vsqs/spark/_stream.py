@@ -42,7 +42,7 @@ from pyspark.sql.streaming.datasource import (
 )
 
 from .. import LeaseLost, Message, Queue, QueueDrained
-from ._options import Planned, SourceOptions, planned
+from ._options import Planned, SourceOptions, existing_queue, planned
 from ._read import arrow_batches, read_planned, split
 from ._state import StateDir, StateMismatch, take_over
 
@@ -86,7 +86,9 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if self._queue is None:
             opts = self.options
             self._queue = Queue(
-                opts.path, durable=opts.durable, visibility_timeout=opts.visibility_timeout
+                existing_queue(opts.path),
+                durable=opts.durable,
+                visibility_timeout=opts.visibility_timeout,
             )
         return self._queue
 
