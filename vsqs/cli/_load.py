@@ -8,7 +8,7 @@ import time
 import click
 
 from .. import QueueDrained
-from ._common import EMPTY, format_rate, open_queue, progress, stdout_is_terminal
+from ._common import EMPTY, SECONDS, format_rate, open_queue, progress, stdout_is_terminal
 
 
 @click.command()
@@ -57,7 +57,7 @@ def pump(queue: str, count: int, size: int, batch: int, durable: bool) -> None:
 )
 @click.option(
     "--wait",
-    type=click.FloatRange(min=0),
+    type=SECONDS,
     default=1.0,
     show_default=True,
     help="Stop after this many seconds without a message.",

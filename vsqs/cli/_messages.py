@@ -14,6 +14,7 @@ from .._ids import State, parse_name
 from ._common import (
     EMPTY,
     ERROR,
+    SECONDS,
     json_line,
     message_json,
     open_queue,
@@ -94,7 +95,7 @@ def _input_size(files: tuple[str, ...]) -> int | None:
     show_default=True,
     help="Messages per write batch (one fsync per batch instead of per message).",
 )
-@click.option("--delay", type=click.FloatRange(min=0), default=0.0, help="Seconds before delivery.")
+@click.option("--delay", type=SECONDS, default=0.0, help="Seconds before delivery.")
 @click.option(
     "--attr",
     "attributes",
@@ -114,7 +115,7 @@ def _input_size(files: tuple[str, ...]) -> int | None:
 )
 @click.option(
     "--timeout",
-    type=click.FloatRange(min=0),
+    type=SECONDS,
     help="With --capacity: seconds to wait for room (default: forever; exit 3 when full).",
 )
 @click.option("-q", "--quiet", is_flag=True, help="Print nothing (no ids, no progress).")

@@ -20,6 +20,7 @@ from ._common import (
     EMPTY,
     EXEC_FAILED,
     OK,
+    SECONDS,
     CliError,
     json_line,
     message_json,
@@ -187,12 +188,12 @@ def _run(
 )
 @click.option(
     "--wait",
-    type=click.FloatRange(min=0),
+    type=click.FloatRange(min=0),  # 'inf' is allowed: a wait is never in a name
     default=0.0,
     help="Seconds to wait for a message when none is ready (default 0; 'inf' waits until "
     "the queue is shut down and drained).",
 )
-@click.option("--visibility-timeout", type=click.FloatRange(min=0), help="Lease seconds.")
+@click.option("--visibility-timeout", type=SECONDS, help="Lease seconds.")
 @click.option(
     "--exec",
     "command",
