@@ -6,6 +6,8 @@ files beside the pokes, planted non-files under message names, huge files under
 from __future__ import annotations
 
 import math
+import os
+import time
 from pathlib import Path
 
 import pytest
@@ -114,3 +116,93 @@ def _names(q: vsqs.Queue) -> list[str]:
 @pytest.fixture
 def clock() -> ManualClock:
     return ManualClock(1_700_000_000.0)
+
+
+# -- item 2: clean() removes only vsqs's own pokes ----------------------------------------
+
+
+def test_clean_keeps_user_files_and_directories_named_like_pokes(qdir: Path) -> None:
+    """Only empty regular files of the exact poke/announcement grammar go; a user's
+    `.wake-up-notes.txt` stays, a `.wake-dir` directory neither crashes clean() nor stops
+    its later work (orphaned metadata here)."""
+    q = vsqs.Queue(qdir, durable=False)
+    q.publish(b"kept")
+    (qdir / ".wake-up-notes.txt").write_bytes(b"twenty bytes of note")
+    (qdir / ".wake-dir").mkdir()
+    (qdir / ".wake-41-0a1b2c3d-dir").mkdir()  # the grammar, but a directory
+    (qdir / ".wake-41-0a1b2c3e").write_bytes(b"x")  # the grammar, but not empty
+    os.mkfifo(qdir / ".wake-41-0a1b2c3f")  # the grammar, but a FIFO
+    (qdir / ".wake-41-0a1b2c40").touch()  # a poke a dead process left: removed
+    (qdir / ".vsqs" / "meta").mkdir(parents=True, exist_ok=True)
+    (qdir / ".vsqs" / "meta" / "1000000000000009").write_text("{}")  # orphaned metadata
+    old = time.time() - 7200
+    for path in qdir.iterdir():
+        os.utime(path, (old, old), follow_symlinks=False)
+    os.utime(qdir / ".vsqs" / "meta" / "1000000000000009", (old, old))
+    assert q.clean(older_than=3600) == 2  # the poke and the orphaned record
+    left = sorted(p.name for p in qdir.iterdir() if p.name.startswith(".wake"))
+    assert left == [".wake-41-0a1b2c3d-dir", ".wake-41-0a1b2c3e", ".wake-41-0a1b2c3f",
+                    ".wake-dir", ".wake-up-notes.txt"]  # fmt: skip
+    assert (qdir / ".wake-up-notes.txt").read_bytes() == b"twenty bytes of note"
+    assert not (qdir / ".vsqs" / "meta" / "1000000000000009").exists()
+    result = CliRunner().invoke(cli, ["clean", str(qdir), "--older-than", "0"])
+    assert result.exit_code == 0, result.output
+    assert (qdir / ".wake-dir").is_dir()
+
+
+# -- item 3: a planted non-file under a message name is not a message ---------------------
+
+
+PLANTED = "1000000000000001"
+
+
+def _plant(qdir: Path, kind: str, name: str = PLANTED) -> None:
+    if kind == "directory":
+        (qdir / name).mkdir()
+    elif kind == "fifo":
+        os.mkfifo(qdir / name)
+    else:
+        (qdir / name).symlink_to("/etc/hostname")
+
+
+@pytest.mark.parametrize("kind", ["directory", "fifo", "symlink"])
+def test_purge_removes_the_messages_and_skips_a_planted_entry(
+    qdir: Path, kind: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    q = vsqs.Queue(qdir, durable=False)
+    q.publish_batch([b"m"] * 200)
+    _plant(qdir, kind)
+    _plant(qdir, kind, PLANTED + ".1000000000000002")  # and under a held name
+    assert q.counts().ready == 200
+    assert q.counts().held == 0
+    assert q.purge() == 200
+    assert sorted(_names(q)) == [PLANTED, PLANTED + ".1000000000000002"]
+    assert "purge left entries that are not messages" in caplog.text
+
+
+def test_the_cli_purge_skips_a_planted_directory(qdir: Path) -> None:
+    q = vsqs.Queue(qdir, durable=False)
+    q.publish_batch([b"m"] * 200)
+    _plant(qdir, "directory")
+    result = CliRunner().invoke(cli, ["purge", str(qdir), "--yes"])
+    assert result.exit_code == 0, result.output
+    assert q.counts() == vsqs.Counts(ready=0, held=0, delayed=0, new=0)
+    assert (qdir / PLANTED).is_dir()
+
+
+@pytest.mark.parametrize("kind", ["directory", "fifo"])
+def test_a_shut_down_queue_with_a_planted_entry_drains(
+    qdir: Path, clock: ManualClock, kind: str
+) -> None:
+    """consume() ends once the real messages are gone; stats() counts no planted entry."""
+    q = vsqs.Queue(qdir, durable=False, clock=clock)
+    q.publish(b"real")
+    _plant(qdir, kind)
+    _plant(qdir, kind, PLANTED[:-1] + "3.new")
+    q.shutdown()
+    clock.advance(5)  # past the shutdown's grace
+    stats = q.stats()
+    assert (stats.ready, stats.held, stats.new) == (1, 0, 0)
+    assert [q.delete(m) for m in q.consume()] == [True]  # and then it stops
+    with pytest.raises(vsqs.QueueDrained):
+        q.receive(timeout=0)

@@ -425,6 +425,16 @@ def mtime(path: str) -> float:
         return math.inf  # RACE: removed meanwhile; whoever asks treats it as brand new
 
 
+def is_stale_empty_file(path: str, before: float) -> bool:
+    """Whether *path* is an empty regular file (not a link) last modified before *before*
+    (seconds): what a poke its maker left behind looks like, and nothing a user keeps."""
+    try:
+        info = os.lstat(path)
+    except FileNotFoundError:
+        return False  # RACE: its maker removed it meanwhile
+    return stat.S_ISREG(info.st_mode) and info.st_size == 0 and info.st_mtime < before
+
+
 def chmod(path: str, mode: int) -> None:
     """Set permission bits on a path (no symlink following where supported)."""
     os.chmod(path, mode)

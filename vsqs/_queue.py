@@ -1741,8 +1741,12 @@ class Queue:
 
         Messages being written (``.new``) are left alone: a concurrent publish is never
         cut short. A message claimed by a consumer during the purge may survive it.
+        Entries of the message grammar that are not regular files (a planted directory or
+        FIFO) are not messages: they are left alone and logged once.
         """
         listing = _scan.scan(self.path)
+        if listing.planted:  # not messages (directories, FIFOs...): never removed, said once
+            report_once(self.path, "purge left entries that are not messages", listing.planted[0])
         names = [decode_ready(code) for code in listing.ready] + [n for _, n in listing.held]
         removed = 0
         self._meta.refresh()
@@ -1759,9 +1763,10 @@ class Queue:
 
         Debris is what crashed processes leave: ``.new`` files of publishers that died
         mid-write (never visible, so nothing is lost), orphaned metadata, expired
-        deduplication markers, and empty pokes and announcements (``.wake-*``,
-        ``.wake-*-meta``). Young ``.new`` files are never touched. With a
-        ``retention``, messages past it are dropped (or dead-lettered) too and counted.
+        deduplication markers, and pokes and announcements (empty regular files named
+        exactly ``.wake-<pid>-<hex>`` or ``.wake-<pid>-<hex>-meta``; nothing else). Young
+        ``.new`` files are never touched. With a ``retention``, messages past it are
+        dropped (or dead-lettered) too and counted.
         """
         age = _seconds(older_than, "older_than")
         now_us = self.clock.time_us()
@@ -1790,7 +1795,7 @@ class Queue:
                 kept_new.append((created, name))
         for name in listing.pokes:  # empty files a process died between making and removing
             path = self.layout.message(name)
-            if _fs.mtime(path) < wall_cutoff and _fs.unlink(path):
+            if _fs.is_stale_empty_file(path, wall_cutoff) and _fs.unlink(path):
                 removed += 1
         if self.retention is not None:
             removed += len(listing.ready) - len(self._apply_retention(listing.ready, now_us))

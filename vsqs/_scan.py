@@ -13,11 +13,18 @@ the atomic rename decide.
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass, field
+from typing import Final
 
 from ._ids import MAX_DIGITS, MS_LIMIT, parse_name
 from ._ids import State as _State
 from ._inotify import WAKE
+
+# The exact names vsqs makes for an instant (see ``Layout.wake`` and ``Layout.announce``):
+# ``.wake-<pid>-<8 hex digits>``, for an announcement followed by ``-<.vsqs subdirectory>``.
+# A user's ``.wake-up-notes.txt`` is not one, and is never touched.
+_POKE: Final = re.compile(re.escape(WAKE) + r"[0-9]+-[0-9a-f]{8}(?:-[a-z]+)?")
 
 
 @dataclass(slots=True)
@@ -32,11 +39,20 @@ class Listing:
     """``(created_us, name)`` of messages being written."""
     pokes: list[str] = field(default_factory=list)
     """Names of pokes and announcements (``.wake-*``: :data:`vsqs._inotify.WAKE`), made
-    in the queue directory for an instant to cause inotify events; a crash may leave one."""
+    in the queue directory for an instant to cause inotify events; a crash may leave one.
+    Only regular files of exactly that grammar (``_POKE``); the caller checks they are empty."""
+    planted: list[str] = field(default_factory=list)
+    """Names of the message grammar held by something that is not a regular file (a
+    directory, FIFO, socket, device or symlink planted there): not messages, in no count."""
 
 
 def scan(path: str) -> Listing:
-    """List *path* once. Raises :class:`FileNotFoundError` if the directory is gone."""
+    """List *path* once. Raises :class:`FileNotFoundError` if the directory is gone.
+
+    Only regular files are messages (or pokes): the type comes from the directory entry
+    itself (``d_type``, which ``scandir`` gets for free on Linux's local filesystems and
+    NFS); only where a filesystem does not give it does Python ``lstat`` the entry.
+    """
     listing = Listing()
     ready_append = listing.ready.append
     with os.scandir(path) as entries:
@@ -46,6 +62,9 @@ def scan(path: str) -> Listing:
             if name.isdigit() and name.isascii():
                 if len(name) > MAX_DIGITS or (name[0] == "0" and name != "0"):
                     continue
+                if not entry.is_file(follow_symlinks=False):
+                    listing.planted.append(name)
+                    continue
                 value = int(name)
                 ready_append(
                     ((value * 1000 if value < MS_LIMIT else value) << 1) | (value < MS_LIMIT)
@@ -53,9 +72,13 @@ def scan(path: str) -> Listing:
                 continue
             parsed = parse_name(name)
             if parsed is None:
-                if name.startswith(WAKE):  # a poke or announcement its maker left behind
+                # A poke or announcement its maker left behind (never a user's `.wake-*`).
+                if _POKE.fullmatch(name) and entry.is_file(follow_symlinks=False):
                     listing.pokes.append(name)
                 continue  # foreign files, dot-entries, directories named oddly: not ours
+            if not entry.is_file(follow_symlinks=False):
+                listing.planted.append(name)
+                continue
             if parsed.state is _State.HELD:
                 assert parsed.expires is not None
                 listing.held.append((parsed.expires, name))
@@ -74,6 +97,7 @@ def held_names_for(path: str, message_id: str) -> list[str]:
             name = entry.name
             if name.startswith(prefix):
                 parsed = parse_name(name)
-                if parsed is not None and parsed.state is _State.HELD:
+                held = parsed is not None and parsed.state is _State.HELD
+                if held and entry.is_file(follow_symlinks=False):
                     found.append(name)
     return found
