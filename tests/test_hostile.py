@@ -206,3 +206,41 @@ def test_a_shut_down_queue_with_a_planted_entry_drains(
     assert [q.delete(m) for m in q.consume()] == [True]  # and then it stops
     with pytest.raises(vsqs.QueueDrained):
         q.receive(timeout=0)
+
+
+# -- item 7: a dead-letter queue swapped for a symlink receives nothing through it ---------
+
+
+def test_a_dead_letter_queue_swapped_for_a_link_gets_nothing_outside(
+    tmp_path: Path, clock: ManualClock, caplog: pytest.LogCaptureFixture
+) -> None:
+    dlq_path, outside = tmp_path / "dlq", tmp_path / "outside"
+    q = vsqs.Queue(tmp_path / "q", dead_letter=dlq_path, max_receives=1, clock=clock)
+    q.publish(b"poison")
+    assert q.receive() is not None
+    dlq_path.rename(tmp_path / "dlq-real")  # swapped after the handle was made
+    outside.mkdir()
+    dlq_path.symlink_to(outside)
+    clock.advance(31)
+    assert q.receive(timeout=0) is None  # the lease ended: dead-lettering is refused, logged
+    assert list(outside.iterdir()) == []  # neither the message nor a .vsqs folder
+    assert "cannot dead-letter a message" in caplog.text
+    assert "never moves a message through it" in caplog.text
+    assert q.counts().held == 1  # kept in its hold, never lost
+    dlq_path.unlink()
+    (tmp_path / "dlq-real").rename(dlq_path)
+    clock.advance(31)
+    assert q.receive(timeout=0) is None
+    assert [m.body for m in vsqs.Queue(dlq_path, clock=clock).receive_batch(10)] == [b"poison"]
+
+
+def test_a_redrive_target_swapped_for_a_link_is_refused(tmp_path: Path) -> None:
+    dlq = vsqs.Queue(tmp_path / "dlq", durable=False)
+    target = vsqs.Queue(tmp_path / "target", durable=False)
+    dlq.publish(b"m")
+    (tmp_path / "target").rename(tmp_path / "target-real")
+    (tmp_path / "outside").mkdir()
+    (tmp_path / "target").symlink_to(tmp_path / "outside")
+    with pytest.raises(OSError, match="never moves a message through it"):
+        dlq.redrive(to=target)
+    assert list((tmp_path / "outside").iterdir()) == []

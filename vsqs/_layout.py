@@ -204,6 +204,50 @@ class Layout:
         except OSError:
             pass  # closing at interpreter exit: nothing left to do
 
+    # -- moves into this queue from another ------------------------------------------------
+
+    def _open_self(self) -> int:
+        """A new descriptor of the queue directory, its own name opened without following
+        a symlink (the path above it is the user's, links they chose included).
+
+        :raises UnsafeEntry: the queue's name is now a symlink or not a directory (swapped
+            after the handle was made); :class:`FileNotFoundError` if it is gone.
+        """
+        above, name = os.path.split(self.path)
+        parent = _fs.open_queue_dir(above or "/")
+        try:
+            return _fs.open_dir(name, parent)
+        except OSError as exc:
+            if exc.errno in _NOT_A_DIR:
+                raise UnsafeEntry(
+                    exc.errno,
+                    f"queue {self.path!r} is no longer a directory (a symlink or a file "
+                    "planted there); vsqs never moves a message through it",
+                    self.path,
+                ) from None
+            raise
+        finally:
+            _fs.close(parent)
+
+    def check_dir(self) -> None:
+        """Check, before writing anything for a move into this queue, that its name is
+        still a directory (:class:`UnsafeEntry` if not; see :meth:`move_in`)."""
+        _fs.close(self._open_self())
+
+    def move_in(self, source: str, name: str) -> None:
+        """Move the file at the path *source* (another queue's message) to ``<name>`` in
+        this queue, never replacing (:func:`vsqs._fs.rename_noreplace`).
+
+        The move goes through a descriptor of this queue's directory, opened now without
+        following a symlink: a dead-letter or redrive target swapped for a link after the
+        handle was made raises :class:`UnsafeEntry`, and nothing lands outside it.
+        """
+        fd = self._open_self()
+        try:
+            _fs.rename_noreplace(source, name, fd)  # *source* is absolute: only *name* is in fd
+        finally:
+            _fs.close(fd)
+
     # -- operations on files under .vsqs, each by (directory, name) ------------------------
 
     def has_dir(self, sub: str) -> bool:

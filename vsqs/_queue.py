@@ -42,7 +42,7 @@ from ._errors import InvalidId, InvalidPayload, LeaseLost, NotAQueue, QueueDrain
 from ._history import History
 from ._ids import Precision, decode_ready, encode_ready, format_time, parse_name, source_for
 from ._ids import State as _State
-from ._layout import Layout
+from ._layout import Layout, UnsafeEntry
 from ._message import NO_ATTRIBUTES, Counts, Message, received
 from ._meta import Meta, MetaStore, report_once, validate_attributes
 from ._mountinfo import stable_inode
@@ -1413,10 +1413,11 @@ class Queue:
                     self._meta.write(message_id, meta, durable=self.durable)
                 moved = self._dead_letter(held_name, meta, reason="max_receives")
             except OSError as exc:
-                if exc.errno not in _NO_SPACE:
+                if exc.errno not in _NO_SPACE and not isinstance(exc, UnsafeEntry):
                     raise
-                # A full disk: it stays in its hold and is dead-lettered when that ends.
-                report_once(self.path, "no space to dead-letter a message", str(exc))
+                # A full disk, or a dead-letter queue swapped for a link: it stays in its
+                # hold and is dead-lettered when that ends.
+                report_once(self.path, "cannot dead-letter a message", str(exc))
                 return Gone.LOST
             return Gone.DEAD_LETTERED if moved else Gone.LOST
         self._write_count(target, meta)
@@ -1512,6 +1513,7 @@ class Queue:
         source = self.layout.message(held_name)
         target = held_name.partition(".")[0]
         with_meta = meta.to_json() != b"{}"
+        dest.layout.check_dir()  # a link swapped in for *dest*: nothing is written through it
         try:
             meta.inode = _fs.inode(source)  # a rename keeps it: the metadata stays matched
         except FileNotFoundError:
@@ -1521,7 +1523,7 @@ class Queue:
                 target = dest._new_id()  # the id is taken in *dest*
                 continue
             try:
-                _fs.rename_noreplace(source, dest.layout.message(target))
+                dest.layout.move_in(source, target)
             except FileNotFoundError:
                 if with_meta:
                     dest._meta.remove(target)
