@@ -8,6 +8,8 @@ from __future__ import annotations
 import math
 import os
 import time
+import tracemalloc
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -244,3 +246,84 @@ def test_a_redrive_target_swapped_for_a_link_is_refused(tmp_path: Path) -> None:
     with pytest.raises(OSError, match="never moves a message through it"):
         dlq.redrive(to=target)
     assert list((tmp_path / "outside").iterdir()) == []
+
+
+# -- item 4: a huge file under .vsqs costs no memory ---------------------------------------
+
+GIB = 1 << 30
+
+
+def _sparse(path: Path, size: int = GIB) -> None:
+    """A file of *size* bytes that takes no disk (a hole)."""
+    with open(path, "ab") as handle:
+        handle.truncate(size)
+
+
+def _peak(call: Callable[[], object]) -> tuple[object, int]:
+    """What *call* returns, and the most memory Python allocated meanwhile (bytes)."""
+    tracemalloc.start()
+    try:
+        result = call()
+        return result, tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+
+
+def test_a_huge_settings_file_is_refused_naming_it_without_being_read(qdir: Path) -> None:
+    vsqs.Queue(qdir).close()
+    (qdir / ".vsqs").mkdir(exist_ok=True)
+    _sparse(qdir / ".vsqs" / "settings.json")
+
+    def open_it() -> object:
+        with pytest.raises(vsqs.InvalidSettings, match=r"settings\.json.*larger than 65536"):
+            vsqs.Queue(qdir)
+        return None
+
+    _, peak = _peak(open_it)
+    assert peak < 8 << 20
+
+
+def test_a_huge_counter_file_is_ignored_and_reported_once(
+    q: vsqs.Queue, caplog: pytest.LogCaptureFixture
+) -> None:
+    q.publish(b"m")
+    stats_dir = Path(q.path) / ".vsqs" / "stats"
+    stats_dir.mkdir(parents=True, exist_ok=True)
+    _sparse(stats_dir / "planted-huge", GIB // 2)
+    stats, peak = _peak(q.stats)
+    assert isinstance(stats, vsqs.Stats)
+    assert (stats.produced_messages, stats.ready) == (1, 1)
+    assert peak < 8 << 20
+    q.stats()
+    assert caplog.text.count("too large to be ours") == 1
+
+
+def test_a_huge_metadata_record_is_ignored_and_the_message_delivered(
+    q: vsqs.Queue, caplog: pytest.LogCaptureFixture
+) -> None:
+    message_id = q.publish(b"m", attributes={"a": "b"})
+    _sparse(Path(q.path) / ".vsqs" / "meta" / message_id, GIB // 2)
+    message, peak = _peak(lambda: q.receive(timeout=0))
+    assert isinstance(message, vsqs.Message)
+    assert (message.body, message.attributes) == (b"m", {})
+    assert peak < 8 << 20
+    assert "unreadable metadata" in caplog.text
+    assert "too large" in caplog.text
+
+
+def test_huge_dedup_capacity_and_closed_files_cost_no_memory(qdir: Path) -> None:
+    q = vsqs.Queue(qdir, durable=False, capacity=5)
+    q.publish(b"first", dedup_id="key")
+    vsqs_dir = qdir / ".vsqs"
+    (marker,) = (vsqs_dir / "dedup").iterdir()
+    _sparse(marker)
+    _sparse(vsqs_dir / "capacity.count")
+    ids, peak = _peak(lambda: q.publish(b"again", dedup_id="key"))
+    assert isinstance(ids, str)  # the marker is not ours: replaced, the publish goes on
+    assert peak < 8 << 20
+    q.shutdown()
+    _sparse(vsqs_dir / "closed")
+    is_shut, peak = _peak(lambda: vsqs.Queue(qdir, durable=False).is_shutdown)
+    assert is_shut is True
+    assert peak < 8 << 20
+    assert q.counts().ready == 2

@@ -56,6 +56,7 @@ if _syncfs is not None:
     _syncfs.restype = ctypes.c_int
 
 _FS_ENCODING: Final = sys.getfilesystemencoding()
+_COPY_CHUNK: Final = 1 << 20
 
 
 def create_exclusive(path: str, mode: int = 0o666) -> int:
@@ -212,24 +213,46 @@ def read_regular(path: str) -> bytes:
     return read_message(path)[0]
 
 
-def read_message(path: str, dir_fd: int | None = None) -> tuple[bytes, os.stat_result]:
+def read_message(
+    path: str, dir_fd: int | None = None, limit: int | None = None
+) -> tuple[bytes, os.stat_result]:
     """Read a message file (as :func:`read_regular`; relative to *dir_fd*, if given):
-    its body and status (for its inode: :func:`vsqs._mountinfo.stable_inode`)."""
+    its body and status (for its inode: :func:`vsqs._mountinfo.stable_inode`).
+
+    With a *limit*, a file larger than *limit* bytes raises :class:`OSError` ``EFBIG``
+    (naming it) after one ``fstat``; at most ``limit + 1`` bytes are ever read, so a
+    huge (or growing) file costs no memory.
+    """
     fd = os.open(path, _READ_FLAGS, dir_fd=dir_fd)
     try:
         info = os.fstat(fd)
         if info.st_mode & _S_IFMT != _S_IFREG:
             raise OSError(errno.EINVAL, "not a regular file", path)
         size = info.st_size
+        if limit is not None and size > limit:
+            raise _too_large(path, size, limit)
         first = os.read(fd, size) if size else b""
-        if len(first) == size:
+        if len(first) == size and limit is None:
             return first, info
         chunks = [first]
-        while chunk := os.read(fd, 1 << 20):  # short read (NFS, signals): go on to EOF
+        got = len(first)
+        # A short read (NFS, signals), or a file that grew since the fstat: go on to EOF,
+        # never past one byte over the limit.
+        while limit is None or got <= limit:
+            chunk = os.read(fd, _COPY_CHUNK if limit is None else min(_COPY_CHUNK, limit + 1 - got))
+            if not chunk:
+                break
             chunks.append(chunk)
+            got += len(chunk)
+        if limit is not None and got > limit:
+            raise _too_large(path, got, limit)
         return b"".join(chunks), info
     finally:
         os.close(fd)
+
+
+def _too_large(path: str, size: int, limit: int) -> OSError:
+    return OSError(errno.EFBIG, f"file too large ({size} bytes, vsqs reads at most {limit})", path)
 
 
 # -- relative to a directory descriptor, never through a symlink ----------------------
@@ -238,7 +261,6 @@ def read_message(path: str, dir_fd: int | None = None) -> tuple[bytes, os.stat_r
 # O_NOFOLLOW | O_DIRECTORY from the queue's own descriptor: a symlink planted anywhere
 # under ``.vsqs`` is never followed, so nothing outside the queue is ever touched.
 
-_COPY_CHUNK: Final = 1 << 20
 _DIR_FLAGS: Final = os.O_RDONLY | _O_DIRECTORY | _O_NOFOLLOW | _O_CLOEXEC
 
 
@@ -312,9 +334,10 @@ def unlock(fd: int) -> None:
     fcntl.flock(fd, fcntl.LOCK_UN)
 
 
-def read_at(name: str, dir_fd: int) -> bytes:
-    """Read the regular file *name* in *dir_fd* (as :func:`read_regular`)."""
-    return read_message(name, dir_fd)[0]
+def read_at(name: str, dir_fd: int, limit: int | None = None) -> bytes:
+    """Read the regular file *name* in *dir_fd* (as :func:`read_regular`; at most *limit*
+    bytes, else ``EFBIG``: see :func:`read_message`)."""
+    return read_message(name, dir_fd, limit)[0]
 
 
 def unlink_at(name: str, dir_fd: int) -> bool:

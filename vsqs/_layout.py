@@ -50,6 +50,12 @@ SETTINGS: Final = "settings.json"
 """The settings stored with the queue, in ``.vsqs``."""
 SETTINGS_LOCK: Final = "settings.lock"
 
+READ_LIMITS: Final = {ROOT: 64 << 10, STATS: 64 << 10, META: 1 << 20, DEDUP: 64 << 20}
+"""The most vsqs reads of one of its files, by directory (bytes). Each is a small JSON
+record or a number (a metadata record holds at most 8 KiB of attributes; a batch's
+deduplication record lists its ids): anything larger is not vsqs's, and is refused after
+one ``fstat`` (``EFBIG``, naming it) without being read, however large."""
+
 # What opening a planted entry as a directory gives: a symlink (ELOOP, O_NOFOLLOW), a
 # file or FIFO where a directory belongs (ENOTDIR).
 _NOT_A_DIR: Final = frozenset({errno.ELOOP, errno.ENOTDIR})
@@ -262,13 +268,16 @@ class Layout:
     def read(self, sub: str, name: str) -> bytes | None:
         """The content of a regular file; ``None`` if it (or its directory) is absent.
 
-        :raises OSError: ``EINVAL``/``ELOOP`` for a non-file; :class:`UnsafeEntry`.
+        Bounded: a file larger than :data:`READ_LIMITS` allows for *sub* is never read.
+
+        :raises OSError: ``EINVAL``/``ELOOP`` for a non-file, ``EFBIG`` for one too large;
+            :class:`UnsafeEntry`.
         """
         fd = self._open(sub, create=False)
         if fd is None:
             return None
         try:
-            return _fs.read_at(name, fd)
+            return _fs.read_at(name, fd, READ_LIMITS[sub])
         except FileNotFoundError:
             return None
 

@@ -13,6 +13,7 @@ its last flush interval (one second by default); counts never go backwards.
 from __future__ import annotations
 
 import atexit
+import errno
 import json
 import os
 import socket
@@ -25,6 +26,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final
 
 from ._layout import STATS
+from ._meta import report_once
 
 if TYPE_CHECKING:
     from ._layout import Layout
@@ -149,7 +151,9 @@ def read_totals(layout: Layout) -> dict[str, int]:
         try:
             raw = layout.read(STATS, name)
             data = json.loads(raw) if raw is not None else {}
-        except (OSError, ValueError):
+        except (OSError, ValueError) as exc:
+            if isinstance(exc, OSError) and exc.errno == errno.EFBIG:
+                report_once(layout.path, "a counter file too large to be ours is ignored", str(exc))
             continue  # RACE: replaced by its process meanwhile (its next flush counts); or planted
         if not isinstance(data, dict):
             continue
