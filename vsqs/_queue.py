@@ -48,7 +48,7 @@ from ._meta import Meta, MetaStore, report_once, validate_attributes
 from ._mountinfo import stable_inode
 from ._options import UNSET, Config, Unset, queue_path
 from ._options import seconds as _seconds
-from ._renewal import Lease, Renewer
+from ._renewal import Lease, Renewer, until_entered
 from ._shutdown import ShutdownWatch
 from ._stats import Counters, Stats, read_totals
 from ._view import ReadyView
@@ -1999,9 +1999,10 @@ class Queue:
         """Yield a self-renewing :class:`~vsqs.Lease` per message, as :meth:`consume` does.
 
         Each message is claimed as by :meth:`receive`, then held as by :meth:`lease`;
-        use each lease in a ``with`` block (or end it with ``delete()``/``release()``).
-        Stops when the queue is shut down and drained, or after *timeout* seconds
-        without a message.
+        use each lease in a ``with`` block, where it is renewed (*max_duration* counts
+        from entering it). A lease never entered is never renewed; if the loop ends
+        without entering it (a ``break``), it is released at once. Stops when the queue
+        is shut down and drained, or after *timeout* seconds without a message.
 
         >>> import tempfile, vsqs
         >>> q = vsqs.Queue(tempfile.mkdtemp())
@@ -2011,10 +2012,10 @@ class Queue:
         ...         print(lease.message.body)
         b'a'
         """
-        for message in self.consume(visibility_timeout=visibility_timeout, timeout=timeout):
-            yield self.lease(
-                message, max_duration=max_duration, visibility_timeout=visibility_timeout
-            )
+        return until_entered(
+            self.lease(message, max_duration=max_duration, visibility_timeout=visibility_timeout)
+            for message in self.consume(visibility_timeout=visibility_timeout, timeout=timeout)
+        )
 
 
 class _ClaimLost(Exception):
