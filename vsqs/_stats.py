@@ -5,6 +5,13 @@ Each process keeps its own counters in memory and writes them to its own file,
 object is detached or the process exits. Readers sum every file. No publish ever waits
 on a lock shared with another process.
 
+Freshness: a count shows in the file within about one flush interval (one second), even
+if the process then goes idle: the publish or delete after the interval flushes in
+passing, and a count that finds no flush due hands its counters to the process's one
+flusher thread (:class:`_Flusher`), which flushes them one interval later. That thread
+runs only while some counters wait for it (no thread per queue handle, none in an idle
+process), as a daemon; ``atexit`` and ``close()`` flush the rest.
+
 Exactness: counts are exact once every process has flushed (a clean exit, ``close()``
 or :meth:`vsqs.Queue.stats`). A process killed with SIGKILL loses at most the counts of
 its last flush interval (one second by default); counts never go backwards.
@@ -71,6 +78,7 @@ class Counters:
         self.produced: deque[int] = deque()
         self.consumed: deque[int] = deque()
         self._last_flush = 0.0
+        self._scheduled = False  # handed to the flusher thread, not flushed since
         self._name = f"{socket.gethostname()}-{os.getpid()}-{os.urandom(4).hex()}"
         self._pid = os.getpid()
         _live.add(self)
@@ -89,12 +97,21 @@ class Counters:
         self.produced.append(size)
         if _monotonic() - self._last_flush >= FLUSH_INTERVAL:
             self.flush()
+        elif not self._scheduled:
+            self._schedule()
 
     def add_consumed(self, size: int) -> None:
         """Count one deleted message of *size* bytes (flushing when one is due)."""
         self.consumed.append(size)
         if _monotonic() - self._last_flush >= FLUSH_INTERVAL:
             self.flush()
+        elif not self._scheduled:
+            self._schedule()
+
+    def _schedule(self) -> None:
+        """Have the flusher thread write these counts one interval from now."""
+        self._scheduled = True
+        _FLUSHER.schedule(self)
 
     def flush(self) -> None:
         """Write this process's totals (atomically replacing its previous file)."""
@@ -103,6 +120,8 @@ class Counters:
             self.after_fork()
         with self._lock:
             self._last_flush = _monotonic()
+            # Before the sizes are drained: a count appended after this schedules again.
+            self._scheduled = False
             dirty = False
             for field, sizes in (("produced", self.produced), ("consumed", self.consumed)):
                 count = total = 0
@@ -136,6 +155,7 @@ class Counters:
             self.consumed.clear()
             self._name = f"{socket.gethostname()}-{os.getpid()}-{os.urandom(4).hex()}"
             self._pid = os.getpid()
+            self._scheduled = False
 
 
 def read_totals(layout: Layout) -> dict[str, int]:
@@ -164,6 +184,52 @@ def read_totals(layout: Layout) -> dict[str, int]:
     return totals
 
 
+class _Flusher:
+    """The one thread of a process that flushes counters a count left unflushed.
+
+    Started by the first such count and gone once an interval passes with none, so an
+    idle process runs no thread. Holds the counters it is given (weakly: a dropped
+    queue flushes itself in ``__del__``) for one interval, then flushes each.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._due: weakref.WeakSet[Counters] = weakref.WeakSet()
+        self._thread: threading.Thread | None = None
+
+    def schedule(self, counters: Counters) -> None:
+        """Flush *counters* about one interval from now."""
+        with self._lock:
+            self._due.add(counters)
+            if self._thread is None:
+                self._thread = threading.Thread(
+                    target=self._run, name="vsqs-stats-flusher", daemon=True
+                )
+                self._thread.start()
+
+    def _run(self) -> None:
+        while True:
+            time.sleep(FLUSH_INTERVAL)
+            with self._lock:
+                due = list(self._due)
+                self._due = weakref.WeakSet()
+                if not due:
+                    self._thread = None
+                    return
+            for counters in due:
+                try:
+                    counters.flush()
+                except OSError:
+                    pass  # the queue directory is gone: nothing left to count into
+
+    def after_fork(self) -> None:
+        """In a forked child: no thread (it did not survive the fork), nothing due."""
+        self._lock = threading.Lock()
+        self._due = weakref.WeakSet()
+        self._thread = None
+
+
+_FLUSHER: Final = _Flusher()
 _live: weakref.WeakSet[Counters] = weakref.WeakSet()
 
 
@@ -192,6 +258,7 @@ def _flush_at_child_exit() -> None:
 
 def _after_fork_in_child() -> None:
     # The child's own counts start now; what it inherited is the parent's to write.
+    _FLUSHER.after_fork()
     for counters in list(_live):
         counters.after_fork()
     util = sys.modules.get("multiprocessing.util")

@@ -48,6 +48,7 @@ from .._message import Message
 from .._options import seconds as _seconds
 from .._queue import Queue
 from .._renewal import Lease
+from .._stats import Stats
 from .._waiters import InotifyWaiter
 from ._publish import Publisher
 from ._reactor import Waiters, reactor
@@ -316,6 +317,11 @@ class AsyncQueue:
             except GeneratorExit:  # the loop ended (aclose, or the loop's shutdown)
                 lease.lease.abandon()
                 raise
+
+    async def stats(self) -> Stats:
+        """:meth:`Queue.stats`: the counters of every process (this handle's flushed
+        first) and the counts, off the loop (a thread: one listing, whatever the depth)."""
+        return await asyncio.to_thread(self.queue.stats)
 
     async def shutdown(self) -> None:
         """:meth:`Queue.shutdown`, its durable write off the loop (a thread)."""
