@@ -217,42 +217,27 @@ def read_message(
     path: str, dir_fd: int | None = None, limit: int | None = None
 ) -> tuple[bytes, os.stat_result]:
     """Read a message file (as :func:`read_regular`; relative to *dir_fd*, if given):
-    its body and status (for its inode: :func:`vsqs._mountinfo.stable_inode`).
-
-    With a *limit*, a file larger than *limit* bytes raises :class:`OSError` ``EFBIG``
-    (naming it) after one ``fstat``; at most ``limit + 1`` bytes are ever read, so a
-    huge (or growing) file costs no memory.
-    """
+    its body and status (for its inode: :func:`vsqs._mountinfo.stable_inode`). Over
+    *limit* bytes: ``OSError(EFBIG)`` after one ``fstat``; never more than *limit* + 1 read."""
     fd = os.open(path, _READ_FLAGS, dir_fd=dir_fd)
     try:
         info = os.fstat(fd)
         if info.st_mode & _S_IFMT != _S_IFREG:
             raise OSError(errno.EINVAL, "not a regular file", path)
-        size = info.st_size
-        if limit is not None and size > limit:
-            raise _too_large(path, size, limit)
+        size, cap = info.st_size, sys.maxsize if limit is None else limit + 1
+        if size >= cap:
+            raise OSError(errno.EFBIG, f"too large ({size} bytes, at most {cap - 1} read)", path)
         first = os.read(fd, size) if size else b""
-        if len(first) == size and limit is None:
+        if len(first) == size:
             return first, info
-        chunks = [first]
-        got = len(first)
-        # A short read (NFS, signals), or a file that grew since the fstat: go on to EOF,
-        # never past one byte over the limit.
-        while limit is None or got <= limit:
-            chunk = os.read(fd, _COPY_CHUNK if limit is None else min(_COPY_CHUNK, limit + 1 - got))
-            if not chunk:
-                break
-            chunks.append(chunk)
+        chunks, got = [first], len(first)
+        # A short read (NFS, signals): go on to EOF, never past one byte over the limit.
+        while got < cap and (chunk := os.read(fd, min(_COPY_CHUNK, cap - got))):
+            chunks.append(chunk)  # (a file grown past the limit meanwhile reads as garbage)
             got += len(chunk)
-        if limit is not None and got > limit:
-            raise _too_large(path, got, limit)
         return b"".join(chunks), info
     finally:
         os.close(fd)
-
-
-def _too_large(path: str, size: int, limit: int) -> OSError:
-    return OSError(errno.EFBIG, f"file too large ({size} bytes, vsqs reads at most {limit})", path)
 
 
 # -- relative to a directory descriptor, never through a symlink ----------------------
@@ -335,8 +320,7 @@ def unlock(fd: int) -> None:
 
 
 def read_at(name: str, dir_fd: int, limit: int | None = None) -> bytes:
-    """Read the regular file *name* in *dir_fd* (as :func:`read_regular`; at most *limit*
-    bytes, else ``EFBIG``: see :func:`read_message`)."""
+    """Read the regular file *name* in *dir_fd* (as :func:`read_message`)."""
     return read_message(name, dir_fd, limit)[0]
 
 
@@ -446,16 +430,6 @@ def mtime(path: str) -> float:
         return os.lstat(path).st_mtime
     except FileNotFoundError:
         return math.inf  # RACE: removed meanwhile; whoever asks treats it as brand new
-
-
-def is_stale_empty_file(path: str, before: float) -> bool:
-    """Whether *path* is an empty regular file (not a link) last modified before *before*
-    (seconds): what a poke its maker left behind looks like, and nothing a user keeps."""
-    try:
-        info = os.lstat(path)
-    except FileNotFoundError:
-        return False  # RACE: its maker removed it meanwhile
-    return stat.S_ISREG(info.st_mode) and info.st_size == 0 and info.st_mtime < before
 
 
 def chmod(path: str, mode: int) -> None:

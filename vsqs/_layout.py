@@ -133,6 +133,16 @@ class Layout:
             if not _fs.unlink(announced):
                 _fs.unlink(staged)
 
+    def is_stale_poke(self, name: str, before: float) -> bool:
+        """Whether the entry *name* of the queue directory is an empty regular file (not
+        a link) last modified before *before* (seconds): what a poke or announcement its
+        maker left behind looks like, and nothing a user keeps (one ``lstat``)."""
+        try:
+            info = os.lstat(self.message(name))
+        except FileNotFoundError:
+            return False  # RACE: its maker removed it meanwhile
+        return stat.S_ISREG(info.st_mode) and info.st_size == 0 and info.st_mtime < before
+
     @property
     def create_mode(self) -> int:
         """The mode to create files with."""

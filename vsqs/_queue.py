@@ -1797,7 +1797,7 @@ class Queue:
                 kept_new.append((created, name))
         for name in listing.pokes:  # empty files a process died between making and removing
             path = self.layout.message(name)
-            if _fs.is_stale_empty_file(path, wall_cutoff) and _fs.unlink(path):
+            if self.layout.is_stale_poke(name, wall_cutoff) and _fs.unlink(path):
                 removed += 1
         if self.retention is not None:
             removed += len(listing.ready) - len(self._apply_retention(listing.ready, now_us))
