@@ -51,10 +51,11 @@ SETTINGS: Final = "settings.json"
 SETTINGS_LOCK: Final = "settings.lock"
 
 READ_LIMITS: Final = {ROOT: 64 << 10, STATS: 64 << 10, META: 1 << 20, DEDUP: 64 << 20}
-"""The most vsqs reads of one of its files, by directory (bytes). Each is a small JSON
-record or a number (a metadata record holds at most 8 KiB of attributes; a batch's
-deduplication record lists its ids): anything larger is not vsqs's, and is refused after
-one ``fstat`` (``EFBIG``, naming it) without being read, however large."""
+"""The most vsqs reads of one of its files, by directory (bytes; 1 MiB in any other).
+Each is a small JSON record or a number (a metadata record holds at most 8 KiB of
+attributes; a batch's deduplication record lists its ids): anything larger is not
+vsqs's, and is refused after one ``fstat`` (``EFBIG``, naming it) without being read."""
+_OTHER_LIMIT: Final = 1 << 20
 
 # What opening a planted entry as a directory gives: a symlink (ELOOP, O_NOFOLLOW), a
 # file or FIFO where a directory belongs (ENOTDIR).
@@ -287,7 +288,7 @@ class Layout:
         if fd is None:
             return None
         try:
-            return _fs.read_at(name, fd, READ_LIMITS[sub])
+            return _fs.read_at(name, fd, READ_LIMITS.get(sub, _OTHER_LIMIT))
         except FileNotFoundError:
             return None
 
