@@ -45,7 +45,11 @@ _monotonic = time.monotonic
 
 @dataclass(frozen=True, slots=True)
 class Stats:
-    """A snapshot of a queue's counters and contents (pressure's stats, and more)."""
+    """A snapshot of a queue's counters and contents (pressure's stats, and more).
+
+    The counters of other processes are at most about one second late: each process
+    writes its counts within a second of making them, even if it then goes idle.
+    """
 
     produced_messages: int
     produced_bytes: int
