@@ -7,7 +7,9 @@ import asyncio
 import os
 import subprocess
 import sys
+import threading
 import time
+import warnings
 from pathlib import Path
 
 import vsqs
@@ -157,3 +159,27 @@ def test_an_async_queue_has_stats_and_its_counts_show_while_it_is_open(
             assert (stats.produced_messages, stats.ready) == (500, 500)
 
     asyncio.run(main())
+
+
+def _flushers() -> list[threading.Thread]:
+    return [t for t in threading.enumerate() if t.name == "vsqs-stats-flusher"]
+
+
+def test_the_flusher_thread_is_stopped_around_a_fork_and_resumed(tmp_path: Path) -> None:
+    """A process forks with no flusher thread (Python 3.12+ warns about forking with
+    threads), and the counts still due are written after the fork all the same."""
+    path = tmp_path / "q"
+    q = vsqs.Queue(path, durable=False)
+    q.publish(b"first")  # flushed in passing
+    q.publish(b"second")  # left to the flusher
+    (before,) = _flushers()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        pid = os.fork()
+        if pid == 0:  # pragma: no cover - the child reports through its exit status
+            os._exit(0 if _flushers() == [] else 1)
+    assert os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]) == 0
+    assert not before.is_alive()  # stopped for the fork
+    assert [str(w.message) for w in caught if "fork" in str(w.message)] == []
+    wait_until(lambda: _produced(path) == 2, "the counts due before the fork", BOUND)
+    q.close()

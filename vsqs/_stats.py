@@ -193,32 +193,40 @@ class _Flusher:
 
     Started by the first such count and gone once an interval passes with none, so an
     idle process runs no thread. Holds the counters it is given (weakly: a dropped
-    queue flushes itself in ``__del__``) for one interval, then flushes each.
+    queue flushes itself in ``__del__``) for one interval, then flushes each. Stopped
+    around a ``fork`` (the parent forks with no thread of ours, as Python 3.12+ wants),
+    then started again for the counts still due.
     """
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._due: weakref.WeakSet[Counters] = weakref.WeakSet()
         self._thread: threading.Thread | None = None
+        self._stop = threading.Event()
 
     def schedule(self, counters: Counters) -> None:
         """Flush *counters* about one interval from now."""
         with self._lock:
             self._due.add(counters)
-            if self._thread is None:
-                self._thread = threading.Thread(
-                    target=self._run, name="vsqs-stats-flusher", daemon=True
-                )
-                self._thread.start()
+            self._start()
 
-    def _run(self) -> None:
-        while True:
-            time.sleep(FLUSH_INTERVAL)
+    def _start(self) -> None:
+        """Start the thread if none runs (under the lock)."""
+        if self._thread is None:
+            self._stop = threading.Event()
+            self._thread = threading.Thread(
+                target=self._run, args=(self._stop,), name="vsqs-stats-flusher", daemon=True
+            )
+            self._thread.start()
+
+    def _run(self, stop: threading.Event) -> None:
+        while not stop.wait(FLUSH_INTERVAL):
             with self._lock:
                 due = list(self._due)
                 self._due = weakref.WeakSet()
                 if not due:
-                    self._thread = None
+                    if self._thread is threading.current_thread():
+                        self._thread = None
                     return
             for counters in due:
                 try:
@@ -226,11 +234,26 @@ class _Flusher:
                 except OSError:
                     pass  # the queue directory is gone: nothing left to count into
 
-    def after_fork(self) -> None:
-        """In a forked child: no thread (it did not survive the fork), nothing due."""
+    def before_fork(self) -> None:
+        """Stop the thread (what is due stays due)."""
+        with self._lock:
+            thread, self._thread = self._thread, None
+            self._stop.set()
+        if thread is not None and thread is not threading.current_thread():
+            thread.join()
+
+    def after_fork_in_parent(self) -> None:
+        """Start again, if anything is due."""
+        with self._lock:
+            if self._due:
+                self._start()
+
+    def after_fork_in_child(self) -> None:
+        """No thread (it did not survive the fork), nothing due (the parent's counts)."""
         self._lock = threading.Lock()
         self._due = weakref.WeakSet()
         self._thread = None
+        self._stop = threading.Event()
 
 
 _FLUSHER: Final = _Flusher()
@@ -262,7 +285,7 @@ def _flush_at_child_exit() -> None:
 
 def _after_fork_in_child() -> None:
     # The child's own counts start now; what it inherited is the parent's to write.
-    _FLUSHER.after_fork()
+    _FLUSHER.after_fork_in_child()
     for counters in list(_live):
         counters.after_fork()
     util = sys.modules.get("multiprocessing.util")
@@ -273,4 +296,8 @@ def _after_fork_in_child() -> None:
 
 
 if hasattr(os, "register_at_fork"):  # POSIX
-    os.register_at_fork(after_in_child=_after_fork_in_child)
+    os.register_at_fork(
+        before=_FLUSHER.before_fork,
+        after_in_parent=_FLUSHER.after_fork_in_parent,
+        after_in_child=_after_fork_in_child,
+    )
