@@ -236,6 +236,22 @@ def test_a_dead_letter_queue_swapped_for_a_link_gets_nothing_outside(
     assert [m.body for m in vsqs.Queue(dlq_path, clock=clock).receive_batch(10)] == [b"poison"]
 
 
+def test_retention_into_a_dead_letter_queue_swapped_for_a_link_moves_nothing_outside(
+    tmp_path: Path, clock: ManualClock
+) -> None:
+    dlq_path, outside = tmp_path / "dlq", tmp_path / "outside"
+    q = vsqs.Queue(tmp_path / "q", dead_letter=dlq_path, retention=10, clock=clock)
+    q.publish(b"old")
+    dlq_path.rename(tmp_path / "dlq-real")
+    outside.mkdir()
+    dlq_path.symlink_to(outside)
+    clock.advance(11)
+    assert q.receive(timeout=0) is None  # retention claims it; the move is refused
+    assert q.clean() >= 0
+    assert list(outside.iterdir()) == []
+    assert q.counts().held == 1  # kept, never lost
+
+
 def test_a_redrive_target_swapped_for_a_link_is_refused(tmp_path: Path) -> None:
     dlq = vsqs.Queue(tmp_path / "dlq", durable=False)
     target = vsqs.Queue(tmp_path / "target", durable=False)

@@ -1413,11 +1413,10 @@ class Queue:
                     self._meta.write(message_id, meta, durable=self.durable)
                 moved = self._dead_letter(held_name, meta, reason="max_receives")
             except OSError as exc:
-                if exc.errno not in _NO_SPACE and not isinstance(exc, UnsafeEntry):
+                if exc.errno not in _NO_SPACE:
                     raise
-                # A full disk, or a dead-letter queue swapped for a link: it stays in its
-                # hold and is dead-lettered when that ends.
-                report_once(self.path, "cannot dead-letter a message", str(exc))
+                # A full disk: it stays in its hold and is dead-lettered when that ends.
+                report_once(self.path, "no space to dead-letter a message", str(exc))
                 return Gone.LOST
             return Gone.DEAD_LETTERED if moved else Gone.LOST
         self._write_count(target, meta)
@@ -1498,7 +1497,13 @@ class Queue:
             meta, source=self.path, message_id=message_id, now_us=self.clock.time_us(),
             reason=reason,
         )  # fmt: skip
-        if self._transfer(held_name, dlq, record) is None:
+        try:
+            if self._transfer(held_name, dlq, record) is None:
+                return False
+        except UnsafeEntry as exc:
+            # The dead-letter queue was swapped for a link: never moved through it, the
+            # message stays held here and is dead-lettered again when that hold ends.
+            report_once(self.path, "cannot dead-letter a message", str(exc))
             return False
         self._meta.remove(message_id)
         return True
