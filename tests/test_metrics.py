@@ -122,6 +122,7 @@ def test_vsqs_stats_format_prometheus_parses(tmp_path: Path) -> None:
     assert values["vsqs_messages", (*label, ("state", "ready"))] == 2
     assert values["vsqs_produced_messages_total", label] == 2
     assert {name for name, _ in values} == {  # no dead-letter depth: none is configured
+        "vsqs_queue_up",
         "vsqs_messages",
         "vsqs_oldest_ready_age_seconds",
         "vsqs_oldest_receive_count",

@@ -53,7 +53,7 @@ from typing import Final
 from . import _fs
 from ._clock import Clock
 from ._ids import parse_decimal
-from ._layout import DEDUP, Layout
+from ._layout import DEDUP, READ_LIMITS, Layout
 
 IN_PROGRESS_LIMIT: Final = 30.0
 _POLL: Final = 0.005
@@ -192,6 +192,11 @@ class Deduplicator:
                 "delay_us": delay_us,
             }
             content = json.dumps(record, separators=(",", ":")).encode()
+            if len(content) > READ_LIMITS[DEDUP]:  # it could never be read back
+                raise ValueError(
+                    f"a batch of {len(entries)} messages is too large for one batch_dedup_id "
+                    f"(its record would exceed {READ_LIMITS[DEDUP]} bytes): split it"
+                )
             # Written whole under a temporary name, then given the marker's name with a
             # no-replace rename: a reader never sees a partial record. Unsynced: see
             # "Exactness" above (a power loss may lose it, never the messages).

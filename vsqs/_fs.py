@@ -57,6 +57,7 @@ if _syncfs is not None:
     _syncfs.restype = ctypes.c_int
 
 _FS_ENCODING: Final = sys.getfilesystemencoding()
+_COPY_CHUNK: Final = 1 << 20
 
 
 def create_exclusive(path: str, mode: int = 0o666) -> int:
@@ -213,21 +214,28 @@ def read_regular(path: str) -> bytes:
     return read_message(path)[0]
 
 
-def read_message(path: str, dir_fd: int | None = None) -> tuple[bytes, os.stat_result]:
+def read_message(
+    path: str, dir_fd: int | None = None, limit: int | None = None
+) -> tuple[bytes, os.stat_result]:
     """Read a message file (as :func:`read_regular`; relative to *dir_fd*, if given):
-    its body and status (for its inode: :func:`vsqs._host.stable_inode`)."""
+    its body and status (for its inode: :func:`vsqs._host.stable_inode`). Over
+    *limit* bytes: ``OSError(EFBIG)`` after one ``fstat``; never more than *limit* + 1 read."""
     fd = os.open(path, _READ_FLAGS, dir_fd=dir_fd)
     try:
         info = os.fstat(fd)
         if info.st_mode & _S_IFMT != _S_IFREG:
             raise OSError(errno.EINVAL, "not a regular file", path)
-        size = info.st_size
+        size, cap = info.st_size, sys.maxsize if limit is None else limit + 1
+        if size >= cap:
+            raise OSError(errno.EFBIG, f"too large ({size} bytes, at most {cap - 1} read)", path)
         first = os.read(fd, size) if size else b""
         if len(first) == size:
             return first, info
-        chunks = [first]
-        while chunk := os.read(fd, 1 << 20):  # short read (NFS, signals): go on to EOF
-            chunks.append(chunk)
+        chunks, got = [first], len(first)
+        # A short read (NFS, signals): go on to EOF, never past one byte over the limit.
+        while got < cap and (chunk := os.read(fd, min(_COPY_CHUNK, cap - got))):
+            chunks.append(chunk)  # (a file grown past the limit meanwhile reads as garbage)
+            got += len(chunk)
         return b"".join(chunks), info
     finally:
         os.close(fd)
@@ -239,7 +247,6 @@ def read_message(path: str, dir_fd: int | None = None) -> tuple[bytes, os.stat_r
 # O_NOFOLLOW | O_DIRECTORY from the queue's own descriptor: a symlink planted anywhere
 # under ``.vsqs`` is never followed, so nothing outside the queue is ever touched.
 
-_COPY_CHUNK: Final = 1 << 20
 _DIR_FLAGS: Final = os.O_RDONLY | _O_DIRECTORY | _O_NOFOLLOW | _O_CLOEXEC
 
 
@@ -321,9 +328,9 @@ def unlock(fd: int) -> None:
     fcntl.flock(fd, fcntl.LOCK_UN)
 
 
-def read_at(name: str, dir_fd: int) -> bytes:
-    """Read the regular file *name* in *dir_fd* (as :func:`read_regular`)."""
-    return read_message(name, dir_fd)[0]
+def read_at(name: str, dir_fd: int, limit: int | None = None) -> bytes:
+    """Read the regular file *name* in *dir_fd* (as :func:`read_message`)."""
+    return read_message(name, dir_fd, limit)[0]
 
 
 def unlink_at(name: str, dir_fd: int) -> bool:

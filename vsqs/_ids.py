@@ -37,6 +37,13 @@ MAX_DIGITS: Final = 19
 HOLD_TAG: Final = ".0"
 """The fraction that marks a held name as a requeue hold (``<id>.<hold>.0``), not a lease."""
 
+MAX_DURATION: Final = 10**12
+"""The longest duration (seconds) a name can carry: a lease, delay or retention ends at
+*now* plus it, and must still fit :data:`MAX_DIGITS` digits of microseconds (``10**12`` s
+is about 31,700 years; now plus it stays below ``10**19`` µs until the year 288,000).
+Every duration vsqs accepts (API, CLI, stored settings, Spark and kombu options) is
+checked against this one bound (:func:`vsqs._options.seconds`)."""
+
 
 class Precision(str, enum.Enum):
     """The unit in which a queue *writes* ids and expiries (it reads both)."""

@@ -25,10 +25,11 @@ from __future__ import annotations
 import errno
 import math
 import os
+import stat
 import threading
 from typing import Final
 
-from . import _fs
+from . import _fs, _host
 from ._inotify import WAKE
 
 DIR: Final = ".vsqs"
@@ -50,6 +51,13 @@ SETTINGS: Final = "settings.json"
 SETTINGS_LOCK: Final = "settings.lock"
 SPARK: Final = "spark"
 """The Spark consumers' state directories, in ``.vsqs`` (see :mod:`vsqs.spark._state`)."""
+
+READ_LIMITS: Final = {ROOT: 64 << 10, STATS: 64 << 10, META: 1 << 20, DEDUP: 64 << 20}
+"""The most vsqs reads of one of its files, by directory (bytes; 1 MiB in any other).
+Each is a small JSON record or a number (a metadata record holds at most 8 KiB of
+attributes; a batch's deduplication record lists its ids): anything larger is not
+vsqs's, and is refused after one ``fstat`` (``EFBIG``, naming it) without being read."""
+_OTHER_LIMIT: Final = 1 << 20
 
 # What opening a planted entry as a directory gives: a symlink (ELOOP, O_NOFOLLOW), a
 # file or FIFO where a directory belongs (ENOTDIR).
@@ -124,9 +132,9 @@ class Layout:
 
     def remove_poke(self, name: str, *, older_than: float) -> bool:
         """Remove the poke or announcement *name* that a process died between making and
-        removing, if it was last changed before *older_than* (wall clock); whether it did."""
-        path = self.message(name)
-        return _fs.mtime(path) < older_than and _fs.unlink(path)
+        removing, if it is an empty regular file last changed before *older_than* (wall
+        clock; see :meth:`is_stale_poke`); whether it did."""
+        return self.is_stale_poke(name, older_than) and _fs.unlink(self.message(name))
 
     def announce(self, sub: str) -> None:
         """Make sure ``.vsqs/<sub>`` exists, then say so to blocked receives on this host.
@@ -149,6 +157,16 @@ class Layout:
         finally:  # nobody else makes these names (a process id and a random suffix)
             if not _fs.unlink(announced):
                 _fs.unlink(staged)
+
+    def is_stale_poke(self, name: str, before: float) -> bool:
+        """Whether the entry *name* of the queue directory is an empty regular file (not
+        a link) last modified before *before* (seconds): what a poke or announcement its
+        maker left behind looks like, and nothing a user keeps (one ``lstat``)."""
+        try:
+            info = _host.lstatus(self.message(name))
+        except FileNotFoundError:
+            return False  # RACE: its maker removed it meanwhile
+        return stat.S_ISREG(info.st_mode) and info.st_size == 0 and info.st_mtime < before
 
     @property
     def create_mode(self) -> int:
@@ -225,6 +243,40 @@ class Layout:
         except OSError:
             pass  # closing at interpreter exit: nothing left to do
 
+    # -- moves into this queue from another ------------------------------------------------
+
+    def _open_self(self) -> int:
+        """A new descriptor of the queue directory, its own name opened without following
+        a symlink (the path above it is the user's, links they chose included).
+
+        :raises UnsafeEntry: the queue's name is now a symlink or not a directory (swapped
+            after the handle was made); :class:`FileNotFoundError` if it is gone.
+        """
+        above, name = os.path.split(self.path)
+        parent = _fs.open_queue_dir(above or "/")
+        try:
+            return _fs.open_dir(name, parent)
+        except OSError as exc:
+            if exc.errno in _NOT_A_DIR:
+                raise UnsafeEntry(
+                    exc.errno,
+                    f"queue {self.path!r} is no longer a directory (a symlink or a file "
+                    "planted there); vsqs never moves a message through it",
+                    self.path,
+                ) from None
+            raise
+        finally:
+            _fs.close(parent)
+
+    def open_queue(self) -> int:
+        """A new descriptor of the queue directory, its own name opened without following
+        a symlink: what a move into this queue goes through (the caller closes it).
+
+        :raises UnsafeEntry: the queue's name is now a symlink or not a directory (a
+            dead-letter or redrive target swapped for a link after the handle was made).
+        """
+        return self._open_self()
+
     # -- operations on files under .vsqs, each by (directory, name) ------------------------
 
     def has_dir(self, sub: str) -> bool:
@@ -239,13 +291,16 @@ class Layout:
     def read(self, sub: str, name: str) -> bytes | None:
         """The content of a regular file; ``None`` if it (or its directory) is absent.
 
-        :raises OSError: ``EINVAL``/``ELOOP`` for a non-file; :class:`UnsafeEntry`.
+        Bounded: a file larger than :data:`READ_LIMITS` allows for *sub* is never read.
+
+        :raises OSError: ``EINVAL``/``ELOOP`` for a non-file, ``EFBIG`` for one too large;
+            :class:`UnsafeEntry`.
         """
         fd = self._open(sub, create=False)
         if fd is None:
             return None
         try:
-            return _fs.read_at(name, fd)
+            return _fs.read_at(name, fd, READ_LIMITS.get(sub, _OTHER_LIMIT))
         except FileNotFoundError:
             return None
         except OSError as exc:

@@ -124,9 +124,10 @@ def validate_attributes(attributes: Mapping[str, str] | None) -> dict[str, str]:
     return result
 
 
-_UNREADABLE: Final = frozenset({errno.ELOOP, errno.EINVAL, errno.EISDIR, errno.ENXIO})
+_UNREADABLE: Final = frozenset({errno.ELOOP, errno.EINVAL, errno.EISDIR, errno.ENXIO, errno.EFBIG})
 """What reading a planted non-file gives: a symlink (ELOOP), a FIFO (EINVAL from the
-regular-file check), a directory (EISDIR), a socket (ENXIO)."""
+regular-file check), a directory (EISDIR), a socket (ENXIO); and a file too large to be
+a record (EFBIG: see ``_layout.READ_LIMITS``), never read."""
 _log = logging.getLogger("vsqs")
 _reported: set[tuple[str, str]] = set()
 

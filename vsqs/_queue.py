@@ -63,12 +63,12 @@ from ._ids import (
     split_name,
 )
 from ._ids import State as _State
-from ._layout import Layout
+from ._layout import Layout, UnsafeEntry
 from ._message import NO_ATTRIBUTES, Counts, Message, received
 from ._meta import Meta, MetaStore, report_once, validate_attributes
 from ._options import UNSET, Config, Unset, queue_path
 from ._options import seconds as _seconds
-from ._renewal import Lease, Renewer
+from ._renewal import Lease, Renewer, until_entered
 from ._shutdown import ShutdownWatch
 from ._stats import Counters, Stats, read_totals
 from ._waiters import Waiter, make_waiter
@@ -1290,21 +1290,30 @@ class Queue:
                 # here, dead-lettered again when that ends: never lost, never in both.
                 record = self._dead_letter_meta(held_name, meta, reason="max_receives")
                 moved = self._transfer(held_name, self.dead_letter, record) is not None
-            except QueueFull:
-                # A bounded dead-letter queue that is full takes nothing: the message stays
-                # in its requeue hold here, out of delivery, and is tried again (counting
-                # no receive: the hold is tagged in its metadata) when that hold ends.
-                return Gone.LOST
-            except OSError as exc:
-                if exc.errno not in _NO_SPACE:
-                    raise
-                # A full disk: it stays in its hold and is dead-lettered when that ends.
-                report_once(self.path, "no space to dead-letter a message", str(exc))
+            except OSError as exc:  # QueueFull and UnsafeEntry are OSErrors too
+                self._kept_back(exc)  # it stays in its hold: tried again when that ends
                 return Gone.LOST
             return Gone.DEAD_LETTERED if moved else Gone.LOST
         self._write_count(target, meta)
         code = self._make_ready(held_name, target, meta)
         return Gone.LOST if code is None else code
+
+    def _kept_back(self, exc: OSError) -> None:
+        """A dead-letter move failed with *exc*: say why the message stays held here (to
+        be tried again when its hold ends), or raise what is not such a reason.
+
+        A full bounded dead-letter queue (:class:`QueueFull`) is the normal case; one
+        swapped for a link (:class:`UnsafeEntry`: never moved through) and a full disk are
+        logged once.
+        """
+        if isinstance(exc, QueueFull):
+            return
+        if isinstance(exc, UnsafeEntry):
+            report_once(self.path, "cannot dead-letter a message", str(exc))
+        elif exc.errno in _NO_SPACE:
+            report_once(self.path, "no space to dead-letter a message", str(exc))
+        else:
+            raise exc
 
     def _write_count(self, message_id: str, meta: Meta) -> None:
         """Record a receive count; on a full disk, deliver without it (reported once).
@@ -1393,35 +1402,39 @@ class Queue:
             source = self.layout.message(held_name)
             target = id_of(held_name)
             with_meta = meta.to_json() != b"{}"
+            # Through a descriptor of *dest*'s directory, its name opened now without
+            # following a link: a target swapped for a symlink after this handle was made
+            # raises UnsafeEntry, before anything is written, and nothing lands outside it.
+            into = dest.layout.open_queue()
             try:
-                meta.inode = _fs.inode(source)  # a rename keeps it: the metadata stays matched
-            except FileNotFoundError:
-                return None  # RACE: another process moved or deleted it first
-            while True:
-                if with_meta and not dest._meta.create(target, meta, durable=dest.durable):
-                    target = dest._new_id()  # the id is taken in *dest*
-                    continue
                 try:
-                    _fs.rename_noreplace(source, dest.layout.message(target))
+                    meta.inode = _fs.inode(source)  # a rename keeps it: the metadata matches
                 except FileNotFoundError:
-                    if with_meta:
-                        dest._meta.remove(target)
                     return None  # RACE: another process moved or deleted it first
-                except FileExistsError:
-                    if with_meta:
-                        dest._meta.remove(target)
-                    target = dest._new_id()  # RACE: a message took that id in *dest*
-                    continue
-                except OSError as exc:
-                    if with_meta:
-                        dest._meta.remove(target)
-                    if exc.errno != errno.EXDEV:
-                        raise
-                    copied = self._copy_to(dest, held_name, target, meta if with_meta else None)
-                    if copied is not None:
-                        self._meta.remove(id_of(held_name))
-                    return copied
-                break
+                while True:
+                    if with_meta and not dest._meta.create(target, meta, durable=dest.durable):
+                        target = dest._new_id()  # the id is taken in *dest*
+                        continue
+                    try:
+                        # *source* is absolute: only *target* is resolved in *into*.
+                        _fs.rename_noreplace(source, target, into)
+                    except OSError as exc:
+                        if with_meta:
+                            dest._meta.remove(target)
+                        if isinstance(exc, FileNotFoundError):
+                            return None  # RACE: another process moved or deleted it first
+                        if isinstance(exc, FileExistsError):
+                            target = dest._new_id()  # RACE: a message took that id in *dest*
+                            continue
+                        if exc.errno != errno.EXDEV:
+                            raise
+                        copied = self._copy_to(dest, held_name, target, meta if with_meta else None)
+                        if copied is not None:
+                            self._meta.remove(id_of(held_name))
+                        return copied
+                    break
+            finally:
+                _fs.close(into)
             self._meta.remove(id_of(held_name))
             if dest.durable:
                 _fs.fsync_dir(dest.path)
@@ -1508,8 +1521,9 @@ class Queue:
                 record = self._dead_letter_meta(held, meta, reason="retention")
                 try:
                     self._transfer(held, self.dead_letter, record)
-                except QueueFull:
-                    self._hold_back(held, meta)  # no room there: held here, tried again
+                except OSError as exc:
+                    self._kept_back(exc)
+                    self._hold_back(held, meta)  # held here, tried again when that ends
             else:
                 self._unlink_message(held)
         return codes[split:]
@@ -1612,8 +1626,12 @@ class Queue:
 
         Messages being written (``.new``) are left alone: a concurrent publish is never
         cut short. A message claimed by a consumer during the purge may survive it.
+        Entries of the message grammar that are not regular files (a planted directory or
+        FIFO) are not messages: they are left alone and logged once.
         """
         listing = _scan.scan(self.path)
+        if listing.planted:  # not messages (directories, FIFOs...): never removed, said once
+            report_once(self.path, "purge left entries that are not messages", listing.planted[0])
         names = [decode_ready(code) for code in listing.ready] + [n for _, n in listing.held]
         removed = 0
         self._meta.refresh()
@@ -1630,12 +1648,13 @@ class Queue:
 
         Debris is what crashed processes leave: ``.new`` files of publishers that died
         mid-write (never visible, so nothing is lost), orphaned metadata, expired
-        deduplication markers, and empty pokes and announcements (``.wake-*``,
-        ``.wake-*-meta``). Young ``.new`` files are never touched, nor, whatever
-        *older_than*, one that a deduplication marker in force names (its publisher died
-        between marker and rename under 30 s ago): a retry then waits for it and
-        publishes, never taking it for a published message. With a
-        ``retention``, messages past it are dropped (or dead-lettered) too and counted.
+        deduplication markers, and pokes and announcements (empty regular files named
+        exactly ``.wake-<pid>-<hex>`` or ``.wake-<pid>-<hex>-meta``; nothing else). Young
+        ``.new`` files are never touched, nor, whatever *older_than*, one that a
+        deduplication marker in force names (its publisher died between marker and rename
+        under 30 s ago): a retry then waits for it and publishes, never taking it for a
+        published message. With a ``retention``, messages past it are dropped (or
+        dead-lettered) too and counted.
         """
         age = _seconds(older_than, "older_than")
         now_us = self.clock.time_us()
@@ -1875,9 +1894,10 @@ class Queue:
         """Yield a self-renewing :class:`~vsqs.Lease` per message, as :meth:`consume` does.
 
         Each message is claimed as by :meth:`receive`, then held as by :meth:`lease`;
-        use each lease in a ``with`` block (or end it with ``delete()``/``release()``).
-        Stops when the queue is shut down and drained, or after *timeout* seconds
-        without a message.
+        use each lease in a ``with`` block, where it is renewed (*max_duration* counts
+        from entering it). A lease never entered is never renewed; if the loop ends
+        without entering it (a ``break``), it is released at once. Stops when the queue
+        is shut down and drained, or after *timeout* seconds without a message.
 
         >>> import tempfile, vsqs
         >>> q = vsqs.Queue(tempfile.mkdtemp())
@@ -1887,10 +1907,10 @@ class Queue:
         ...         print(lease.message.body)
         b'a'
         """
-        for message in self.consume(visibility_timeout=visibility_timeout, timeout=timeout):
-            yield self.lease(
-                message, max_duration=max_duration, visibility_timeout=visibility_timeout
-            )
+        return until_entered(
+            self.lease(message, max_duration=max_duration, visibility_timeout=visibility_timeout)
+            for message in self.consume(visibility_timeout=visibility_timeout, timeout=timeout)
+        )
 
 
 class _ClaimLost(Exception):

@@ -39,7 +39,7 @@ from typing import Final, TypedDict, cast
 from . import _fs
 from ._clock import Clock
 from ._errors import InvalidSettings
-from ._layout import ROOT, SETTINGS, SETTINGS_LOCK, Layout, UnsafeEntry
+from ._layout import READ_LIMITS, ROOT, SETTINGS, SETTINGS_LOCK, Layout, UnsafeEntry
 from ._options import count, seconds
 
 STORED: Final = (
@@ -56,10 +56,12 @@ STORED: Final = (
 OVERRIDABLE: Final = tuple(key for key in STORED if key != "capacity")
 """The stored settings a handle may replace for itself (``capacity`` only tightens)."""
 
-_MAX_BYTES: Final = 64 * 1024  # a settings file is a few hundred bytes; more is not ours
+# A settings file is a few hundred bytes; more is not ours (and is never read whole).
+_MAX_BYTES: Final = READ_LIMITS[ROOT]
 _LOCK_POLL: Final = 0.005
 # What reading a planted non-file gives: a symlink (ELOOP: opened with O_NOFOLLOW), a
 # FIFO or directory (EINVAL from _fs's regular-file check, EISDIR), a socket (ENXIO).
+# And a file larger than _layout.READ_LIMITS allows (EFBIG): refused without being read.
 _NOT_A_FILE: Final = frozenset({errno.ELOOP, errno.EINVAL, errno.EISDIR, errno.ENXIO})
 
 
@@ -166,8 +168,10 @@ def read(layout: Layout) -> Settings:
     except (FileNotFoundError, NotADirectoryError, UnsafeEntry):
         return Settings()  # no queue directory yet, or a .vsqs vsqs never enters
     except OSError as exc:
-        if exc.errno not in _NOT_A_FILE:
+        if exc.errno not in _NOT_A_FILE and exc.errno != errno.EFBIG:
             raise  # permission denied, I/O error: as they are
+        if exc.errno == errno.EFBIG:
+            raise InvalidSettings(path, "", f"larger than {_MAX_BYTES} bytes") from None
         raise InvalidSettings(path, "", f"not a regular file ({exc.strerror})") from None
     if raw is None:
         return Settings()

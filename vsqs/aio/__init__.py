@@ -37,6 +37,7 @@ from __future__ import annotations
 import asyncio
 import math
 import os
+import weakref
 from collections.abc import AsyncIterator, Iterable, Mapping
 from types import TracebackType
 from typing import TYPE_CHECKING
@@ -47,6 +48,7 @@ from .._message import Message
 from .._options import seconds as _seconds
 from .._queue import Queue
 from .._renewal import Lease
+from .._stats import Stats
 from .._waiters import InotifyWaiter
 from ._publish import Publisher
 from ._reactor import Waiters, reactor
@@ -76,6 +78,8 @@ class AsyncQueue:
         self._hub: InotifyHub | None = None
         self._watched = False
         self._publisher: Publisher | None = None
+        # Leases handed out, so that closing the handle releases those never entered.
+        self._leases: weakref.WeakSet[Lease] = weakref.WeakSet()
 
     @classmethod
     def wrap(cls, queue: Queue) -> AsyncQueue:
@@ -100,6 +104,8 @@ class AsyncQueue:
         if self._watched and self._hub is not None:
             reactor().detach(self._hub, self._receivers, self._room)
             self._watched = False
+        for lease in list(self._leases):
+            lease.abandon()  # never entered (a loop left by a break): back at once
         self.queue.close()
 
     # -- waiting ---------------------------------------------------------------------
@@ -281,13 +287,16 @@ class AsyncQueue:
         visibility_timeout: float | None = None,
     ) -> AsyncLease:
         """:meth:`Queue.lease` as an async context manager: renewed by the handle's
-        renewal thread while the block runs; deleted when it ends normally, released
-        when it raises; :class:`~vsqs.LeaseLost` if it was lost."""
-        return AsyncLease(
-            self.queue.lease(
-                message, max_duration=max_duration, visibility_timeout=visibility_timeout
-            )
+        renewal thread while the block runs (not before: *max_duration* counts from
+        entering it), and released if its event loop closes meanwhile; deleted when it
+        ends normally, released when it raises; :class:`~vsqs.LeaseLost` if it was
+        lost."""
+        lease = self.queue.lease(
+            message, max_duration=max_duration, visibility_timeout=visibility_timeout
         )
+        lease.defer()
+        self._leases.add(lease)
+        return AsyncLease(lease)
 
     async def consume_leases(
         self,
@@ -296,11 +305,23 @@ class AsyncQueue:
         timeout: float | None = None,
         max_duration: float = 3600.0,
     ) -> AsyncIterator[AsyncLease]:
-        """Yield a self-renewing :class:`AsyncLease` per message (``async for``)."""
+        """Yield a self-renewing :class:`AsyncLease` per message (``async for``), as
+        :meth:`Queue.consume_leases`: renewed only inside its block; one left unentered
+        when the loop ends (a ``break``) is released."""
         async for message in self.consume(visibility_timeout=visibility_timeout, timeout=timeout):
-            yield self.lease(
+            lease = self.lease(
                 message, max_duration=max_duration, visibility_timeout=visibility_timeout
             )
+            try:
+                yield lease
+            except GeneratorExit:  # the loop ended (aclose, or the loop's shutdown)
+                lease.lease.abandon()
+                raise
+
+    async def stats(self) -> Stats:
+        """:meth:`Queue.stats`: the counters of every process (this handle's flushed
+        first) and the counts, off the loop (a thread: one listing, whatever the depth)."""
+        return await asyncio.to_thread(self.queue.stats)
 
     async def shutdown(self) -> None:
         """:meth:`Queue.shutdown`, its durable write off the loop (a thread)."""
@@ -319,6 +340,8 @@ class AsyncLease:
         return self.lease.message
 
     async def __aenter__(self) -> AsyncLease:
+        # Renewed while this loop runs: once it is closed nobody can leave the block.
+        self.lease.tie(asyncio.get_running_loop().is_closed)
         self.lease.__enter__()
         return self
 

@@ -15,6 +15,7 @@ import click
 
 from .. import QueueRoot, Stats, _host, validate_name
 from ._common import (
+    SECONDS,
     CliError,
     format_age,
     json_line,
@@ -59,7 +60,7 @@ def purge(queue: str, yes: bool) -> None:
 @click.argument("queue", type=click.Path())
 @click.option(
     "--older-than",
-    type=click.FloatRange(min=0),
+    type=SECONDS,
     default=3600.0,
     show_default=True,
     help="Only debris older than this many seconds.",

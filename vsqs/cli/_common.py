@@ -30,6 +30,7 @@ from .. import (
     VsqsError,
     _fs,
 )
+from .._ids import MAX_DURATION
 
 # The documented exit codes (the epilog of `vsqs --help` and docs/guides/cli.rst).
 OK: Final = 0
@@ -39,6 +40,9 @@ EMPTY: Final = 3  # nothing received / ready in the time allowed; a full queue t
 CLOSED: Final = 4  # publish to a closed queue, receive from a closed and drained one
 EXEC_FAILED: Final = 5  # receive --exec: a command failed or a message could not be acked
 INTERRUPTED: Final = 130  # Ctrl-C, as a shell reports SIGINT
+
+SECONDS: Final = click.FloatRange(min=0, max=MAX_DURATION)
+"""A duration option: what the API accepts (:data:`vsqs._ids.MAX_DURATION` at most)."""
 
 EXIT_CODES_HELP: Final = f"""\b
 Exit codes:

@@ -10,7 +10,7 @@ import click
 
 from .. import InvalidSettings, SystemClock, _host
 from .._stored import set_aside
-from ._common import CliError, open_queue
+from ._common import SECONDS, CliError, open_queue
 
 # Every setting a queue stores, its option and its vsqs default ("none": no limit).
 _SETTINGS: dict[str, tuple[str, str]] = {
@@ -22,7 +22,6 @@ _SETTINGS: dict[str, tuple[str, str]] = {
     "retention": ("--retention", "none"),
     "dedup_window": ("--dedup-window", "300 s"),
 }
-_SECONDS = click.FloatRange(min=0)
 
 
 def _dead_letter_path(queue: str, value: str) -> str:
@@ -41,13 +40,13 @@ def _show(stored: dict[str, Any]) -> None:
 
 @click.command()
 @click.argument("queue", type=click.Path())
-@click.option("--visibility-timeout", type=_SECONDS, help="Seconds a received message is hidden.")
-@click.option("--delay", type=_SECONDS, help="Seconds every publish is delayed by default.")
+@click.option("--visibility-timeout", type=SECONDS, help="Seconds a received message is hidden.")
+@click.option("--delay", type=SECONDS, help="Seconds every publish is delayed by default.")
 @click.option("--capacity", type=click.IntRange(min=1), help="Bound the number of messages.")
 @click.option("--dead-letter", help="The dead-letter queue: a name beside QUEUE, or its path.")
 @click.option("--max-receives", type=click.IntRange(min=1), help="Receives before dead-lettering.")
-@click.option("--retention", type=_SECONDS, help="Seconds before an unconsumed message is dropped.")
-@click.option("--dedup-window", type=_SECONDS, help="Seconds a dedup id is remembered.")
+@click.option("--retention", type=SECONDS, help="Seconds before an unconsumed message is dropped.")
+@click.option("--dedup-window", type=SECONDS, help="Seconds a dedup id is remembered.")
 @click.option(
     "--unset",
     "unset",

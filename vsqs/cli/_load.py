@@ -10,6 +10,7 @@ import click
 from .. import QueueDrained
 from ._common import (
     EMPTY,
+    SECONDS,
     format_rate,
     open_queue,
     progress,
@@ -65,7 +66,7 @@ def pump(queue: str, count: int, size: int, batch: int, durable: bool) -> None:
 )
 @click.option(
     "--wait",
-    type=click.FloatRange(min=0),
+    type=SECONDS,
     default=1.0,
     show_default=True,
     help="Stop after this many seconds without a message.",

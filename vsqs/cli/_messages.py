@@ -15,6 +15,7 @@ from .._ids import State, parse_name
 from ._common import (
     EMPTY,
     ERROR,
+    SECONDS,
     json_line,
     message_json,
     open_queue,
@@ -97,7 +98,7 @@ def _input_size(files: tuple[str, ...]) -> int | None:
     show_default=True,
     help="Messages per write batch (one fsync per batch instead of per message).",
 )
-@click.option("--delay", type=click.FloatRange(min=0), default=0.0, help="Seconds before delivery.")
+@click.option("--delay", type=SECONDS, default=0.0, help="Seconds before delivery.")
 @click.option(
     "--attr",
     "attributes",
@@ -117,7 +118,7 @@ def _input_size(files: tuple[str, ...]) -> int | None:
 )
 @click.option(
     "--timeout",
-    type=click.FloatRange(min=0),
+    type=SECONDS,
     help="On a bounded queue (--capacity, or a stored capacity): seconds to wait for room"
     " (default: forever; exit 3 when still full).",
 )

@@ -20,6 +20,7 @@ from ._common import (
     EMPTY,
     EXEC_FAILED,
     OK,
+    SECONDS,
     CliError,
     Stopped,
     json_line,
@@ -197,12 +198,12 @@ def _refuse_conflicts(*, keep: bool, command: str | None, every: bool, limit: in
 )
 @click.option(
     "--wait",
-    type=click.FloatRange(min=0),
+    type=click.FloatRange(min=0),  # 'inf' is allowed: a wait is never in a name
     default=0.0,
     help="Seconds to wait for a message when none is ready (default 0; 'inf' waits until "
     "the queue is shut down and drained).",
 )
-@click.option("--visibility-timeout", type=click.FloatRange(min=0), help="Lease seconds.")
+@click.option("--visibility-timeout", type=SECONDS, help="Lease seconds.")
 @click.option(
     "--exec",
     "command",

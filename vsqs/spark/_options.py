@@ -11,6 +11,7 @@ from datetime import datetime, timezone
 from typing import Any, Final, TypeVar
 
 from .. import Message, _host
+from .._ids import MAX_DURATION
 from .._layout import Layout
 
 SCHEMA: Final = (
@@ -110,6 +111,10 @@ def _number(raw: Mapping[str, str], key: str, default: float, *, minimum: float 
         return default
     if not value >= minimum:  # also rejects NaN
         raise ValueError(f"option {key!r} must be >= {minimum}, not {raw[key.lower()]!r}")
+    if value > MAX_DURATION:  # every number here is seconds: bounded like the API's
+        raise ValueError(
+            f"option {key!r} must be at most {MAX_DURATION:.0e} seconds, not {raw[key.lower()]!r}"
+        )
     return value
 
 
