@@ -7,6 +7,7 @@ import base64
 import json
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -15,6 +16,7 @@ from typing import Any
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from kombu.asynchronous import Hub
 from kombu.connection import Connection
 from kombu.entity import Exchange
 from kombu.entity import Queue as KombuQueue
@@ -292,7 +294,42 @@ def test_a_publish_to_any_consumed_queue_wakes_a_blocked_drain(root: Path) -> No
         )  # fmt: skip
         conn.drain_events(timeout=120)
         assert publisher.wait(30) == 0
+        # No thread per queue: the drain waited on one waiter, in this thread.
+        assert not [t.name for t in threading.enumerate() if t.name.startswith("vsqs-kombu")]
     assert got == ["late"]
+
+
+def test_a_consumer_drained_by_kombus_event_loop_gets_a_later_publish(root: Path) -> None:
+    """The transport is asynchronous, as kombu's own event-loop test wants: a consumer
+    drained by kombu's ``Hub`` (``conn.register_with_event_loop(hub)``, then the hub's
+    loop) receives a message published after the loop started. With the periodic
+    re-check an hour away, only the waiter's descriptor, registered with the hub, can
+    deliver it; closing the connection takes it off the hub again (a clean stop)."""
+    hub = Hub()
+    got: list[str] = []
+    with _connect(root, polling_interval=3600) as conn:
+        assert conn.transport.implements.asynchronous
+        conn.register_with_event_loop(hub)
+        with conn.Consumer(TASKS, callbacks=[lambda body, message: got.append(body)]):
+
+            def publish() -> None:  # from inside the running loop
+                assert got == []
+                with _connect(root) as publisher:
+                    _publish(publisher, "late")
+
+            hub.call_later(0.3, publish)
+            loop = hub.create_loop()
+            deadline = time.monotonic() + 30
+            while not got and time.monotonic() < deadline:
+                next(loop)
+            assert got == ["late"]
+            fd = conn.transport.waiter().fileno()
+            assert fd in hub.readers
+        assert not [t.name for t in threading.enumerate() if t.name.startswith("vsqs-kombu")]
+    assert fd not in hub.readers  # closed: the loop no longer polls the descriptor
+    counts = _tasks(root).counts()
+    assert (counts.ready, counts.held) == (1, 0)  # unacknowledged: released once on close
+    hub.close()
 
 
 def test_the_transport_class_and_a_root_option_work_without_a_url(root: Path) -> None:
