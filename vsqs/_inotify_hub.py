@@ -145,7 +145,7 @@ class _Instance:
                 self.reader = True
                 fd = self.fd
             # As the reader: wait for events, then hand them out.
-            changed: dict[int, list[int]] = {}
+            changed: dict[int, list[int] | None] = {}
             found = None
             try:
                 poller = select.poll()
@@ -200,7 +200,7 @@ class _Instance:
                     return 0  # RACE: every watch was let go of meanwhile: look again
                 self.reader = True
                 fd = self.fd
-            changed: dict[int, list[int]] = {}
+            changed: dict[int, list[int] | None] = {}
             try:
                 poller = select.poll()
                 poller.register(fd, select.POLLIN)
@@ -211,7 +211,7 @@ class _Instance:
                     self.reader = False
                     self._handed_out(changed)
 
-    def _handed_out(self, changed: dict[int, list[int]]) -> None:
+    def _handed_out(self, changed: dict[int, list[int] | None]) -> None:
         """Under cond, after a read: record it, wake sleeping threads, tell listeners."""
         if changed:
             self._count(changed)
@@ -234,9 +234,10 @@ class _Instance:
             self._handed_out(_inotify.read_events(self.fd))
             return True
 
-    def _count(self, changed: dict[int, list[int]]) -> None:
+    def _count(self, changed: dict[int, list[int] | None]) -> None:
         """Record a read's events (under the condition): a new generation for each watch
-        that saw one (for all of them if events were lost: key -1), ids made ready."""
+        that saw one (for all of them if events were lost: key -1), ids made ready; a
+        watch whose read may have made something ready unnamed (``None``) lost track."""
         self.serial += 1
         generation = self.serial
         watches = self.watches
@@ -247,6 +248,9 @@ class _Instance:
         for wd, made_ready in changed.items():
             watch = watches.get(wd)
             if watch is None:  # RACE: events of a watch let go of meanwhile: dropped
+                continue
+            if made_ready is None:  # see _inotify.read_events: a link-then-unlink move
+                watch.lose(generation)
                 continue
             watch.generation = generation
             if made_ready:  # inline, not a method: the hot path of a woken receive
