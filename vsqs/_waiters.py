@@ -320,6 +320,7 @@ class MultiWaiter:
         at the queue after it.
 
         :param wait: this directory's waiting mode, if not the waiter's.
+        :raises FileNotFoundError: no such directory.
         """
         path = os.fspath(path)
         mode = self._mode if wait is None else wait
