@@ -24,7 +24,10 @@ from kombu.message import Message
 
 import vsqs
 import vsqs.kombu
+from vsqs import _inotify, _inotify_hub
 from vsqs.kombu._names import Binding, Bindings, vsqs_name
+
+from .fixtures_core import wait_until
 
 TASKS = KombuQueue("tasks", Exchange("tasks", "direct"), routing_key="tasks")
 
@@ -338,3 +341,51 @@ def test_the_transport_class_and_a_root_option_work_without_a_url(root: Path) ->
     with Connection(transport="vsqs.kombu:Transport", transport_options=options) as conn:
         _publish(conn, "a")
         assert next(_get(conn)).payload == "a"
+
+
+def test_the_event_loop_yields_the_descriptor_to_a_thread_reading_it(
+    root: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A thread of the worker's process blocked in a sync ``receive`` holds the reader's
+    seat of the shared descriptor when a message comes: the loop stops watching the
+    descriptor (it would spin on it) until that thread has read the events, then
+    delivers the message."""
+    hub = Hub()
+    got: list[str] = []
+    instance = _inotify_hub.process_instance()
+    other = vsqs.Queue(tmp_path / "other", durable=False, poll_interval=3600)
+    real_read = _inotify.read_events
+    with _connect(root, polling_interval=3600) as conn:
+        transport = conn.transport
+        conn.register_with_event_loop(hub)
+
+        def read_after_the_loop_paused(fd: int) -> dict[int, list[int] | None]:
+            if threading.current_thread() is blocked and not got:  # the loop saw them too
+                wait_until(lambda: transport._paused, "the loop to stop watching")
+            return real_read(fd)
+
+        monkeypatch.setattr(_inotify, "read_events", read_after_the_loop_paused)
+        blocked = threading.Thread(target=lambda: other.receive(timeout=60))
+
+        def publish_while_a_thread_reads() -> None:
+            blocked.start()
+            wait_until(lambda: instance.reader, "the thread to take the reader's seat")
+            with _connect(root) as publisher:
+                _publish(publisher, "late")
+
+        try:
+            with conn.Consumer(TASKS, callbacks=[lambda body, message: got.append(body)]):
+                hub.call_later(0.05, publish_while_a_thread_reads)
+                loop = hub.create_loop()
+                deadline = time.monotonic() + 30
+                while not got and time.monotonic() < deadline:
+                    next(loop)
+                assert got == ["late"]
+                # The claim made events too, which the thread may read first again.
+                while transport._paused and time.monotonic() < deadline:
+                    next(loop)
+                assert transport.waiter().fileno() in hub.readers  # watched again
+        finally:
+            other.publish(b"done")  # ends the thread's receive
+            blocked.join(30)
+            hub.close()

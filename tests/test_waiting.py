@@ -479,3 +479,32 @@ def test_a_multi_waiter_in_a_forked_child_watches_on_its_own_descriptor(
         child = kids.start(procs.multi_waiter_child, waiter, paths[1])
         kids.join(child)
     waiter.close()
+
+
+@needs_inotify
+def test_threads_waiting_on_a_multi_waiter_take_turns_reading_and_all_wake(
+    tmp_path: Path,
+) -> None:
+    """Three threads block on one waiter: one reads the descriptor, the others sleep on
+    its condition; one publish wakes all three (and no thread spins meanwhile)."""
+    paths = [str(tmp_path / name) for name in "ab"]
+    for path in paths:
+        vsqs.Queue(path)
+    waiter = vsqs.MultiWaiter(paths, recheck=3600)
+    token = waiter.token()
+    woken: list[int] = []
+
+    def wait() -> None:
+        waiter.wait(token, 60)
+        woken.append(waiter.token())
+
+    threads = [threading.Thread(target=wait) for _ in range(3)]
+    for thread in threads:
+        thread.start()
+    instance = _inotify_hub.process_instance()
+    wait_until(lambda: instance.reader and instance.sleepers == 2, "one reader, two sleepers")
+    vsqs.Queue(paths[0], durable=False).publish(b"x")
+    for thread in threads:
+        thread.join(60)
+    assert len(woken) == 3 and token not in woken
+    waiter.close()
