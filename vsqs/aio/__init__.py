@@ -73,6 +73,7 @@ class AsyncQueue:
         self._receivers = Waiters()
         self._room = Waiters(broadcast=True)
         self._watched = False
+        self._polls = False  # the directory cannot be watched: found once, kept
         self._publisher: Publisher | None = None
 
     @classmethod
@@ -104,13 +105,14 @@ class AsyncQueue:
 
     def _watch(self) -> bool:
         """Make sure the loop watches the directory; ``False`` where it cannot (poll)."""
-        if self._watched:
-            return True
+        if self._watched or self._polls:
+            return self._watched
         # Where the directory cannot be watched (a network filesystem, wait="poll",
-        # inotify's limits: said once in the log), the caller polls.
+        # inotify's limits: said once in the log), the caller polls, from now on.
         self._watched = reactor().attach(
             self.path, self.queue.config.wait, self._receivers, self._room
         )
+        self._polls = not self._watched
         return self._watched
 
     async def _wait(self, waiters: Waiters, pause: float) -> bool:
