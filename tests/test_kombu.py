@@ -326,7 +326,7 @@ def test_a_consumer_drained_by_kombus_event_loop_gets_a_later_publish(root: Path
             while not got and time.monotonic() < deadline:
                 next(loop)
             assert got == ["late"]
-            fd = conn.transport.waiter().fileno()
+            fd = conn.transport.watch.waiter.fileno()
             assert fd in hub.readers
         assert not [t.name for t in threading.enumerate() if t.name.startswith("vsqs-kombu")]
     assert fd not in hub.readers  # closed: the loop no longer polls the descriptor
@@ -361,7 +361,7 @@ def test_the_event_loop_yields_the_descriptor_to_a_thread_reading_it(
 
         def read_after_the_loop_paused(fd: int) -> dict[int, list[int] | None]:
             if threading.current_thread() is blocked and not got:  # the loop saw them too
-                wait_until(lambda: transport._paused, "the loop to stop watching")
+                wait_until(lambda: transport.watch.paused, "the loop to stop watching")
             return real_read(fd)
 
         monkeypatch.setattr(_inotify, "read_events", read_after_the_loop_paused)
@@ -382,9 +382,9 @@ def test_the_event_loop_yields_the_descriptor_to_a_thread_reading_it(
                     next(loop)
                 assert got == ["late"]
                 # The claim made events too, which the thread may read first again.
-                while transport._paused and time.monotonic() < deadline:
+                while transport.watch.paused and time.monotonic() < deadline:
                     next(loop)
-                assert transport.waiter().fileno() in hub.readers  # watched again
+                assert transport.watch.waiter.fileno() in hub.readers  # watched again
         finally:
             other.publish(b"done")  # ends the thread's receive
             blocked.join(30)

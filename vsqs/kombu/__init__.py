@@ -30,8 +30,6 @@ Transport options (``broker_transport_options`` in Celery): ``root``,
 from __future__ import annotations
 
 import logging
-import math
-import time
 import uuid
 from queue import Empty
 from typing import Any, ClassVar, Final
@@ -40,9 +38,10 @@ import kombu.transport
 from kombu.transport import virtual
 from kombu.utils.json import dumps, loads
 
-from .. import Lease, LeaseLost, MultiWaiter, Queue, QueueDrained, QueueRoot, __version__
+from .. import Lease, LeaseLost, Queue, QueueDrained, QueueRoot, __version__
 from .._waiters import POLL_INTERVAL
 from ._names import Binding, Bindings, vsqs_name
+from ._watch import Watch
 
 __all__ = ["Channel", "QoS", "Transport", "vsqs_name"]
 
@@ -325,22 +324,14 @@ class Transport(virtual.Transport):
             self.state = self.states.setdefault(root_of(client), virtual.BrokerState())
         except ValueError:
             pass  # no root: the channel says so when it is made
-        self._waiter: MultiWaiter | None = None
-        self._watched: set[str] = set()
-        self._loop: Any = None  # the kombu Hub this transport is registered with
-        self._connection: Any = None
-        self._reader_fd = -1
-        self._paused = False  # the reader is removed until a thread has read the events
-        self._scheduled = False  # a delivery is scheduled on the loop
-        self._timer: Any = None
+        # polling_interval=0 (kombu: "never sleep") still needs a positive re-check.
+        interval = self.polling_interval or POLL_INTERVAL
+        self.watch = Watch(self._consumed, self._deliver_one, interval)
+        """How this transport waits for its consumed queues (no thread)."""
 
     def close_connection(self, connection: Any) -> None:
-        """Close every channel; stop watching their queues (the loop first)."""
-        self.unregister_from_event_loop(connection, self._loop)
-        if self._waiter is not None:
-            self._waiter.close()
-            self._waiter = None
-            self._watched.clear()
+        """Close every channel, and stop waiting for their queues (the loop first)."""
+        self.watch.close()
         super().close_connection(connection)
 
     def driver_version(self) -> str:
@@ -350,148 +341,35 @@ class Transport(virtual.Transport):
     def default_connection_params(self) -> dict[str, Any]:
         return {"port": 0}  # no host: the root is a path (kombu warns about a default host)
 
-    # -- waiting ------------------------------------------------------------------------
-
-    def waiter(self) -> MultiWaiter:
-        """The one waiter on every queue this transport's channels consume (each added
-        when first consumed): inotify where it works, polled every ``polling_interval``
-        seconds elsewhere, and looked at again that often in any case."""
-        if self._waiter is None:
-            interval = self.polling_interval or POLL_INTERVAL
-            self._waiter = MultiWaiter(poll_interval=interval, recheck=interval)
-        return self._waiter
-
-    def _watch_consumed(self) -> bool:
-        """Wait on every consumed queue too; whether one was added (look at it now)."""
-        waiter = self.waiter()
-        added = False
-        for channel in self.channels:
-            for queue in channel.consumed():
-                if queue.path not in self._watched:
-                    self._watched.add(queue.path)
-                    waiter.add(queue.path, wait=queue.config.wait)
-                    added = True
-        return added
-
     def drain_events(self, connection: Any, timeout: float | None = None, **kwargs: Any) -> None:
-        """Deliver one message, blocking up to *timeout* seconds for one.
-
-        Every consumed queue is waited on (:meth:`waiter`, one :class:`~vsqs.MultiWaiter`
-        in this thread, no other thread), and the token is taken before looking, so a
-        message published to any of them between the look and the wait wakes it at
-        once. The queues are looked at again every ``polling_interval`` seconds anyway:
-        that is how a message whose lease ran out (a dead worker's) is seen, and how
-        another host's publish is seen where inotify cannot see it (NFS).
+        """Deliver one message, blocking up to *timeout* seconds for one: every consumed
+        queue is waited on at once, in this thread (:meth:`Watch.drain
+        <vsqs.kombu._watch.Watch.drain>`).
 
         :raises socket.timeout: nothing came within *timeout*.
         """
-        deadline = math.inf if timeout is None else time.monotonic() + timeout
-        waiter = self.waiter()
-        while True:
-            self._watch_consumed()
-            token = waiter.token()
-            assert self.cycle is not None  # made by virtual.Transport.__init__
-            try:
-                self.cycle.get(self._deliver, timeout=timeout)
-            except Empty:
-                pass
-            else:
-                return
-            left = deadline - time.monotonic()
-            if left <= 0:
-                raise TimeoutError  # socket.timeout, which kombu's callers expect
-            waiter.wait(token, min(left, self.polling_interval))
-
-    # -- kombu's event loop (a Celery worker) -------------------------------------------
+        self.watch.drain(timeout)
 
     def register_with_event_loop(self, connection: Any, loop: Any) -> None:
-        """Deliver in kombu's event loop *loop* (a :class:`kombu.asynchronous.Hub`), as
-        kombu's redis transport does: the waiter's descriptor is registered with
-        ``loop.add_reader``; when it is readable, :meth:`on_readable` drains it and
-        delivers what is ready, one message per loop iteration. Queues consumed later are
-        watched from the next iteration on (``loop.on_tick``) and looked at once then;
-        every ``polling_interval`` seconds all are looked at again (a timer). No thread.
-        """
-        self.unregister_from_event_loop(connection, self._loop)
-        self._loop, self._connection = loop, connection
-        loop.on_tick.add(self._on_tick)
-        self._timer = loop.call_repeatedly(self.polling_interval, self._schedule)
-        self._on_tick()
+        """Deliver in kombu's event loop *loop*, as kombu's redis transport does: the
+        waiter's descriptor is registered with ``loop.add_reader`` (:meth:`Watch.register
+        <vsqs.kombu._watch.Watch.register>`)."""
+        self.watch.register(loop)
 
     def unregister_from_event_loop(self, connection: Any, loop: Any) -> None:
-        """Stop delivering in *loop*: its reader, tick and timer go (before the waiter
-        lets go of the descriptor, so the loop never polls a closed one)."""
-        if loop is None or loop is not self._loop:
-            return
-        loop.on_tick.discard(self._on_tick)
-        if self._reader_fd >= 0:
-            loop.remove_reader(self._reader_fd)
-            self._reader_fd = -1
-        if self._timer is not None:
-            self._timer.cancel()
-            self._timer = None
-        if self._waiter is not None:
-            self._waiter.unsubscribe(self._resume_soon)
-        self._loop = self._connection = None
-
-    def _on_tick(self) -> None:
-        """Every loop iteration: watch newly consumed queues, and look at them once."""
-        if self._watch_consumed():
-            self._watch_descriptor()
-            self._schedule()
-
-    def _watch_descriptor(self) -> None:
-        fd = self.waiter().fileno()
-        if fd == self._reader_fd or self._paused:
-            return
-        if self._reader_fd >= 0:
-            self._loop.remove_reader(self._reader_fd)
-        if fd >= 0:  # -1: nothing watched (polled): the timer looks
-            self._loop.add_reader(fd, self.on_readable, self._connection, self._loop)
-        self._reader_fd = fd
+        self.watch.unregister(loop)
 
     def on_readable(self, connection: Any, loop: Any) -> None:
         """The waiter's descriptor is readable: read the events, deliver what is ready."""
-        waiter = self.waiter()
-        if waiter.drain() is None:
-            # RACE: a thread of this process (a blocked receive) is reading the
-            # descriptor; it stays readable until that thread has counted the events:
-            # stop watching it until then (or spin), unless the thread is done already.
-            waiter.subscribe(self._resume_soon)
-            if waiter.drain() is None:
-                loop.remove_reader(self._reader_fd)
-                self._reader_fd, self._paused = -1, True
-                return
-            waiter.unsubscribe(self._resume_soon)
-        self._schedule()
+        self.watch.on_readable()
 
-    def _resume_soon(self) -> None:
-        """The listener (the reading thread, under its lock): only schedules."""
-        if self._loop is not None:
-            self._loop.call_soon(self._resume)
+    def _consumed(self) -> list[Queue]:
+        return [queue for channel in self.channels for queue in channel.consumed()]
 
-    def _resume(self) -> None:
-        if self._waiter is not None:
-            self._waiter.unsubscribe(self._resume_soon)
-            self._paused = False
-            if self._loop is not None:
-                self._watch_descriptor()
-                self._schedule()
-
-    def _schedule(self) -> None:
-        if not self._scheduled and self._loop is not None:
-            self._scheduled = True
-            self._loop.call_soon(self._deliver_ready)
-
-    def _deliver_ready(self) -> None:
-        """Deliver one ready message (if the prefetch limit allows), then schedule the
-        next: one per loop iteration, so other work of the loop goes on meanwhile."""
-        self._scheduled = False
-        if self._loop is None:
-            return  # unregistered meanwhile
+    def _deliver_one(self) -> bool:
         assert self.cycle is not None  # made by virtual.Transport.__init__
         try:
             self.cycle.get(self._deliver, timeout=0)
         except Empty:
-            return  # nothing ready: the next event or the timer looks again
-        self._schedule()
+            return False
+        return True
