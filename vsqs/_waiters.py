@@ -1,6 +1,12 @@
-"""How a blocked ``receive`` or ``publish`` waits for the queue directory to change.
+"""How a blocked ``receive`` or ``publish`` waits for queue directories to change.
 
-Two strategies behind one small protocol:
+One mechanism, two kinds of waiters: a queue's own (:class:`Waiter`, below), on one
+directory, which also names the messages made ready (the fast path of a woken
+receive); and :class:`MultiWaiter`, public, on several directories at once, for a
+:class:`~vsqs.QueueSet`, each asyncio loop (:mod:`vsqs.aio`) and the kombu transport,
+with a descriptor and a non-blocking drain for event loops. Both sit on the same
+process-wide inotify descriptor and shared watches, and poll where events cannot be
+seen. A queue's own waiter has two strategies behind one small protocol:
 
 * :class:`InotifyWaiter` (Linux): one inotify descriptor per *process*
   (:mod:`vsqs._inotify_hub`), created on the first wait (never in a constructor), with one watch
