@@ -7,6 +7,7 @@ that queue's atomic rename, and deleted or extended there, routed by ``Message.q
 from __future__ import annotations
 
 import math
+import threading
 from collections.abc import Iterable, Iterator
 from typing import Final
 
@@ -60,6 +61,7 @@ class QueueSet:
         self.recheck = float(recheck)
         self._by_path = dict(zip(paths, queues, strict=True))
         self._waiter: MultiWaiter | None = None
+        self._waiter_lock = threading.Lock()
 
     def __repr__(self) -> str:
         return f"QueueSet({', '.join(repr(q) for q in self.queues)}, order={self.order!r})"
@@ -109,19 +111,22 @@ class QueueSet:
             waiter.wait(token, min(remaining, *(queue.next_look() for queue in self.queues)))
 
     def waiter(self) -> MultiWaiter:
-        """What a blocked receive of the set waits on: every queue's directory (made on
-        first use, kept for the set's life)."""
-        if self._waiter is None:
-            configured = [q.config.poll_interval for q in self.queues if q.config.poll_interval]
-            waiter = MultiWaiter(
-                poll_interval=self.recheck,
-                recheck=min([RECHECK, *configured]),
-                clock=self.queues[0].clock,
-            )
-            for queue in self.queues:
-                waiter.add(queue.path, wait=queue.config.wait)
-            self._waiter = waiter
-        return self._waiter
+        """What a blocked receive of the set waits on: every queue's directory, with each
+        queue's ``wait`` mode (made on first use, once, whatever the threads; kept for
+        the set's life). Waiting on it is thread-safe (see :class:`~vsqs.MultiWaiter`).
+        """
+        with self._waiter_lock:
+            if self._waiter is None:
+                configured = [q.config.poll_interval for q in self.queues]
+                waiter = MultiWaiter(
+                    poll_interval=self.recheck,
+                    recheck=min([RECHECK, *(every for every in configured if every)]),
+                    clock=self.queues[0].clock,
+                )
+                for queue in self.queues:
+                    waiter.add(queue.path, wait=queue.config.wait)
+                self._waiter = waiter
+            return self._waiter
 
     def consume(
         self, *, visibility_timeout: float | None = None, timeout: float | None = None
