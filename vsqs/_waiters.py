@@ -1,4 +1,4 @@
-"""How a blocked ``receive`` or ``publish`` waits for queue directories to change.
+"""How a blocked ``receive`` or ``publish`` waits for the queue directory to change.
 
 One mechanism, two kinds of waiters: a queue's own (:class:`Waiter`, below), on one
 directory, which also names the messages made ready (the fast path of a woken
