@@ -321,6 +321,7 @@ def test_a_consumer_drained_by_kombus_event_loop_gets_a_later_publish(root: Path
                     _publish(publisher, "late")
 
             hub.call_later(0.3, publish)
+            conn.transport.on_readable(conn.connection, hub)  # spurious: delivers nothing
             loop = hub.create_loop()
             deadline = time.monotonic() + 30
             while not got and time.monotonic() < deadline:
@@ -384,7 +385,10 @@ def test_the_event_loop_yields_the_descriptor_to_a_thread_reading_it(
                 # The claim made events too, which the thread may read first again.
                 while transport.watch.paused and time.monotonic() < deadline:
                     next(loop)
-                assert transport.watch.waiter.fileno() in hub.readers  # watched again
+                fd = transport.watch.waiter.fileno()
+                assert fd in hub.readers  # watched again
+                transport.unregister_from_event_loop(conn.connection, hub)
+                assert fd not in hub.readers and not hub.on_tick
         finally:
             other.publish(b"done")  # ends the thread's receive
             blocked.join(30)
