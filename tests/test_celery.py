@@ -20,7 +20,7 @@ from celery import Celery
 import vsqs
 
 from .celery_app import make_app
-from .celery_workers import REPO, celery_env, workers
+from .celery_workers import REPO, Worker, celery_env, workers
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -55,14 +55,25 @@ def _wait_for(predicate: object, timeout: float, what: str) -> None:
     raise AssertionError(f"timed out waiting for {what}")
 
 
+def _stopped_cleanly(started: list[Worker]) -> None:
+    """Each worker's warm shutdown ended with status 0 and logged no traceback (a
+    thread per queue used to print ``Exception in thread vsqs-kombu-watch`` there)."""
+    for worker in started:
+        log = worker.log.read_text(errors="replace")
+        assert "Traceback" not in log and "Exception in thread" not in log, log[-3000:]
+        assert worker.process.returncode == 0, log[-3000:]
+
+
 def test_a_thousand_tasks_with_results(tmp_path: Path) -> None:
-    """1,000 tasks through two prefork workers; every result comes back, nothing is left."""
+    """1,000 tasks through two prefork workers; every result comes back, nothing is left;
+    both workers stop cleanly."""
     root = tmp_path / "root"
     env = celery_env(f"vsqs://{root}", root, CELERY_TEST_DURABLE="0")
     app = _app(root, durable=False)
-    with workers(env, tmp_path, "w1", "w2", args=("--concurrency", "2")):
+    with workers(env, tmp_path, "w1", "w2", args=("--concurrency", "2")) as started:
         results = [app.send_task("tests.celery_app.add", args=(n, n)) for n in range(1000)]
         assert [r.get(timeout=120) for r in results] == [2 * n for n in range(1000)]
+    _stopped_cleanly(started)
     app.pool.force_close_all()  # closes the producer's channel, which flushes its counters
     tasks = vsqs.QueueRoot(root).get("celery")
     assert tasks.counts().total == 0
@@ -108,7 +119,7 @@ def test_celery_inspect_ping_answers(tmp_path: Path) -> None:
     to the client's reply queue through the bindings shared on disk."""
     root = tmp_path / "root"
     env = celery_env(f"vsqs://{root}", root)
-    with workers(env, tmp_path, "w1", "w2"):
+    with workers(env, tmp_path, "w1", "w2") as started:
         done = subprocess.run(
             [sys.executable, "-m", "celery", "-A", "tests.celery_app", "inspect", "ping",
              "--timeout", "5"],
@@ -117,6 +128,7 @@ def test_celery_inspect_ping_answers(tmp_path: Path) -> None:
     assert done.returncode == 0, done.stdout + done.stderr
     assert done.stdout.count("pong") == 2
     assert "w1@" in done.stdout and "w2@" in done.stdout
+    _stopped_cleanly(started)
 
 
 def test_a_broadcast_reaches_every_worker(tmp_path: Path) -> None:
@@ -134,6 +146,7 @@ def test_a_broadcast_reaches_every_worker(tmp_path: Path) -> None:
         assert len(hostnames) == 3
         assert sorted(os.listdir(seen)) == hostnames
         assert {name.split("@")[0] for name in hostnames} == {w.name for w in started}
+    _stopped_cleanly(started)
 
 
 def test_a_poison_message_does_not_stop_a_worker(tmp_path: Path) -> None:

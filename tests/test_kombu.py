@@ -9,6 +9,7 @@ import logging
 import pickle
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -17,6 +18,7 @@ from typing import Any
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from kombu.asynchronous import Hub
 from kombu.connection import Connection
 from kombu.entity import Exchange
 from kombu.entity import Queue as KombuQueue
@@ -24,8 +26,11 @@ from kombu.message import Message
 
 import vsqs
 import vsqs.kombu
+from vsqs import _inotify, _inotify_hub
 from vsqs.kombu._envelope import EXPIRES, NotKombu, overdue, parse
 from vsqs.kombu._names import Binding, Bindings, vsqs_name
+
+from .fixtures_core import wait_until
 
 TASKS = KombuQueue("tasks", Exchange("tasks", "direct"), routing_key="tasks")
 
@@ -295,7 +300,43 @@ def test_a_publish_to_any_consumed_queue_wakes_a_blocked_drain(root: Path) -> No
         )  # fmt: skip
         conn.drain_events(timeout=120)
         assert publisher.wait(30) == 0
+        # No thread per queue: the drain waited on one waiter, in this thread.
+        assert not [t.name for t in threading.enumerate() if t.name.startswith("vsqs-kombu")]
     assert got == ["late"]
+
+
+def test_a_consumer_drained_by_kombus_event_loop_gets_a_later_publish(root: Path) -> None:
+    """The transport is asynchronous, as kombu's own event-loop test wants: a consumer
+    drained by kombu's ``Hub`` (``conn.register_with_event_loop(hub)``, then the hub's
+    loop) receives a message published after the loop started. With the periodic
+    re-check an hour away, only the waiter's descriptor, registered with the hub, can
+    deliver it; closing the connection takes it off the hub again (a clean stop)."""
+    hub = Hub()
+    got: list[str] = []
+    with _connect(root, polling_interval=3600) as conn:
+        assert conn.transport.implements.asynchronous
+        conn.register_with_event_loop(hub)
+        with conn.Consumer(TASKS, callbacks=[lambda body, message: got.append(body)]):
+
+            def publish() -> None:  # from inside the running loop
+                assert got == []
+                with _connect(root) as publisher:
+                    _publish(publisher, "late")
+
+            hub.call_later(0.3, publish)
+            conn.transport.on_readable(conn.connection, hub)  # spurious: delivers nothing
+            loop = hub.create_loop()
+            deadline = time.monotonic() + 30
+            while not got and time.monotonic() < deadline:
+                next(loop)
+            assert got == ["late"]
+            fd = conn.transport.watch.waiter.fileno()
+            assert fd in hub.readers
+        assert not [t.name for t in threading.enumerate() if t.name.startswith("vsqs-kombu")]
+    assert fd not in hub.readers  # closed: the loop no longer polls the descriptor
+    counts = _tasks(root).counts()
+    assert (counts.ready, counts.held) == (1, 0)  # unacknowledged: released once on close
+    hub.close()
 
 
 def test_the_transport_class_and_a_root_option_work_without_a_url(root: Path) -> None:
@@ -552,3 +593,54 @@ def test_the_envelope_check_accepts_what_kombu_accepts() -> None:
 def test_not_kombu_pickles_with_its_reason() -> None:
     error = pickle.loads(pickle.dumps(NotKombu("x" * 300)))  # noqa: S301 - our own bytes
     assert isinstance(error, NotKombu) and error.reason == "x" * 200
+
+
+def test_the_event_loop_yields_the_descriptor_to_a_thread_reading_it(
+    root: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A thread of the worker's process blocked in a sync ``receive`` holds the reader's
+    seat of the shared descriptor when a message comes: the loop stops watching the
+    descriptor (it would spin on it) until that thread has read the events, then
+    delivers the message."""
+    hub = Hub()
+    got: list[str] = []
+    instance = _inotify_hub.process_instance()
+    other = vsqs.Queue(tmp_path / "other", durable=False, poll_interval=3600)
+    real_read = _inotify.read_events
+    with _connect(root, polling_interval=3600) as conn:
+        transport = conn.transport
+        conn.register_with_event_loop(hub)
+
+        def read_after_the_loop_paused(fd: int) -> dict[int, list[int] | None]:
+            if threading.current_thread() is blocked and not got:  # the loop saw them too
+                wait_until(lambda: transport.watch.paused, "the loop to stop watching")
+            return real_read(fd)
+
+        monkeypatch.setattr(_inotify, "read_events", read_after_the_loop_paused)
+        blocked = threading.Thread(target=lambda: other.receive(timeout=60))
+
+        def publish_while_a_thread_reads() -> None:
+            blocked.start()
+            wait_until(lambda: instance.reader, "the thread to take the reader's seat")
+            with _connect(root) as publisher:
+                _publish(publisher, "late")
+
+        try:
+            with conn.Consumer(TASKS, callbacks=[lambda body, message: got.append(body)]):
+                hub.call_later(0.05, publish_while_a_thread_reads)
+                loop = hub.create_loop()
+                deadline = time.monotonic() + 30
+                while not got and time.monotonic() < deadline:
+                    next(loop)
+                assert got == ["late"]
+                # The claim made events too, which the thread may read first again.
+                while transport.watch.paused and time.monotonic() < deadline:
+                    next(loop)
+                fd = transport.watch.waiter.fileno()
+                assert fd in hub.readers  # watched again
+                transport.unregister_from_event_loop(conn.connection, hub)
+                assert fd not in hub.readers and not hub.on_tick
+        finally:
+            other.publish(b"done")  # ends the thread's receive
+            blocked.join(30)
+            hub.close()

@@ -97,14 +97,24 @@ def wait_readable(fd: int, seconds: float) -> bool:
     return bool(poller.poll(max(0.0, seconds) * 1000))
 
 
-def read_events(fd: int) -> dict[int, list[int]]:
+def read_events(fd: int) -> dict[int, list[int] | None]:
     """Drain the descriptor: for each watch that saw an event, the messages made ready
     (names moved in that are ready ids: :func:`vsqs._ids.ready_code_of_bytes`, which
     agrees with a listing's :func:`vsqs._ids.sort_names`), as packed ids, and
     :data:`ANNOUNCEMENT` for each announcement, in event order. Key -1: events were lost
     (the queue overflowed).
+
+    ``None`` instead of the names: something may have been made ready that no event
+    names. Where the filesystem has no atomic no-replace rename, a move is a ``link``
+    then an ``unlink`` (:func:`vsqs._fs.rename_noreplace`): the new name appears by
+    ``IN_CREATE``, which is not watched (every publish's ``.new`` would wake every
+    waiter), and only the source's removal is seen. So the removal of any name but a
+    ready message (``<id>.new``, a held ``<id>.<expiry>``, a poke, a foreign file) may
+    be a move whose target is unnamed; an announcement's own removal is not (its move
+    was seen), nor a ready message's (a claim or a purge makes nothing ready).
     """
-    changed: dict[int, list[int]] = {}
+    changed: dict[int, list[int] | None] = {}
+    unnamed: set[int] = set()  # marked at the end: a list may still grow meanwhile
     unpack = _EVENT.unpack_from
     try:
         while data := os.read(fd, _READ_SIZE):
@@ -125,11 +135,29 @@ def read_events(fd: int) -> dict[int, list[int]]:
                         names.append(code)
                     elif name.startswith(_WAKE):
                         names.append(ANNOUNCEMENT)
+                elif mask & _IN_DELETE and _may_end_a_move(data[start:offset]):
+                    unnamed.add(wd)
             if end < _READ_SIZE - _EVENT_MAX:
                 break  # a short read: the descriptor is drained (saves a failing read)
     except BlockingIOError:
         pass  # drained
+    for wd in unnamed:
+        changed[wd] = None
     return changed
+
+
+def _may_end_a_move(raw: bytes) -> bool:
+    """Whether the removal of *raw* (a name, NUL-padded) may end a link-then-unlink move
+    whose new name no event named: anything but a ready message's name (a claim or a
+    purge) or an announcement's (``.wake-<pid>-<hex>-<sub>``, whose move was seen; a
+    poke or a staged one is ``.wake-<pid>-<hex>``: see ``Layout.announce``)."""
+    name = raw.rstrip(b"\0")
+    if ready_code_of_bytes(name) is not None:
+        return False
+    return not (name.startswith(_WAKE) and name.count(b"-") > _WAKE_DASHES)
+
+
+_WAKE_DASHES: Final = 2  # in `.wake-<pid>-<hex>`
 
 
 _READ_SIZE: Final = 65536

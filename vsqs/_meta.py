@@ -154,7 +154,7 @@ class MetaStore:
         """Whether any metadata may exist; ``False`` once a look found no directory for it,
         so a plain queue never looks for it. Set again by every metadata write."""
         self._found = 0  # how many times `possible` was set: a look that saw none before
-        self._announced = False  # whether this object announced .vsqs/meta (see _announce)
+        self._announced = False  # whether this object announced .vsqs/meta (see _record)
         self._lock = threading.Lock()  # guards the three above (a handle is shared)
 
     def refresh(self) -> bool:
@@ -173,8 +173,10 @@ class MetaStore:
                 self.possible = False
             return self.possible
 
-    def _announce(self) -> None:
-        """Before this object's first write: make ``.vsqs/meta`` and announce it.
+    def _record(self, message_id: str, meta: Meta, *, durable: bool, exclusive: bool) -> bool:
+        """The one function that writes a record (``tests/test_wakeup.py`` fails if any
+        other writes one): announce ``.vsqs/meta`` before this object's first record,
+        then create it exclusively (``False`` if the id has one) or replace it.
 
         A blocked receive that found no ``.vsqs/meta`` before it slept trusts that,
         unless it is woken by the announcement (see :meth:`Layout.announce`): so every
@@ -183,12 +185,16 @@ class MetaStore:
         with self._lock:
             self.possible = True
             self._found += 1
-            if self._announced:
-                return
-            # Under the lock: a second writer of this object must not write a record
-            # before the first one's announcement is made.
-            self.layout.announce(META)
-            self._announced = True
+            if not self._announced:
+                # Under the lock: a second writer of this object must not write a record
+                # before the first one's announcement is made.
+                self.layout.announce(META)
+                self._announced = True
+        data = meta.to_json()
+        if exclusive:
+            return self.layout.create(META, message_id, data, durable=durable)
+        self.layout.write(META, message_id, data, durable=durable)
+        return True
 
     def read(self, message_id: str) -> Meta | None:
         """The metadata of *message_id*, or ``None`` if it has none (or none readable)."""
@@ -207,19 +213,16 @@ class MetaStore:
         Exclusive creation doubles as a collision check: an id with metadata belongs to
         another message, whatever state its file is in (a planted entry included).
         """
-        self._announce()
-        return self.layout.create(META, message_id, meta.to_json(), durable=durable)
+        return self._record(message_id, meta, durable=durable, exclusive=True)
 
     def write(self, message_id: str, meta: Meta, *, durable: bool) -> bool:
         """Replace the metadata of an existing message atomically; ``False`` if it could
         not be written (a planted directory in its place; reported once)."""
         try:
-            self._announce()
-            self.layout.write(META, message_id, meta.to_json(), durable=durable)
+            return self._record(message_id, meta, durable=durable, exclusive=False)
         except (IsADirectoryError, UnsafeEntry) as exc:
             report_once(self.layout.path, "metadata that cannot be replaced", str(exc))
             return False
-        return True
 
     def remove(self, message_id: str) -> bool:
         try:

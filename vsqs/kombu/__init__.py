@@ -20,8 +20,10 @@ vsqs's guarantees underneath:
   ``expires``) to the dead-letter queue, else it is deleted (:mod:`vsqs.kombu._envelope`);
 * bindings live on disk (``<root>/.kombu-bindings/``), so direct replies and
   fanout broadcasts reach queues bound by any process or host sharing the root;
-* an idle worker blocks on inotify (each queue's own waiter, one thread per consumed
-  queue), and looks again every ``polling_interval`` seconds in any case.
+* the transport is asynchronous: a Celery worker delivers in kombu's event loop, which
+  watches every consumed queue through one :class:`~vsqs.MultiWaiter` (its descriptor is
+  the process's one inotify descriptor; no thread), and looks again every
+  ``polling_interval`` seconds in any case; ``drain_events`` blocks on the same waiter.
 
 Transport options (``broker_transport_options`` in Celery): ``root``,
 ``visibility_timeout`` (30), ``max_lease`` (3600: renewals stop then),
@@ -32,8 +34,6 @@ Transport options (``broker_transport_options`` in Celery): ``root``,
 from __future__ import annotations
 
 import logging
-import math
-import time
 import uuid
 from collections import Counter, defaultdict
 from collections.abc import Callable
@@ -51,10 +51,11 @@ except ModuleNotFoundError as error:
     raise missing_extra(error, "celery", "vsqs.kombu") from None
 
 from .. import Message, Queue, QueueDrained, QueueRoot, __version__
+from .._waiters import POLL_INTERVAL
 from ._envelope import NotKombu, expiry_attributes, move, overdue, parse
 from ._names import Binding, Bindings, vsqs_name
 from ._qos import QoS
-from ._watch import Watchers
+from ._watch import Watch
 
 __all__ = ["Channel", "QoS", "Transport", "vsqs_name"]
 
@@ -343,7 +344,7 @@ class Transport(virtual.Transport):
     driver_name = "vsqs"
     polling_interval = 1.0
     implements = virtual.Transport.implements.extend(
-        asynchronous=False, exchange_type=frozenset({"direct", "topic", "fanout"})
+        asynchronous=True, exchange_type=frozenset({"direct", "topic", "fanout"})
     )
     # The exchanges declared in this process, per root (bindings themselves are on disk).
     states: ClassVar[dict[str, virtual.BrokerState]] = {}
@@ -354,12 +355,14 @@ class Transport(virtual.Transport):
             self.state = self.states.setdefault(root_of(client), virtual.BrokerState())
         except ValueError:
             pass  # no root: the channel says so when it is made
-        self.watchers = Watchers()
+        # polling_interval=0 (kombu: "never sleep") still needs a positive re-check.
+        interval = self.polling_interval or POLL_INTERVAL
+        self.watch = Watch(self._consumed, self._deliver_one, interval)
+        """How this transport waits for its consumed queues (no thread)."""
 
     def close_connection(self, connection: Any) -> None:
-        """Close every channel and stop the threads watching their queues."""
-        self.watchers.close()
-        self.watchers = Watchers()
+        """Close every channel, and stop waiting for their queues (the loop first)."""
+        self.watch.close()
         super().close_connection(connection)
 
     def driver_version(self) -> str:
@@ -370,29 +373,34 @@ class Transport(virtual.Transport):
         return {"port": 0}  # no host: the root is a path (kombu warns about a default host)
 
     def drain_events(self, connection: Any, timeout: float | None = None, **kwargs: Any) -> None:
-        """Deliver one message, blocking up to *timeout* seconds for one.
-
-        Every consumed queue is watched (inotify, through its own waiter; see
-        :class:`~vsqs.kombu._watch.Watchers`), and the token is taken before looking, so
-        a message published to any of them between the look and the wait wakes it at
-        once. The queues are looked at again every ``polling_interval`` seconds anyway:
-        that is how a message whose lease ran out (a dead worker's) is seen, and how
-        another host's publish is seen where inotify cannot see it (NFS).
+        """Deliver one message, blocking up to *timeout* seconds for one: every consumed
+        queue is waited on at once, in this thread (:meth:`Watch.drain
+        <vsqs.kombu._watch.Watch.drain>`).
 
         :raises socket.timeout: nothing came within *timeout*.
         """
-        deadline = math.inf if timeout is None else time.monotonic() + timeout
-        while True:
-            self.watchers.watch(queue for channel in self.channels for queue in channel.consumed())
-            token = self.watchers.token()
-            assert self.cycle is not None  # made by virtual.Transport.__init__
-            try:
-                self.cycle.get(self._deliver, timeout=timeout)
-            except Empty:
-                pass
-            else:
-                return
-            left = deadline - time.monotonic()
-            if left <= 0:
-                raise TimeoutError  # socket.timeout, which kombu's callers expect
-            self.watchers.wait(token, min(left, self.polling_interval))
+        self.watch.drain(timeout)
+
+    def register_with_event_loop(self, connection: Any, loop: Any) -> None:
+        """Deliver in kombu's event loop *loop*, as kombu's redis transport does: the
+        waiter's descriptor is registered with ``loop.add_reader`` (:meth:`Watch.register
+        <vsqs.kombu._watch.Watch.register>`)."""
+        self.watch.register(loop)
+
+    def unregister_from_event_loop(self, connection: Any, loop: Any) -> None:
+        self.watch.unregister(loop)
+
+    def on_readable(self, connection: Any, loop: Any) -> None:
+        """The waiter's descriptor is readable: read the events, deliver what is ready."""
+        self.watch.on_readable()
+
+    def _consumed(self) -> list[Queue]:
+        return [queue for channel in self.channels for queue in channel.consumed()]
+
+    def _deliver_one(self) -> bool:
+        assert self.cycle is not None  # made by virtual.Transport.__init__
+        try:
+            self.cycle.get(self._deliver, timeout=0)
+        except Empty:
+            return False
+        return True
