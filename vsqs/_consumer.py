@@ -78,6 +78,15 @@ class Consumer:
 
     def take(self) -> int | None:
         """The next candidate to claim (a packed id), or ``None`` when the view is used up."""
+        if not self._returned:
+            # The common case, no requeue of ours to merge: one atomic ``popleft`` (a deque
+            # is thread-safe on its own, in free-threaded builds too), no lock.
+            # RACE: another thread may put an id back or load a new listing meanwhile:
+            # this take then serves the older view once; every name is only a hint.
+            try:
+                return self._codes.popleft()
+            except IndexError:
+                return None
         with self._lock:
             codes, returned = self._codes, self._returned
             if returned and (not codes or returned[0] <= codes[0]):
@@ -214,15 +223,21 @@ class Consumer:
 
     def claimed(self, message_id: str, receipt: str, expiry_us: int) -> None:
         """Remember a lease this handle just took."""
+        lease = (expiry_us, message_id, receipt)
         with self._lock:
             receipts = self._receipts
             if len(receipts) >= RECEIPT_CACHE:
                 receipts.popitem(last=False)
             receipts[message_id] = receipt
-            # A live receipt is never a superseded one (a coarse clock may give a new
-            # lease a receipt an older lease had): chains end at live leases.
-            self._superseded.pop(receipt, None)
-            heapq.heappush(self._own, (expiry_us, message_id, receipt))
+            if self._superseded:
+                # A live receipt is never a superseded one (a coarse clock may give a new
+                # lease a receipt an older lease had): chains end at live leases.
+                self._superseded.pop(receipt, None)
+            own = self._own
+            if own and lease < own[(len(own) - 1) >> 1]:
+                heapq.heappush(own, lease)
+            else:  # not below its parent (leases mostly end in claim order): still a heap
+                own.append(lease)
 
     def extended(self, message_id: str, old: str, new: str, expiry_us: int) -> None:
         """Remember that this handle moved a lease from receipt *old* to *new*."""
@@ -235,10 +250,15 @@ class Consumer:
             superseded.pop(new, None)  # live now: no cycle can form
             heapq.heappush(self._own, (expiry_us, message_id, new))
 
-    def issued(self, message_id: str, receipt: str) -> bool:
-        """Whether *receipt* is the live receipt this handle issued for *message_id*."""
+    def settle(self, message_id: str, receipt: str) -> bool:
+        """If *receipt* is the live receipt this handle issued for *message_id*, forget
+        it (its lease is being deleted through here) and say so, in one step."""
         with self._lock:
-            return self._receipts.get(message_id) == receipt
+            receipts = self._receipts
+            if receipts.get(message_id) != receipt:
+                return False
+            del receipts[message_id]
+            return True
 
     def receipt(self, message_id: str) -> str | None:
         """The live receipt this handle issued for *message_id*, if any."""

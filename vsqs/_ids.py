@@ -89,7 +89,10 @@ def to_us(value: int) -> int:
 
 def format_time(us: int, precision: Precision) -> str:
     """Render a microsecond timestamp in the queue's precision."""
-    return str(us // 1000) if precision is Precision.MS else str(us)
+    return str(us // 1000) if precision is _MS else str(us)
+
+
+_MS: Final = Precision.MS  # a module global: a receive formats one name per message
 
 
 def parse_name(name: str) -> Entry | None:

@@ -1071,15 +1071,17 @@ class Queue:
         if (
             isinstance(message, Message)
             and message.queue == self.path
-            and consumer.issued(message.id, message.receipt)
+            and consumer.settle(message.id, message.receipt)
         ):
             # The fast path: this object issued the receipt, so it is one of ours (a
-            # hand-made Message with a forged receipt takes the validating path below).
-            receipt = message.receipt
-            size = len(message.body)
-        else:
-            receipt = consumer.current(self._receipt_of(message))
-            size = len(message.body) if isinstance(message, Message) else 0
+            # hand-made Message with a forged receipt takes the validating path below),
+            # and it is forgotten now: its lease ends here, deleted or found gone.
+            if not self._unlink_message(message.receipt):
+                return False
+            self._counters.add_consumed(len(message.body))
+            return True
+        receipt = consumer.current(self._receipt_of(message))
+        size = len(message.body) if isinstance(message, Message) else 0
         if "." not in receipt:
             receipt = self._locate(receipt)
             if not receipt:
