@@ -24,10 +24,13 @@ import os
 import shutil
 import stat
 import sys
-from collections.abc import Callable
+import threading
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor, wait
 from typing import Final
 
-from ._mountinfo import stable_inode
+from ._errors import DurabilityError
+from ._mountinfo import filesystem_type, stable_inode, syncfs_flushes
 
 _O_NOFOLLOW: Final = getattr(os, "O_NOFOLLOW", 0)
 _O_CLOEXEC: Final = getattr(os, "O_CLOEXEC", 0)
@@ -56,6 +59,22 @@ if _syncfs is not None:
     _syncfs.restype = ctypes.c_int
 
 _FS_ENCODING: Final = sys.getfilesystemencoding()
+
+
+def _kernel_at_least(major: int, minor: int) -> bool:
+    release = os.uname().release.split(".")
+    try:
+        return (int(release[0]), int(release[1].split("-")[0])) >= (major, minor)
+    except (IndexError, ValueError):  # pragma: no cover - an unparseable release string
+        return False
+
+
+# Before Linux 5.8 syncfs returned 0 even when writing a file back failed: an error it
+# cannot report makes it no barrier at all (a failed flush must never pass for a good one).
+_SYNCFS_REPORTS_ERRORS: Final = _syncfs is not None and _kernel_at_least(5, 8)
+# Bodies fsynced at once where there is no filesystem-wide barrier: a network filesystem
+# answers each fsync after a round trip, which threads overlap (fsync releases the GIL).
+_FSYNC_THREADS: Final = 8
 
 
 def create_exclusive(path: str, mode: int = 0o666) -> int:
@@ -97,9 +116,12 @@ def fsync_dir(path: str) -> None:
 
 
 def sync_filesystem(path: str) -> bool:
-    """Flush every dirty file of the filesystem holding *path* in one call (Linux
-    ``syncfs``); ``False`` where there is no such call (the caller fsyncs each file)."""
-    if _syncfs is None:  # pragma: no cover - not Linux
+    """Flush every dirty file and directory of the filesystem holding *path* in one call
+    (Linux ``syncfs``); ``False``, doing nothing, where that is not a proven barrier (the
+    caller fsyncs each file and directory instead): FUSE, network filesystems, anything
+    but those of :data:`vsqs._mountinfo.SYNCFS_FILESYSTEMS`. A failure raises and is never
+    retried: after a failed flush a second one may succeed without the data."""
+    if _syncfs is None or not syncfs_is_barrier(path):
         return False
     fd = os.open(path, os.O_RDONLY | _O_DIRECTORY | _O_CLOEXEC)
     try:
@@ -111,16 +133,81 @@ def sync_filesystem(path: str) -> bool:
     return True
 
 
+_barriers: dict[str, bool] = {}  # by directory: whether syncfs flushes its files
+
+
+def syncfs_is_barrier(directory: str) -> bool:
+    """Whether one ``syncfs`` makes the files of *directory* durable (decided once per
+    directory from its filesystem's type; see :func:`sync_filesystem`)."""
+    found = _barriers.get(directory)
+    if found is None:
+        found = _SYNCFS_REPORTS_ERRORS and syncfs_flushes(filesystem_type(directory))
+        if len(_barriers) >= 1024:  # pragma: no cover - a process that opened that many queues
+            _barriers.clear()
+        _barriers[directory] = found
+    return found
+
+
 def sync_files(directory: str, names: list[str]) -> None:
-    """Flush the files *names* of *directory*: one ``syncfs``, or an ``fsync`` each."""
-    if sync_filesystem(directory):
+    """Flush the files *names* of *directory* (their data; not the directory entries):
+    one ``syncfs`` where that is a barrier (:func:`sync_filesystem`) and there are several,
+    else an ``fsync`` each, several at once. Every flush is waited for; the first failure
+    is raised (a flush is never retried)."""
+    if len(names) > 1 and sync_filesystem(directory):
         return
-    for name in names:  # pragma: no cover - no syncfs (not Linux)
-        fd = open_regular(f"{directory}/{name}")
-        try:
-            fsync(fd)
-        finally:
-            close(fd)
+    paths = [f"{directory}/{name}" for name in names]
+    if len(paths) <= 1:
+        for path in paths:
+            _fsync_path(path)
+        return
+    futures = [_fsync_pool().submit(_fsync_path, path) for path in paths]
+    wait(futures)
+    for future in futures:
+        future.result()  # the first failure, in the order of *names*
+
+
+def _fsync_path(path: str) -> None:
+    fd = open_regular(path)
+    try:
+        fsync(fd)
+    finally:
+        close(fd)
+
+
+_pool: ThreadPoolExecutor | None = None
+_pool_lock = threading.Lock()
+
+
+def _fsync_pool() -> ThreadPoolExecutor:
+    """The process's fsync threads, started on first use."""
+    global _pool  # noqa: PLW0603 - one pool per process, made on first use
+    with _pool_lock:
+        if _pool is None:
+            _pool = ThreadPoolExecutor(_FSYNC_THREADS, "vsqs-fsync")
+        return _pool
+
+
+def _forget_pool() -> None:
+    """In a forked child: the parent's threads (and maybe its lock holder) are not here."""
+    global _pool, _pool_lock  # reset after fork
+    _pool, _pool_lock = None, threading.Lock()
+
+
+os.register_at_fork(after_in_child=_forget_pool)
+
+
+@contextlib.contextmanager
+def flushing_published(ids: list[str]) -> Iterator[None]:
+    """Around the flushes that follow the moment messages *ids* became visible (the
+    directory fsync after the commit rename, a batch's final sync): their failure is a
+    :class:`DurabilityError` naming *ids* (the list as it is then), not a bare ``OSError``,
+    so that a caller who retries knows what may already be there."""
+    try:
+        yield
+    except DurabilityError:
+        raise
+    except OSError as exc:
+        raise DurabilityError(list(ids), exc.errno or 0, exc.strerror or str(exc)) from exc
 
 
 def rename_noreplace(src: str, dst: str, dir_fd: int = _AT_FDCWD) -> None:

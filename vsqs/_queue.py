@@ -415,7 +415,8 @@ class Queue:
         else:
             self._counters.add_produced(size)
         if durable:
-            _fs.fsync_dir(self.path)
+            with _fs.flushing_published([message_id]):
+                _fs.fsync_dir(self.path)
         return message_id
 
     def _publish_views(
@@ -436,10 +437,11 @@ class Queue:
                 ids.append(self._commit_keyed(name, size, attrs, delay_us, key))
         else:
             ids = self._publish_synced(views, attrs, delay_us, keys)
-            if any(keys) and _fs.sync_filesystem(self.path):
+        with _fs.flushing_published(ids):
+            if durable and len(views) > 1 and any(keys) and _fs.sync_filesystem(self.path):
                 return ids  # one flush covers every marker and every rename
-        if durable:
-            _fs.fsync_dir(self.path)
+            if durable:
+                _fs.fsync_dir(self.path)
         return ids
 
     def _publish_synced(
@@ -452,16 +454,22 @@ class Queue:
         """
         staged: list[tuple[str, int]] = []
         ids: list[str] = []
+        # The markers are flushed by the caller's syncfs where that is a barrier, else
+        # each as it is written.
+        sync_marker = any(keys) and not _fs.syncfs_is_barrier(self.path)
         try:
             # extend() keeps what was staged before a failure: it is removed below.
             staged.extend(self._stage(view) for view in views)
             _fs.sync_files(self.path, [name for name, _ in staged])
             for (name, size), key in zip(staged, keys, strict=True):
-                # The markers are flushed by the caller's syncfs, not one fsync each.
-                ids.append(self._commit_keyed(name, size, attrs, delay_us, key, sync_marker=False))
-        except BaseException:
+                commit = self._commit_keyed
+                ids.append(commit(name, size, attrs, delay_us, key, sync_marker=sync_marker))
+        except BaseException as exc:
             for name, _ in staged[len(ids) :]:
                 _fs.unlink(self.layout.message(name))  # never visible: left as no debris
+            if ids and isinstance(exc, OSError):
+                with _fs.flushing_published(ids):
+                    raise  # the first messages are visible, unflushed: say which
             raise
         return ids
 
@@ -490,7 +498,7 @@ class Queue:
                     _fs.sync_files(self.path, [name for name, _ in staged])
                 self._shutdown.check_open()
                 entries = [(name[:-4], size) for name, size in staged]
-                chunk, ours = dedup.claim_chunk(key, entries, attrs, delay_us)
+                chunk, ours = dedup.claim_chunk(key, entries, attrs, delay_us, self.durable)
             except BaseException:
                 for name, _ in staged:
                     _fs.unlink_at(name, dir_fd)  # never visible: left as no debris
@@ -505,7 +513,8 @@ class Queue:
         finally:
             _fs.close(dir_fd)
         if self.durable:
-            _fs.fsync_dir(self.path)
+            with _fs.flushing_published(ids):
+                _fs.fsync_dir(self.path)
         dedup.sweep_if_due()
         return ids
 
@@ -764,13 +773,14 @@ class Queue:
             raise
         # On failure the commit removes `<id>.new`, our link, and nothing else.
         message_id = self._commit_keyed(new, size, attrs, delay_us, dedup_id)
-        if self.durable:
-            _fs.fsync_dir(self.path)
-        # Published: now drop the original name. A crash before this leaves the file in
-        # both places, one inode (at least once, never lost).
-        _fs.unlink(source)
-        if self.durable:
-            _fs.fsync_dir(os.path.dirname(os.path.abspath(source)))
+        with _fs.flushing_published([message_id]):
+            if self.durable:
+                _fs.fsync_dir(self.path)
+            # Published: now drop the original name. A crash before this leaves the file
+            # in both places, one inode (at least once, never lost).
+            _fs.unlink(source)
+            if self.durable:
+                _fs.fsync_dir(os.path.dirname(os.path.abspath(source)))
         return message_id
 
     def publish_stream(
@@ -797,7 +807,8 @@ class Queue:
         new, size = self._stage(copy, sync=self.durable)
         message_id = self._commit_keyed(new, size, attrs, delay_us, dedup_id)
         if self.durable:
-            _fs.fsync_dir(self.path)
+            with _fs.flushing_published([message_id]):
+                _fs.fsync_dir(self.path)
         return message_id
 
     def _check_extras(
