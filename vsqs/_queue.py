@@ -319,6 +319,8 @@ class Queue:
         :raises InvalidPayload: *data* is not bytes-like.
         :raises QueueClosed: the queue was shut down.
         :raises QueueFull: the queue stayed full for *timeout* seconds.
+        :raises DurabilityError: the directory flush after the commit failed: the message
+            is visible (its id is in ``ids``) and may not survive a power loss.
 
         >>> q.publish(b"hello")  # doctest: +SKIP
         '1732257000123456'
@@ -349,10 +351,12 @@ class Queue:
 
         Each message is atomic as in :meth:`publish`; the batch as a whole is not (a crash
         may leave a prefix published), unless it has a ``batch_dedup_id``. Durable
-        batches flush all bodies with one filesystem sync (Linux ``syncfs``; elsewhere
-        one ``fsync`` per body) and the directory once, instead of twice per message.
-        ``syncfs`` flushes every dirty file of that filesystem, other programs' too: on a
-        disk busy with other writers, very small batches may do better as single publishes.
+        batches flush all bodies with one filesystem sync (Linux ``syncfs``, where that
+        is a proven barrier: ext4, XFS, btrfs, tmpfs; elsewhere, FUSE and NFS included,
+        one ``fsync`` per body, several at once) and the directory once, instead of twice
+        per message. ``syncfs`` flushes every dirty file of that filesystem, other
+        programs' too: on a disk busy with other writers, very small batches may do
+        better as single publishes.
 
         :param bodies: the bodies, bytes-like, in publish order.
         :param dedup_ids: one deduplication id (or ``None``) per body; see :meth:`publish`.
@@ -366,6 +370,8 @@ class Queue:
         :raises ValueError: as many ``dedup_ids`` as bodies are needed; ``dedup_ids`` and
             ``batch_dedup_id`` exclude each other; a bounded queue cannot take a batch
             larger than its capacity.
+        :raises DurabilityError: a flush failed after some messages became visible (its
+            ``ids``); a flush that fails before leaves nothing visible and is raised as is.
 
         >>> q.publish_batch([b"a", b"b"], batch_dedup_id="job-7:part-0")  # doctest: +SKIP
         ['1732257000123456', '1732257000123457']
