@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import random
 import re
+import signal
 import subprocess
 import sys
 import time
@@ -59,17 +60,21 @@ class Outcome:
         return f"{self.acknowledged} | " + ", ".join(parts)
 
 
-def _acks(path: Path) -> tuple[dict[int, str], list[int]]:
+def _acks(path: Path) -> tuple[dict[int, str], list[int], set[str]]:
+    """The log: acknowledged messages (number -> id), settings, deleted ids."""
     messages: dict[int, str] = {}
     settings: list[int] = []
+    deleted: set[str] = set()
     if path.exists():
         for line in path.read_text().splitlines():
             first, _, second = line.partition(" ")
             if first == "setting":
                 settings.append(int(second))
+            elif first == "deleted":
+                deleted.add(second)
             elif first.isdigit():
                 messages[int(first)] = second
-    return messages, settings
+    return messages, settings, deleted
 
 
 def _visible(queue: Path) -> dict[str, bytes]:
@@ -102,6 +107,7 @@ def _run_until_cut(
         [sys.executable, str(PRODUCER), kind, str(queue), str(acks)],
         env=env,
         stderr=subprocess.PIPE,
+        start_new_session=True,  # its own process group: the power kills all of it
     )
     try:
         if kind in {"dead_letter", "redrive"}:
@@ -119,7 +125,7 @@ def _run_until_cut(
             time.sleep(rng.uniform(0, 0.01))  # anywhere within the next publish
     finally:
         mount.crash()  # the power fails: unsynced data is gone
-        producer.kill()  # and the producer dies with it
+        os.killpg(producer.pid, signal.SIGKILL)  # and the producers die with it
         producer.communicate()
 
 
@@ -138,7 +144,7 @@ def cut_power(kind: str, where: Path, *, code: Path = REPO, seed: int = 0) -> Ou
 
 
 def _inspect(kind: str, queue: Path, acks_path: Path) -> Outcome:
-    acked, settings = _acks(acks_path)
+    acked, settings, deleted = _acks(acks_path)
     outcome = Outcome(kind, acknowledged=len(settings) if kind == "configure" else len(acked))
     visible = _visible(queue)
     if kind in {"dead_letter", "redrive"}:
@@ -154,6 +160,8 @@ def _inspect(kind: str, queue: Path, acks_path: Path) -> Outcome:
         else:
             seen.setdefault(n, []).append(message_id)
     for n, message_id in acked.items():
+        if message_id in deleted:
+            continue  # consumed (it may be back: deletes are not flushed; at least once)
         if n not in seen or (message_id and message_id not in seen[n]):
             outcome.lost.append(n)
     outcome.duplicated = [n for n, ids in seen.items() if len(ids) > 1]

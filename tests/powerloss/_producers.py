@@ -47,6 +47,7 @@ class Acks:
     """The acknowledgement log, synced after every line (it is on a real filesystem)."""
 
     def __init__(self, path: str) -> None:
+        self.path = path
         self._fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
 
     def log(self, lines: list[str]) -> None:
@@ -124,6 +125,23 @@ def _cli(path: str, acks: Acks) -> None:
         n += BATCH
 
 
+def _consume(path: str, acks: Acks) -> None:
+    """A consumer beside the producer: receive, delete, log ``deleted <id>`` once the
+    delete returned."""
+    queue = vsqs.Queue(path, visibility_timeout=30)
+    while True:
+        message = queue.receive(timeout=0.05)
+        if message is not None and queue.delete(message):
+            acks.log([f"deleted {message.id}"])
+
+
+def _with_consumer(path: str, acks: Acks) -> None:
+    """Batches of 10 while another process consumes them (both die with the power: the
+    harness kills the process group)."""
+    subprocess.Popen([sys.executable, __file__, "consumer", path, acks.path])
+    _batches(vsqs.Queue(path), acks, "batch")
+
+
 def _configure(queue: vsqs.Queue, acks: Acks) -> None:
     n = 1
     while True:
@@ -153,6 +171,10 @@ def run(kind: str, path: str, acks_path: str) -> None:
         _aio(path, acks)
     elif kind == "cli":
         _cli(path, acks)
+    elif kind == "consumer":
+        _consume(path, acks)
+    elif kind == "consume":
+        _with_consumer(path, acks)
     queue = vsqs.Queue(path)
     dead = Path(path).parent / "dlq"
     if kind == "publish":
