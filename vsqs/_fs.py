@@ -340,12 +340,15 @@ def open_dir(name: str, dir_fd: int | None = None) -> int:
     return os.open(name, _DIR_FLAGS, dir_fd=dir_fd)
 
 
-def make_dir_at(name: str, mode: int, dir_fd: int) -> bool:
-    """Create the directory *name* in *dir_fd*; ``False`` if the name exists already."""
+def make_dir_at(name: str, mode: int, dir_fd: int, *, durable: bool = False) -> bool:
+    """Create the directory *name* in *dir_fd*; ``False`` if the name exists already.
+    *durable*: flush *dir_fd* after, so that the new directory's name survives."""
     try:
         os.mkdir(name, mode, dir_fd=dir_fd)
     except FileExistsError:
         return False
+    if durable:
+        os.fsync(dir_fd)
     return True
 
 
@@ -499,9 +502,19 @@ def same_file(first: str, second: str) -> bool:
     return (a.st_dev, a.st_ino) == (b.st_dev, b.st_ino)
 
 
-def make_dirs(path: str, mode: int = 0o777) -> None:
-    """Create *path* and its parents; an existing directory is fine."""
+def make_dirs(path: str, mode: int = 0o777, *, durable: bool = False) -> None:
+    """Create *path* and its parents; an existing directory is fine (as ``os.makedirs``).
+    *durable*: flush the parent of each directory made, top down, so that the new names
+    survive a power loss (POSIX makes a name durable only by flushing its directory)."""
+    missing = []
+    if durable:
+        ancestor = os.path.abspath(path)
+        while not os.path.lexists(ancestor) and ancestor != os.path.dirname(ancestor):
+            missing.append(ancestor)
+            ancestor = os.path.dirname(ancestor)
     os.makedirs(path, mode=mode, exist_ok=True)
+    for made in reversed(missing):
+        fsync_dir(os.path.dirname(made))
 
 
 def mtime(path: str) -> float:

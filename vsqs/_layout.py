@@ -75,10 +75,20 @@ class Layout:
     :param path: the queue directory (absolute).
     :param dir_mode: the mode of created directories.
     :param file_mode: the mode forced on created files; ``None`` leaves it to the umask.
+    :param durable: flush the parent of each directory created, so that what is flushed
+        inside it later survives a power loss.
     """
 
-    def __init__(self, path: str, dir_mode: int = 0o777, file_mode: int | None = None) -> None:
+    def __init__(
+        self,
+        path: str,
+        dir_mode: int = 0o777,
+        file_mode: int | None = None,
+        *,
+        durable: bool = True,
+    ) -> None:
         self.path = path
+        self.durable = durable
         self.root = f"{path}/{DIR}"
         self.meta_dir = f"{self.root}/{META}"
         self.dir_mode = dir_mode
@@ -174,7 +184,8 @@ class Layout:
             except FileNotFoundError:
                 if not create:
                     return None
-                if _fs.make_dir_at(name, self.dir_mode, parent) and self.file_mode is not None:
+                made = _fs.make_dir_at(name, self.dir_mode, parent, durable=self.durable)
+                if made and self.file_mode is not None:
                     # Keep a set-group-id bit inherited from the queue directory: it is
                     # how a shared queue keeps its group on everything created inside.
                     inherited = os.stat(name, dir_fd=parent, follow_symlinks=False).st_mode

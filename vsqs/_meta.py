@@ -198,7 +198,17 @@ class MetaStore:
         another message, whatever state its file is in (a planted entry included).
         """
         self._announce()
-        return self.layout.create(META, message_id, meta.to_json(), durable=durable)
+        if not self.layout.create(META, message_id, meta.to_json(), durable=durable):
+            return False
+        if durable:
+            # Its name too, before the message it describes becomes visible: a message
+            # that survives a power loss keeps its attributes and history.
+            try:
+                self.layout.fsync(META)
+            except BaseException:
+                self.layout.remove(META, message_id)
+                raise
+        return True
 
     def write(self, message_id: str, meta: Meta, *, durable: bool) -> bool:
         """Replace the metadata of an existing message atomically; ``False`` if it could

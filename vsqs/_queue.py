@@ -178,7 +178,9 @@ class Queue:
         self.dedup_window: Final = config.dedup_window
         self.max_receives: Final = config.max_receives
         self._create_directory()
-        self.layout: Final = Layout(self.path, config.dir_mode, config.file_mode)
+        self.layout: Final = Layout(
+            self.path, config.dir_mode, config.file_mode, durable=config.durable
+        )
         """Where every file of this queue lives (the on-disk format; see ``docs/concepts``)."""
         dlq: Queue | None = None
         if isinstance(dead_letter, Queue):
@@ -217,7 +219,7 @@ class Queue:
     def _create_directory(self) -> None:
         config = self.config
         try:
-            os.makedirs(self.path, mode=config.dir_mode, exist_ok=True)
+            _fs.make_dirs(self.path, config.dir_mode, durable=config.durable)
         except (FileExistsError, NotADirectoryError):
             raise NotAQueue(self.path) from None
         except PermissionError as exc:

@@ -73,9 +73,12 @@ def _unmount(mountpoint: Path) -> None:
 
 
 @contextlib.contextmanager
-def lazy_mount(where: Path, backing: Path | None = None) -> Iterator[LazyMount]:
+def lazy_mount(
+    where: Path, backing: Path | None = None, *, roll_back_directories: bool = False
+) -> Iterator[LazyMount]:
     """Mount the power-loss filesystem over *backing* (a fresh ``where/backing`` if not
-    given) at ``where/mnt-lazy...``; unmount it and end its daemon on exit."""
+    given) at ``where/mnt-lazy...``; unmount it and end its daemon on exit.
+    *roll_back_directories*: a crash also undoes directory operations not fsynced."""
     if backing is None:
         backing = where / "backing"
         backing.mkdir()
@@ -83,7 +86,8 @@ def lazy_mount(where: Path, backing: Path | None = None) -> Iterator[LazyMount]:
     mountpoint.mkdir()
     log = open(where / f"{mountpoint.name}.log", "wb")  # noqa: SIM115 - closed below
     daemon = subprocess.Popen(
-        [sys.executable, "-m", "tests.powerloss.lazyfs", str(backing), str(mountpoint)],
+        [sys.executable, "-m", "tests.powerloss.lazyfs", str(backing), str(mountpoint)]
+        + (["--roll-back-directories"] if roll_back_directories else []),
         cwd=REPO,
         env={**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), *sys.path])},
         stdout=log,

@@ -126,13 +126,14 @@ def _cli(path: str, acks: Acks) -> None:
 
 
 def _consume(path: str, acks: Acks) -> None:
-    """A consumer beside the producer: receive, delete, log ``deleted <id>`` once the
-    delete returned."""
+    """A consumer beside the producer: receive, log ``deleted <id>``, delete (logged
+    first: the power may fail between the two, and a message may go only if logged)."""
     queue = vsqs.Queue(path, visibility_timeout=30)
     while True:
         message = queue.receive(timeout=0.05)
-        if message is not None and queue.delete(message):
+        if message is not None:
             acks.log([f"deleted {message.id}"])
+            queue.delete(message)
 
 
 def _with_consumer(path: str, acks: Acks) -> None:

@@ -12,6 +12,12 @@ empty (or with its last synced content).
 ``syncfs`` never reaches a FUSE daemon, so only ``fsync``/``fdatasync`` save data here,
 as on sshfs, JuiceFS, ceph-fuse and every other FUSE filesystem.
 
+With ``--roll-back-directories`` it goes beyond LazyFS: a crash also undoes, newest
+first, every directory operation (create, mkdir, link, unlink, rmdir, and a rename as a
+unit) that is not committed: one is committed once each directory it changed has been
+fsynced after it (POSIX's rule; a journaling filesystem often commits more). An
+unlinked or replaced file is kept (hard-linked) in ``<backing>.stash`` to be restored.
+
 Commands, written to ``<mountpoint>/.lazyfs`` (one write, done when it returns):
 
 * ``crash``: the power fails. Unsynced data is dropped, and every later operation
@@ -24,7 +30,8 @@ Commands, written to ``<mountpoint>/.lazyfs`` (one write, done when it returns):
   flushed before its rename is saved and the directory flush after it fails.
 * ``fail-fsync off``: flushes succeed again.
 
-Run ``python -m tests.powerloss.lazyfs BACKING MOUNTPOINT``; it serves in the foreground,
+Run ``python -m tests.powerloss.lazyfs [--roll-back-directories] BACKING MOUNTPOINT``;
+it serves in the foreground,
 one request at a time, until unmounted (``fusermount3 -u``). Mounted with ``direct_io``
 and no attribute caching, so the kernel keeps no copy of the data that this daemon
 could drop behind its back.
@@ -37,8 +44,10 @@ import ctypes.util
 import errno
 import functools
 import os
+import shutil
 import sys
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any, Final, TypeVar
 
 import mfusepy
@@ -65,13 +74,30 @@ def _alive(method: F) -> F:
     return checked  # type: ignore[return-value]
 
 
+@dataclass
+class _DirectoryOp:
+    """A directory operation made at *seq*, committed once every one of *dirs* (backing
+    paths) was fsynced after it; *undo* reverts it."""
+
+    seq: int
+    dirs: tuple[str, ...]
+    undo: Callable[[], None]
+
+
 class LazyFS(mfusepy.Operations):  # type: ignore[misc]
     """The operations; see the module docstring."""
 
     use_ns = True
 
-    def __init__(self, backing: str) -> None:
+    def __init__(self, backing: str, *, roll_back_directories: bool = False) -> None:
         self.root = os.path.realpath(backing)
+        self.roll_back = roll_back_directories
+        self.ops: list[_DirectoryOp] = []
+        self.seq = 0
+        self.synced: dict[str, int] = {}  # directory -> seq of its last fsync
+        self.stash = self.root + ".stash"
+        if roll_back_directories:
+            os.makedirs(self.stash, exist_ok=True)
         # Whole content of every file with unsynced writes, by backing (device, inode):
         # follows the file through renames and links, as a page cache does.
         self.dirty: dict[tuple[int, int], bytearray] = {}
@@ -81,6 +107,41 @@ class LazyFS(mfusepy.Operations):  # type: ignore[misc]
 
     def _path(self, path: str) -> str:
         return self.root + path
+
+    # -- directory operations, undone by a crash unless committed ----------------------
+
+    def _journal(self, undo: Callable[[], None], *paths: str) -> None:
+        """Record a directory operation on the entries *paths* (backing paths)."""
+        if self.roll_back:
+            self.seq += 1
+            dirs = tuple(dict.fromkeys(os.path.dirname(path) for path in paths))
+            self.ops.append(_DirectoryOp(self.seq, dirs, undo))
+
+    def _committed(self, op: _DirectoryOp) -> bool:
+        return all(self.synced.get(directory, 0) > op.seq for directory in op.dirs)
+
+    def _keep(self, full: str) -> str | None:
+        """Hard-link the file at *full* into the stash (to restore it); ``None`` if
+        there is nothing there, or a directory."""
+        if not self.roll_back:
+            return None
+        try:
+            if os.path.isdir(full) and not os.path.islink(full):
+                return None
+            kept = f"{self.stash}/{self.seq}-{os.urandom(4).hex()}"
+            os.link(full, kept, follow_symlinks=False)
+        except FileNotFoundError:
+            return None
+        return kept
+
+    def _roll_back(self) -> None:
+        for op in reversed(self.ops):
+            if not self._committed(op):
+                try:
+                    op.undo()
+                except OSError as exc:  # the undo of a later op made it moot
+                    print(f"lazyfs: undo failed: {exc}", file=sys.stderr)
+        self.ops.clear()
 
     @staticmethod
     def _key(info: os.stat_result) -> tuple[int, int]:
@@ -100,6 +161,7 @@ class LazyFS(mfusepy.Operations):  # type: ignore[misc]
         words = text.split()
         if words == ["crash"]:
             self.dirty.clear()
+            self._roll_back()
             self.dead = True
         elif words == ["drop"]:
             self.dirty.clear()
@@ -139,45 +201,77 @@ class LazyFS(mfusepy.Operations):  # type: ignore[misc]
     def fsyncdir(self, path: str, datasync: int, fh: int) -> int:
         if self.fail_dirs:
             raise mfusepy.FuseOSError(self.fail_dirs)
-        fd = os.open(self._path(path), os.O_RDONLY | os.O_DIRECTORY)
+        full = self._path(path).rstrip("/") or "/"
+        fd = os.open(full, os.O_RDONLY | os.O_DIRECTORY)
         try:
             os.fsync(fd)
         finally:
             os.close(fd)
+        self.seq += 1
+        self.synced[full] = self.seq
+        if len(self.ops) > 4096:  # forget what can no longer be undone
+            self.ops = [op for op in self.ops if not self._committed(op)]
         return 0
 
     @_alive
     def mkdir(self, path: str, mode: int) -> int:
-        os.mkdir(self._path(path), mode)
+        full = self._path(path)
+        os.mkdir(full, mode)
+        self._journal(lambda: shutil.rmtree(full), full)
         return 0
 
     @_alive
     def rmdir(self, path: str) -> int:
-        os.rmdir(self._path(path))
+        full = self._path(path)
+        mode = os.lstat(full).st_mode & 0o7777
+        os.rmdir(full)
+        self._journal(lambda: os.mkdir(full, mode), full)
         return 0
 
     @_alive
     def unlink(self, path: str) -> int:
-        os.unlink(self._path(path))
+        full = self._path(path)
+        kept = self._keep(full)
+        os.unlink(full)
+        if kept is not None:
+            self._journal(lambda: os.rename(kept, full), full)
         return 0
 
     @_alive
     def rename(self, old: str, new: str, flags: int = 0) -> int:
         if flags & ~_RENAME_FLAGS:
             raise mfusepy.FuseOSError(errno.EINVAL)
-        src, dst = os.fsencode(self._path(old)), os.fsencode(self._path(new))
-        if _libc.renameat2(_AT_FDCWD, src, _AT_FDCWD, dst, flags) != 0:
-            raise mfusepy.FuseOSError(ctypes.get_errno())
+        src, dst = self._path(old), self._path(new)
+        replaced = None if flags else self._keep(dst)
+        if _libc.renameat2(_AT_FDCWD, os.fsencode(src), _AT_FDCWD, os.fsencode(dst), flags):
+            code = ctypes.get_errno()
+            if replaced is not None:
+                os.unlink(replaced)
+            raise mfusepy.FuseOSError(code)
+
+        def undo() -> None:
+            if flags & 2:  # RENAME_EXCHANGE: exchange them back
+                _libc.renameat2(_AT_FDCWD, os.fsencode(dst), _AT_FDCWD, os.fsencode(src), 2)
+                return
+            os.rename(dst, src)
+            if replaced is not None:
+                os.rename(replaced, dst)
+
+        self._journal(undo, src, dst)
         return 0
 
     @_alive
     def link(self, target: str, source: str) -> int:
-        os.link(self._path(source), self._path(target), follow_symlinks=False)
+        full = self._path(target)
+        os.link(self._path(source), full, follow_symlinks=False)
+        self._journal(lambda: os.unlink(full), full)
         return 0
 
     @_alive
     def symlink(self, target: str, source: str) -> int:
-        os.symlink(source, self._path(target))
+        full = self._path(target)
+        os.symlink(source, full)
+        self._journal(lambda: os.unlink(full), full)
         return 0
 
     @_alive
@@ -213,7 +307,15 @@ class LazyFS(mfusepy.Operations):  # type: ignore[misc]
     @_alive
     def create(self, path: str, mode: int, flags: int = 0) -> int:
         # The entry is made at once (a directory operation); its data comes by write().
-        return os.open(self._path(path), os.O_RDWR | os.O_CREAT | (flags & os.O_EXCL), mode)
+        full = self._path(path)
+        existed = os.path.lexists(full)
+        fd = os.open(full, os.O_RDWR | os.O_CREAT | (flags & os.O_EXCL), mode)
+        if not existed:
+            # A new inode may reuse the number of a removed file whose unsynced data is
+            # still cached here: that is not this file's.
+            self.dirty.pop(self._key(os.fstat(fd)), None)
+            self._journal(lambda: os.unlink(full), full)
+        return fd
 
     @_alive
     def open(self, path: str, flags: int) -> int:
@@ -294,10 +396,11 @@ class _FUSE(mfusepy.FUSE):  # type: ignore[misc]
 
 
 def main(argv: list[str]) -> None:
-    """Serve *argv* ``[BACKING, MOUNTPOINT]`` until unmounted."""
-    backing, mountpoint = argv
+    """Serve *argv* ``[--roll-back-directories] BACKING MOUNTPOINT`` until unmounted."""
+    roll_back = "--roll-back-directories" in argv
+    backing, mountpoint = [arg for arg in argv if not arg.startswith("--")]
     _FUSE(
-        LazyFS(backing),
+        LazyFS(backing, roll_back_directories=roll_back),
         mountpoint,
         foreground=True,
         nothreads=True,

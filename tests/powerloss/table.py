@@ -1,6 +1,6 @@
 """Print issue 31's table: each writing path, its acknowledged messages, and what a
-power failure left of them. ``python -m tests.powerloss.table [CODE]`` runs the producers
-on the vsqs in the checkout *CODE* (default: this one), as root.
+power failure left of them. ``python -m tests.powerloss.table [--roll-back-directories] [CODE]``
+runs the producers on the vsqs in the checkout *CODE* (default: this one), as root.
 """
 
 from __future__ import annotations
@@ -17,13 +17,15 @@ KINDS = ("publish", "batch", "batch_keys", "batch_dedup", "file", "stream", "aio
 
 
 def main(argv: list[str]) -> None:
+    strict = "--roll-back-directories" in argv
+    argv = [arg for arg in argv if not arg.startswith("--")]
     code = Path(argv[0]).resolve() if argv else REPO
-    print(f"vsqs under test: {code}\n")
+    print(f"vsqs under test: {code}" + (", directory operations rolled back" * strict) + "\n")
     print("| path (durable, the default) | acknowledged | after the power loss |")
     print("|---|---|---|")
     for kind in KINDS:
         with tempfile.TemporaryDirectory() as where:
-            outcome = cut_power(kind, Path(where), code=code, seed=31)
+            outcome = cut_power(kind, Path(where), code=code, seed=31, roll_back_directories=strict)
         print(f"| {kind} | {outcome.row()} |", flush=True)
 
 

@@ -5,13 +5,15 @@ from __future__ import annotations
 import ctypes
 import errno
 import os
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from vsqs import _fs, _mountinfo
 
-from ._mount import LazyMount
+from ._mount import LazyMount, lazy_mount
+from .conftest import require_lazyfs
 
 _libc = ctypes.CDLL(None, use_errno=True)
 
@@ -92,3 +94,41 @@ def test_only_directory_flushes_fail_on_command(lazy: LazyMount) -> None:
         _fs.fsync_dir(str(lazy.mountpoint))
     lazy.command("fail-fsync off")
     _fs.fsync_dir(str(lazy.mountpoint))
+
+
+@pytest.fixture
+def strict(tmp_path: Path) -> Iterator[LazyMount]:
+    """The power-loss filesystem that also rolls back unflushed directory operations."""
+    require_lazyfs()
+    with lazy_mount(tmp_path, roll_back_directories=True) as mount:
+        yield mount
+
+
+def test_a_crash_undoes_directory_operations_not_flushed(strict: LazyMount) -> None:
+    root = strict.mountpoint
+    (root / "d").mkdir()
+    _fs.fsync_dir(str(root))  # "d" is committed
+    _write(root / "d" / "kept", b"k", sync=True)
+    _write(root / "d" / "gone", b"g", sync=True)  # its data is synced, its name is not
+    _write(root / "d" / "old", b"o", sync=True)
+    _fs.fsync_dir(str(root / "d"))  # commits "kept", "gone" and "old"
+    os.rename(root / "d" / "kept", root / "d" / "renamed")
+    os.unlink(root / "d" / "gone")
+    os.replace(root / "d" / "old", root / "d" / "renamed")  # replaces; undone as a unit
+    (root / "e").mkdir()
+    strict.crash()
+    assert sorted(os.listdir(strict.backing)) == ["d"]
+    found = {name: (strict.backing / "d" / name).read_bytes() for name in ["kept", "gone", "old"]}
+    assert found == {"kept": b"k", "gone": b"g", "old": b"o"}
+    assert sorted(os.listdir(strict.backing / "d")) == ["gone", "kept", "old"]
+
+
+def test_a_flushed_directory_keeps_its_operations(strict: LazyMount) -> None:
+    root = strict.mountpoint
+    _write(root / "a", b"a", sync=True)
+    _fs.rename_noreplace(str(root / "a"), str(root / "b"))
+    _fs.fsync_dir(str(root))
+    _write(root / "c", b"c", sync=True)  # never flushed: gone
+    strict.crash()
+    assert sorted(os.listdir(strict.backing)) == ["b"]
+    assert (strict.backing / "b").read_bytes() == b"a"

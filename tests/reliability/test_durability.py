@@ -50,6 +50,7 @@ def test_durable_publish_syncs_file_before_rename_and_directory_after(
     tmp_path: Path, trace: list[str]
 ) -> None:
     q = vsqs.Queue(tmp_path / "q", clock=ManualClock())
+    trace.clear()  # making the queue (its directory, flushed) is not publishing
     q.publish(b"m")
     kinds = [k for k in _kinds(trace) if k != "unlink"]
     assert kinds == ["create_exclusive", "write_all", "fsync", "rename_noreplace", "fsync_dir"]
@@ -59,6 +60,7 @@ def test_durable_batch_syncs_once_then_renames_then_syncs_the_directory_once(
     tmp_path: Path, trace: list[str]
 ) -> None:
     q = vsqs.Queue(tmp_path / "q", clock=ManualClock())
+    trace.clear()  # making the queue (its directory, flushed) is not publishing
     q.publish_batch([b"a", b"b", b"c"])
     kinds = _kinds(trace)
     assert kinds[:6] == ["create_exclusive", "write_all"] * 3
@@ -87,3 +89,16 @@ def test_attributes_are_durable_before_the_message_is_visible(
     # Metadata is created relative to the descriptor of .vsqs/meta (create_at).
     meta_create = next(i for i, c in enumerate(before) if c.startswith("create_at:"))
     assert any(c.startswith("fsync:") for c in before[meta_create:])
+
+
+def test_a_new_durable_queue_flushes_the_directories_it_makes(
+    tmp_path: Path, trace: list[str]
+) -> None:
+    """Each directory made for a durable queue is flushed into its parent, top down: a
+    message flushed inside a directory whose own name was lost is lost too (POSIX)."""
+    vsqs.Queue(tmp_path / "a" / "q", clock=ManualClock())
+    syncs = [c for c in trace if c.split(":")[0] == "fsync_dir"]
+    assert syncs == [f"fsync_dir:{tmp_path}", f"fsync_dir:{tmp_path / 'a'}"]
+    trace.clear()
+    vsqs.Queue(tmp_path / "a" / "q", clock=ManualClock())  # made already: nothing to flush
+    assert not [c for c in trace if c.split(":")[0] == "fsync_dir"]
