@@ -30,7 +30,7 @@ from concurrent.futures import ThreadPoolExecutor, wait
 from typing import Final
 
 from ._errors import DurabilityError
-from ._mountinfo import filesystem_type, stable_inode, syncfs_flushes
+from ._mountinfo import filesystem_type, fsync_keeps_names, stable_inode, syncfs_flushes
 
 _O_NOFOLLOW: Final = getattr(os, "O_NOFOLLOW", 0)
 _O_CLOEXEC: Final = getattr(os, "O_CLOEXEC", 0)
@@ -145,6 +145,22 @@ def syncfs_is_barrier(directory: str) -> bool:
         if len(_barriers) >= 1024:  # pragma: no cover - a process that opened that many queues
             _barriers.clear()
         _barriers[directory] = found
+    return found
+
+
+_names_kept: dict[str, bool] = {}  # by directory: whether a file's fsync keeps its name
+
+
+def fsync_keeps_new_names(directory: str) -> bool:
+    """Whether fsync of a file just created in *directory* also makes its name durable
+    (so the directory needs no fsync of its own for it); decided once per directory
+    from its filesystem's type, see :data:`vsqs._mountinfo.NAMES_KEPT_BY_FSYNC`."""
+    found = _names_kept.get(directory)
+    if found is None:
+        found = fsync_keeps_names(filesystem_type(directory))
+        if len(_names_kept) >= 1024:  # pragma: no cover - a process that opened that many
+            _names_kept.clear()
+        _names_kept[directory] = found
     return found
 
 

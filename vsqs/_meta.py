@@ -18,6 +18,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
 
+from . import _fs
 from ._errors import InvalidAttributes
 from ._layout import DELAYED, META, Layout, UnsafeEntry
 
@@ -200,7 +201,7 @@ class MetaStore:
         self._announce()
         if not self.layout.create(META, message_id, meta.to_json(), durable=durable):
             return False
-        if durable:
+        if durable and not _fs.fsync_keeps_new_names(self.layout.path):
             # Its name too, before the message it describes becomes visible: a message
             # that survives a power loss keeps its attributes and history.
             try:

@@ -32,6 +32,18 @@ NETWORK_FILESYSTEMS: Final = frozenset(
 SYNCFS_FILESYSTEMS: Final = frozenset({"ext2", "ext3", "ext4", "xfs", "btrfs", "tmpfs", "ramfs"})
 
 
+# Filesystems on which fsync of a newly created file also makes its name durable: one
+# journal commits the create with the inode (ext3/4, XFS), btrfs logs a new inode's name
+# with it; memory filesystems lose everything anyway. Elsewhere (POSIX's rule, and
+# FUSE, NFS...) a new name is durable only once its directory is fsynced.
+NAMES_KEPT_BY_FSYNC: Final = frozenset({"ext3", "ext4", "xfs", "btrfs", "tmpfs", "ramfs"})
+
+
+def fsync_keeps_names(fstype: str) -> bool:
+    """Whether fsync of a new file keeps its name on a filesystem of this type (above)."""
+    return fstype in NAMES_KEPT_BY_FSYNC
+
+
 def syncfs_flushes(fstype: str) -> bool:
     """Whether one ``syncfs`` flushes every file on a filesystem of this type (above)."""
     return fstype in SYNCFS_FILESYSTEMS
