@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 import inspect
 import os
+import threading
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -12,7 +13,8 @@ from typing import Any
 import pytest
 
 import vsqs
-from vsqs import _fs
+import vsqs.testing
+from vsqs import _fs, _mountinfo
 from vsqs.testing import ManualClock
 
 SYNCS = {"fsync", "fsync_dir", "sync_filesystem"}
@@ -102,3 +104,46 @@ def test_a_new_durable_queue_flushes_the_directories_it_makes(
     trace.clear()
     vsqs.Queue(tmp_path / "a" / "q", clock=ManualClock())  # made already: nothing to flush
     assert not [c for c in trace if c.split(":")[0] == "fsync_dir"]
+
+
+@pytest.mark.parametrize(
+    ("fstype", "barrier"),
+    [("ext4", True), ("xfs", True), ("btrfs", True), ("tmpfs", True), ("fuse.sshfs", False),
+     ("fuse", False), ("fuse.juicefs", False), ("nfs4", False), ("overlay", False), ("", False)],
+)  # fmt: skip
+def test_syncfs_is_relied_on_only_where_it_is_a_barrier(fstype: str, barrier: bool) -> None:
+    """A FUSE daemon never receives syncfs; NFS, overlay and unknown filesystems are not
+    proven: there each body is fsynced."""
+    assert _mountinfo.syncfs_flushes(fstype) is barrier
+
+
+def test_a_queue_on_tmp_and_dev_shm_may_use_syncfs() -> None:
+    for directory in ("/dev/shm", "/tmp"):
+        fstype = _mountinfo.filesystem_type(directory)
+        assert _fs.syncfs_is_barrier(directory) is _mountinfo.syncfs_flushes(fstype)
+
+
+def test_without_a_barrier_a_batch_fsyncs_every_body_at_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """sync_files: one fsync per body, on the fsync threads, before any rename."""
+    monkeypatch.setattr(_fs, "syncfs_is_barrier", lambda _directory: False)
+    events: list[tuple[str, str]] = []
+    real_fsync, real_rename = _fs.fsync, _fs.rename_noreplace
+
+    def fsync(fd: int) -> None:
+        events.append(("fsync", threading.current_thread().name))
+        real_fsync(fd)
+
+    def rename(src: str, dst: str, dir_fd: int = -100) -> None:
+        events.append(("rename", ""))
+        real_rename(src, dst, dir_fd)
+
+    monkeypatch.setattr(_fs, "fsync", fsync)
+    monkeypatch.setattr(_fs, "rename_noreplace", rename)
+    q = vsqs.Queue(tmp_path / "q", clock=ManualClock())
+    events.clear()
+    q.publish_batch([b"a", b"b", b"c", b"d"])
+    assert [kind for kind, _ in events] == ["fsync"] * 4 + ["rename"] * 4
+    assert all(thread.startswith("vsqs-fsync") for kind, thread in events if kind == "fsync")
+    assert sorted(m.body for m in vsqs.testing.drain(q)) == [b"a", b"b", b"c", b"d"]
