@@ -9,6 +9,8 @@ checkout's directory), to show the behaviour before a fix.
 
 from __future__ import annotations
 
+import base64
+import json
 import os
 import random
 import signal
@@ -74,6 +76,15 @@ def _acks(path: Path) -> tuple[dict[int, str], list[int], set[str]]:
             elif first.isdigit():
                 messages[int(first)] = second
     return messages, settings, deleted
+
+
+def _kombu_body(raw: bytes) -> bytes:
+    """The body inside a kombu envelope (JSON, the body in base64); *raw* if it is not
+    one (torn, empty), which then reads as broken."""
+    try:
+        return base64.b64decode(json.loads(raw)["body"], validate=True)
+    except (ValueError, KeyError, TypeError):
+        return raw
 
 
 def _visible(queue: Path) -> dict[str, bytes]:
@@ -153,7 +164,11 @@ def cut_power(
 def _inspect(kind: str, queue: Path, acks_path: Path) -> Outcome:
     acked, settings, deleted = _acks(acks_path)
     outcome = Outcome(kind, acknowledged=len(settings) if kind == "configure" else len(acked))
+    if kind == "kombu":
+        queue = queue.parent / "kombu" / "tasks"
     visible = _visible(queue)
+    if kind == "kombu":
+        visible = {key: _kombu_body(raw) for key, raw in visible.items()}
     if kind in {"dead_letter", "redrive"}:
         visible |= {f"dlq:{k}": v for k, v in _visible(queue.parent / "dlq").items()}
         acked = dict.fromkeys(range(PRELOADED), "")  # every one was published before

@@ -143,6 +143,26 @@ def _with_consumer(path: str, acks: Acks) -> None:
     _batches(vsqs.Queue(path), acks, "batch")
 
 
+def _kombu(path: str, acks: Acks) -> None:
+    """Through the kombu transport (``vsqs://``, durable by default), under a root
+    beside the queue: ``<root>/tasks``. kombu does not say the id: ``<n>`` alone."""
+    # The celery extra; only this kind needs it.
+    from kombu.connection import Connection
+    from kombu.entity import Exchange, Queue
+
+    import vsqs.kombu  # noqa: F401 - registers the vsqs:// transport
+
+    tasks = Queue("tasks", Exchange("tasks", "direct"), routing_key="tasks")
+    root = Path(path).parent / "kombu"
+    with Connection(f"vsqs://{root}") as conn, conn.Producer() as producer:
+        n = 0
+        while True:
+            producer.publish(body(n).decode(), exchange=tasks.exchange, routing_key="tasks",
+                             declare=[tasks])  # fmt: skip
+            acks.log([f"{n} "])
+            n += 1
+
+
 def _configure(queue: vsqs.Queue, acks: Acks) -> None:
     n = 1
     while True:
@@ -176,6 +196,8 @@ def run(kind: str, path: str, acks_path: str) -> None:
         _consume(path, acks)
     elif kind == "consume":
         _with_consumer(path, acks)
+    elif kind == "kombu":
+        _kombu(path, acks)
     queue = vsqs.Queue(path)
     dead = Path(path).parent / "dlq"
     if kind == "publish":

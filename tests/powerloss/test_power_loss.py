@@ -33,7 +33,7 @@ from ._power import cut_power
 from .conftest import require_lazyfs
 
 KINDS = ["publish", "batch", "batch_keys", "batch_dedup", "file", "stream", "aio", "cli",
-         "attributes", "consume", "configure", "dead_letter", "redrive"]  # fmt: skip
+         "attributes", "consume", "kombu", "configure", "dead_letter", "redrive"]  # fmt: skip
 
 
 @pytest.mark.parametrize("strict", [False, True], ids=["data", "data+directories"])
