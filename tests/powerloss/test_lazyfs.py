@@ -17,6 +17,8 @@ from .conftest import require_lazyfs
 
 _libc = ctypes.CDLL(None, use_errno=True)
 
+pytestmark = pytest.mark.root  # mounts a FUSE filesystem
+
 
 def _write(path: Path, data: bytes, *, sync: bool) -> None:
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)

@@ -35,6 +35,8 @@ from .conftest import require_lazyfs
 KINDS = ["publish", "batch", "batch_keys", "batch_dedup", "file", "stream", "aio", "cli",
          "attributes", "consume", "kombu", "configure", "dead_letter", "redrive"]  # fmt: skip
 
+pytestmark = pytest.mark.root  # mounts a FUSE filesystem
+
 
 @pytest.mark.parametrize("strict", [False, True], ids=["data", "data+directories"])
 @pytest.mark.parametrize("kind", KINDS)
