@@ -13,6 +13,8 @@ from __future__ import annotations
 import errno
 import io
 import os
+import subprocess
+import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -188,3 +190,22 @@ def test_a_failed_fsync_is_never_retried(
     with pytest.raises(OSError, match="Input/output error"):
         queue.publish(b"x")
     assert calls == [1]
+
+
+def test_a_process_that_flushed_on_the_fsync_threads_exits_quietly(tmp_path: Path) -> None:
+    """A queue still alive at interpreter exit, after a batch flushed on the fsync
+    threads (no syncfs barrier): no "Exception ignored" noise from its descriptors."""
+    script = (
+        "import sys, vsqs\n"
+        "vsqs._fs.syncfs_is_barrier = lambda directory: False\n"
+        "q = vsqs.Queue(sys.argv[1])\n"
+        "q.publish_batch([b'a', b'b', b'c'], attributes={'k': 'v'})\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script, str(tmp_path / "q")],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert (done.returncode, done.stderr) == (0, "")

@@ -26,7 +26,9 @@ import errno
 import math
 import os
 import stat
+import sys
 import threading
+from collections.abc import Callable
 from typing import Final
 
 from . import _fs
@@ -209,7 +211,11 @@ class Layout:
                 for fd in fds.values():
                     _fs.close(fd)
 
-    def __del__(self) -> None:
+    def __del__(self, _finalizing: Callable[[], bool] = sys.is_finalizing) -> None:
+        # Bound at definition: at interpreter exit the modules' globals (this one's, and
+        # _fs's) may already be gone, and the kernel closes the descriptors anyway.
+        if _finalizing():
+            return
         try:
             self.close()
         except OSError:
