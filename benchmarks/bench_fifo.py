@@ -41,16 +41,17 @@ _MAX_JUMP: Final = 1024  # the jump window of 1.0.0.dev0
 
 def _patch_jump() -> None:
     """Reinstate 1.0.0.dev0's random jump after a lost claim (for comparison only)."""
-    from vsqs import _view
+    from vsqs import _consumer
 
     def miss(self: Any) -> None:
-        self.claim_misses += 1
-        codes = self._codes
-        if len(codes) > 1:
-            for _ in range(random.randrange(min(len(codes), _MAX_JUMP))):
-                codes.popleft()
+        with self._lock:
+            self.claim_misses += 1
+            codes = self._codes
+            if len(codes) > 1:
+                for _ in range(random.randrange(min(len(codes), _MAX_JUMP))):
+                    codes.popleft()
 
-    _view.ReadyView.miss = miss  # type: ignore[method-assign]
+    _consumer.Consumer.miss = miss  # type: ignore[method-assign]
 
 
 def _consumer(path: str, policy: str, start_at: float) -> None:

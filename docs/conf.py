@@ -2,10 +2,12 @@
 
 Conventions for authors of pages (checked by ``tests/test_docs.py``):
 
-* ``.. code-block:: python`` blocks are executed by the test suite: the blocks of one page
-  run in order as one script, in a fresh temporary directory, twice in a row. Make queues
-  in :mod:`tempfile` directories, never at a fixed path; write blocks self-contained,
-  runnable and ``mypy --strict`` clean.
+* ``.. code-block:: python`` blocks are executed by the test suite, each on its own (as
+  a reader who copies one block runs it), in a fresh temporary directory, twice in a row.
+  A block that needs what the block before it defined says so on its first line,
+  ``# Continues the example above.``, and then runs after that one. Make queues in
+  :mod:`tempfile` directories, never at a fixed path; write blocks self-contained (imports
+  included), runnable and ``mypy --strict`` clean.
 * A python block that must not run is preceded by ``.. skip-test: <reason>`` (it is still
   compiled). Shell sessions use ``console``, other text uses ``text``.
 * ``>>>`` examples go in ``.. doctest::`` blocks; they run under ``sphinx-build -b doctest``.

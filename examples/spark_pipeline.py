@@ -71,6 +71,7 @@ def main() -> int:
     )
     published = vsqs.spark.publish_dataframe(items, work_path, json_rows=True, key_column="item")
     vsqs.Queue(work_path).shutdown()
+    vsqs.Queue(results_path).close()  # created before Spark reads it: a reader never creates one
 
     # 2. Workers outside Spark.
     context = multiprocessing.get_context("spawn")

@@ -118,3 +118,27 @@ def stream_publisher(path: str, size: int, out: str) -> None:
     after = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     with open(out, "w", encoding="ascii") as handle:
         handle.write(f"{message_id} {after - before}")
+
+
+def dedup_publisher_dying_before_rename(qdir: str, key: str) -> None:
+    """Publish with *key* and die (``os._exit``, as a SIGKILL would) right before the
+    rename that would make the message ready: after its dedup marker was created."""
+    from vsqs import _fs  # only this child patches it
+
+    real = _fs.rename_noreplace
+
+    def dying(src: str, dst: str) -> None:
+        if src.endswith(".new") and not dst.endswith(".new"):
+            os._exit(137)
+        real(src, dst)
+
+    _fs.rename_noreplace = dying  # type: ignore[assignment]
+    vsqs.Queue(qdir).publish(b"lost?", dedup_id=key)
+
+
+def killed_after_publishing(qdir: str, count: int) -> None:
+    """Publish *count* messages in quick succession, then die as a SIGKILL would."""
+    queue = vsqs.Queue(qdir, durable=False)
+    for n in range(count):
+        queue.publish(b"%d" % n)
+    os._exit(137)

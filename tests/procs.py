@@ -215,3 +215,23 @@ def consume_in_order(path: str, report: str) -> None:
         got.append(int(message.body))
         queue.delete(message)
     dump(report, got)
+
+
+def publish_after(path: str, delay: float) -> None:
+    """Publish one message to *path* after *delay* seconds (to wake a blocked waiter)."""
+    import time
+
+    time.sleep(delay)
+    vsqs.Queue(path, durable=False).publish(b"late")
+
+
+def multi_waiter_child(waiter: vsqs.MultiWaiter, path: str) -> None:
+    """In a forked child: *waiter* (made by the parent) wakes for a publish to *path*."""
+    import threading
+
+    before = waiter.token()
+    threading.Timer(0.3, publish_after, (path, 0.0)).start()
+    waiter.wait(before, 60)
+    assert waiter.token() != before, "not woken"
+    assert waiter.changed() == [path]
+    assert waiter.fileno() >= 0 and waiter.paths[-1] == path

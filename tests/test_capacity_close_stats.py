@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gc
 import os
+import threading
 import time
 from collections import Counter
 from pathlib import Path
@@ -11,7 +12,8 @@ from pathlib import Path
 import pytest
 
 import vsqs
-from vsqs.testing import ManualClock
+from vsqs import _fs
+from vsqs.testing import ManualClock, drain
 
 from . import procs
 from .fixtures_core import children, wait_blocked_in_inotify
@@ -206,3 +208,179 @@ def test_a_queue_dropped_without_detach_keeps_its_counts(qpath: str) -> None:
     gc.collect()  # the queue object (reference cycles) is collected here
     stats = vsqs.Queue(qpath, durable=False).stats()
     assert (stats.produced_messages, stats.produced_bytes) == (2, 3)
+
+
+# -- the bound holds for moves too (issue 32.2) ------------------------------------------
+
+
+def _poison(q: vsqs.Queue, clock: ManualClock, count: int) -> None:
+    """Publish *count* messages, receive each once and let every lease end."""
+    q.publish_batch([b"m%d" % n for n in range(count)])
+    for _ in range(count):
+        assert q.receive(timeout=0) is not None
+    clock.advance(2)
+
+
+def test_dead_lettering_takes_room_in_a_bounded_dead_letter_queue(tmp_path: Path) -> None:
+    """A dead-letter queue whose stored capacity is 3 takes 3 of 6 poison messages; the
+    others stay in their source, held back (counted in ``stats().held_back``, never
+    delivered), and move once room is made and their hold ends. None is lost or copied."""
+    clock = ManualClock()
+    vsqs.Queue(tmp_path / "dlq", clock=clock).configure(capacity=3)
+    q = vsqs.Queue(
+        tmp_path / "q", clock=clock, visibility_timeout=1, dead_letter=tmp_path / "dlq",
+        max_receives=1,
+    )  # fmt: skip
+    dlq = q.dead_letter
+    assert dlq is not None
+    _poison(q, clock, 6)
+    q.requeue_expired()
+    assert dlq.counts().total == 3
+    assert q.stats().held_back == 3
+    assert q.counts().held == 3
+    assert q.receive(timeout=0) is None  # held back from delivery
+    moved = [m.body for m in drain(dlq)]
+    clock.advance(31)  # the holds end: the moves are tried again, and room is there
+    q.requeue_expired()
+    assert q.stats().held_back == 0
+    assert q.counts().total == 0
+    moved += [m.body for m in drain(dlq)]
+    assert sorted(moved) == sorted(b"m%d" % n for n in range(6))
+
+
+def test_retention_dead_letters_take_room_and_wait_for_it(tmp_path: Path) -> None:
+    """Retention's dead-lettering takes room too; what finds none is held back without a
+    receive being counted, and moves when room is made."""
+    clock = ManualClock()
+    dlq = vsqs.Queue(tmp_path / "dlq", clock=clock, capacity=1)
+    q = vsqs.Queue(tmp_path / "q", clock=clock, retention=10, dead_letter=dlq)
+    q.publish_batch([b"a", b"b"])
+    clock.advance(11)
+    assert q.clean() == 2  # both were past retention: one moved, one held back
+    assert [m.body for m in dlq.browse()] == [b"a"]
+    assert q.stats().held_back == 1
+    assert q.receive(timeout=0) is None
+    assert [m.body for m in drain(dlq)] == [b"a"]
+    clock.advance(31)
+    q.requeue_expired()  # its hold ended: ready again, and past retention
+    q.clean()
+    (last,) = dlq.browse()
+    assert last.body == b"b"
+    assert dlq.history(last).receive_count == 0
+    assert q.counts().total == 0
+
+
+@pytest.mark.parametrize("stored", [True, False])
+def test_redrive_stops_when_the_target_is_full(tmp_path: Path, stored: bool) -> None:
+    """``redrive`` into a source queue of capacity 2 (stored, or given by the handle
+    passed as ``to``) that holds 1 moves 1 of 4 dead letters, returns 1, and leaves the
+    other 3 ready in the dead-letter queue."""
+    clock = ManualClock()
+    dlq = vsqs.Queue(tmp_path / "dlq", clock=clock)
+    q = vsqs.Queue(
+        tmp_path / "q", clock=clock, visibility_timeout=1, dead_letter=dlq, max_receives=1
+    )
+    _poison(q, clock, 4)
+    q.requeue_expired()
+    assert dlq.counts().ready == 4
+    q.publish(b"fresh")
+    if stored:
+        q.configure(capacity=2)
+    target = None if stored else vsqs.Queue(q.path, clock=clock, capacity=2)
+    assert dlq.redrive(to=target) == 1
+    assert q.counts().total == 2
+    assert dlq.counts().ready == 3
+    assert dlq.counts().held == 0
+    assert sorted(m.body for m in drain(q)) == [b"fresh", b"m0"]
+    assert dlq.redrive(to=target) == 2
+    assert q.counts().total == 2
+
+
+# -- a drain waits for every live publisher (issue 32) -----------------------------------
+
+
+class _Gate:
+    """Stops the thread named *who* in ``_fs.<name>`` (before the real call) until opened."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch, name: str, who: str) -> None:
+        self.reached, self.open = threading.Event(), threading.Event()
+        real = getattr(_fs, name)
+
+        def gated(*args: object) -> object:
+            if threading.current_thread().name == who and not self.reached.is_set():
+                self.reached.set()
+                assert self.open.wait(60)
+            return real(*args)
+
+        monkeypatch.setattr(_fs, name, gated)
+
+
+def _publisher(qdir: Path, clock: ManualClock, out: list[object]) -> threading.Thread:
+    def run() -> None:
+        try:
+            out.append(vsqs.Queue(qdir, durable=False, clock=clock).publish(b"late"))
+        except vsqs.QueueClosed as exc:
+            out.append(exc)
+
+    return threading.Thread(target=run, name="publisher", daemon=True)
+
+
+def test_a_drain_waits_for_a_publisher_whose_clock_is_70_s_behind(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A publisher 70 s behind passed its shutdown check and is about to rename: its
+    ``.new`` has an id 70 s old but a fresh mtime. The drain waits for it (judged by
+    mtime as well as id, as ``clean`` does): the message is delivered, then the queue
+    is drained, and nothing is left behind."""
+    qdir = tmp_path / "q"
+    consumer = vsqs.Queue(qdir, durable=False, clock=ManualClock(time.time()))
+    gate = _Gate(monkeypatch, "rename_noreplace", "publisher")
+    out: list[object] = []
+    publisher = _publisher(qdir, ManualClock(time.time() - 70), out)
+    publisher.start()
+    assert gate.reached.wait(60)
+    consumer.shutdown()
+    assert consumer.receive(timeout=0) is None  # within the grace
+    consumer.clock.advance(1)  # type: ignore[attr-defined]
+    assert consumer.receive(timeout=0) is None  # not drained: the `.new` is alive
+    gate.open.set()
+    publisher.join(60)
+    (message,) = consumer.receive_batch(10, timeout=0)
+    assert message.body == b"late" and out == [message.id]
+    consumer.delete(message)
+    with pytest.raises(vsqs.QueueDrained):
+        consumer.receive(timeout=0)
+    assert consumer.counts().total == 0
+
+
+def test_a_publisher_stalled_before_its_rename_through_a_shutdown_leaves_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A publisher stalled for 70 s with its body written (the ``.new``'s id and mtime
+    both 70 s old) does not hold the drain up; when it resumes it finds the queue shut
+    down and withdraws its ``.new``: no message is left once ``consume()`` has returned."""
+    qdir = tmp_path / "q"
+    start = time.time()
+    consumer = vsqs.Queue(qdir, durable=False, clock=ManualClock(start))
+    consumer.publish(b"early")
+    gate = _Gate(monkeypatch, "exists", "publisher")  # its shutdown check, after the body
+    out: list[object] = []
+    publisher = _publisher(qdir, ManualClock(start - 70), out)
+    publisher.start()
+    assert gate.reached.wait(60)
+    (new,) = qdir.glob("*.new")
+    os.utime(new, (start - 70, start - 70))  # the stall: its body was written 70 s ago
+    consumer.shutdown()
+    consumer.clock.advance(2)  # type: ignore[attr-defined]  # past the shutdown's grace
+    bodies = []
+    for message in consumer.consume(timeout=0):
+        bodies.append(message.body)
+        consumer.delete(message)
+    assert bodies == [b"early"]
+    with pytest.raises(vsqs.QueueDrained):
+        consumer.receive(timeout=0)  # consume() returned because the queue is drained
+    gate.open.set()
+    publisher.join(60)
+    assert len(out) == 1 and isinstance(out[0], vsqs.QueueClosed)
+    assert consumer.counts().total == 0
+    assert sorted(p.name for p in qdir.iterdir()) == [".vsqs"]

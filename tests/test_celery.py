@@ -20,7 +20,7 @@ from celery import Celery
 import vsqs
 
 from .celery_app import make_app
-from .celery_workers import REPO, celery_env, workers
+from .celery_workers import REPO, Worker, celery_env, workers
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -55,14 +55,25 @@ def _wait_for(predicate: object, timeout: float, what: str) -> None:
     raise AssertionError(f"timed out waiting for {what}")
 
 
+def _stopped_cleanly(started: list[Worker]) -> None:
+    """Each worker's warm shutdown ended with status 0 and logged no traceback (a
+    thread per queue used to print ``Exception in thread vsqs-kombu-watch`` there)."""
+    for worker in started:
+        log = worker.log.read_text(errors="replace")
+        assert "Traceback" not in log and "Exception in thread" not in log, log[-3000:]
+        assert worker.process.returncode == 0, log[-3000:]
+
+
 def test_a_thousand_tasks_with_results(tmp_path: Path) -> None:
-    """1,000 tasks through two prefork workers; every result comes back, nothing is left."""
+    """1,000 tasks through two prefork workers; every result comes back, nothing is left;
+    both workers stop cleanly."""
     root = tmp_path / "root"
     env = celery_env(f"vsqs://{root}", root, CELERY_TEST_DURABLE="0")
     app = _app(root, durable=False)
-    with workers(env, tmp_path, "w1", "w2", args=("--concurrency", "2")):
+    with workers(env, tmp_path, "w1", "w2", args=("--concurrency", "2")) as started:
         results = [app.send_task("tests.celery_app.add", args=(n, n)) for n in range(1000)]
         assert [r.get(timeout=120) for r in results] == [2 * n for n in range(1000)]
+    _stopped_cleanly(started)
     app.pool.force_close_all()  # closes the producer's channel, which flushes its counters
     tasks = vsqs.QueueRoot(root).get("celery")
     assert tasks.counts().total == 0
@@ -108,7 +119,7 @@ def test_celery_inspect_ping_answers(tmp_path: Path) -> None:
     to the client's reply queue through the bindings shared on disk."""
     root = tmp_path / "root"
     env = celery_env(f"vsqs://{root}", root)
-    with workers(env, tmp_path, "w1", "w2"):
+    with workers(env, tmp_path, "w1", "w2") as started:
         done = subprocess.run(
             [sys.executable, "-m", "celery", "-A", "tests.celery_app", "inspect", "ping",
              "--timeout", "5"],
@@ -117,6 +128,7 @@ def test_celery_inspect_ping_answers(tmp_path: Path) -> None:
     assert done.returncode == 0, done.stdout + done.stderr
     assert done.stdout.count("pong") == 2
     assert "w1@" in done.stdout and "w2@" in done.stdout
+    _stopped_cleanly(started)
 
 
 def test_a_broadcast_reaches_every_worker(tmp_path: Path) -> None:
@@ -134,3 +146,38 @@ def test_a_broadcast_reaches_every_worker(tmp_path: Path) -> None:
         assert len(hostnames) == 3
         assert sorted(os.listdir(seen)) == hostnames
         assert {name.split("@")[0] for name in hostnames} == {w.name for w in started}
+    _stopped_cleanly(started)
+
+
+def test_a_poison_message_does_not_stop_a_worker(tmp_path: Path) -> None:
+    """A body that is not kombu's (anyone who can write to the root can plant one) is
+    set aside in ``celery.poison``, logged once; the worker keeps going and the 20 tasks
+    behind it run (issue 26, item 1: a stock worker used to exit with JSONDecodeError)."""
+    root = tmp_path / "root"
+    env = celery_env(f"vsqs://{root}", root, CELERY_TEST_DURABLE="0")
+    app = _app(root, durable=False)
+    vsqs.QueueRoot(root).create("celery").publish(b"garbage")
+    results = [app.send_task("tests.celery_app.add", args=(n, 1)) for n in range(20)]
+    with workers(env, tmp_path, "w1") as (worker,):
+        assert [r.get(timeout=60) for r in results] == [n + 1 for n in range(20)]
+        assert worker.process.poll() is None
+    log = worker.log.read_text()
+    assert "Unrecoverable error" not in log
+    (line,) = [line for line in log.splitlines() if "not a kombu message" in line]
+    assert str(root / "celery.poison") in line
+    assert [m.body for m in vsqs.QueueRoot(root).get("celery.poison").browse()] == [b"garbage"]
+    assert vsqs.QueueRoot(root).get("celery").counts().total == 0
+
+
+def test_an_expired_task_never_reaches_the_worker(tmp_path: Path) -> None:
+    """``expires=`` already past when the worker looks: the transport drops the message
+    (Celery would otherwise receive it and record it REVOKED); the task after it runs."""
+    root = tmp_path / "root"
+    env = celery_env(f"vsqs://{root}", root, CELERY_TEST_DURABLE="0")
+    app = _app(root, durable=False)
+    expired = app.send_task("tests.celery_app.add", args=(1, 1), expires=0.0)
+    fine = app.send_task("tests.celery_app.add", args=(2, 2), expires=3600.0)
+    with workers(env, tmp_path, "w1"):
+        assert fine.get(timeout=60) == 4
+    assert expired.state == "PENDING"  # never received: no result of any kind
+    assert vsqs.QueueRoot(root).get("celery").counts().total == 0

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import pty
+import random
 import re
 import select
 import signal
@@ -36,6 +37,18 @@ def run(*args: str, input: str | bytes | None = None, env: dict[str, str] | None
 
 def shell(args: list[str]) -> subprocess.CompletedProcess[str]:
     return subprocess.run(args, capture_output=True, text=True, env=ENV, timeout=120, check=False)
+
+
+def finish(child: subprocess.Popen[str], timeout: float = 60) -> tuple[str, str]:
+    """The output of a child told to stop; one still running after *timeout* is killed
+    (never leaked into the rest of the run, as one that ignores SIGINT would be) and the
+    test fails."""
+    try:
+        return child.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        child.kill()
+        child.communicate()
+        raise AssertionError(f"{child.args!r} did not stop within {timeout} s") from None
 
 
 def bodies(path: Path) -> list[bytes]:
@@ -525,7 +538,7 @@ def test_ctrl_c_exits_130_without_a_traceback(tmp_path: Path) -> None:
     )
     time.sleep(1.0)  # let it start and block (a real process: no manual clock to step)
     child.send_signal(signal.SIGINT)
-    out, err = child.communicate(timeout=60)
+    out, err = finish(child)
     assert (child.returncode, out, err) == (130, "", "vsqs: interrupted\n")
 
 
@@ -688,6 +701,113 @@ def test_publish_respects_a_capacity_and_times_out_when_full(tmp_path: Path) -> 
     assert usage.exit_code == 2
 
 
+def test_root_may_follow_the_queues_subcommand(tmp_path: Path) -> None:
+    root = str(tmp_path / "root")
+    created = run("queues", "create", "orders", "--root", root)
+    assert (created.exit_code, created.stdout) == (0, f"{root}/orders\n"), created.output
+    assert run("queues", "list", "--root", root).stdout == "orders\n"
+    assert run("queues", "--root", str(tmp_path), "list", "--root", root).stdout == "orders\n"
+    assert run("queues", "remove", "orders", "--yes", "--root", root).exit_code == 0
+    assert run("queues", "list", "--root", root).stdout == ""
+    missing = run("queues", "list")
+    assert missing.exit_code == 2 and "--root" in missing.output
+
+
+def test_usage_mistakes_are_usage_errors_not_crashes_or_silence(tmp_path: Path) -> None:
+    """An empty QUEUE, two output formats, and `-n 0` (which once meant "no limit" and
+    received and deleted every message) are refused with exit status 2, changing
+    nothing; "every message" is said with --all."""
+    empty = run("publish", "", "x")
+    assert empty.exit_code == 2 and "ValueError" not in empty.output, empty.output
+    vsqs.Queue(tmp_path).publish_batch([b"a", b"b", b"c"])
+    both = run("stats", str(tmp_path), "--json", "--format", "prometheus")
+    assert both.exit_code == 2 and "--json conflicts with --format prometheus" in both.output
+    assert run("stats", str(tmp_path), "--json", "--format", "json").exit_code == 0
+    zero = run("receive", str(tmp_path), "-n", "0")
+    assert zero.exit_code == 2 and "--all" in zero.output
+    conflict = run("receive", str(tmp_path), "-n", "1", "--all")
+    assert conflict.exit_code == 2
+    assert vsqs.Queue(tmp_path).size() == 3  # nothing received or deleted
+    one = run("receive", str(tmp_path), "-n", "1")
+    assert (one.exit_code, one.stdout) == (0, "a\n")
+    every = run("receive", str(tmp_path), "--all")
+    assert (every.exit_code, every.stdout) == (0, "b\nc\n")
+
+
+def test_errors_name_a_file_under_dot_vsqs_by_its_full_path(tmp_path: Path) -> None:
+    (tmp_path / ".vsqs" / "settings.lock").mkdir(parents=True)  # planted: not a lock file
+    result = run("config", str(tmp_path), "--capacity", "3")
+    assert result.exit_code == 1
+    assert f": {tmp_path}/.vsqs/settings.lock" in result.output, result.output
+
+
+def test_publish_obeys_a_stored_capacity_with_timeout_and_batch(tmp_path: Path) -> None:
+    """A capacity stored with the queue binds the CLI as any producer: --timeout applies
+    (exit 3 when still full, not a usage error asking for --capacity) and --batch is cut
+    to what can fit (not refused as a batch that can never fit)."""
+    path = tmp_path / "bounded"
+    vsqs.Queue(path).configure(capacity=2)
+    full = run("publish", str(path), "a", "b", "c", "--batch", "3", "--timeout", "0.2")
+    assert full.exit_code == 3, full.output
+    assert "full" in full.output
+    assert bodies(path) == [b"a", b"b"]
+    again = run("publish", str(path), "x", "y", "z", "--batch", "5", "--timeout", "0")
+    assert (again.exit_code, again.stdout.count("\n")) == (3, 2), again.output
+
+
+def test_pump_cuts_its_batches_to_a_stored_capacity(tmp_path: Path) -> None:
+    """A batch larger than the bound can never fit: pump publishes batches that do,
+    waiting for room while a consumer drains (it once exited 1 with a ValueError)."""
+    queue = vsqs.Queue(tmp_path, visibility_timeout=60)
+    queue.configure(capacity=5)
+    child = subprocess.Popen(
+        [VSQS, "pump", str(tmp_path), "-n", "20", "--batch", "100", "--size", "3"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=ENV,
+    )  # fmt: skip
+    got: list[bytes] = []
+    deadline = time.monotonic() + 60
+    while len(got) < 20 and time.monotonic() < deadline and child.poll() in (None, 0):
+        for message in queue.receive_batch(5, timeout=0.1):
+            got.append(message.body)
+            queue.delete(message)
+    out, err = finish(child)
+    assert (child.returncode, err) == (0, ""), err
+    assert "published 20 messages" in out
+    assert got == [str(n).zfill(12).encode()[:3] for n in range(20)]
+
+
+def test_ctrl_c_during_pump_never_leaves_an_unfinished_publish(tmp_path: Path) -> None:
+    """SIGINT (or SIGTERM) at random moments of a real `vsqs pump`: it exits 130 (143)
+    with one line, and no `<id>.new` is ever left behind (one was, in 3 tries out of 4,
+    when the signal's exception landed between the open that created a `.new` and the
+    code that removes it)."""
+    rng = random.Random(26_13)
+    stops = {signal.SIGINT: "vsqs: interrupted\n", signal.SIGTERM: "vsqs: stopped by SIGTERM\n"}
+    for attempt in range(24):
+        signum = (signal.SIGINT, signal.SIGTERM)[attempt % 2]
+        path = tmp_path / str(attempt)
+        path.mkdir()
+        child = subprocess.Popen(
+            [VSQS, "pump", str(path), "-n", "100000000", "--size", "10"],
+            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=ENV,
+        )  # fmt: skip
+        try:
+            deadline = time.monotonic() + 60
+            while not any(name.isdigit() for name in os.listdir(path)):  # publishing now
+                assert child.poll() is None, child.communicate()
+                assert time.monotonic() < deadline, "pump never published"
+                time.sleep(0.005)
+            time.sleep(rng.uniform(0, 0.05))
+            child.send_signal(signum)
+            _, err = finish(child)
+        finally:
+            if child.poll() is None:
+                child.kill()
+                child.communicate()
+        assert (child.returncode, err) == (128 + signum, stops[signum])
+        assert not [name for name in os.listdir(path) if name.endswith(".new")], attempt
+
+
 # -- stop signals during receive (systemd, docker stop, Ctrl-C) -------------------------
 
 
@@ -727,7 +847,7 @@ def test_a_stop_signal_is_passed_to_cmd_and_its_message_settled_after_it_exits(
     )
     _wait_for(started, child)
     child.send_signal(signum)
-    out, err = child.communicate(timeout=60)
+    out, err = finish(child)
     assert (child.returncode, out) == (128 + signum, "")
     expected = "vsqs: interrupted" if signum == signal.SIGINT else f"vsqs: stopped by {signum.name}"
     assert err == expected + "\n"
@@ -754,7 +874,7 @@ def test_sigterm_kills_a_cmd_that_does_not_trap_it_and_releases_its_message(
     )
     _wait_for(started, child)
     child.send_signal(signal.SIGTERM)
-    out, err = child.communicate(timeout=60)
+    out, err = finish(child)
     assert (child.returncode, out, err) == (143, "", "vsqs: stopped by SIGTERM\n")
     assert (queue.counts().ready, queue.counts().held) == (1, 0)
     sleeper = int((tmp_path / "pid").read_text())
@@ -782,5 +902,5 @@ def test_sigterm_while_waiting_for_a_message_exits_143_with_a_line(tmp_path: Pat
     )
     time.sleep(1.0)  # let it start and block (a real process: no manual clock to step)
     child.send_signal(signal.SIGTERM)
-    out, err = child.communicate(timeout=60)
+    out, err = finish(child)
     assert (child.returncode, out, err) == (143, "", "vsqs: stopped by SIGTERM\n")

@@ -58,3 +58,45 @@ def test_config_errors_are_one_line_with_usage_or_error_status(tmp_path: Path) -
     assert hostile.exit_code != 0
     assert "'capacity'" in hostile.output and "settings.json" in hostile.output
     assert (tmp_path / ".vsqs" / "settings.json").read_text() == '{"capacity": "x"}'
+
+
+def test_a_corrupt_settings_file_says_how_to_repair_it_and_reset_repairs_it(
+    tmp_path: Path,
+) -> None:
+    """Every command refuses a queue whose settings file cannot be read, with exit status
+    1 (the queue is at fault, not the command line) and the command that repairs it;
+    ``config --reset`` works on such a file, keeping it aside rather than deleting it."""
+    queue = tmp_path / "orders"
+    vsqs.Queue(queue).publish(b"kept")
+    settings = queue / ".vsqs" / "settings.json"
+    settings.write_text("{not json")
+    hint = f"vsqs config {queue} --reset"
+    for command in (["stats", str(queue)], ["config", str(queue), "--unset", "capacity"]):
+        refused = CliRunner().invoke(cli, command)
+        assert refused.exit_code == 1, refused.output
+        assert str(settings) in refused.output and hint in refused.output
+        assert refused.output.count("\n") == 1
+    reset = CliRunner().invoke(cli, ["config", str(queue), "--reset", "--json"])
+    assert reset.exit_code == 0, reset.output
+    assert json.loads(reset.stdout) == {}
+    (aside,) = (queue / ".vsqs").glob("settings.json.bad-*")
+    assert aside.read_text() == "{not json"
+    assert f"moved the settings file aside to {aside}" in reset.stderr
+    assert not settings.exists()
+    assert run("stats", str(queue), "--json").exit_code == 0
+    assert [m.body for m in vsqs.Queue(queue).browse()] == [b"kept"]
+
+
+def test_reset_moves_a_planted_directory_and_applies_new_settings(tmp_path: Path) -> None:
+    queue = tmp_path / "orders"
+    vsqs.Queue(queue)
+    (queue / ".vsqs" / "settings.json").mkdir(parents=True)
+    result = run("config", str(queue), "--reset", "--capacity", "3", "--json")
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout) == {"capacity": 3}
+    assert len(list((queue / ".vsqs").glob("settings.json.bad-*"))) == 1
+    again = run("config", str(queue), "--reset", "--json")  # a readable file goes aside too
+    assert (again.exit_code, json.loads(again.stdout)) == (0, {})
+    assert len(list((queue / ".vsqs").glob("settings.json.bad-*"))) == 2
+    nothing = run("config", str(queue), "--reset")
+    assert nothing.exit_code == 0 and "moved" not in nothing.output

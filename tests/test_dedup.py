@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -14,7 +15,7 @@ import vsqs
 from vsqs._ids import IDS
 from vsqs.testing import ManualClock, assert_consistent, drain
 
-from ._lifecycle_workers import dedup_publisher, forkserver
+from ._lifecycle_workers import dedup_publisher, dedup_publisher_dying_before_rename, forkserver
 from .conftest import names
 
 T0 = 1_700_000_000.0
@@ -121,6 +122,35 @@ def test_clean_frees_the_key_of_a_crashed_publisher(
     assert not _marker(qdir, "k").exists()
     assert q.publish(b"retry", dedup_id="k") != dead_id
     assert len(drain(q)) == 1
+
+
+def test_clean_right_after_a_killed_dedup_publisher_never_loses_the_retry(
+    tmp_path: Path,
+) -> None:
+    """Issue 32.1: a publisher killed between its marker and its rename, then
+    ``clean(older_than=0)`` at once: the ``.new`` its marker names is kept, so the retry
+    (after the marker's in-progress limit) publishes instead of returning the dead id."""
+    qdir = tmp_path / "q"
+    vsqs.Queue(qdir)
+    child = forkserver().Process(
+        target=dedup_publisher_dying_before_rename, args=(str(qdir), "job-1")
+    )
+    child.start()
+    child.join(120)
+    assert child.exitcode == 137
+    (dead,) = names(qdir)
+    assert dead.endswith(".new")
+    assert _marker(qdir, "job-1").exists()
+    clock = ManualClock(time.time())  # the retry waits on it, not for real
+    q = vsqs.Queue(qdir, clock=clock)
+    q.clean(older_than=0)
+    assert names(qdir) == [dead]  # named by a marker in force: spared
+    retry = q.publish(b"retry", dedup_id="job-1")
+    assert retry != dead[:-4]
+    assert [m.body for m in drain(q)] == [b"retry"]
+    clock.advance(31)
+    q.clean(older_than=0)  # the dead marker is gone now, and so is its `.new`
+    assert names(qdir) == []
 
 
 def test_expired_markers_are_swept_by_clean_and_by_publishers(

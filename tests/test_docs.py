@@ -2,12 +2,14 @@
 
 The convention for authors (also stated in ``docs/conf.py``):
 
-* A ``.. code-block:: python`` (or ``.. code:: python``) block is executed. The python
-  blocks of one page run in order, as one script, in a fresh temporary directory, so a
-  later block may use what an earlier block defined, like a reader pasting them in turn.
-  The script runs twice in a row, as a reader may run it: queues go in directories made
-  with :mod:`tempfile` (``TMPDIR`` points into the test's directory), never at a fixed
-  path such as ``"/tmp/orders"``, which a second run would find full.
+* A ``.. code-block:: python`` (or ``.. code:: python``) block is executed, on its own,
+  as a reader who copies just that block runs it: imports included. A block that needs
+  what the block before it defined says so on its first line, ``# Continues the example
+  above.``, and runs after it (and after whatever that one continues), as one script.
+  Each such run happens in a fresh temporary directory, twice in a row, as a reader may
+  run it: queues go in directories made with :mod:`tempfile` (``TMPDIR`` points into the
+  test's directory), never at a fixed path such as ``"/tmp/orders"``, which a second run
+  would find full.
 * The python blocks of a page, as one script, pass ``mypy --strict``.
 * A block that must not run (it needs a cluster, it is a fragment) is preceded by the
   comment ``.. skip-test: <reason>``. It is still compiled, so it cannot hold a syntax
@@ -39,6 +41,7 @@ _DIRECTIVE = re.compile(
     r"^(?P<indent>[ \t]*)\.\. (?:code-block|code|sourcecode)::[ \t]*(?P<lang>\S*)"
 )
 _SKIP = re.compile(r"^[ \t]*\.\. skip-test:(?P<reason>.*)$")
+_CONTINUES = "# Continues the example above."
 _FIXED_TMP = re.compile(r"""["']/tmp/""")
 _PYTHON = frozenset({"python"})
 # Aliases that Pygments accepts but this test would not run: refused, so that nothing
@@ -53,6 +56,11 @@ class Block:
     line: int
     code: str
     skip_reason: str | None
+
+    @property
+    def continues(self) -> bool:
+        """Whether the block says it needs the one before it (its first line)."""
+        return self.code.startswith(_CONTINUES)
 
 
 def pages() -> list[Path]:
@@ -143,28 +151,74 @@ def build_script(blocks: list[Block]) -> str:
     return "\n".join(out) + "\n"
 
 
+def runs(blocks: list[Block], where: str = "<page>") -> list[list[Block]]:
+    """The scripts a reader can run: each block that stands alone, with the blocks that
+    continue it (skipped blocks left out)."""
+    groups: list[list[Block]] = []
+    for block in blocks:
+        if block.skip_reason is not None:
+            continue
+        if block.continues:
+            if not groups:
+                raise ValueError(f"{where}:{block.line}: continues no example above")
+            groups[-1].append(block)
+        else:
+            groups.append([block])
+    return groups
+
+
 PAGES = pages()
 
 
 @pytest.mark.parametrize("page", PAGES, ids=[_page_id(p) for p in PAGES])
 def test_python_examples_run(page: Path, tmp_path: Path) -> None:
-    """The python blocks of the page run, in order, as one script (skipped ones compile)."""
+    """Each python block of the page runs on its own, or after the blocks it says it
+    continues, in a fresh directory, twice (skipped ones compile)."""
     text = page.read_text(encoding="utf-8")
     blocks = extract_blocks(text, _page_id(page))
     for block in blocks:
         if block.skip_reason is not None:
             # Still compiled, so a skipped example cannot rot into a syntax error.
             compile("\n" * (block.line - 1) + block.code, str(page), "exec")
-    work = tmp_path / "work"
-    work.mkdir()
     runnable = [b for b in blocks if b.skip_reason is None]
     for block in runnable:
         fixed = _FIXED_TMP.search(block.code)
         assert fixed is None, f"{_page_id(page)}:{block.line}: use tempfile, not a /tmp/ path"
-    script = tmp_path / (page.stem + "_examples.py")
-    script.write_text(build_script(runnable), encoding="utf-8")
+    for group in runs(blocks, _page_id(page)):
+        _run_alone(page, group, tmp_path / f"line{group[0].line}")
+    if page.name == "README.rst":
+        # The front page is not part of the Sphinx build: run any >>> examples here.
+        failures, _ = doctest.testfile(str(page), module_relative=False, verbose=False)
+        assert failures == 0
+
+
+def test_the_tutorial_pipeline_leaves_no_temporary_directory(tmp_path: Path) -> None:
+    """``python pipeline.py``, run again and again, must not fill the disk with queues."""
+    page = DOCS / "tutorial.rst"
+    (pipeline,) = [
+        group for group in runs(extract_blocks(page.read_text(encoding="utf-8")))
+        if "def produce(" in group[0].code
+    ]  # fmt: skip
+    _run_alone(page, pipeline, tmp_path)
+    assert list((tmp_path / "work").iterdir()) == []
+
+
+def test_the_tutorial_calls_shutdown_a_shutdown_not_a_close() -> None:
+    """``close()`` releases one handle; ending the stream is ``shutdown()``."""
+    text = " ".join((DOCS / "tutorial.rst").read_text(encoding="utf-8").split())
+    assert "jobs.shutdown()" in text
+    for wrong in ("*closes* the queue", "Closing the queue", "a bound, a close"):
+        assert wrong not in text
+
+
+def _run_alone(page: Path, group: list[Block], where: Path) -> None:
+    """Run one block (with the blocks it continues) as a reader would, twice."""
+    work = where / "work"
+    work.mkdir(parents=True)
+    script = where / (page.stem + "_example.py")
+    script.write_text(build_script(group), encoding="utf-8")
     env = {**os.environ, "TMPDIR": str(work)}
-    for attempt in ("first", "second") if runnable else ():
+    for attempt in ("first", "second"):
         result = subprocess.run(
             [sys.executable, str(script)],
             cwd=work,
@@ -175,13 +229,9 @@ def test_python_examples_run(page: Path, tmp_path: Path) -> None:
             check=False,
         )
         assert result.returncode == 0, (
-            f"an example of {_page_id(page)} failed on the {attempt} run (line numbers are"
-            " the page's):\n" + result.stderr.replace(str(script), str(page))
+            f"the example at {_page_id(page)}:{group[0].line} failed on the {attempt} run"
+            " (line numbers are the page's):\n" + result.stderr.replace(str(script), str(page))
         )
-    if page.name == "README.rst":
-        # The front page is not part of the Sphinx build: run any >>> examples here.
-        failures, _ = doctest.testfile(str(page), module_relative=False, verbose=False)
-        assert failures == 0
 
 
 def test_python_examples_pass_mypy_strict(tmp_path: Path) -> None:
@@ -283,6 +333,27 @@ def test_extractor_finds_blocks_lines_and_skips() -> None:
     script = build_script(blocks)
     assert script.splitlines()[5:8] == ["x = 1", "if x:", "    y = 2"]
     assert "spark" not in script
+
+
+def test_a_block_runs_alone_or_with_the_blocks_it_continues() -> None:
+    """Grouping: a block stands alone unless its first line says it continues the one
+    above; a continuation with nothing above is refused."""
+    text = "\n\n".join(
+        [
+            ".. code-block:: python\n\n   import vsqs",
+            ".. code-block:: python\n\n   # Continues the example above.\n   q = 1",
+            ".. skip-test: a fragment\n\n.. code-block:: python\n\n   spark.stop()",
+            ".. code-block:: python\n\n   # Continues the example above.\n   r = q",
+            ".. code-block:: python\n\n   import os",
+        ]
+    )
+    groups = runs(extract_blocks(text))
+    assert [[b.code.splitlines()[-1] for b in group] for group in groups] == [
+        ["import vsqs", "q = 1", "r = q"],
+        ["import os"],
+    ]
+    with pytest.raises(ValueError, match="continues no example above"):
+        runs(extract_blocks(".. code-block:: python\n\n   # Continues the example above.\n"))
 
 
 def test_a_fixed_tmp_path_is_found() -> None:

@@ -2,14 +2,19 @@
 
 from __future__ import annotations
 
+import os
+import tempfile
 import threading
 from pathlib import Path
 
-from hypothesis import given
+import pytest
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import vsqs
+from vsqs import _inotify, _scan
 from vsqs._ids import (
+    HOLD_TAG,
     MAX_DIGITS,
     MS_LIMIT,
     IdSource,
@@ -18,9 +23,15 @@ from vsqs._ids import (
     decode_ready,
     encode_ready,
     format_time,
+    id_of,
+    is_hold,
     parse_decimal,
     parse_id,
     parse_name,
+    ready_code,
+    ready_code_of_bytes,
+    sort_names,
+    split_name,
 )
 from vsqs.testing import ManualClock
 
@@ -191,6 +202,122 @@ def test_a_queue_never_touches_names_outside_the_grammar(tmp_path: Path) -> None
     queue.purge()
     assert queue.clean(older_than=0) == 0
     assert sorted(p.name for p in qdir.iterdir() if p.name != ".vsqs") == sorted(foreign)
+
+
+# -- every reader of names agrees with parse_name ---------------------------------------
+
+# Names near the grammar: digit runs (leading zeros, too long, non-ASCII digits), the
+# separators and suffixes of the grammar, and a little of anything else.
+_PIECES = st.one_of(
+    DECIMALS,
+    st.sampled_from(["0", "00", "017", "9" * 20, ".", ".new", ".0", "new", "17.0"]),
+    st.sampled_from(["١٢", "²", "１"]),
+    st.text(alphabet="0123456789.new-x ", max_size=4),
+    st.text(max_size=3),
+)
+NAMES = st.lists(_PIECES, min_size=1, max_size=5).map("".join)
+GRAMMAR_NAMES = st.one_of(
+    DECIMALS,
+    st.tuples(US_TIMES, PRECISIONS).map(lambda t: format_time(*t) + ".new"),
+    st.tuples(US_TIMES, US_TIMES).map(lambda t: f"{t[0]}.{t[1]}"),
+    st.tuples(US_TIMES, US_TIMES).map(lambda t: f"{t[0] // 1000}.{t[1]}{HOLD_TAG}"),
+    NAMES,
+)
+
+
+def _expected(name: str) -> tuple[str, object]:
+    """Where a listing must put *name*, by parse_name alone."""
+    entry = parse_name(name)
+    if entry is None:
+        return ("other", name)
+    if entry.state is State.READY:
+        return ("ready", encode_ready(int(name)))
+    if entry.state is State.NEW:
+        return ("new", (entry.key, name))
+    return ("held", (entry.expires, name))
+
+
+def _sorted(names: list[str]) -> dict[str, list[object]]:
+    ready: list[int] = []
+    held: list[tuple[int, str]] = []
+    new: list[tuple[int, str]] = []
+    other: list[str] = []
+    sort_names(names, ready, held, new, other)
+    return {"ready": list(ready), "held": list(held), "new": list(new), "other": list(other)}
+
+
+@given(GRAMMAR_NAMES)
+def test_the_readers_of_one_name_agree_with_parse_name(name: str) -> None:
+    """ready_code, its bytes form (the inotify decoder's) and sort_names (the listing's)
+    say what parse_name says, for any string."""
+    kind, value = _expected(name)
+    code = value if kind == "ready" else None
+    assert ready_code(name) == code
+    assert ready_code_of_bytes(os.fsencode(name)) == code
+    assert _sorted([name]) == {k: [value] if k == kind else [] for k in _sorted([])}
+    entry = parse_name(name)
+    if entry is not None:
+        assert id_of(name) == entry.id
+        assert split_name(name)[0] == entry.id
+        # As _queue read a hold before: the lease (after the id) ends in the tag.
+        lease = name.partition(".")[2]
+        assert is_hold(name) == (entry.state is State.HELD and lease.endswith(HOLD_TAG))
+        if entry.state is State.READY:
+            assert decode_ready(ready_code(name) or 0) == name
+
+
+@given(st.binary(max_size=24))
+def test_the_bytes_reader_agrees_on_any_bytes(raw: bytes) -> None:
+    """An event name is whatever bytes a peer chose (not UTF-8, say)."""
+    name = os.fsdecode(raw)
+    entry = parse_name(name)
+    ready = entry is not None and entry.state is State.READY
+    assert ready_code_of_bytes(raw) == (encode_ready(int(name)) if ready else None)
+
+
+def _file_names(names: list[str]) -> list[str]:
+    """The distinct names a directory can hold (not empty, no ``/`` or NUL, not ``..``)."""
+    ok = {n for n in names if "/" not in n and "\0" not in n and n not in ("", ".", "..")}
+    return sorted(n for n in ok if len(os.fsencode(n)) <= 255)
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(GRAMMAR_NAMES, max_size=12))
+def test_a_listing_sorts_every_name_as_parse_name_does(names: list[str]) -> None:
+    """_scan.scan on a real directory: each file lands where parse_name says."""
+    names = _file_names(names)
+    with tempfile.TemporaryDirectory() as qdir:
+        for name in names:
+            Path(qdir, name).write_bytes(b"")
+        listing = _scan.scan(qdir)
+    expected: dict[str, list[object]] = {"ready": [], "held": [], "new": [], "other": []}
+    for name in names:
+        kind, value = _expected(name)
+        expected[kind].append(value)
+    assert listing.ready == sorted(expected["ready"])  # type: ignore[type-var]
+    assert sorted(listing.held) == sorted(expected["held"])  # type: ignore[type-var]
+    assert sorted(listing.new) == sorted(expected["new"])  # type: ignore[type-var]
+    assert listing.pokes == []  # no name here begins with ".wake-"
+
+
+@pytest.mark.skipif(not _inotify.HAVE_INOTIFY, reason="needs inotify (Linux)")
+@settings(max_examples=40, deadline=None)
+@given(st.lists(GRAMMAR_NAMES, max_size=12))
+def test_the_inotify_decoder_names_what_parse_name_calls_ready(names: list[str]) -> None:
+    """Names moved into a watched directory, as a woken receive decodes them: the packed
+    ids of exactly the ready ones, in event order."""
+    names = _file_names(names)
+    with tempfile.TemporaryDirectory() as qdir, tempfile.TemporaryDirectory() as outside:
+        fd = _inotify.init()
+        try:
+            wd = _inotify.add_watch(fd, qdir)
+            for name in names:
+                Path(outside, name).write_bytes(b"")
+                os.rename(Path(outside, name), Path(qdir, name))
+            seen = _inotify.read_events(fd).get(wd, [])
+        finally:
+            os.close(fd)
+    assert seen == [code for code in map(ready_code, names) if code is not None]
 
 
 # -- the id source --------------------------------------------------------------------

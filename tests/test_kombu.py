@@ -5,8 +5,11 @@ from __future__ import annotations
 
 import base64
 import json
+import logging
+import pickle
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -15,6 +18,7 @@ from typing import Any
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from kombu.asynchronous import Hub
 from kombu.connection import Connection
 from kombu.entity import Exchange
 from kombu.entity import Queue as KombuQueue
@@ -22,7 +26,11 @@ from kombu.message import Message
 
 import vsqs
 import vsqs.kombu
+from vsqs import _inotify, _inotify_hub
+from vsqs.kombu._envelope import EXPIRES, NotKombu, overdue, parse
 from vsqs.kombu._names import Binding, Bindings, vsqs_name
+
+from .fixtures_core import wait_until
 
 TASKS = KombuQueue("tasks", Exchange("tasks", "direct"), routing_key="tasks")
 
@@ -292,7 +300,43 @@ def test_a_publish_to_any_consumed_queue_wakes_a_blocked_drain(root: Path) -> No
         )  # fmt: skip
         conn.drain_events(timeout=120)
         assert publisher.wait(30) == 0
+        # No thread per queue: the drain waited on one waiter, in this thread.
+        assert not [t.name for t in threading.enumerate() if t.name.startswith("vsqs-kombu")]
     assert got == ["late"]
+
+
+def test_a_consumer_drained_by_kombus_event_loop_gets_a_later_publish(root: Path) -> None:
+    """The transport is asynchronous, as kombu's own event-loop test wants: a consumer
+    drained by kombu's ``Hub`` (``conn.register_with_event_loop(hub)``, then the hub's
+    loop) receives a message published after the loop started. With the periodic
+    re-check an hour away, only the waiter's descriptor, registered with the hub, can
+    deliver it; closing the connection takes it off the hub again (a clean stop)."""
+    hub = Hub()
+    got: list[str] = []
+    with _connect(root, polling_interval=3600) as conn:
+        assert conn.transport.implements.asynchronous
+        conn.register_with_event_loop(hub)
+        with conn.Consumer(TASKS, callbacks=[lambda body, message: got.append(body)]):
+
+            def publish() -> None:  # from inside the running loop
+                assert got == []
+                with _connect(root) as publisher:
+                    _publish(publisher, "late")
+
+            hub.call_later(0.3, publish)
+            conn.transport.on_readable(conn.connection, hub)  # spurious: delivers nothing
+            loop = hub.create_loop()
+            deadline = time.monotonic() + 30
+            while not got and time.monotonic() < deadline:
+                next(loop)
+            assert got == ["late"]
+            fd = conn.transport.watch.waiter.fileno()
+            assert fd in hub.readers
+        assert not [t.name for t in threading.enumerate() if t.name.startswith("vsqs-kombu")]
+    assert fd not in hub.readers  # closed: the loop no longer polls the descriptor
+    counts = _tasks(root).counts()
+    assert (counts.ready, counts.held) == (1, 0)  # unacknowledged: released once on close
+    hub.close()
 
 
 def test_the_transport_class_and_a_root_option_work_without_a_url(root: Path) -> None:
@@ -301,3 +345,302 @@ def test_the_transport_class_and_a_root_option_work_without_a_url(root: Path) ->
     with Connection(transport="vsqs.kombu:Transport", transport_options=options) as conn:
         _publish(conn, "a")
         assert next(_get(conn)).payload == "a"
+
+
+# -- poison messages (issue 26, item 1) --------------------------------------------------
+
+POISON = [
+    pytest.param(b"garbage", id="not-json"),
+    pytest.param(b"[1,2]", id="a-json-list"),
+    pytest.param(b'{"hello": 1}', id="an-object-without-kombus-fields"),
+    pytest.param(b"\xff\xfe{}", id="invalid-utf-8"),
+    pytest.param(b'{"body": "abc", "properties": {"body_encoding": "base64"}}', id="bad-base64"),
+    pytest.param(b'{"body": "abc", "properties": {"body_encoding": "rot13"}}', id="no-such-codec"),
+    pytest.param(b'{"body": "", "properties": {}, "headers": [1]}', id="headers-not-an-object"),
+    pytest.param(b'{"body": "", "properties": {"delivery_info": 1}}', id="bad-delivery-info"),
+]
+
+
+def _plant(root: Path, body: bytes) -> None:
+    """A message that no kombu producer wrote, as anyone who can write to the root can."""
+    vsqs.QueueRoot(root).create("tasks").publish(body)
+
+
+def _ack_all(conn: Connection) -> list[Any]:
+    """The payloads of every message delivered from TASKS, each acknowledged."""
+    payloads = []
+    for message in _get(conn):
+        payloads.append(message.payload)
+        message.ack()
+    return payloads
+
+
+def _errors(caplog: pytest.LogCaptureFixture) -> list[str]:
+    return [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR]
+
+
+@pytest.mark.parametrize("poison", POISON)
+def test_a_poison_message_is_kept_aside_and_the_next_one_delivered(
+    root: Path, poison: bytes, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Without a dead-letter queue the poison goes to the kombu queue ``tasks.poison``,
+    untouched, and one ERROR line names it; the consumer goes on to the next message."""
+    with _connect(root) as conn:
+        _plant(root, poison)
+        _publish(conn, "fine")
+        assert _ack_all(conn) == ["fine"]
+    aside = vsqs.QueueRoot(root).get("tasks.poison")
+    kept = aside.receive(timeout=0)
+    assert kept is not None and kept.body == poison
+    assert kept.attributes["source"] == "tasks"
+    assert kept.attributes["reason"].startswith("not a kombu message")
+    (error,) = _errors(caplog)
+    assert aside.path in error and kept.id in error
+    assert _tasks(root).counts().total == 0
+
+
+@pytest.mark.parametrize("where", ["transport-option", "stored-setting"])
+def test_a_poison_message_goes_to_the_dead_letter_queue_when_there_is_one(
+    root: Path, where: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    options = {"dead_letter_queue": "tasks-dead"} if where == "transport-option" else {}
+    if where == "stored-setting":
+        vsqs.QueueRoot(root).create("tasks", dead_letter="tasks-dead")
+    with _connect(root, **options) as conn:
+        _plant(root, b"garbage")
+        _publish(conn, "fine")
+        assert _ack_all(conn) == ["fine"]
+    assert _tasks(root).counts().total == 0
+    dead = vsqs.QueueRoot(root).get("tasks-dead")
+    kept = dead.receive(timeout=0)
+    assert kept is not None and kept.body == b"garbage"
+    assert "tasks.poison" not in vsqs.QueueRoot(root)
+    (error,) = _errors(caplog)
+    assert dead.path in error
+
+
+def test_a_poison_message_is_never_delivered_to_basic_get(root: Path) -> None:
+    with _connect(root) as conn:
+        _plant(root, b"[1,2]")
+        assert conn.default_channel.basic_get("tasks") is None
+    assert vsqs.QueueRoot(root).get("tasks.poison").counts().ready == 1
+
+
+# -- per-message expiry (issue 26, item 18) ----------------------------------------------
+
+
+def _publish_expiring(conn: Connection, body: str, expiration: float) -> None:
+    with conn.Producer() as producer:
+        producer.publish(
+            body, exchange=TASKS.exchange, routing_key="tasks", declare=[TASKS],
+            expiration=expiration,
+        )  # fmt: skip
+
+
+def test_an_expired_message_is_dropped_counted_and_never_delivered(
+    root: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """kombu's expiration 0 (what Celery sends for an ``expires`` in the past) is
+    expired by the time any consumer looks."""
+    caplog.set_level(logging.INFO, "vsqs.kombu")
+    with _connect(root) as conn:
+        _publish_expiring(conn, "too late", 0)
+        _publish(conn, "fine")
+        assert _ack_all(conn) == ["fine"]
+        assert conn.default_channel.expired == {"tasks": 1}
+    tasks = _tasks(root)
+    assert tasks.counts().total == 0
+    assert tasks.stats().consumed_messages == 2  # the expired one is counted as consumed
+    assert any("dropped" in r.getMessage() and "expired" in r.getMessage() for r in caplog.records)
+
+
+def test_an_expired_message_goes_to_the_dead_letter_queue_when_there_is_one(root: Path) -> None:
+    with _connect(root, dead_letter_queue="tasks-dead") as conn:
+        _publish_expiring(conn, "too late", 0)
+        assert list(_get(conn)) == []
+        assert conn.default_channel.expired == {}
+    kept = vsqs.QueueRoot(root).get("tasks-dead").receive(timeout=0)
+    assert kept is not None and kept.attributes["reason"].startswith("expired")
+    assert base64.b64decode(json.loads(kept.body)["body"]) == b"too late"
+
+
+def test_a_message_is_delivered_before_its_expiry_which_is_stored_with_it(root: Path) -> None:
+    with _connect(root) as conn:
+        before = time.time()
+        _publish_expiring(conn, "in time", 3600)
+        stored = _tasks(root).peek()
+        assert stored is not None
+        expires = float(stored.attributes[EXPIRES])
+        assert before + 3600 <= expires <= time.time() + 3600
+        message = next(_get(conn))
+        assert message.payload == "in time"
+        assert message.properties["expiration"] == "3600000"  # kombu's, untouched
+        message.reject(requeue=True)
+        released = _tasks(root).peek()
+        assert released is not None and released.attributes[EXPIRES] == repr(expires)
+        next(_get(conn)).ack()
+
+
+def test_an_expiry_is_due_until_its_instant() -> None:
+    attributes = {EXPIRES: "100.5"}
+    assert overdue(attributes, 100.4) is None
+    assert overdue(attributes, 100.5) == 0.0
+    assert overdue(attributes, 102.0) == 1.5
+    assert overdue({}, 1e12) is None
+    assert overdue({EXPIRES: "soon"}, 1e12) is None  # not ours: delivered, never lost
+
+
+@pytest.mark.parametrize("bad", ["-1", "soon", "nan", "inf", None])
+def test_a_bad_expiration_is_refused_at_publish(root: Path, bad: str | None) -> None:
+    with _connect(root) as conn:
+        channel = conn.default_channel
+        message = channel.prepare_message("x", properties={"expiration": bad or []})
+        with pytest.raises(ValueError, match="milliseconds"):
+            channel.basic_publish(message, "", "tasks")
+
+
+# -- Producer(on_return=...) (issue 26, item 17) -----------------------------------------
+
+
+def test_on_return_gets_a_mandatory_message_that_no_queue_takes(root: Path) -> None:
+    returned: list[tuple[Any, str, str, Message]] = []
+    nowhere = Exchange("nowhere", "direct")
+    with _connect(root) as conn:
+        producer = conn.Producer(on_return=lambda *args: returned.append(args))
+        producer.publish("lost", exchange=nowhere, routing_key="k", declare=[nowhere],
+                         mandatory=True)  # fmt: skip
+        producer.publish("dropped quietly", exchange=nowhere, routing_key="k")
+        producer.publish("routed", exchange=TASKS.exchange, routing_key="tasks",
+                         declare=[TASKS], mandatory=True)  # fmt: skip
+        assert [m.payload for m in _get(conn)] == ["routed"]
+    ((error, exchange, routing_key, message),) = returned
+    assert (exchange, routing_key, message.payload) == ("nowhere", "k", "lost")
+    assert error.reply_code == 312 and "NO_ROUTE" in str(error)
+
+
+def test_a_channel_has_events_as_kombu_expects(root: Path) -> None:
+    with _connect(root) as conn:
+        callback = print
+        producer = conn.Producer(conn.default_channel, on_return=callback)
+        assert callback in producer.channel.events["basic_return"]
+
+
+def test_a_poison_message_with_all_the_attributes_it_may_have_is_still_kept(root: Path) -> None:
+    full = {f"a{n}": "x" for n in range(10)}  # the most a message may carry
+    vsqs.QueueRoot(root).create("tasks").publish(b"garbage", attributes=full)
+    with _connect(root) as conn:
+        assert list(_get(conn)) == []
+    kept = vsqs.QueueRoot(root).get("tasks.poison").receive(timeout=0)
+    assert kept is not None and kept.body == b"garbage"
+    assert set(kept.attributes) == {"source", "reason"}  # why it is there wins
+
+
+def test_a_poison_message_taken_back_during_its_move_is_kept_twice_never_lost(
+    root: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The lease runs out while the message is copied aside (a paused worker) and
+    another consumer takes it: the late delete removes nothing, a warning says so."""
+    _plant(root, b"garbage")
+    publish = vsqs.Queue.publish
+    stolen: list[vsqs.Message] = []
+
+    def publish_after_the_lease_ran_out(self: vsqs.Queue, data: Any, **kwargs: Any) -> str:
+        other = vsqs.QueueRoot(root).get("tasks")
+        while self.path.endswith("poison") and not stolen:  # the lease lasts a millisecond
+            stolen.extend(filter(None, [other.receive(timeout=0)]))
+        return publish(self, data, **kwargs)
+
+    monkeypatch.setattr(vsqs.Queue, "publish", publish_after_the_lease_ran_out)
+    with _connect(root, visibility_timeout=0.001, max_lease=0) as conn:
+        assert list(_get(conn)) == []
+    monkeypatch.undo()
+    assert stolen[0].body == b"garbage" and _tasks(root).counts().held == 1
+    assert vsqs.QueueRoot(root).get("tasks.poison").counts().ready == 1
+    assert "taken back while moved" in caplog.text
+
+
+def test_an_expired_message_taken_back_before_its_delete_is_not_counted(
+    root: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Its lease runs out between the claim and the drop, and another consumer takes it:
+    the late delete removes nothing and the channel counts nothing."""
+    delete = vsqs.Queue.delete
+    stolen: list[vsqs.Message] = []
+
+    def delete_after_the_lease_ran_out(self: vsqs.Queue, message: Any) -> bool:
+        other = vsqs.QueueRoot(root).get("tasks")
+        while not stolen:  # the lease lasts a millisecond
+            stolen.extend(filter(None, [other.receive(timeout=0)]))
+        return delete(self, message)
+
+    with _connect(root, visibility_timeout=0.001, max_lease=0) as conn:
+        _publish_expiring(conn, "too late", 0)
+        monkeypatch.setattr(vsqs.Queue, "delete", delete_after_the_lease_ran_out)
+        assert list(_get(conn)) == []
+        monkeypatch.undo()
+        assert conn.default_channel.expired == {}
+    assert len(stolen) == 1 and _tasks(root).counts().held == 1
+
+
+def test_the_envelope_check_accepts_what_kombu_accepts() -> None:
+    decode = Connection("memory://").default_channel.decode_body
+    empty = parse(b'{"body": "", "properties": {"body_encoding": "base64"}}', decode)
+    assert empty["body"] == ""  # nothing to decode, as kombu's Message
+    plain = parse(b'{"body": "hi", "properties": {}, "headers": null}', decode)
+    assert plain["body"] == "hi"  # no body_encoding: kombu reads it as it is
+
+
+def test_not_kombu_pickles_with_its_reason() -> None:
+    error = pickle.loads(pickle.dumps(NotKombu("x" * 300)))  # noqa: S301 - our own bytes
+    assert isinstance(error, NotKombu) and error.reason == "x" * 200
+
+
+def test_the_event_loop_yields_the_descriptor_to_a_thread_reading_it(
+    root: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A thread of the worker's process blocked in a sync ``receive`` holds the reader's
+    seat of the shared descriptor when a message comes: the loop stops watching the
+    descriptor (it would spin on it) until that thread has read the events, then
+    delivers the message."""
+    hub = Hub()
+    got: list[str] = []
+    instance = _inotify_hub.process_instance()
+    other = vsqs.Queue(tmp_path / "other", durable=False, poll_interval=3600)
+    real_read = _inotify.read_events
+    with _connect(root, polling_interval=3600) as conn:
+        transport = conn.transport
+        conn.register_with_event_loop(hub)
+
+        def read_after_the_loop_paused(fd: int) -> dict[int, list[int] | None]:
+            if threading.current_thread() is blocked and not got:  # the loop saw them too
+                wait_until(lambda: transport.watch.paused, "the loop to stop watching")
+            return real_read(fd)
+
+        monkeypatch.setattr(_inotify, "read_events", read_after_the_loop_paused)
+        blocked = threading.Thread(target=lambda: other.receive(timeout=60))
+
+        def publish_while_a_thread_reads() -> None:
+            blocked.start()
+            wait_until(lambda: instance.reader, "the thread to take the reader's seat")
+            with _connect(root) as publisher:
+                _publish(publisher, "late")
+
+        try:
+            with conn.Consumer(TASKS, callbacks=[lambda body, message: got.append(body)]):
+                hub.call_later(0.05, publish_while_a_thread_reads)
+                loop = hub.create_loop()
+                deadline = time.monotonic() + 30
+                while not got and time.monotonic() < deadline:
+                    next(loop)
+                assert got == ["late"]
+                # The claim made events too, which the thread may read first again.
+                while transport.watch.paused and time.monotonic() < deadline:
+                    next(loop)
+                fd = transport.watch.waiter.fileno()
+                assert fd in hub.readers  # watched again
+                transport.unregister_from_event_loop(conn.connection, hub)
+                assert fd not in hub.readers and not hub.on_tick
+        finally:
+            other.publish(b"done")  # ends the thread's receive
+            blocked.join(30)
+            hub.close()

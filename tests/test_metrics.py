@@ -6,11 +6,13 @@ from __future__ import annotations
 
 import re
 import signal
+import socket
 import subprocess
 import sys
 import urllib.request
 from pathlib import Path
 
+import pytest
 from click.testing import CliRunner
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
@@ -120,10 +122,12 @@ def test_vsqs_stats_format_prometheus_parses(tmp_path: Path) -> None:
     assert values["vsqs_messages", (*label, ("state", "ready"))] == 2
     assert values["vsqs_produced_messages_total", label] == 2
     assert {name for name, _ in values} == {  # no dead-letter depth: none is configured
+        "vsqs_queue_up",
         "vsqs_messages",
         "vsqs_oldest_ready_age_seconds",
         "vsqs_oldest_receive_count",
         "vsqs_shutdown",
+        "vsqs_held_back_messages",
         *(
             f"vsqs_{kind}_{unit}_total"
             for kind in ("produced", "consumed")
@@ -147,17 +151,67 @@ def test_vsqs_metrics_serve_answers_a_scrape(tmp_path: Path) -> None:
                "--root", root.path, "--port", "0"]  # fmt: skip
     with subprocess.Popen(command, stderr=subprocess.PIPE, text=True) as server:
         try:
-            assert server.stderr is not None
-            line = server.stderr.readline()
-            match = re.search(r"http://\S+/metrics", line)
-            assert match, line
-            with urllib.request.urlopen(match.group(0), timeout=30) as response:  # noqa: S310
-                text = response.read().decode()
+            text = _scrape(server)
         finally:
-            server.send_signal(signal.SIGINT)  # as Ctrl-C: exits through the CLI's handler
+            _stop(server, signal.SIGTERM)  # as a service manager: exits through the handler
     values = _values(text)
     assert values["vsqs_messages", (("queue", "jobs"), ("state", "ready"))] == 1
     assert values["vsqs_messages", (("queue", str(alone.path)), ("state", "ready"))] == 0
+
+
+def _scrape(server: subprocess.Popen[str]) -> str:
+    """One scrape of the server that printed its address on stderr."""
+    assert server.stderr is not None
+    line = server.stderr.readline()
+    match = re.search(r"http://\S+/metrics", line)
+    assert match, line
+    with urllib.request.urlopen(match.group(0), timeout=30) as response:  # noqa: S310
+        return str(response.read().decode())
+
+
+def _stop(server: subprocess.Popen[str], signum: int) -> tuple[int, str]:
+    """Send *signum*; the exit status and the rest of stderr. A server still running
+    after 30 s is killed (never leaked into the rest of the run) and the test fails."""
+    server.send_signal(signum)
+    try:
+        _, err = server.communicate(timeout=30)
+    except subprocess.TimeoutExpired:
+        server.kill()
+        server.communicate()
+        raise AssertionError(f"the server ignored {signal.Signals(signum).name}") from None
+    return server.returncode, err
+
+
+@pytest.mark.parametrize(
+    ("signum", "line"),
+    [(signal.SIGINT, "vsqs: interrupted"), (signal.SIGTERM, "vsqs: stopped by SIGTERM")],
+)
+def test_metrics_serve_stops_on_sigint_even_inherited_ignored_and_on_sigterm(
+    tmp_path: Path, signum: signal.Signals, line: str
+) -> None:
+    """A background job (`nohup make test &`, `cmd &` in a script) starts with SIGINT
+    ignored: the server must still stop on SIGINT (and on SIGTERM), at once, with one
+    line and 128 + the signal number."""
+    queue = vsqs.Queue(tmp_path / "q", durable=False)
+    serve = f"{sys.executable} -m vsqs metrics serve {queue.path} --port 0"
+    command = ["/bin/sh", "-c", f"trap '' INT; exec {serve}"]  # as `cmd &` without job control
+    with subprocess.Popen(command, stderr=subprocess.PIPE, text=True) as server:
+        try:
+            assert "vsqs_messages" in _scrape(server)
+        finally:
+            status, err = _stop(server, signum)
+    assert (status, err) == (128 + signum, line + "\n")
+
+
+def test_metrics_serve_names_the_address_it_cannot_listen_on(tmp_path: Path) -> None:
+    queue = vsqs.Queue(tmp_path / "q", durable=False)
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        result = CliRunner().invoke(cli, ["metrics", "serve", queue.path, "--port", str(port)])
+    assert result.exit_code == 1
+    assert f"127.0.0.1:{port}" in result.output, result.output
 
 
 def test_metrics_serve_needs_a_queue_or_a_root(tmp_path: Path) -> None:

@@ -7,6 +7,8 @@ import subprocess
 import sys
 import types
 
+import pytest
+
 import vsqs
 
 OPTIONAL = ("click", "rich", "pyspark", "pyarrow")
@@ -103,3 +105,30 @@ def test_the_receive_paths_constructor_makes_the_same_message() -> None:
     made, fast = vsqs.Message(*values), received(*values)
     assert [getattr(fast, name) for name in fields] == [getattr(made, name) for name in fields]
     assert fast == made and hash(fast) == hash(made) and repr(fast) == repr(made)
+
+
+@pytest.mark.parametrize(
+    ("part", "blocked", "extra"),
+    [
+        ("vsqs.kombu", "kombu", "celery"),
+        ("vsqs.spark", "pyspark", "spark"),
+        ("vsqs.spark", "pyarrow", "spark"),
+        ("vsqs.metrics", "prometheus_client", "metrics"),
+    ],
+)
+def test_an_optional_part_without_its_extra_says_which_extra_to_install(
+    part: str, blocked: str, extra: str
+) -> None:
+    """As the ``vsqs`` command does for the ``cli`` extra: not a bare ``No module named``."""
+    code = (
+        f"import json, sys\nsys.modules[{blocked!r}] = None  # as if not installed\n"
+        f"try:\n    import {part}\n"
+        "except ModuleNotFoundError as error:\n    print(json.dumps([str(error), error.name]))\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=120
+    )
+    text, name = json.loads(result.stdout)
+    assert name.partition(".")[0] == blocked
+    assert f"{part} needs the {extra!r} extra" in text
+    assert f"pip install '.[{extra}]'" in text

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import threading
+import time
 from pathlib import Path
 
 import pytest
 
 import vsqs
+from vsqs import _waiters
 from vsqs._ids import IDS, parse_id
 from vsqs.testing import ManualClock
 
@@ -93,9 +96,47 @@ def test_change_visibility_and_release_route_to_the_queue(
         qset.delete(foreign)
 
 
+def test_blocked_receive_waits_on_every_queue_without_rechecks(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A set receive blocked on three empty queues is woken by a publish to the *third*
+    (another thread) at once: it looked once before the publish and once after it, not
+    every re-check interval meanwhile (it used to wait on the first queue only and look
+    at all of them every 0.05 s)."""
+    queues = [vsqs.Queue(tmp_path / name) for name in "abc"]
+    qset = vsqs.QueueSet(*queues)
+    passes: list[float] = []
+    claim = qset._claim  # counting the set's looks
+
+    def counted(limit: int, visibility_timeout: float | None) -> tuple[list[vsqs.Message], int]:
+        passes.append(time.monotonic())
+        return claim(limit, visibility_timeout)
+
+    monkeypatch.setattr(qset, "_claim", counted)
+    published: list[float] = []
+
+    def publish_later() -> None:
+        while not passes:  # the receive has looked (and found nothing)
+            time.sleep(0.01)
+        time.sleep(0.5)  # ten of the old re-check intervals
+        published.append(time.monotonic())
+        queues[2].publish(b"third")
+
+    thread = threading.Thread(target=publish_later)
+    thread.start()
+    message = qset.receive(timeout=30)  # the re-check under inotify is 1 s: never reached
+    thread.join()
+    assert message is not None and message.body == b"third"
+    assert message.queue == queues[2].path
+    if isinstance(queues[2].waiter(), _waiters.InotifyWaiter):  # not a filesystem that polls
+        # One look before the publish, one after (a spurious wake-up may add one).
+        assert len([at for at in passes if at < published[0]]) == 1, passes
+        assert len(passes) <= 3, passes
+
+
 def test_blocked_receive_wakes_for_any_queue(tmp_path: Path) -> None:
     """A set receive blocked on empty queues gets a message published by another
-    process to the *second* queue (within the re-check interval)."""
+    process to the *second* queue."""
     first, second = vsqs.Queue(tmp_path / "a"), vsqs.Queue(tmp_path / "b")
     qset = vsqs.QueueSet(first, second)
     proc = forkserver().Process(target=late_publisher, args=(second.path, 0.3))

@@ -117,6 +117,25 @@ def test_publish_by_key_column_and_json_rows(spark: SparkSession, tmp_path: Path
     assert got == sorted(({"k": i, "v": f"v{i}"} for i in range(10)), key=str)
 
 
+def test_a_mistyped_path_is_refused_not_read_as_a_new_empty_queue(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    """The batch and stream readers never create a queue (they once read 0 rows and left
+    an empty queue at the typo); the error names the path."""
+    from pyspark.errors import StreamingQueryException
+
+    missing = str(tmp_path / "mistyped")
+    with pytest.raises(AnalysisException, match=f"no queue at {missing}"):
+        spark.read.format("vsqs").load(missing).collect()
+    query = spark.readStream.format("vsqs").load(missing).writeStream.format("noop").start()
+    try:
+        with pytest.raises(StreamingQueryException, match=f"no queue at {missing}"):
+            query.awaitTermination(120)  # the stream's reader is made as the query starts
+    finally:
+        query.stop()
+    assert not os.path.exists(missing)
+
+
 def test_batch_write_then_browse_then_consume(spark: SparkSession, tmp_path: Path) -> None:
     """Round trip: write bodies and attributes; browse twice; consume empties the queue."""
     queue_path = str(tmp_path / "q")

@@ -4,14 +4,21 @@ Trigger.AvailableNow's budget, byte limits and the progress report."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import re
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 from pyspark.sql.streaming.datasource import ReadMaxBytes, ReadMaxRows
 
 import vsqs
-from vsqs.spark._options import SourceOptions
+from vsqs._ids import State, parse_name
+from vsqs._layout import Layout, UnsafeEntry
+from vsqs.spark._options import Planned, SourceOptions
+from vsqs.spark._read import MessageGone, current_names, read_planned
+from vsqs.spark._state import StateDir
 from vsqs.spark._stream import StreamReader
 
 pytestmark = pytest.mark.spark
@@ -212,3 +219,170 @@ def test_offsets_of_another_run_are_refused(queue: vsqs.Queue, tmp_path: Path) -
     finally:
         third.stop()
     assert queue.counts().total == 2  # nothing lost by any refusal
+
+
+# -- executors find a renamed message by the grammar alone ------------------------------
+
+
+def test_an_executor_reads_only_names_of_the_grammar(queue: vsqs.Queue) -> None:
+    """A planned message deleted meanwhile is gone, even when a foreign file that starts
+    with its id (a user's ``<id>.orig`` copy, ``0<id>``) sits in the queue directory."""
+    queue.publish(b"the message")
+    (held,) = queue.receive_batch(1, timeout=0)
+    queue.delete(held)
+    for foreign in (f"{held.id}.orig", f"0{held.id}", f"0{held.id}.1"):
+        Path(queue.path, foreign).write_bytes(b"not the message")
+    plan: list[Planned] = [(held.id, held.receipt, {}, 1, held.sent_at)]
+    with pytest.raises(MessageGone):
+        list(read_planned(queue.path, plan))
+
+
+def test_an_executor_reads_the_renewed_name_whatever_the_listing_order() -> None:
+    names = ["17.200", "17.bak", "17", "0017", "0017.300", "17.100", "18.new", "18.5.0"]
+    assert current_names(names) == {"17": "17.200", "18": "18.5.0"}
+    assert current_names(reversed(names)) == {"17": "17.200", "18": "18.5.0"}
+
+
+@given(st.lists(st.sampled_from(["17", "17.100", "17.200", "17.200.0", "017", "17.new", "x"])))
+def test_which_name_an_executor_reads_never_depends_on_the_listing(names: list[str]) -> None:
+    """Whatever the order, the same name; and a name parse_name rejects is never one."""
+    found = current_names(names)
+    assert found == current_names(sorted(names)) == current_names(sorted(names, reverse=True))
+    for message_id, name in found.items():
+        entry = parse_name(name)
+        assert entry is not None and entry.id == message_id and entry.state is not State.NEW
+
+
+# -- the state never follows a planted symlink ------------------------------------------
+
+
+def _snapshot(top: Path) -> dict[str, bytes | None]:
+    """Every entry under *top*, with the content of each file (to see it untouched)."""
+    return {
+        str(p.relative_to(top)): None if p.is_dir() else p.read_bytes()
+        for p in sorted(top.rglob("*"))
+    }
+
+
+@pytest.mark.parametrize(
+    "planted", [".vsqs/spark", ".vsqs/spark/streams", "{epoch}", "{epoch}/epoch.json",
+                "{epoch}/1.json", "{epoch}/lock"],
+)  # fmt: skip
+def test_a_symlink_planted_in_the_spark_state_is_refused(
+    queue: vsqs.Queue, tmp_path: Path, planted: str
+) -> None:
+    """A later run of the query refuses a symlink planted at .vsqs/spark or anywhere in
+    its state with an error naming it, and never touches what the link points to (the
+    state it would find there is a real copy: following it would work)."""
+    queue.publish_batch([b"a", b"b"])
+    options = SourceOptions.parse({"path": queue.path, "heartbeatInterval": "3600"})
+    first = StreamReader(options)
+    end = first.latestOffset(first.initialOffset(), ReadMaxRows(1))
+    first.stop()
+    epoch_dir = f".vsqs/spark/streams/{end['epoch']}"
+    target = Path(queue.path, planted.format(epoch=epoch_dir))
+    assert target.exists()
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    moved = outside / target.name
+    target.rename(moved)
+    target.symlink_to(moved)
+    before = _snapshot(outside)
+    second = StreamReader(options)
+    try:
+        with pytest.raises(UnsafeEntry, match=re.escape(target.name)):
+            second.latestOffset(end, ReadMaxRows(1))
+    finally:
+        second.stop()
+    assert _snapshot(outside) == before
+    assert target.is_symlink()  # not removed either: the user decides
+
+
+@pytest.mark.parametrize("planted", ["", "epoch.json", "1.json", "lock"])
+def test_a_symlink_planted_in_a_named_state_dir_is_refused(
+    queue: vsqs.Queue, tmp_path: Path, planted: str
+) -> None:
+    """The same below a stateDir the user named outside the queue (the stateDir itself is
+    opened as named: it may be a link the user chose)."""
+    queue.publish_batch([b"a", b"b"])
+    (tmp_path / "real-state").mkdir()
+    (tmp_path / "state").symlink_to(tmp_path / "real-state")  # the user's own choice
+    options = SourceOptions.parse(
+        {"path": queue.path, "stateDir": str(tmp_path / "state"), "heartbeatInterval": "3600"}
+    )
+    first = StreamReader(options)
+    end = first.latestOffset(first.initialOffset(), ReadMaxRows(1))
+    first.stop()
+    target = tmp_path / "real-state" / end["epoch"] / planted
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    moved = outside / target.name
+    target.rename(moved)
+    target.symlink_to(moved)
+    before = _snapshot(outside)
+    second = StreamReader(options)
+    try:
+        with pytest.raises(UnsafeEntry, match=re.escape(target.name)):
+            second.latestOffset(end, ReadMaxRows(1))
+    finally:
+        second.stop()
+    assert _snapshot(outside) == before
+
+
+def test_the_layout_names_only_directories_inside_vsqs() -> None:
+    layout = Layout("/q")
+    assert layout.sub_of(layout.spark_dir("streams")) == "spark/streams"
+    assert layout.sub_of("/q/.vsqs") == ""
+    assert layout.sub_of("/q/.vsqs/spark/") == "spark"
+    for elsewhere in ("/q/.vsqs/../x", "/q/.vsqs/spark/../../x", "/q/.vsqsx", "/q", "/x"):
+        assert layout.sub_of(elsewhere) is None, elsewhere
+
+
+def test_state_records_round_trip_and_leave_no_temporary_file(queue: vsqs.Queue) -> None:
+    """What one run records, the next loads; a record that fails to write leaves nothing,
+    and what a crashed writer left is removed by the next run's load."""
+    state = StateDir(queue.path, Layout(queue.path).spark_dir("streams"), "e1")
+    try:
+        assert not state.exists()
+        with pytest.raises(FileNotFoundError, match="no epoch record"):
+            state.info()
+        state.create("e1", queue.path)
+        assert state.info() == {"epoch": "e1", "queue": queue.path, "high": 0}
+        state.save(3, [("17", "17.100", {"k": "v"}, 2, 1.5)])
+        with pytest.raises(TypeError):
+            state.save(4, [("18", "18.100", {}, 1, object())])  # type: ignore[list-item]
+        epoch_dir = Path(state.path)
+        (epoch_dir / ".tmp-5.json-1-dead").write_bytes(b"a crashed writer's")
+        (epoch_dir / "notes.json").write_bytes(b"not a batch")
+        assert state.load() == {3: [("17", "17.100", {"k": "v"}, 2, 1.5)]}
+        assert sorted(p.name for p in epoch_dir.iterdir()) == ["3.json", "epoch.json", "notes.json"]
+        state.remove(3)
+        state.remove(3)  # twice is fine
+        assert state.load() == {}
+    finally:
+        state.close()
+
+
+def test_readers_never_create_a_queue(tmp_path: Path) -> None:
+    """``spark.read.format("vsqs").load("/mistyped")`` once read 0 rows and left an empty
+    queue at the typo. Every reader (batch, stream, consume) refuses it on the driver,
+    naming the path, and the batch reader's task refuses it on the executor too."""
+    from typing import Any, cast
+
+    from pyspark.sql.types import StructType
+
+    from vsqs.spark import consume
+    from vsqs.spark._source import BatchReader, VsqsDataSource
+
+    missing = tmp_path / "mistyped"
+    source = VsqsDataSource({"path": str(missing)})
+    attempts: list[Callable[[], object]] = [
+        lambda: source.reader(StructType()),
+        lambda: source.streamReader(StructType()),
+        lambda: list(BatchReader(SourceOptions.parse({"path": str(missing)})).read(cast(Any, 0))),
+        lambda: consume(cast(Any, None), str(missing)).__enter__(),
+    ]
+    for attempt in attempts:
+        with pytest.raises(FileNotFoundError, match=f"no queue at {missing} "):
+            attempt()
+    assert not missing.exists()

@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 import vsqs
-from vsqs import _inotify_hub, _waiters
+from vsqs import _inotify, _inotify_hub, _waiters
 
 from . import procs
 from .fixtures_core import (
@@ -187,12 +187,17 @@ def test_threads_waiting_on_one_queue_share_one_inotify_descriptor(qpath: str) -
     assert inotify_fds() == before
 
 
+def _threads() -> set[threading.Thread]:
+    # The counters' flusher of an earlier test may end meanwhile: not the constructor's.
+    return {t for t in threading.enumerate() if t.name != "vsqs-stats-flusher"}
+
+
 def test_the_constructor_opens_no_descriptor_and_starts_no_thread(qpath: str) -> None:
-    before_fds, before_threads = sorted(fd_targets()), threading.active_count()
+    before_fds, before_threads = sorted(fd_targets()), _threads()
     queues = [vsqs.Queue(qpath, wait=wait) for wait in ("auto", "inotify", "poll")]
     queues.append(vsqs.Queue(qpath, capacity=3, durable=False))
     assert sorted(fd_targets()) == before_fds
-    assert threading.active_count() == before_threads
+    assert _threads() == before_threads
     assert inotify_fds() == before_fds.count("anon_inode:inotify")
 
 
@@ -354,3 +359,157 @@ def test_when_inotify_runs_out_waiting_polls_and_says_so_once(
     finally:
         for fd in taken:
             os.close(fd)
+
+
+# -- vsqs.MultiWaiter: one waiter on several directories --------------------------------
+
+
+@needs_inotify
+def test_a_multi_waiter_wakes_for_any_directory_on_the_one_shared_descriptor(
+    tmp_path: Path,
+) -> None:
+    """A thread blocked on three directories wakes for a publish to the third (another
+    process); the watches are the process's own, shared with each queue's waiter (one
+    descriptor), and drain() names the directory that changed, once."""
+    gc.collect()
+    before = inotify_fds()
+    paths = [str(tmp_path / name) for name in "abc"]
+    queues = [vsqs.Queue(path, **NO_RECHECK) for path in paths]
+    assert queues[0].receive(timeout=0.01) is None  # the first queue's own watch
+    waiter = vsqs.MultiWaiter(paths, recheck=3600)
+    assert waiter.paths == paths and waiter.interval == 3600
+    assert waiter.fileno() >= 0 and inotify_fds() == before + 1
+    token = waiter.token()
+    assert waiter.drain() == []
+    with children() as kids:
+        child = kids.start(procs.publish_after, paths[2], 0.3)
+        started = time.monotonic()
+        waiter.wait(token, 60)
+        assert time.monotonic() - started < 30  # woken, not timed out
+        kids.join(child)
+    assert waiter.token() != token
+    assert waiter.changed() == [paths[2]]  # counted by the wait: named once
+    assert waiter.drain() == waiter.changed() == []
+    waiter.remove(paths[2])
+    waiter.remove(paths[2])  # again: nothing
+    assert waiter.add(paths[1]) is True  # already watched: nothing changes
+    assert waiter.paths == paths[:2]
+    waiter.close()
+    assert waiter.paths == [] and waiter.fileno() == -1
+    for queue in queues:
+        queue.close()
+    gc.collect()
+    assert inotify_fds() == before
+
+
+@needs_inotify
+def test_an_event_loop_drains_a_multi_waiter_without_blocking(tmp_path: Path) -> None:
+    """The event-loop side: fileno() becomes readable on a change, drain() reads it
+    without blocking and names what changed; a change made before add() is not seen."""
+    import select
+
+    first, second = str(tmp_path / "a"), str(tmp_path / "b")
+    vsqs.Queue(first, durable=False).publish(b"before")
+    publisher = vsqs.Queue(second, durable=False)
+    with vsqs.MultiWaiter([first]) as waiter:
+        poller = select.poll()
+        poller.register(waiter.fileno(), select.POLLIN)
+        assert poller.poll(0) == []
+        assert waiter.add(second) is True
+        with pytest.raises(FileNotFoundError):
+            waiter.add(tmp_path / "missing")
+        publisher.publish(b"after")
+        assert poller.poll(5000) != []
+        assert waiter.drain() == [second]
+        assert poller.poll(0) == []  # read: no longer readable
+        assert waiter.drain() == []
+
+
+def test_a_multi_waiter_polls_what_it_cannot_watch(
+    tmp_path: Path, clock: vsqs.testing.ManualClock
+) -> None:
+    """``wait="poll"`` (as a network filesystem would be): no descriptor, nothing named,
+    and a wait lasts at most the polling interval; on a manual clock it moves the clock
+    instead of waiting."""
+    path = str(tmp_path / "q")
+    vsqs.Queue(path)
+    waiter = vsqs.MultiWaiter(wait="poll", poll_interval=0.01, clock=clock)
+    assert waiter.add(path) is False
+    assert waiter.add(path) is False
+    assert waiter.fileno() == -1 and waiter.drain() == [] and waiter.interval == 0.01
+    assert repr(waiter) == f"MultiWaiter([{path!r}])"
+    token = waiter.token()
+    waiter.wait(token, 30)
+    assert clock.monotonic() >= 30
+    started = time.monotonic()
+    vsqs.MultiWaiter([path], wait="poll", poll_interval=0.01).wait(token, 30)
+    assert time.monotonic() - started < 10  # one interval, not the 30 s asked for
+    with pytest.raises(ValueError, match="wait must be one of"):
+        vsqs.MultiWaiter(wait="sometimes")
+    with pytest.raises(ValueError, match="poll_interval"):
+        vsqs.MultiWaiter(poll_interval=0)
+
+
+@needs_inotify
+def test_a_multi_waiter_polls_where_inotify_ran_out(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The per-user watch limit reached: the directory is polled (one warning)."""
+
+    def no_room(fd: int, path: str) -> int:
+        raise OSError(28, "inotify_add_watch: No space left on device", path)
+
+    monkeypatch.setattr(_waiters, "_warned", False)
+    monkeypatch.setattr(_inotify, "add_watch", no_room)
+    path = str(tmp_path / "q")
+    vsqs.Queue(path)
+    with caplog.at_level("WARNING", logger="vsqs"):
+        waiter = vsqs.MultiWaiter(wait="inotify")
+        assert waiter.add(path) is False
+    assert waiter.fileno() == -1 and waiter.interval == waiter.poll_interval
+    assert [r for r in caplog.records if "inotify is unavailable" in r.getMessage()]
+
+
+@needs_inotify
+def test_a_multi_waiter_in_a_forked_child_watches_on_its_own_descriptor(
+    tmp_path: Path,
+) -> None:
+    """A waiter made before a fork works in the child (its own descriptor and watches),
+    and is woken there by a publish."""
+    paths = [str(tmp_path / name) for name in "ab"]
+    for path in paths:
+        vsqs.Queue(path)
+    waiter = vsqs.MultiWaiter(paths, recheck=3600)
+    with children("fork") as kids:
+        child = kids.start(procs.multi_waiter_child, waiter, paths[1])
+        kids.join(child)
+    waiter.close()
+
+
+@needs_inotify
+def test_threads_waiting_on_a_multi_waiter_take_turns_reading_and_all_wake(
+    tmp_path: Path,
+) -> None:
+    """Three threads block on one waiter: one reads the descriptor, the others sleep on
+    its condition; one publish wakes all three (and no thread spins meanwhile)."""
+    paths = [str(tmp_path / name) for name in "ab"]
+    for path in paths:
+        vsqs.Queue(path)
+    waiter = vsqs.MultiWaiter(paths, recheck=3600)
+    token = waiter.token()
+    woken: list[int] = []
+
+    def wait() -> None:
+        waiter.wait(token, 60)
+        woken.append(waiter.token())
+
+    threads = [threading.Thread(target=wait) for _ in range(3)]
+    for thread in threads:
+        thread.start()
+    instance = _inotify_hub.process_instance()
+    wait_until(lambda: instance.reader and instance.sleepers == 2, "one reader, two sleepers")
+    vsqs.Queue(paths[0], durable=False).publish(b"x")
+    for thread in threads:
+        thread.join(60)
+    assert len(woken) == 3 and token not in woken
+    waiter.close()

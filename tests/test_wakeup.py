@@ -4,6 +4,8 @@ event (a watch made after its look, an overflow), it lists as before."""
 
 from __future__ import annotations
 
+import ast
+import inspect
 import os
 import signal
 import threading
@@ -15,7 +17,7 @@ import pytest
 
 import vsqs
 from tests.fixtures_core import CHILD_TIMEOUT, children, wait_blocked_in_inotify
-from vsqs import _ids, _inotify, _meta, _queue, _scan, _waiters
+from vsqs import _fs, _ids, _inotify, _meta, _queue, _scan, _waiters
 from vsqs._waiters import HAVE_INOTIFY, InotifyWaiter
 
 pytestmark = pytest.mark.skipif(not HAVE_INOTIFY, reason="needs inotify (Linux)")
@@ -222,3 +224,105 @@ def test_a_slow_look_for_metadata_never_undoes_what_another_thread_saw(tmp_path:
     assert store.refresh() is True
     del store.layout.has_dir
     assert store.refresh() is True and (qdir / ".vsqs" / "meta").is_dir()
+
+
+def test_a_commit_by_link_then_unlink_is_not_missed_by_a_woken_receive(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """*commit* arrow without an atomic no-replace rename (NFS, sshfs: ``link`` then
+    ``unlink``): its new name raises no watched event, only the ``.new``'s removal does.
+    A receive woken by that and by a plain rename together lists the directory instead
+    of trusting the one name it saw: it gets both, oldest (the linked one) first."""
+    qdir = tmp_path / "q"
+    queue = vsqs.Queue(qdir, durable=False, poll_interval=3600)
+    assert queue.receive(timeout=0.01) is None  # looked; the watch exists
+    publisher = vsqs.Queue(qdir, durable=False)
+    real_scan = _scan.scan
+    published: list[str] = []
+
+    def scan_then_publish(path: str) -> _scan.Listing:
+        listing = real_scan(path)  # the blocked receive's look: nothing yet
+        if not published:
+            with monkeypatch.context() as patched:
+                patched.setattr(_fs, "_renameat2", None)  # as on NFS: link, then unlink
+                published.append(publisher.publish(b"linked"))
+            published.append(publisher.publish(b"renamed"))
+        return listing
+
+    monkeypatch.setattr(_scan, "scan", scan_then_publish)
+    got = queue.receive_batch(10, timeout=5)
+    assert [m.body for m in got] == [b"linked", b"renamed"]
+    assert [m.id for m in got] == published
+
+
+def test_the_removal_of_anything_but_a_ready_name_or_an_announcement_is_unnamed(
+    tmp_path: Path,
+) -> None:
+    """What the watch makes of removals: a held message's or a ``.new``'s may end a
+    link-then-unlink move (``None``: the receive lists); a ready message's (a claim, a
+    purge) and an announcement's cannot."""
+    qdir = tmp_path / "q"
+    qdir.mkdir()
+    waiter = InotifyWaiter(str(qdir), vsqs.Queue(qdir).clock, 1.0)
+    token, _ = waiter.wait_ready(waiter.token(), 0.01)  # makes the watch
+    for name in ("1700000000000001", "1700000000000002.new", "1700000000000003.1800000000000"):
+        (qdir / name).touch()
+    vsqs.Queue(qdir).layout.announce("meta")
+    token, names = waiter.wait_ready(token, 1.0)
+    assert names == [_inotify.ANNOUNCEMENT]
+    os.unlink(qdir / "1700000000000001")  # a ready message's removal: nothing made ready
+    token, names = waiter.wait_ready(token, 1.0)
+    assert names == []
+    for name in ("1700000000000002.new", "1700000000000003.1800000000000"):
+        os.unlink(qdir / name)
+        token, names = waiter.wait_ready(token, 1.0)
+        assert names is None, name
+
+
+class _LayoutWrites(ast.NodeVisitor):
+    """Every ``<layout>.create/write(<subdirectory>, ...)`` call of a module, with the
+    function it is in."""
+
+    def __init__(self) -> None:
+        self.scope: list[str] = []
+        self.calls: list[tuple[str, str, int]] = []  # (function, subdirectory, line)
+
+    def _enter(self, node: ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef) -> None:
+        self.scope.append(node.name)
+        self.generic_visit(node)
+        self.scope.pop()
+
+    visit_ClassDef = visit_FunctionDef = visit_AsyncFunctionDef = _enter  # noqa: N815
+
+    def visit_Call(self, node: ast.Call) -> None:
+        func = node.func
+        if isinstance(func, ast.Attribute) and func.attr in {"create", "write"} and node.args:
+            first = node.args[0]
+            sub = first.id if isinstance(first, ast.Name) else ast.unparse(first)
+            if "layout" in ast.unparse(func.value).lower() or sub == "META":
+                self.calls.append((".".join(self.scope), sub, node.lineno))
+        self.generic_visit(node)
+
+
+def test_every_metadata_record_is_written_by_the_one_function_that_announces() -> None:
+    """The announcement is no convention: every write of a record under ``.vsqs/meta``
+    in vsqs is in ``MetaStore._record``, which announces before it writes; every other
+    write through a layout names its subdirectory by a constant (so none can be META
+    in disguise)."""
+    package = Path(vsqs.__file__).parent
+    meta_writers = []
+    for path in sorted(package.rglob("*.py")):
+        if path.name == "_layout.py":
+            continue  # where create/write are defined
+        visitor = _LayoutWrites()
+        visitor.visit(ast.parse(path.read_text(encoding="utf-8")))
+        module = path.relative_to(package.parent).as_posix()
+        for function, sub, line in visitor.calls:
+            assert sub.isupper() and sub.isidentifier(), f"{module}:{line} writes to {sub}"
+            if sub == "META":
+                meta_writers.append((f"{module}:{function}", line))
+    assert {where for where, _ in meta_writers} == {"vsqs/_meta.py:MetaStore._record"}
+    record = inspect.getsource(_meta.MetaStore._record)  # the one writer
+    announced = record.index("self.layout.announce(META)")
+    assert announced < record.index("self.layout.create(META")
+    assert announced < record.index("self.layout.write(META")

@@ -38,6 +38,7 @@ from ._renewal import Lease
 from ._root import QueueRoot, validate_name
 from ._sets import QueueSet
 from ._stats import Stats
+from ._waiters import MultiWaiter
 
 __version__ = "1.0.0.dev0"
 
@@ -54,6 +55,7 @@ __all__ = [
     "Lease",
     "LeaseLost",
     "Message",
+    "MultiWaiter",
     "NotAQueue",
     "NullQueue",
     "Precision",

@@ -17,6 +17,11 @@ short, so this costs little.
 
 Every producer of a bounded queue must open it with the same ``capacity``: a producer that
 does not take the lock is not bounded by it.
+
+Moves are producers too: a message dead-lettered into a bounded queue, or redriven into
+one, takes room there under the same lock (:func:`room_for_move`), and never waits for
+it: a move that finds the queue full leaves the message where it was (the caller says
+how it is held back) and is tried again later.
 """
 
 from __future__ import annotations
@@ -29,11 +34,12 @@ from typing import Final
 from . import _fs, _scan
 from ._clock import Clock
 from ._errors import QueueFull
+from ._ids import is_hold
 from ._layout import CAPACITY_COUNT, CAPACITY_LOCK, ROOT, Layout
+from ._meta import report_once
+from ._scan import NEW_GRACE_US
 from ._waiters import Waiter
 
-NEW_GRACE_US: Final = 60_000_000
-"""A ``.new`` older than this (µs) belongs to a crashed publisher: it counts for nothing."""
 VERIFY_INTERVAL: Final = 1.0
 """Seconds this process trusts the shared counter before checking it with a listing."""
 
@@ -45,12 +51,12 @@ class Capacity:
         self.capacity = capacity
         self._layout = layout
         self._clock = clock
-        self._lock: _FdLock | None = None
+        # No I/O until acquired. Threads sharing it are serialised by flock itself: each
+        # acquisition opens its own descriptor, and only one holds the lock at a time.
+        self._lock = _FdLock(layout, clock)
         self._verified_at = -math.inf  # monotonic time of this process's last listing
 
     def _filelock(self) -> _FdLock:
-        if self._lock is None:
-            self._lock = _FdLock(self._layout, self._clock)
         return self._lock
 
     def count(self) -> int:
@@ -99,7 +105,23 @@ class Capacity:
             waiter.wait(token, remaining)  # a delete in any process wakes us
 
     def _record(self, bound: int) -> None:
-        self._layout.write(ROOT, CAPACITY_COUNT, str(bound).encode(), durable=False)
+        """Rewrite the counter; never raises, since the publish it follows has happened.
+
+        If the rewrite fails (a full disk, a quota: the new content needs a block), the
+        counter is removed instead (an unlink needs no space), so the next bounded
+        publisher in any process recounts with a listing: a stale, too low count is
+        never left behind to let the queue overfill.
+        """
+        layout = self._layout
+        try:
+            layout.write(ROOT, CAPACITY_COUNT, str(bound).encode(), durable=False)
+        except OSError as exc:
+            self._verified_at = -math.inf  # this process recounts next time in any case
+            try:
+                layout.remove(ROOT, CAPACITY_COUNT)
+            except OSError:
+                pass  # e.g. read-only meanwhile: nobody can publish then, nor overfill it
+            report_once(layout.path, "could not record the capacity count", str(exc))
 
     def _bound(self, need: int) -> int:
         """An upper bound of the message count, from the counter when it can be trusted."""
@@ -110,6 +132,32 @@ class Capacity:
             bound = self.count()
             self._verified_at = now
         return bound
+
+
+@contextmanager
+def room_for_move(capacity: Capacity | None) -> Iterator[None]:
+    """Room for one message moved into a queue of *capacity* (``None``: unbounded).
+
+    The body of the ``with`` moves it, under that queue's capacity lock, as a bounded
+    publish does; a move never waits for room.
+
+    :raises QueueFull: the queue is full now.
+    """
+    if capacity is None:
+        yield
+        return
+    with capacity.room(1, None, None):  # waits for the lock only, never for room
+        yield
+
+
+def held_back(held: list[tuple[int, str]]) -> int:
+    """How many of the *held* names (a listing's) are requeue holds ``<id>.<end>.0``.
+
+    Such a hold is taken for an instant by every requeue; it lasts when the message
+    is kept back for want of room in its dead-letter queue (full, or a full disk), or
+    when its requeuer died: each is tried again when its hold ends.
+    """
+    return sum(1 for _, name in held if is_hold(name))
 
 
 def _read_int(layout: Layout) -> int | None:

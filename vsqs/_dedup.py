@@ -53,7 +53,8 @@ from typing import Final
 
 from . import _fs
 from ._clock import Clock
-from ._layout import DEDUP, Layout
+from ._ids import parse_decimal
+from ._layout import DEDUP, READ_LIMITS, Layout
 
 IN_PROGRESS_LIMIT: Final = 30.0
 _POLL: Final = 0.005
@@ -197,6 +198,11 @@ class Deduplicator:
                 "delay_us": delay_us,
             }
             content = json.dumps(record, separators=(",", ":")).encode()
+            if len(content) > READ_LIMITS[DEDUP]:  # it could never be read back
+                raise ValueError(
+                    f"a batch of {len(entries)} messages is too large for one batch_dedup_id "
+                    f"(its record would exceed {READ_LIMITS[DEDUP]} bytes): split it"
+                )
             # Written whole under a temporary name, then given the marker's name with a
             # no-replace rename: a reader never sees a partial record.
             tmp = f"{marker}.new-{os.getpid()}-{os.urandom(4).hex()}"
@@ -318,8 +324,15 @@ class Deduplicator:
         except OSError:
             pass  # a planted directory: it stays, as a tomb that no key ever names
 
-    def clean(self) -> int:
-        """Remove the markers older than the window; return how many."""
+    def clean(self, spared: set[str] | None = None) -> int:
+        """Remove the markers older than the window; return how many.
+
+        :param spared: filled with the ``<id>.new`` names that a marker still in force
+            points at (its publisher is between marker and rename, or died there less
+            than ``IN_PROGRESS_LIMIT`` ago): :meth:`Queue.clean` must not remove them, or
+            a retry would find the marker, no ``.new`` to wait for, and take the dead
+            publisher's id for a published message (a lost publish).
+        """
         layout = self._layout
         now_us = self._clock.time_us()
         removed = 0
@@ -356,6 +369,8 @@ class Deduplicator:
             if age_us > self._window_us or crashed:
                 self._expire(name, created_us)
                 removed += 1
+            elif spared is not None and other_id:
+                spared.add(other_id + ".new")
         return removed
 
     def _created(self, marker: str) -> int | None:
@@ -386,9 +401,10 @@ def _parse_marker(raw: bytes) -> tuple[str, int]:
     if not raw:
         return "", 1 << 62
     parts = raw.decode("ascii", "replace").split()
-    if len(parts) != 2 or not (parts[0].isdigit() and parts[1].isdigit()):
+    when = parse_decimal(parts[1]) if len(parts) == 2 else None
+    if when is None or parse_decimal(parts[0]) is None:
         return "0", 0
-    return parts[0], int(parts[1])
+    return parts[0], when
 
 
 def _parse_chunk(marker: str, raw: bytes) -> Chunk | None:

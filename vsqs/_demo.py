@@ -9,11 +9,10 @@ from __future__ import annotations
 
 import multiprocessing as mp
 import os
-import shutil
 import sys
-import tempfile
 import time
 
+from . import _host
 from ._queue import Queue
 
 
@@ -34,13 +33,12 @@ def _consume(path: str, report: str) -> None:
         seen.append(message.body.decode())
         queue.delete(message)
     queue.detach()
-    with open(report, "w", encoding="utf-8") as handle:
-        handle.write("\n".join(seen))
+    _host.write_text(report, "\n".join(seen))
 
 
 def run(producers: int = 3, consumers: int = 3, messages: int = 20_000, path: str = "") -> int:
     """Run the demo; return 0 if every message was delivered exactly once."""
-    workdir = tempfile.mkdtemp(prefix="vsqs-demo-")
+    workdir = _host.make_temp_dir("vsqs-demo-")
     path = path or os.path.join(workdir, "queue")
     queue = Queue(path)
     per_producer = messages // producers
@@ -65,8 +63,7 @@ def run(producers: int = 3, consumers: int = 3, messages: int = 20_000, path: st
     delivered: list[str] = []
     per_consumer = []
     for report in reports:
-        with open(report, encoding="utf-8") as handle:
-            lines = [line for line in handle.read().splitlines() if line]
+        lines = [line for line in _host.read_text(report).splitlines() if line]
         per_consumer.append(len(lines))
         delivered += lines
     expected = {f"{p}:{n}" for p in range(producers) for n in range(per_producer)}
@@ -81,7 +78,7 @@ def run(producers: int = 3, consumers: int = 3, messages: int = 20_000, path: st
     print(
         f"result       {'OK' if ok else 'FAILED'}: {len(missing)} missing, {duplicates} duplicated"
     )
-    shutil.rmtree(workdir, ignore_errors=True)
+    _host.remove_temp_dir(workdir)
     return 0 if ok else 1
 
 

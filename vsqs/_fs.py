@@ -1,8 +1,9 @@
-"""Every system call that changes a queue, and every platform difference.
+"""Every system call vsqs makes on files, and every platform difference.
 
 The state machine in ``_queue`` decides *what* to do; this module only does it: the
 crash tests have one place to patch (kill between any two calls), and the policy code
-no ``errno`` plumbing. Guarantees the rest of vsqs relies on:
+no ``errno`` plumbing. Only :mod:`vsqs._host` (other files) and :mod:`vsqs._inotify`
+(waiting) make system calls beside it. Guarantees the rest of vsqs relies on:
 
 * :func:`create_exclusive` never opens an existing file (``O_EXCL``; an existing name is
   :class:`FileExistsError` on every filesystem, sshfs too), never follows a symlink.
@@ -21,6 +22,7 @@ import errno
 import fcntl
 import math
 import os
+import re
 import shutil
 import stat
 import sys
@@ -29,8 +31,8 @@ from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor, wait
 from typing import Final
 
+from . import _host, _mountinfo
 from ._errors import DurabilityError
-from ._mountinfo import filesystem_type, fsync_keeps_names, stable_inode, syncfs_flushes
 
 _O_NOFOLLOW: Final = getattr(os, "O_NOFOLLOW", 0)
 _O_CLOEXEC: Final = getattr(os, "O_CLOEXEC", 0)
@@ -59,14 +61,13 @@ if _syncfs is not None:
     _syncfs.restype = ctypes.c_int
 
 _FS_ENCODING: Final = sys.getfilesystemencoding()
+_COPY_CHUNK: Final = 1 << 20
 
 
 def _kernel_at_least(major: int, minor: int) -> bool:
-    release = os.uname().release.split(".")
-    try:
-        return (int(release[0]), int(release[1].split("-")[0])) >= (major, minor)
-    except (IndexError, ValueError):  # pragma: no cover - an unparseable release string
-        return False
+    """Whether this kernel's release (``6.1.0-13-amd64``...) is *major*.*minor* or later."""
+    found = re.match(r"(\d+)\.(\d+)", os.uname().release)
+    return found is not None and (int(found[1]), int(found[2])) >= (major, minor)
 
 
 # Before Linux 5.8 syncfs returned 0 even when writing a file back failed: an error it
@@ -141,7 +142,8 @@ def syncfs_is_barrier(directory: str) -> bool:
     directory from its filesystem's type; see :func:`sync_filesystem`)."""
     found = _barriers.get(directory)
     if found is None:
-        found = _SYNCFS_REPORTS_ERRORS and syncfs_flushes(filesystem_type(directory))
+        fstype = _host.filesystem_type(directory)
+        found = _SYNCFS_REPORTS_ERRORS and _mountinfo.syncfs_flushes(fstype)
         if len(_barriers) >= 1024:  # pragma: no cover - a process that opened that many queues
             _barriers.clear()
         _barriers[directory] = found
@@ -157,7 +159,7 @@ def fsync_keeps_new_names(directory: str) -> bool:
     from its filesystem's type, see :data:`vsqs._mountinfo.NAMES_KEPT_BY_FSYNC`."""
     found = _names_kept.get(directory)
     if found is None:
-        found = fsync_keeps_names(filesystem_type(directory))
+        found = _mountinfo.fsync_keeps_names(_host.filesystem_type(directory))
         if len(_names_kept) >= 1024:  # pragma: no cover - a process that opened that many
             _names_kept.clear()
         _names_kept[directory] = found
@@ -315,21 +317,28 @@ def read_regular(path: str) -> bytes:
     return read_message(path)[0]
 
 
-def read_message(path: str, dir_fd: int | None = None) -> tuple[bytes, os.stat_result]:
+def read_message(
+    path: str, dir_fd: int | None = None, limit: int | None = None
+) -> tuple[bytes, os.stat_result]:
     """Read a message file (as :func:`read_regular`; relative to *dir_fd*, if given):
-    its body and status (for its inode: :func:`vsqs._mountinfo.stable_inode`)."""
+    its body and status (for its inode: :func:`vsqs._host.stable_inode`). Over
+    *limit* bytes: ``OSError(EFBIG)`` after one ``fstat``; never more than *limit* + 1 read."""
     fd = os.open(path, _READ_FLAGS, dir_fd=dir_fd)
     try:
         info = os.fstat(fd)
         if info.st_mode & _S_IFMT != _S_IFREG:
             raise OSError(errno.EINVAL, "not a regular file", path)
-        size = info.st_size
+        size, cap = info.st_size, sys.maxsize if limit is None else limit + 1
+        if size >= cap:
+            raise OSError(errno.EFBIG, f"too large ({size} bytes, at most {cap - 1} read)", path)
         first = os.read(fd, size) if size else b""
         if len(first) == size:
             return first, info
-        chunks = [first]
-        while chunk := os.read(fd, 1 << 20):  # short read (NFS, signals): go on to EOF
-            chunks.append(chunk)
+        chunks, got = [first], len(first)
+        # A short read (NFS, signals): go on to EOF, never past one byte over the limit.
+        while got < cap and (chunk := os.read(fd, min(_COPY_CHUNK, cap - got))):
+            chunks.append(chunk)  # (a file grown past the limit meanwhile reads as garbage)
+            got += len(chunk)
         return b"".join(chunks), info
     finally:
         os.close(fd)
@@ -341,7 +350,6 @@ def read_message(path: str, dir_fd: int | None = None) -> tuple[bytes, os.stat_r
 # O_NOFOLLOW | O_DIRECTORY from the queue's own descriptor: a symlink planted anywhere
 # under ``.vsqs`` is never followed, so nothing outside the queue is ever touched.
 
-_COPY_CHUNK: Final = 1 << 20
 _DIR_FLAGS: Final = os.O_RDONLY | _O_DIRECTORY | _O_NOFOLLOW | _O_CLOEXEC
 
 
@@ -369,10 +377,11 @@ def make_dir_at(name: str, mode: int, dir_fd: int, *, durable: bool = False) -> 
 
 
 def fchmod_dir_at(name: str, mode: int, dir_fd: int) -> None:
-    """Set the mode of the directory *name* in *dir_fd* (opened without following)."""
+    """Set the mode of the directory *name* in *dir_fd* (opened without following),
+    keeping a set-group-id bit it inherited: how a shared queue keeps its group."""
     fd = open_dir(name, dir_fd)
     try:
-        os.fchmod(fd, mode)
+        os.fchmod(fd, mode | (os.fstat(fd).st_mode & stat.S_ISGID))
     finally:
         os.close(fd)
 
@@ -381,8 +390,15 @@ def create_at(name: str, mode: int, dir_fd: int | None) -> int:
     """Create *name* in *dir_fd* exclusively; a write-only fd (``FileExistsError`` if taken)."""
     try:
         return os.open(name, _CREATE_FLAGS, mode, dir_fd=dir_fd)
-    except PermissionError:
-        _raise_if_taken(name, dir_fd)
+    except BaseException as exc:
+        if isinstance(exc, PermissionError):
+            _raise_if_taken(name, dir_fd)
+        elif not isinstance(exc, OSError):
+            # Ctrl-C raised as the open returned: the file is ours (O_EXCL), its fd lost, so
+            # no caller could remove it. RACE: after an EINTR instead (no local filesystem)
+            # it may be another process's same-microsecond name: that publish fails loudly.
+            with contextlib.suppress(OSError):
+                os.unlink(name, dir_fd=dir_fd)
         raise
 
 
@@ -418,9 +434,9 @@ def unlock(fd: int) -> None:
     fcntl.flock(fd, fcntl.LOCK_UN)
 
 
-def read_at(name: str, dir_fd: int) -> bytes:
-    """Read the regular file *name* in *dir_fd* (as :func:`read_regular`)."""
-    return read_message(name, dir_fd)[0]
+def read_at(name: str, dir_fd: int, limit: int | None = None) -> bytes:
+    """Read the regular file *name* in *dir_fd* (as :func:`read_message`)."""
+    return read_message(name, dir_fd, limit)[0]
 
 
 def unlink_at(name: str, dir_fd: int) -> bool:
@@ -460,6 +476,9 @@ def mtime_us_at(name: str, dir_fd: int) -> int:
     return os.lstat(name, dir_fd=dir_fd).st_mtime_ns // 1000
 
 
+scandir: Final = os.scandir  # itself, not a call in front of it: the hot path of a backlog
+
+
 def list_at(dir_fd: int) -> list[str]:
     """Every name in the directory open as *dir_fd*."""
     return os.listdir(dir_fd)
@@ -490,9 +509,10 @@ def copy_fd(source: int, target: int, progress: Callable[[], object]) -> int:
         size += len(chunk)
 
 
-def inode(path: str) -> int:
-    """The inode number of *path* (not following a symlink); 0 where it is per host."""
-    return stable_inode(os.lstat(path))
+def inode(path: str, dir_fd: int | None = None) -> int:
+    """The inode number of *path* (relative to *dir_fd*, if given; not following a
+    symlink); 0 where it is per host."""
+    return _host.stable_inode(os.stat(path, dir_fd=dir_fd, follow_symlinks=False))
 
 
 def open_regular(path: str) -> int:
@@ -518,19 +538,47 @@ def same_file(first: str, second: str) -> bool:
     return (a.st_dev, a.st_ino) == (b.st_dev, b.st_ino)
 
 
-def make_dirs(path: str, mode: int = 0o777, *, durable: bool = False) -> None:
-    """Create *path* and its parents; an existing directory is fine (as ``os.makedirs``).
-    *durable*: flush the parent of each directory made, top down, so that the new names
-    survive a power loss (POSIX makes a name durable only by flushing its directory)."""
-    missing = []
-    if durable:
-        ancestor = os.path.abspath(path)
-        while not os.path.lexists(ancestor) and ancestor != os.path.dirname(ancestor):
-            missing.append(ancestor)
-            ancestor = os.path.dirname(ancestor)
-    os.makedirs(path, mode=mode, exist_ok=True)
+def _missing_dirs(path: str) -> list[str]:
+    """The directories to make for *path*, innermost first (none if it exists)."""
+    missing, ancestor = [], os.path.abspath(path)
+    while not os.path.lexists(ancestor) and ancestor != os.path.dirname(ancestor):
+        missing.append(ancestor)
+        ancestor = os.path.dirname(ancestor)
+    return missing
+
+
+def _flush_made(missing: list[str]) -> None:
+    """Flush the parent of each directory made, top down: POSIX makes a new name durable
+    only by flushing its directory, and a message flushed inside a directory whose own
+    name is lost is lost with it."""
     for made in reversed(missing):
         fsync_dir(os.path.dirname(made))
+
+
+def make_queue_dir(path: str, mode: int, *, set_mode: bool, durable: bool = False) -> None:
+    """Create the queue directory *path* (and its parents) if needed; with *set_mode*,
+    give it *mode* whatever the umask, when we own it (another user sharing the queue
+    may not chmod it), keeping a set-group-id bit (which keeps a shared queue's group).
+    *durable*: the names of the directories made survive a power loss.
+
+    :raises NotADirectoryError: *path* exists and is not a directory.
+    """
+    missing = _missing_dirs(path) if durable else []
+    os.makedirs(path, mode=mode, exist_ok=True)
+    info = os.stat(path)
+    if not stat.S_ISDIR(info.st_mode):
+        raise NotADirectoryError(errno.ENOTDIR, "not a directory", path)
+    if set_mode and info.st_uid == os.geteuid() and info.st_mode & 0o777 != mode:
+        os.chmod(path, mode | (info.st_mode & 0o2000))
+    _flush_made(missing)
+
+
+def make_dirs(path: str, mode: int = 0o777, *, durable: bool = False) -> None:
+    """Create *path* and its parents; an existing directory is fine (as ``os.makedirs``).
+    *durable*: the names of the directories made survive a power loss."""
+    missing = _missing_dirs(path) if durable else []
+    os.makedirs(path, mode=mode, exist_ok=True)
+    _flush_made(missing)
 
 
 def mtime(path: str) -> float:

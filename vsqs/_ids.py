@@ -7,13 +7,20 @@ Pure functions, no I/O. A message file is named by an integer unix timestamp::
             | id "." expiry        held / delayed  (State.HELD)
     id      = decimal              creation time
     expiry  = decimal ["." digits] visibility deadline (a trailing fraction is tolerated:
-                                   vsqs 0.3 wrote one when given a float timeout)
+                                   vsqs 0.3 wrote one when given a float timeout; ".0"
+                                   marks a requeue hold, :data:`HOLD_TAG`)
     decimal = "0" | nonzero digit {digit}   at most 19 ASCII digits, no sign, no leading zero
 
 A timestamp is in milliseconds or microseconds. Both may share one directory, so every
 value is normalised to microseconds before it is compared: values below ``10**14`` are
 milliseconds (``10**14`` ms is the year 5138, ``10**14`` µs is 1973). Every other name,
 including dot-files, is not a message and is never touched.
+
+This module is the only one that reads names: every other module asks it
+(:func:`parse_name`, :func:`sort_names` for a listing, :func:`ready_code` and
+:func:`ready_code_of_bytes` for a ready name, :func:`id_of`, :func:`split_name`,
+:func:`is_hold`; :func:`decode_ready` turns a packed id back into its name), and
+``tests/test_architecture.py`` checks that none takes a name apart itself.
 """
 
 from __future__ import annotations
@@ -21,11 +28,21 @@ from __future__ import annotations
 import enum
 import threading
 import weakref
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Final
 
 MS_LIMIT: Final = 10**14
 MAX_DIGITS: Final = 19
+HOLD_TAG: Final = ".0"
+"""The fraction that marks a held name as a requeue hold (``<id>.<hold>.0``), not a lease."""
+
+MAX_DURATION: Final = 10**12
+"""The longest duration (seconds) a name can carry: a lease, delay or retention ends at
+*now* plus it, and must still fit :data:`MAX_DIGITS` digits of microseconds (``10**12`` s
+is about 31,700 years; now plus it stays below ``10**19`` µs until the year 288,000).
+Every duration vsqs accepts (API, CLI, stored settings, Spark and kombu options) is
+checked against this one bound (:func:`vsqs._options.seconds`)."""
 
 
 class Precision(str, enum.Enum):
@@ -90,6 +107,89 @@ def parse_name(name: str) -> Entry | None:
     if expiry is None or (dot and not (fraction.isascii() and fraction.isdigit())):
         return None
     return Entry(name, State.HELD, head, to_us(value), to_us(expiry))
+
+
+def id_of(name: str) -> str:
+    """The id part of a message name or receipt (any state): the text before its first dot.
+
+    No check: *name* is one vsqs made or parsed already (a receipt is checked where it
+    enters, see :func:`parse_name`).
+    """
+    return name.partition(".")[0]
+
+
+def split_name(name: str) -> tuple[str, str]:
+    """A message name or receipt as ``(id, lease)``: the text before its first dot and
+    after it (``""`` for a ready name). No check, as :func:`id_of`."""
+    message_id, _, lease = name.partition(".")
+    return message_id, lease
+
+
+def is_hold(name: str) -> bool:
+    """Whether a held name is a requeue hold (``<id>.<hold>.0``) rather than a lease."""
+    return name.endswith(HOLD_TAG) and name.count(".") == 2
+
+
+def ready_code(name: str) -> int | None:
+    """The packed id (:func:`encode_ready`) of a ready name; ``None`` for any other name.
+
+    Agrees with :func:`parse_name` (``State.READY``) on every string.
+    """
+    if (
+        name.isdigit()
+        and name.isascii()
+        and len(name) <= MAX_DIGITS
+        and (name[0] != "0" or len(name) == 1)
+    ):
+        value = int(name)
+        return value << 1 if value >= MS_LIMIT else (value * 1000) << 1 | 1
+    return None
+
+
+_ZERO: Final = ord("0")
+
+
+def ready_code_of_bytes(name: bytes) -> int | None:
+    """:func:`ready_code` of a name as the kernel gives it (an inotify event's bytes)."""
+    # bytes.isdigit() is true for ASCII digits only: no isascii() needed.
+    if name.isdigit() and len(name) <= MAX_DIGITS and (name[0] != _ZERO or len(name) == 1):
+        value = int(name)
+        return value << 1 if value >= MS_LIMIT else (value * 1000) << 1 | 1
+    return None
+
+
+def sort_names(
+    names: Iterable[str],
+    ready: list[int],
+    held: list[tuple[int, str]],
+    new: list[tuple[int, str]],
+    other: list[str],
+) -> None:
+    """Sort a directory listing by state, appending each name to one list: *ready* its
+    packed id (:func:`encode_ready`), *held* ``(expiry_us, name)``, *new*
+    ``(created_us, name)``, *other* the names that are not messages.
+
+    Agrees with :func:`parse_name` on every name; one loop, because a listing of a large
+    backlog is the hot path of a consumer (a call per name would cost a tenth more).
+    """
+    ready_append = ready.append
+    for name in names:
+        # Fast path for the common case, a ready id: digits only (ready_code, inline).
+        if name.isdigit() and name.isascii():
+            if len(name) <= MAX_DIGITS and (name[0] != "0" or len(name) == 1):
+                value = int(name)
+                ready_append(value << 1 if value >= MS_LIMIT else (value * 1000) << 1 | 1)
+            else:
+                other.append(name)
+            continue
+        entry = parse_name(name)
+        if entry is None:
+            other.append(name)
+        elif entry.state is State.NEW:
+            new.append((entry.key, name))
+        else:  # held: a ready name is all digits, taken above
+            assert entry.expires is not None
+            held.append((entry.expires, name))
 
 
 def parse_id(text: str) -> int | None:

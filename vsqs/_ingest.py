@@ -1,8 +1,8 @@
 """Publishing bodies that are not in memory: an existing file, or a stream.
 
 Both end like every publish: a complete ``<id>.new`` becomes ready in one no-replace
-rename (``Queue._commit``). They differ only in how that ``.new`` comes to exist,
-which is all this module does:
+rename (``Queue._commit``). They differ only in how that ``.new`` comes to exist
+(``Queue._stage``, the *create* arrow), which this module describes:
 
 * :func:`publish_file` gives the caller's file a second name, ``<id>.new``, with a hard
   link (no byte is copied), then removes the original name once the message is
@@ -18,9 +18,10 @@ import errno
 import os
 import stat
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import IO, Any, Final
 
-from . import _fs
+from . import _fs, _host
 from ._errors import InvalidPayload
 
 DEFAULT_CHUNK: Final = 1 << 20
@@ -28,37 +29,43 @@ DEFAULT_CHUNK: Final = 1 << 20
 
 def check_source(source: str) -> int:
     """The size of the regular file *source*; an error naming it if it is anything else."""
-    info = os.lstat(source)  # FileNotFoundError passes through, naming the file
+    info = _host.lstatus(source)  # FileNotFoundError passes through, naming the file
     if not stat.S_ISREG(info.st_mode):
         raise ValueError(f"{source!r} is not a regular file (symlinks are not followed)")
     return info.st_size
 
 
-def link_new(source: str, queue_path: str, new_name: Callable[[], str]) -> str:
-    """Give *source* a second name ``<id>.new`` in the queue; return that name.
+@dataclass(frozen=True)
+class Linked:
+    """An existing regular file to publish under a second name: no byte is copied."""
 
-    Atomic (one ``link``, which never replaces a name). Nothing is copied: across
-    filesystems this raises ``EXDEV`` with a message that says what to do instead.
-    """
-    while True:
-        new = new_name()
-        try:
-            _fs.link_noreplace(source, f"{queue_path}/{new}")
-        except FileExistsError:
-            continue  # RACE: another process drew the same id in the same tick
-        except OSError as exc:
-            if exc.errno == errno.EXDEV:
-                raise OSError(
-                    errno.EXDEV,
-                    f"cannot move {source!r} into queue {queue_path!r}: they are on different "
-                    "filesystems (EXDEV), and publish_file never copies; copy it with "
-                    "publish_stream() instead",
-                    source,
-                    None,
-                    queue_path,
-                ) from exc
-            raise
-        return new
+    path: str
+    size: int
+
+    @classmethod
+    def of(cls, source: str) -> Linked:
+        """*source*, checked: a regular file (never through a symlink), with its size."""
+        return cls(source, check_source(source))
+
+
+def cross_device(source: str, queue_path: str) -> OSError:
+    """The error for a file that cannot be linked into the queue: another filesystem."""
+    return OSError(
+        errno.EXDEV,
+        f"cannot move {source!r} into queue {queue_path!r}: they are on different "
+        "filesystems (EXDEV), and publish_file never copies; copy it with "
+        "publish_stream() instead",
+        source,
+        None,
+        queue_path,
+    )
+
+
+def unlink_source(source: Linked, *, durable: bool) -> None:
+    """Remove the original name of a file published by a link (the message keeps it)."""
+    _fs.unlink(source.path)
+    if durable:
+        _fs.fsync_dir(os.path.dirname(os.path.abspath(source.path)))
 
 
 def stream_writer(readable: IO[bytes] | Any, chunk_size: int) -> Callable[[int], int]:

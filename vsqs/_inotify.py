@@ -1,6 +1,8 @@
 """The inotify(7) system calls, through ctypes: the one descriptor kind vsqs waits on.
 
-Only the calls and the decoding of events; what to make of them (one descriptor per
+Only the calls (the descriptor's ``poll(2)`` and ``close`` too: with :mod:`vsqs._fs`, the
+only module that makes system calls) and the decoding of events (names by
+:mod:`vsqs._ids`); what to make of them (one descriptor per
 process, generations, who reads) is :mod:`vsqs._waiters`'s.
 """
 
@@ -9,11 +11,12 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 import os
+import select
 import struct
 import sys
 from typing import Final
 
-from ._ids import MAX_DIGITS, MS_LIMIT
+from ._ids import ready_code_of_bytes
 
 # inotify(7) event bits: a message became ready or held (moved in), or left (deleted,
 # moved out). IN_CREATE is left out on purpose: a `.new` file appearing is not news.
@@ -46,7 +49,6 @@ ANNOUNCEMENT: Final = -1
 """What :func:`read_events` records for an announcement, beside the messages made
 ready (packed ids, never negative)."""
 _WAKE: Final = WAKE.encode("ascii")
-_ZERO: Final = ord("0")
 
 HAVE_INOTIFY: Final = _inotify_init1 is not None and _inotify_add_watch is not None
 
@@ -83,13 +85,36 @@ def rm_watch(fd: int, wd: int) -> None:
         _inotify_rm_watch(fd, wd)
 
 
-def read_events(fd: int) -> dict[int, list[int]]:
+def close(fd: int) -> None:
+    """Close an inotify descriptor (its watches go with it)."""
+    os.close(fd)
+
+
+def wait_readable(fd: int, seconds: float) -> bool:
+    """Block until *fd* has events or *seconds* pass (``poll(2)``); whether it has."""
+    poller = select.poll()
+    poller.register(fd, select.POLLIN)
+    return bool(poller.poll(max(0.0, seconds) * 1000))
+
+
+def read_events(fd: int) -> dict[int, list[int] | None]:
     """Drain the descriptor: for each watch that saw an event, the messages made ready
-    (names moved in that are canonical ids, as :func:`vsqs._scan.scan` reads them), as
-    packed ids (:func:`vsqs._ids.encode_ready`), and :data:`ANNOUNCEMENT` for each
-    announcement, in event order. Key -1: events were lost (the queue overflowed).
+    (names moved in that are ready ids: :func:`vsqs._ids.ready_code_of_bytes`, which
+    agrees with a listing's :func:`vsqs._ids.sort_names`), as packed ids, and
+    :data:`ANNOUNCEMENT` for each announcement, in event order. Key -1: events were lost
+    (the queue overflowed).
+
+    ``None`` instead of the names: something may have been made ready that no event
+    names. Where the filesystem has no atomic no-replace rename, a move is a ``link``
+    then an ``unlink`` (:func:`vsqs._fs.rename_noreplace`): the new name appears by
+    ``IN_CREATE``, which is not watched (every publish's ``.new`` would wake every
+    waiter), and only the source's removal is seen. So the removal of any name but a
+    ready message (``<id>.new``, a held ``<id>.<expiry>``, a poke, a foreign file) may
+    be a move whose target is unnamed; an announcement's own removal is not (its move
+    was seen), nor a ready message's (a claim or a purge makes nothing ready).
     """
-    changed: dict[int, list[int]] = {}
+    changed: dict[int, list[int] | None] = {}
+    unnamed: set[int] = set()  # marked at the end: a list may still grow meanwhile
     unpack = _EVENT.unpack_from
     try:
         while data := os.read(fd, _READ_SIZE):
@@ -105,21 +130,34 @@ def read_events(fd: int) -> dict[int, list[int]]:
                     names = changed[wd] = []
                 if mask & _IN_MOVED_TO:
                     name = data[start:offset].rstrip(b"\0")
-                    if name.isdigit():  # bytes: ASCII digits only
-                        # Canonical (no leading zero, not too long), then encode_ready(),
-                        # inline: the hot path of a woken receive, often on a cold cache.
-                        if len(name) <= MAX_DIGITS and (name[0] != _ZERO or len(name) == 1):
-                            value = int(name)
-                            names.append(
-                                value << 1 if value >= MS_LIMIT else (value * 1000) << 1 | 1
-                            )
+                    code = ready_code_of_bytes(name)
+                    if code is not None:
+                        names.append(code)
                     elif name.startswith(_WAKE):
                         names.append(ANNOUNCEMENT)
+                elif mask & _IN_DELETE and _may_end_a_move(data[start:offset]):
+                    unnamed.add(wd)
             if end < _READ_SIZE - _EVENT_MAX:
                 break  # a short read: the descriptor is drained (saves a failing read)
     except BlockingIOError:
         pass  # drained
+    for wd in unnamed:
+        changed[wd] = None
     return changed
+
+
+def _may_end_a_move(raw: bytes) -> bool:
+    """Whether the removal of *raw* (a name, NUL-padded) may end a link-then-unlink move
+    whose new name no event named: anything but a ready message's name (a claim or a
+    purge) or an announcement's (``.wake-<pid>-<hex>-<sub>``, whose move was seen; a
+    poke or a staged one is ``.wake-<pid>-<hex>``: see ``Layout.announce``)."""
+    name = raw.rstrip(b"\0")
+    if ready_code_of_bytes(name) is not None:
+        return False
+    return not (name.startswith(_WAKE) and name.count(b"-") > _WAKE_DASHES)
+
+
+_WAKE_DASHES: Final = 2  # in `.wake-<pid>-<hex>`
 
 
 _READ_SIZE: Final = 65536

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import functools
 import os
-import select
 import threading
 import time
 import weakref
@@ -117,7 +116,7 @@ class _Instance:
 
     def _close(self) -> None:
         if self.fd >= 0:
-            os.close(self.fd)
+            _inotify.close(self.fd)
             self.fd = -1
 
     def wait(self, wd: int, token: int, seconds: float) -> tuple[int, list[int] | None]:
@@ -145,12 +144,10 @@ class _Instance:
                 self.reader = True
                 fd = self.fd
             # As the reader: wait for events, then hand them out.
-            changed: dict[int, list[int]] = {}
+            changed: dict[int, list[int] | None] = {}
             found = None
             try:
-                poller = select.poll()
-                poller.register(fd, select.POLLIN)
-                if poller.poll(max(0.0, deadline - time.monotonic()) * 1000):
+                if _inotify.wait_readable(fd, deadline - time.monotonic()):
                     changed = _inotify.read_events(fd)
             finally:
                 with self.lock:
@@ -164,7 +161,52 @@ class _Instance:
             if found is not None:
                 return found  # our own directory changed: no need to look again
 
-    def _handed_out(self, changed: dict[int, list[int]]) -> None:
+    def newest(self, wds: tuple[int, ...]) -> int:
+        """The largest generation of *wds* (0 if none is watched): a token for several
+        directories at once. Generations come from one counter, so it moves exactly when
+        one of them saw an event. Each lookup is atomic; no lock."""
+        watches = self.watches
+        newest = 0
+        for wd in wds:
+            watch = watches.get(wd)
+            if watch is not None and watch.generation > newest:
+                newest = watch.generation
+        return newest
+
+    def wait_any(self, wds: tuple[int, ...], token: int, seconds: float) -> int:
+        """Return after an event on any of *wds* since *token* (:meth:`newest`), or after
+        *seconds*: the token for the next wait. The reader's seat is shared with
+        :meth:`wait`, so threads waiting on one directory and on several read the one
+        descriptor in turn."""
+        deadline = time.monotonic() + max(0.0, seconds)
+        while True:
+            with self.cond:
+                while (newest := self.newest(wds)) == token:
+                    if deadline <= time.monotonic():
+                        return token
+                    if not self.reader:
+                        break
+                    self.sleepers += 1
+                    try:
+                        self.cond.wait(deadline - time.monotonic())
+                    finally:
+                        self.sleepers -= 1
+                else:
+                    return newest  # something happened since the caller looked
+                if self.fd < 0:
+                    return 0  # RACE: every watch was let go of meanwhile: look again
+                self.reader = True
+                fd = self.fd
+            changed: dict[int, list[int] | None] = {}
+            try:
+                if _inotify.wait_readable(fd, deadline - time.monotonic()):
+                    changed = _inotify.read_events(fd)
+            finally:
+                with self.lock:
+                    self.reader = False
+                    self._handed_out(changed)
+
+    def _handed_out(self, changed: dict[int, list[int] | None]) -> None:
         """Under cond, after a read: record it, wake sleeping threads, tell listeners."""
         if changed:
             self._count(changed)
@@ -187,9 +229,10 @@ class _Instance:
             self._handed_out(_inotify.read_events(self.fd))
             return True
 
-    def _count(self, changed: dict[int, list[int]]) -> None:
+    def _count(self, changed: dict[int, list[int] | None]) -> None:
         """Record a read's events (under the condition): a new generation for each watch
-        that saw one (for all of them if events were lost: key -1), ids made ready."""
+        that saw one (for all of them if events were lost: key -1), ids made ready; a
+        watch whose read may have made something ready unnamed (``None``) lost track."""
         self.serial += 1
         generation = self.serial
         watches = self.watches
@@ -200,6 +243,9 @@ class _Instance:
         for wd, made_ready in changed.items():
             watch = watches.get(wd)
             if watch is None:  # RACE: events of a watch let go of meanwhile: dropped
+                continue
+            if made_ready is None:  # see _inotify.read_events: a link-then-unlink move
+                watch.lose(generation)
                 continue
             watch.generation = generation
             if made_ready:  # inline, not a method: the hot path of a woken receive
@@ -217,7 +263,8 @@ _instances: dict[int, _Instance] = {}  # by process id: a forked child opens its
 _instances_lock = threading.Lock()
 
 
-def _instance() -> _Instance:
+def process_instance() -> _Instance:
+    """This process's inotify instance (its descriptor is opened by the first watch)."""
     with _instances_lock:
         instance = _instances.get(os.getpid())
         if instance is None:
@@ -231,7 +278,7 @@ class InotifyHub:
 
     def __init__(self, path: str) -> None:
         self.path = path
-        self._instance = _instance()
+        self._instance = process_instance()
         self._wd = -1
         self.wait_ready: Callable[[int, float], tuple[int, list[int] | None]] = self._first_wait
         """Wait for an event since *token* (a ``(token, seconds)`` call): the token for the
@@ -242,6 +289,16 @@ class InotifyHub:
     def token(self) -> int:
         # One dict lookup is atomic: no lock on this path of every blocked call.
         return self._instance.generation(self._wd)
+
+    @property
+    def wd(self) -> int:
+        """The watch descriptor of the directory (-1 until it is watched)."""
+        return self._wd
+
+    @property
+    def instance(self) -> _Instance:
+        """The process's inotify descriptor this directory is watched on."""
+        return self._instance
 
     def _first_wait(self, token: int, seconds: float) -> tuple[int, list[int] | None]:
         instance = self._instance

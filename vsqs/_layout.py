@@ -13,7 +13,7 @@ reader of the design's format ignore (its name does not parse as an id)::
     .vsqs/capacity.count         an upper bound on the message count (under that lock)
     .vsqs/settings.json          JSON: the settings stored with the queue (see _stored)
     .vsqs/settings.lock          serialises changes to the settings
-    .vsqs/spark/<consumer>/      the state of a Spark consumer
+    .vsqs/spark/<consumer>/      the state of a Spark consumer (SPARK; nested *sub*s)
 
 This module is the only one that builds those paths. Its directories are created on
 first use (never in a constructor), with the queue's modes, and every one of them is
@@ -31,7 +31,7 @@ import threading
 from collections.abc import Callable
 from typing import Final
 
-from . import _fs
+from . import _fs, _host
 from ._inotify import WAKE
 
 DIR: Final = ".vsqs"
@@ -51,6 +51,15 @@ CAPACITY_COUNT: Final = "capacity.count"
 SETTINGS: Final = "settings.json"
 """The settings stored with the queue, in ``.vsqs``."""
 SETTINGS_LOCK: Final = "settings.lock"
+SPARK: Final = "spark"
+"""The Spark consumers' state directories, in ``.vsqs`` (see :mod:`vsqs.spark._state`)."""
+
+READ_LIMITS: Final = {ROOT: 64 << 10, STATS: 64 << 10, META: 1 << 20, DEDUP: 64 << 20}
+"""The most vsqs reads of one of its files, by directory (bytes; 1 MiB in any other).
+Each is a small JSON record or a number (a metadata record holds at most 8 KiB of
+attributes; a batch's deduplication record lists its ids): anything larger is not
+vsqs's, and is refused after one ``fstat`` (``EFBIG``, naming it) without being read."""
+_OTHER_LIMIT: Final = 1 << 20
 
 # What opening a planted entry as a directory gives: a symlink (ELOOP, O_NOFOLLOW), a
 # file or FIFO where a directory belongs (ENOTDIR).
@@ -110,12 +119,34 @@ class Layout:
         return f"{self.root}/{CLOSED}"
 
     def spark_dir(self, consumer: str) -> str:
-        """The state directory of the Spark consumer *consumer*."""
-        return f"{self.root}/spark/{consumer}"
+        """The state directory of the Spark consumer *consumer* (its path, for the user)."""
+        return f"{self.root}/{SPARK}/{consumer}"
+
+    def sub_of(self, path: str) -> str | None:
+        """The *sub* argument that names *path*, if it is ``.vsqs`` or a directory below
+        it (``"spark/streams"`` for :meth:`spark_dir`); ``None`` if it is elsewhere."""
+        path = os.path.normpath(path)  # no "..": a sub never climbs out of .vsqs
+        if path == self.root:
+            return ROOT
+        inside = path.removeprefix(self.root + "/")
+        return None if inside == path else inside
 
     def wake(self) -> str:
         """A fresh, unique name in the queue directory for an inotify poke."""
         return f"{self.path}/{WAKE}{os.getpid()}-{os.urandom(4).hex()}"
+
+    def poke(self) -> None:
+        """Make a file event in the queue directory (a fresh ``.wake-`` name made and
+        removed), which wakes receives blocked on it in this and other processes."""
+        name = self.wake()
+        _fs.close(_fs.create_exclusive(name))
+        _fs.unlink(name)
+
+    def remove_poke(self, name: str, *, older_than: float) -> bool:
+        """Remove the poke or announcement *name* that a process died between making and
+        removing, if it is an empty regular file last changed before *older_than* (wall
+        clock; see :meth:`is_stale_poke`); whether it did."""
+        return self.is_stale_poke(name, older_than) and _fs.unlink(self.message(name))
 
     def announce(self, sub: str) -> None:
         """Make sure ``.vsqs/<sub>`` exists, then say so to blocked receives on this host.
@@ -139,6 +170,16 @@ class Layout:
             if not _fs.unlink(announced):
                 _fs.unlink(staged)
 
+    def is_stale_poke(self, name: str, before: float) -> bool:
+        """Whether the entry *name* of the queue directory is an empty regular file (not
+        a link) last modified before *before* (seconds): what a poke or announcement its
+        maker left behind looks like, and nothing a user keeps (one ``lstat``)."""
+        try:
+            info = _host.lstatus(self.message(name))
+        except FileNotFoundError:
+            return False  # RACE: its maker removed it meanwhile
+        return stat.S_ISREG(info.st_mode) and info.st_size == 0 and info.st_mtime < before
+
     @property
     def create_mode(self) -> int:
         """The mode to create files with."""
@@ -147,9 +188,10 @@ class Layout:
     # -- descriptors ----------------------------------------------------------------------
 
     def _open(self, sub: str, *, create: bool) -> int | None:
-        """The descriptor of ``.vsqs`` (``sub=""``) or ``.vsqs/<sub>``; ``None`` if absent.
+        """The descriptor of ``.vsqs`` (``sub=""``) or ``.vsqs/<sub>`` (``<sub>`` may be
+        nested: ``spark/streams``, each level opened from its parent's); ``None`` if absent.
 
-        :raises UnsafeEntry: the entry is a symlink or not a directory.
+        :raises UnsafeEntry: an entry on the way is a symlink or not a directory.
         """
         fds = self._fds
         fd = fds.get(sub)
@@ -162,15 +204,15 @@ class Layout:
             if sub in fds:
                 return fds[sub]
             if sub:
-                parent = self._open(ROOT, create=create)
+                above, _, name = sub.rpartition("/")
+                parent = self._open(above, create=create)
                 if parent is None:
                     return None
-                name = sub
             else:
                 parent = _fs.open_queue_dir(self.path)
                 name = DIR
             try:
-                fd = self._open_child(parent, name, create=create)
+                fd = self._open_child(parent, name, sub, create=create)
             finally:
                 if not sub:
                     _fs.close(parent)
@@ -178,8 +220,8 @@ class Layout:
                 fds[sub] = fd
             return fd
 
-    def _open_child(self, parent: int, name: str, *, create: bool) -> int | None:
-        shown = f"{DIR}/{name}" if name != DIR else DIR
+    def _open_child(self, parent: int, name: str, sub: str, *, create: bool) -> int | None:
+        shown = f"{DIR}/{sub}" if sub else DIR
         for _ in range(2):
             try:
                 return _fs.open_dir(name, parent)
@@ -188,10 +230,7 @@ class Layout:
                     return None
                 made = _fs.make_dir_at(name, self.dir_mode, parent, durable=self.durable)
                 if made and self.file_mode is not None:
-                    # Keep a set-group-id bit inherited from the queue directory: it is
-                    # how a shared queue keeps its group on everything created inside.
-                    inherited = os.stat(name, dir_fd=parent, follow_symlinks=False).st_mode
-                    _fs.fchmod_dir_at(name, self.dir_mode | (inherited & stat.S_ISGID), parent)
+                    _fs.fchmod_dir_at(name, self.dir_mode, parent)
             except OSError as exc:
                 if exc.errno in _NOT_A_DIR:
                     raise UnsafeEntry(
@@ -221,6 +260,40 @@ class Layout:
         except OSError:
             pass  # closing at interpreter exit: nothing left to do
 
+    # -- moves into this queue from another ------------------------------------------------
+
+    def _open_self(self) -> int:
+        """A new descriptor of the queue directory, its own name opened without following
+        a symlink (the path above it is the user's, links they chose included).
+
+        :raises UnsafeEntry: the queue's name is now a symlink or not a directory (swapped
+            after the handle was made); :class:`FileNotFoundError` if it is gone.
+        """
+        above, name = os.path.split(self.path)
+        parent = _fs.open_queue_dir(above or "/")
+        try:
+            return _fs.open_dir(name, parent)
+        except OSError as exc:
+            if exc.errno in _NOT_A_DIR:
+                raise UnsafeEntry(
+                    exc.errno,
+                    f"queue {self.path!r} is no longer a directory (a symlink or a file "
+                    "planted there); vsqs never moves a message through it",
+                    self.path,
+                ) from None
+            raise
+        finally:
+            _fs.close(parent)
+
+    def open_queue(self) -> int:
+        """A new descriptor of the queue directory, its own name opened without following
+        a symlink: what a move into this queue goes through (the caller closes it).
+
+        :raises UnsafeEntry: the queue's name is now a symlink or not a directory (a
+            dead-letter or redrive target swapped for a link after the handle was made).
+        """
+        return self._open_self()
+
     # -- operations on files under .vsqs, each by (directory, name) ------------------------
 
     def has_dir(self, sub: str) -> bool:
@@ -235,15 +308,21 @@ class Layout:
     def read(self, sub: str, name: str) -> bytes | None:
         """The content of a regular file; ``None`` if it (or its directory) is absent.
 
-        :raises OSError: ``EINVAL``/``ELOOP`` for a non-file; :class:`UnsafeEntry`.
+        Bounded: a file larger than :data:`READ_LIMITS` allows for *sub* is never read.
+
+        :raises OSError: ``EINVAL``/``ELOOP`` for a non-file, ``EFBIG`` for one too large;
+            :class:`UnsafeEntry`.
         """
         fd = self._open(sub, create=False)
         if fd is None:
             return None
         try:
-            return _fs.read_at(name, fd)
+            return _fs.read_at(name, fd, READ_LIMITS.get(sub, _OTHER_LIMIT))
         except FileNotFoundError:
             return None
+        except OSError as exc:
+            self._name_in(exc, sub, name)
+            raise
 
     def create(self, sub: str, name: str, data: bytes, *, durable: bool) -> bool:
         """Create a file exclusively with *data*; ``False`` if the name is taken."""
@@ -251,9 +330,12 @@ class Layout:
         assert fd is not None
         try:
             file_fd = _fs.create_at(name, self.create_mode, fd)
+            self._fill(file_fd, data, durable=durable, cleanup=(name, fd))
         except FileExistsError:
             return False
-        self._fill(file_fd, data, durable=durable, cleanup=(name, fd))
+        except OSError as exc:
+            self._name_in(exc, sub, name)
+            raise
         return True
 
     def write(self, sub: str, name: str, data: bytes, *, durable: bool) -> None:
@@ -265,12 +347,18 @@ class Layout:
         fd = self._open(sub, create=True)
         assert fd is not None
         tmp = f".tmp-{name}-{os.getpid()}-{os.urandom(4).hex()}"
-        self._fill(_fs.create_at(tmp, self.create_mode, fd), data, durable=durable,
-                   cleanup=(tmp, fd))  # fmt: skip
+        try:
+            self._fill(_fs.create_at(tmp, self.create_mode, fd), data, durable=durable,
+                       cleanup=(tmp, fd))  # fmt: skip
+        except OSError as exc:
+            self._name_in(exc, sub, tmp)
+            raise
         try:
             _fs.replace_at(tmp, name, fd)
-        except BaseException:
+        except BaseException as exc:
             _fs.unlink_at(tmp, fd)
+            if isinstance(exc, OSError):
+                self._name_in(exc, sub, name)
             raise
 
     def _fill(self, fd: int, data: bytes, *, durable: bool, cleanup: tuple[str, int]) -> None:
@@ -290,7 +378,11 @@ class Layout:
     def remove(self, sub: str, name: str) -> bool:
         """Remove a file (a planted link itself, never its target); ``False`` if absent."""
         fd = self._open(sub, create=False)
-        return fd is not None and _fs.unlink_at(name, fd)
+        try:
+            return fd is not None and _fs.unlink_at(name, fd)
+        except OSError as exc:
+            self._name_in(exc, sub, name)
+            raise
 
     def exists(self, sub: str, name: str) -> bool:
         fd = self._open(sub, create=False)
@@ -317,13 +409,37 @@ class Layout:
         fd = self._open(sub, create=False)
         if fd is None:
             raise FileNotFoundError(errno.ENOENT, "no such file", f"{self.root}/{sub}/{src}")
-        _fs.rename_noreplace_at(src, dst, fd)
+        try:
+            _fs.rename_noreplace_at(src, dst, fd)
+        except OSError as exc:
+            self._name_in(exc, sub, src)
+            raise
 
     def open_lock(self, name: str) -> int:
         """A descriptor of the lock file ``.vsqs/<name>`` (created; never a link)."""
         fd = self._open(ROOT, create=True)
         assert fd is not None
-        return _fs.open_lock_at(name, self.create_mode, fd)
+        try:
+            return _fs.open_lock_at(name, self.create_mode, fd)
+        except OSError as exc:
+            self._name_in(exc, ROOT, name)
+            raise
+
+    def _name_in(self, exc: OSError, sub: str, name: str) -> None:
+        """Make *exc* name ``.vsqs/<sub>/<name>`` by its full path, not the bare *name* a
+        descriptor-relative call gives (``Permission denied: settings.lock`` said
+        neither which queue nor where). The same exception, re-raised by the caller."""
+        if exc.filename == name:
+            exc.filename = f"{self.root}/{sub}/{name}" if sub else f"{self.root}/{name}"
+
+    def open_dir(self, sub: str, *, create: bool) -> int | None:
+        """The descriptor of the directory ``.vsqs/<sub>`` (created if *create*), for a
+        caller that keeps files of its own there (:mod:`vsqs.spark._state`); ``None`` if
+        absent. It stays the layout's: :meth:`close` closes it.
+
+        :raises UnsafeEntry: an entry on the way is a symlink or not a directory.
+        """
+        return self._open(sub, create=create)
 
     def fsync(self, sub: str) -> None:
         """Make the latest changes to ``.vsqs/<sub>``'s entries durable."""

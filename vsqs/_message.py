@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Final
@@ -38,6 +38,15 @@ class Message:
     def text(self) -> str:
         """The body decoded as UTF-8."""
         return self.body.decode()
+
+    def __reduce__(self) -> tuple[Callable[..., Message], tuple[object, ...]]:
+        """Pickle by value (to hand a message to a worker process): the attributes as a
+        plain dict, since a read-only ``MappingProxyType`` does not pickle. The copy
+        deletes and extends the lease through its receipt like the original."""
+        return _unpickle, (
+            self.id, self.body, self.receipt, self.expires_at, self.receive_count,
+            dict(self.attributes), self.sent_at, self.queue,
+        )  # fmt: skip
 
 
 _new = object.__new__
@@ -75,6 +84,21 @@ def received(  # noqa: PLR0917 - positional, as the receive path calls it
     _SET_SENT(message, sent_at)
     _SET_QUEUE(message, queue)
     return message
+
+
+def _unpickle(  # noqa: PLR0917 - the fields of a Message, in order
+    message_id: str,
+    body: bytes,
+    receipt: str,
+    expires_at: float,
+    receive_count: int,
+    attributes: dict[str, str],
+    sent_at: float,
+    queue: str,
+) -> Message:
+    """A :class:`Message` from its pickled fields (see :meth:`Message.__reduce__`)."""
+    attrs = attributes or NO_ATTRIBUTES  # as received: a dict, or the shared empty one
+    return received(message_id, body, receipt, expires_at, receive_count, attrs, sent_at, queue)
 
 
 @dataclass(frozen=True, slots=True)

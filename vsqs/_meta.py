@@ -14,6 +14,7 @@ from __future__ import annotations
 import errno
 import json
 import logging
+import threading
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
@@ -54,7 +55,7 @@ class Meta:
             data["inode"] = self.inode
         if self.attributes:
             data["attributes"] = self.attributes
-        if self.receive_count:
+        if self.receive_count or self.lease:  # a lease alone: a hold that counts no receive
             data["receive_count"] = self.receive_count
             data["lease"] = self.lease
         if self.last_received_us:
@@ -124,9 +125,10 @@ def validate_attributes(attributes: Mapping[str, str] | None) -> dict[str, str]:
     return result
 
 
-_UNREADABLE: Final = frozenset({errno.ELOOP, errno.EINVAL, errno.EISDIR, errno.ENXIO})
+_UNREADABLE: Final = frozenset({errno.ELOOP, errno.EINVAL, errno.EISDIR, errno.ENXIO, errno.EFBIG})
 """What reading a planted non-file gives: a symlink (ELOOP), a FIFO (EINVAL from the
-regular-file check), a directory (EISDIR), a socket (ENXIO)."""
+regular-file check), a directory (EISDIR), a socket (ENXIO); and a file too large to be
+a record (EFBIG: see ``_layout.READ_LIMITS``), never read."""
 _log = logging.getLogger("vsqs")
 _reported: set[tuple[str, str]] = set()
 
@@ -153,33 +155,47 @@ class MetaStore:
         """Whether any metadata may exist; ``False`` once a look found no directory for it,
         so a plain queue never looks for it. Set again by every metadata write."""
         self._found = 0  # how many times `possible` was set: a look that saw none before
-        self._announced = False  # whether this object announced .vsqs/meta (see _announce)
+        self._announced = False  # whether this object announced .vsqs/meta (see _record)
+        self._lock = threading.Lock()  # guards the three above (a handle is shared)
 
     def refresh(self) -> bool:
         """Look whether any per-message metadata was ever written (after a listing, or
         before a blocked receive sleeps); the new :attr:`possible`."""
-        found = self._found
-        if self.layout.has_dir(META):
-            self.possible = True
-            self._found += 1
-        elif found == self._found:
-            # RACE: another thread of this process may have found metadata (or written
-            # some) while we looked: what it found stands, our older look does not.
-            self.possible = False
-        return self.possible
+        with self._lock:
+            found = self._found
+        present = self.layout.has_dir(META)  # the look itself, outside the lock
+        with self._lock:
+            if present:
+                self.possible = True
+                self._found += 1
+            elif found == self._found:
+                # RACE: another thread of this process may have found metadata (or written
+                # some) while we looked: what it found stands, our older look does not.
+                self.possible = False
+            return self.possible
 
-    def _announce(self) -> None:
-        """Before this object's first write: make ``.vsqs/meta`` and announce it.
+    def _record(self, message_id: str, meta: Meta, *, durable: bool, exclusive: bool) -> bool:
+        """The one function that writes a record (``tests/test_wakeup.py`` fails if any
+        other writes one): announce ``.vsqs/meta`` before this object's first record,
+        then create it exclusively (``False`` if the id has one) or replace it.
 
         A blocked receive that found no ``.vsqs/meta`` before it slept trusts that,
         unless it is woken by the announcement (see :meth:`Layout.announce`): so every
         writer announces before its first record, even where the directory existed (its
         creator may have died before announcing it)."""
-        self.possible = True
-        self._found += 1
-        if not self._announced:
-            self.layout.announce(META)
-            self._announced = True
+        with self._lock:
+            self.possible = True
+            self._found += 1
+            if not self._announced:
+                # Under the lock: a second writer of this object must not write a record
+                # before the first one's announcement is made.
+                self.layout.announce(META)
+                self._announced = True
+        data = meta.to_json()
+        if exclusive:
+            return self.layout.create(META, message_id, data, durable=durable)
+        self.layout.write(META, message_id, data, durable=durable)
+        return True
 
     def read(self, message_id: str) -> Meta | None:
         """The metadata of *message_id*, or ``None`` if it has none (or none readable)."""
@@ -198,8 +214,7 @@ class MetaStore:
         Exclusive creation doubles as a collision check: an id with metadata belongs to
         another message, whatever state its file is in (a planted entry included).
         """
-        self._announce()
-        if not self.layout.create(META, message_id, meta.to_json(), durable=durable):
+        if not self._record(message_id, meta, durable=durable, exclusive=True):
             return False
         if durable and not _fs.fsync_keeps_new_names(self.layout.path):
             # Its name too, before the message it describes becomes visible: a message
@@ -215,12 +230,10 @@ class MetaStore:
         """Replace the metadata of an existing message atomically; ``False`` if it could
         not be written (a planted directory in its place; reported once)."""
         try:
-            self._announce()
-            self.layout.write(META, message_id, meta.to_json(), durable=durable)
+            return self._record(message_id, meta, durable=durable, exclusive=False)
         except (IsADirectoryError, UnsafeEntry) as exc:
             report_once(self.layout.path, "metadata that cannot be replaced", str(exc))
             return False
-        return True
 
     def remove(self, message_id: str) -> bool:
         try:

@@ -1,16 +1,16 @@
 """Which filesystem holds a path, read from ``/proc/self/mountinfo``; what that implies.
 
-Three questions depend on it: whether ``wait="auto"`` can rely on inotify (not where
+Four questions depend on it: whether ``wait="auto"`` can rely on inotify (not where
 other hosts write, see :data:`NETWORK_FILESYSTEMS`), whether inode numbers name a file
 for every host (not on FUSE, where the daemon may number files itself: sshfs numbers
 each name apart, and each mount differently), and whether one ``syncfs`` makes a batch
-of files durable (only where :data:`SYNCFS_FILESYSTEMS` says so). Reading only; no queue
-is changed here.
+of files durable, or an ``fsync`` a new file's name (only where :data:`SYNCFS_FILESYSTEMS`
+and :data:`NAMES_KEPT_BY_FSYNC` say so). Pure: :mod:`vsqs._host` reads the file and
+asks (``_host.filesystem_type``, ``_host.stable_inode``).
 """
 
 from __future__ import annotations
 
-import os
 from typing import Final
 
 # Filesystems on which other hosts (or a hypervisor's host) write: inotify sees only what
@@ -54,22 +54,12 @@ def polls(fstype: str) -> bool:
     return fstype in NETWORK_FILESYSTEMS or fstype.startswith("fuse.")
 
 
-def filesystem_type(path: str) -> str:
-    """The type of the filesystem holding *path* (``"ext4"``, ``"fuse.sshfs"``...), or ``""``.
-
-    Read from ``/proc/self/mountinfo``: the mount whose device is the path's own, else
-    (btrfs subvolumes report other devices) the innermost mount point above the path.
+def filesystem_type_in(lines: list[str], real: str, device: str) -> str:
+    """The type of the filesystem holding the resolved path *real* (``"ext4"``,
+    ``"fuse.sshfs"``...), or ``""``, by the lines of ``/proc/self/mountinfo``: the mount
+    of *device* (``"major:minor"``; ``""`` if the path does not exist yet), else (btrfs
+    subvolumes report other devices) the innermost mount point above the path.
     """
-    real, lines = os.path.realpath(path), []
-    try:
-        with open("/proc/self/mountinfo", encoding="utf-8", errors="replace") as mounts:
-            lines = mounts.read().splitlines()
-        dev = os.stat(real).st_dev
-        device = f"{os.major(dev)}:{os.minor(dev)}"
-    except OSError:
-        if not lines:
-            return ""
-        device = ""  # the path does not exist (yet): its innermost mount point decides
     by_device, best, best_type = "", "", ""
     for line in lines:
         fields, _, rest = line.partition(" - ")
@@ -86,29 +76,18 @@ def filesystem_type(path: str) -> str:
     return by_device or best_type
 
 
-_stable: dict[int, bool] = {}  # by device: whether its inode numbers hold across hosts
-
-
-def stable_inode(info: os.stat_result) -> int:
-    """The inode number of a stat result, or 0 (unknown) where it means nothing to other
-    hosts: a FUSE filesystem (see the module docstring). Looked up once per device."""
-    stable = _stable.get(info.st_dev)
-    if stable is None:
-        fstype = _mount_type(f"{os.major(info.st_dev)}:{os.minor(info.st_dev)}")
-        stable = _stable[info.st_dev] = not fstype.startswith("fuse")
-    return info.st_ino if stable else 0
-
-
-def _mount_type(device: str) -> str:
-    """The type of the last mount of *device* (``"major:minor"``), or ``""``."""
+def mount_type_in(lines: list[str], device: str) -> str:
+    """The type of the last mount of *device* (``"major:minor"``) in *lines*, or ``""``."""
     found = ""
-    try:
-        with open("/proc/self/mountinfo", encoding="utf-8", errors="replace") as mounts:
-            for line in mounts:
-                fields, _, rest = line.partition(" - ")
-                before = fields.split()
-                if len(before) > 2 and before[2] == device and rest.split():
-                    found = rest.split()[0]
-    except OSError:
-        return ""
+    for line in lines:
+        fields, _, rest = line.partition(" - ")
+        before = fields.split()
+        if len(before) > 2 and before[2] == device and rest.split():
+            found = rest.split()[0]
     return found
+
+
+def stable(fstype: str) -> bool:
+    """Whether inode numbers on a filesystem of this type name a file for every host
+    (not on FUSE: see the module docstring)."""
+    return not fstype.startswith("fuse")

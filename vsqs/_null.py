@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import errno
 import math
 import os
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Final
 
+from . import _fs
 from ._clock import SYSTEM_CLOCK, Clock
 from ._errors import InvalidId, LeaseLost
 from ._history import History
@@ -86,7 +88,9 @@ class NullQueue:
         dedup_id: str | None = None,
     ) -> str:
         """Remove the file at *path* (it was "moved into" the null queue); return an id."""
-        os.unlink(path)
+        source = os.fspath(path)
+        if not _fs.unlink(source):
+            raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), source)
         return self._new_id()
 
     def publish_stream(

@@ -5,7 +5,8 @@ and never changes; it is what a pickled queue (a Spark closure, a multiprocessin
 argument) carries to rebuild itself in another process. Every option is checked here,
 once, with one rule per kind, and the error names the option:
 
-* durations are non-negative finite numbers of seconds (``bool`` is not a number);
+* durations are non-negative finite numbers of seconds (``bool`` is not a number), at
+  most :data:`MAX_DURATION` (what the name grammar holds);
 * counts are positive ``int`` (``bool`` is not an ``int`` here either);
 * flags are ``bool``; enumerations are one of their listed values.
 """
@@ -19,7 +20,7 @@ from dataclasses import dataclass, field
 from typing import Final, Literal, TypedDict, cast
 
 from ._clock import SYSTEM_CLOCK, Clock
-from ._ids import Precision
+from ._ids import MAX_DURATION, Precision
 
 WaitMode = Literal["auto", "inotify", "poll"]
 WAIT_MODES: Final = ("auto", "inotify", "poll")
@@ -64,6 +65,11 @@ def seconds(value: object, name: str, *, positive: bool = False) -> float:
     if math.isnan(value) or math.isinf(value) or value < 0 or (positive and value == 0):
         bound = "> 0" if positive else ">= 0"
         raise ValueError(f"{name} must be a finite number of seconds {bound}, not {value!r}")
+    if value > MAX_DURATION:
+        raise ValueError(
+            f"{name} must be at most {MAX_DURATION:.0e} seconds (the longest duration a "
+            f"message name holds), not {value!r}"
+        )
     return float(value)
 
 

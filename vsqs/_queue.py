@@ -1,57 +1,76 @@
 """The queue: the design's state machine, in one class.
 
-States and transitions (all in one directory, each transition one atomic syscall)::
+Every arrow of the state diagram (all in one directory, each one atomic syscall) is
+written once, in the one method of :class:`Queue` named here; every path that makes that
+transition (a single publish, a batch, a Spark partition, a dead-letter, a redrive)
+calls that method with what varies (a directory descriptor, a target id) as arguments.
+``tests/test_architecture.py`` reads this table and checks that each method exists, that
+only it makes its syscall, and that no public call is more than three calls from it::
 
-    create         create  <id>.new  (O_EXCL)                          Queue._stage
-    commit         <id>.new  --rename-noreplace-->  <id>                 Queue._commit
-    delay          <id>.new  --rename-noreplace-->  <id>.<due>           Queue._commit
-    claim          <id>  --rename-noreplace-->  <id>.<expiry>            Queue._claim
-    extend         <id>.<expiry>  --rename-noreplace-->  <id>.<later>    Queue.change_visibility
-    release        <id>.<expiry>  --rename-noreplace-->  <id>.<hold>.0  --> <id>
-                                                                         Queue._return
-    requeue        <id>.<expiry in the past>  --> <id>.<hold>.0  --> <id>  Queue._return
-    delete         unlink <id>.<expiry>                                  Queue.delete
-    dead-letter    <id>.<hold>.0  --rename-noreplace-->  <dlq>/<id>      Queue._transfer
+    arrow    from -> to                                     method                 syscall
+    create   nothing -> <id>.new (O_EXCL; or a link)        Queue._stage           create
+    discard  <id>.new -> nothing (it was never visible)     Queue._discard         unlink
+    commit   <id>.new -> <id>, or <id>.<due> if delayed     Queue._commit          rename
+    claim    <id> -> <id>.<expiry>                          Queue._claim_one       rename
+    extend   <id>.<expiry> -> <id>.<later>, or to a hold    Queue._extend_lease    rename
+             <id>.<hold>.0 (release, requeue: step one)
+    ready    <id>.<hold>.0 or <id>.<due> -> <id>            Queue._make_ready      rename
+    delete   <id>.<expiry> (or <id>) -> nothing             Queue._unlink_message  unlink
+    move     <id>.<hold> -> <other queue>/<id>              Queue._transfer        rename
+    copy     a move across filesystems: create there,       Queue._copy_to         -
+             commit there, delete here (those three arrows)
 
 No transition ever replaces an existing name, so no collision (two hosts with skewed
 clocks, a vsqs 0.3 peer, a requeue racing a publish) can overwrite a message. Every
 syscall goes through ``_fs``; every path comes from ``_layout``; each decision that is
-not a syscall (metadata, deduplication, capacity, receive counts, shutdown, the view of
-the directory) is asked of a helper that never sees the queue.
+not a syscall (metadata, deduplication, capacity, receive counts, shutdown) is asked of a
+helper that never sees the queue, and everything a receiving handle remembers between
+calls (its view of the directory, its leases, its receipts) is one
+:class:`~vsqs._consumer.Consumer` with its own lock, so a handle is safe to share
+between threads.
 """
 
 from __future__ import annotations
 
-import bisect
 import enum
 import errno
-import heapq
 import math
 import os
 import threading
-from collections import OrderedDict
 from collections.abc import Callable, Iterable, Iterator, Mapping
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import replace
 from typing import Final
 
 from . import _fs, _history, _ingest, _scan, _stored
-from ._capacity import NEW_GRACE_US, Capacity
+from ._capacity import Capacity, held_back, room_for_move
 from ._clock import Clock
+from ._consumer import Consumer
 from ._dedup import Chunk, Deduplicator
-from ._errors import InvalidId, InvalidPayload, LeaseLost, NotAQueue, QueueDrained
+from ._errors import InvalidId, InvalidPayload, LeaseLost, NotAQueue, QueueDrained, QueueFull
 from ._history import History
-from ._ids import Precision, decode_ready, encode_ready, format_time, parse_name, source_for
+from ._host import stable_inode
+from ._ids import (
+    HOLD_TAG,
+    Precision,
+    decode_ready,
+    encode_ready,
+    format_time,
+    id_of,
+    is_hold,
+    parse_name,
+    source_for,
+    split_name,
+)
 from ._ids import State as _State
-from ._layout import Layout
+from ._layout import Layout, UnsafeEntry
 from ._message import NO_ATTRIBUTES, Counts, Message, received
 from ._meta import Meta, MetaStore, report_once, validate_attributes
-from ._mountinfo import stable_inode
 from ._options import UNSET, Config, Unset, queue_path
 from ._options import seconds as _seconds
-from ._renewal import Lease, Renewer
+from ._renewal import Lease, Renewer, until_entered
 from ._shutdown import ShutdownWatch
 from ._stats import Counters, Stats, read_totals
-from ._view import ReadyView
 from ._waiters import Waiter, make_waiter
 
 _RECEIPT_CACHE: Final = 4096
@@ -199,17 +218,8 @@ class Queue:
         )
         self._shutdown = ShutdownWatch(self.layout, self.clock)
         self._waiter: Waiter | None = None
-        self._lock = threading.Lock()
-        self._view = ReadyView(config.refresh_interval)
-        self._receipts: OrderedDict[str, str] = OrderedDict()
-        # Receipts this object superseded by extending their lease -> the next receipt.
-        self._superseded: OrderedDict[str, str] = OrderedDict()
-        # Leases this object handed out (a heap by expiry), so a blocked receive wakes when
-        # one ends undeleted. Deleted, extended or released ones are skipped lazily:
-        # their receipt is no longer the one in _receipts.
-        self._own_leases: list[tuple[int, str, str]] = []
-        self._ignored: set[str] = set()  # names that are not regular files (planted)
-        self._deferred: set[int] = set()  # see _defer_listed_during_scan
+        self._lock = threading.Lock()  # guards _waiter and _renewer, made on first use
+        self._consumer = Consumer(config.refresh_interval)  # all receive bookkeeping
 
     @classmethod
     def from_config(cls, path: str | os.PathLike[str], config: Config) -> Queue:
@@ -219,7 +229,12 @@ class Queue:
     def _create_directory(self) -> None:
         config = self.config
         try:
-            _fs.make_dirs(self.path, config.dir_mode, durable=config.durable)
+            _fs.make_queue_dir(
+                self.path,
+                config.dir_mode,
+                set_mode=config.file_mode is not None,
+                durable=config.durable,
+            )
         except (FileExistsError, NotADirectoryError):
             raise NotAQueue(self.path) from None
         except PermissionError as exc:
@@ -227,14 +242,6 @@ class Queue:
                 exc.errno, f"cannot create queue directory {self.path!r}: permission denied",
                 exc.filename,
             ) from exc  # fmt: skip
-        if not os.path.isdir(self.path):
-            raise NotAQueue(self.path)
-        if config.file_mode is not None:
-            # Only the owner may chmod (another user sharing the queue gets EPERM), and a
-            # set-group-id bit, which keeps a shared queue's group, must survive.
-            info = os.stat(self.path)
-            if info.st_uid == os.geteuid() and info.st_mode & 0o777 != config.dir_mode:
-                _fs.chmod(self.path, config.dir_mode | (info.st_mode & 0o2000))
 
     # -- the handle ---------------------------------------------------------------------
 
@@ -263,11 +270,13 @@ class Queue:
         To end the stream for everybody, use :meth:`shutdown`.
         """
         self._counters.flush()
-        if self._waiter is not None:
-            self._waiter.close()
-            self._waiter = None
-        if self._renewer is not None:
-            self._renewer.close()  # open leases are no longer renewed; they run out
+        with self._lock:
+            waiter, self._waiter = self._waiter, None
+            renewer = self._renewer
+        if waiter is not None:
+            waiter.close()  # a thread still waiting on it is woken by its next re-check
+        if renewer is not None:
+            renewer.close()  # open leases are no longer renewed; they run out
         self.layout.close()
 
     detach = close
@@ -284,15 +293,21 @@ class Queue:
         ``token = queue.waiter().token()`` before looking at the queue, then
         ``wait(token, seconds)``: a change made in between is never missed.
         """
-        if self._waiter is None:
-            config = self.config
-            self._waiter = make_waiter(self.path, self.clock, config.wait, config.poll_interval)
-        return self._waiter
+        waiter = self._waiter
+        if waiter is None:
+            with self._lock:  # one waiter per handle, however many threads ask at once
+                waiter = self._waiter
+                if waiter is None:
+                    config = self.config
+                    waiter = self._waiter = make_waiter(
+                        self.path, self.clock, config.wait, config.poll_interval
+                    )
+        return waiter
 
     @property
     def _claim_misses(self) -> int:
         """Claims this object lost to another consumer (for benchmarks and tests)."""
-        return self._view.claim_misses
+        return self._consumer.claim_misses
 
     # -- publishing: create and commit --------------------------------------------------
 
@@ -308,7 +323,9 @@ class Queue:
         """Add a message and return its id.
 
         Atomic: the message becomes visible whole, in one rename, or not at all; no
-        existing file is ever replaced. Safe from any number of processes at once.
+        existing file is ever replaced. Safe from any number of processes and threads at
+        once; one process's (and one handle's) messages get increasing ids, so they are
+        received in publish order.
 
         :param data: the body, bytes-like.
         :param delay: seconds before the message can be received (SQS ``DelaySeconds``);
@@ -327,17 +344,24 @@ class Queue:
         >>> q.publish(b"hello")  # doctest: +SKIP
         '1732257000123456'
         """
+        body = data if type(data) is bytes else _as_view(data)
         if not (delay or attributes or dedup_id is not None or self._capacity is not None) and (
             not self.config.delay
         ):
-            return self._publish_plain(data)
-        return self.publish_batch(
-            (data,),
-            delay=delay,
-            attributes=attributes,
-            dedup_ids=None if dedup_id is None else (dedup_id,),
-            timeout=timeout,
-        )[0]
+            # The common publish, the path compared with the bare syscalls: create, commit.
+            new, size = self._stage(body, sync=self.durable)
+            message_id = self._commit(new, size)
+        else:
+            attrs = validate_attributes(attributes)
+            delay_us = self._delay_us(delay)
+            _check_dedup_id(dedup_id)
+            with self._room(1, timeout):
+                new, size = self._stage(body, sync=self.durable)
+                message_id = self._commit_keyed(new, size, attrs, delay_us, dedup_id)
+        if self.durable:
+            with _fs.flushing_published([message_id]):
+                _fs.fsync_dir(self.path)
+        return message_id
 
     def publish_batch(
         self,
@@ -382,7 +406,7 @@ class Queue:
         if not views:
             return []
         attrs = validate_attributes(attributes)
-        delay_us = round((_seconds(delay, "delay") or self.config.delay) * 1e6)
+        delay_us = self._delay_us(delay)
         keys: list[str | None] = [None] * len(views) if dedup_ids is None else list(dedup_ids)
         if len(keys) != len(views):
             raise ValueError(f"{len(keys)} dedup_ids for {len(views)} bodies")
@@ -392,73 +416,46 @@ class Queue:
             _check_dedup_id(batch_dedup_id, "batch_dedup_id")
             if dedup_ids is not None:
                 raise ValueError("give dedup_ids or batch_dedup_id, not both")
+        durable = self.durable
+        with self._room(len(views), timeout):
+            if batch_dedup_id is not None:
+                return self._publish_chunk(views, attrs, delay_us, batch_dedup_id)
+            if len(views) == 1 or not durable:  # each body flushed as it is created
+                ids = []
+                for view, key in zip(views, keys, strict=True):
+                    new, size = self._stage(view, sync=durable)
+                    ids.append(self._commit_keyed(new, size, attrs, delay_us, key))
+            else:
+                ids = self._publish_synced(views, attrs, delay_us, keys)
+                with _fs.flushing_published(ids):
+                    if any(keys) and _fs.sync_filesystem(self.path):
+                        return ids  # one flush covers every marker and every rename
+        if durable:
+            with _fs.flushing_published(ids):
+                _fs.fsync_dir(self.path)
+        return ids
+
+    def _delay_us(self, delay: float) -> int:
+        """A publish's *delay* (or the queue's own) in µs, checked."""
+        return round((_seconds(delay, "delay") or self.config.delay) * 1e6)
+
+    def _room(self, need: int, timeout: float | None) -> AbstractContextManager[None]:
+        """Hold room for *need* messages in a bounded queue while they are published
+        (waiting up to *timeout* seconds for it); nothing to hold in an unbounded one."""
         if timeout is not None:
             _seconds(timeout, "timeout")
         if self._capacity is None:
-            return self._publish_views(views, attrs, delay_us, keys, batch_dedup_id)
+            return nullcontext()
         waiter = None if timeout == 0 else self.waiter()
-        with self._capacity.room(len(views), timeout, waiter):
-            return self._publish_views(views, attrs, delay_us, keys, batch_dedup_id)
-
-    def _publish_plain(self, data: bytes | bytearray | memoryview) -> str:
-        """The common publish: create, then the commit rename, without options.
-
-        Kept lean because this is the path whose cost is compared with the bare syscalls.
-        """
-        body = data if type(data) is bytes else _as_view(data)
-        durable = self.durable
-        name, size = self._stage(body, sync=durable)
-        message_id = name[:-4]
-        new = f"{self.path}/{name}"
-        try:
-            self._shutdown.check_open()
-            _fs.rename_noreplace(new, f"{self.path}/{message_id}")
-        except FileExistsError:
-            # RACE: the id is taken by a message in another state (skewed clock, a
-            # vsqs 0.3 peer): the general commit re-ids it.
-            message_id = self._commit(name, size, {}, 0)
-        except BaseException:
-            _fs.unlink(new)
-            raise
-        else:
-            self._counters.add_produced(size)
-        if durable:
-            with _fs.flushing_published([message_id]):
-                _fs.fsync_dir(self.path)
-        return message_id
-
-    def _publish_views(
-        self,
-        views: list[memoryview],
-        attrs: dict[str, str],
-        delay_us: int,
-        keys: list[str | None],
-        batch_key: str | None = None,
-    ) -> list[str]:
-        durable = self.durable
-        if batch_key is not None:
-            return self._publish_chunk(views, attrs, delay_us, batch_key)
-        if len(views) == 1 or not durable:
-            ids = []
-            for view, key in zip(views, keys, strict=True):
-                name, size = self._stage(view, sync=durable)
-                ids.append(self._commit_keyed(name, size, attrs, delay_us, key))
-        else:
-            ids = self._publish_synced(views, attrs, delay_us, keys)
-        with _fs.flushing_published(ids):
-            if durable and len(views) > 1 and any(keys) and _fs.sync_filesystem(self.path):
-                return ids  # one flush covers every marker and every rename
-            if durable:
-                _fs.fsync_dir(self.path)
-        return ids
+        return self._capacity.room(need, timeout, waiter)
 
     def _publish_synced(
         self, views: list[memoryview], attrs: dict[str, str], delay_us: int, keys: list[str | None]
     ) -> list[str]:
-        """Write every body unsynced, flush the filesystem once, then commit them all.
+        """Create every body unsynced, flush the filesystem once, then commit them all.
 
-        On any failure (a full disk, a shutdown) every body staged and not yet visible is
-        removed: nothing is left behind as debris.
+        On any failure (a full disk, a shutdown) every body created and not yet visible is
+        discarded: nothing is left behind as debris.
         """
         staged: list[tuple[str, int]] = []
         ids: list[str] = []
@@ -466,15 +463,15 @@ class Queue:
         # each as it is written.
         sync_marker = any(keys) and not _fs.syncfs_is_barrier(self.path)
         try:
-            # extend() keeps what was staged before a failure: it is removed below.
+            # extend() keeps what was created before a failure: it is discarded below.
             staged.extend(self._stage(view) for view in views)
             _fs.sync_files(self.path, [name for name, _ in staged])
-            for (name, size), key in zip(staged, keys, strict=True):
+            for (new, size), key in zip(staged, keys, strict=True):
                 commit = self._commit_keyed
-                ids.append(commit(name, size, attrs, delay_us, key, sync_marker=sync_marker))
+                ids.append(commit(new, size, attrs, delay_us, key, sync_marker=sync_marker))
         except BaseException as exc:
-            for name, _ in staged[len(ids) :]:
-                _fs.unlink(self.layout.message(name))  # never visible: left as no debris
+            for new, _ in staged[len(ids) :]:
+                self._discard(new)  # never visible: left as no debris
             if ids and isinstance(exc, OSError):
                 with _fs.flushing_published(ids):
                     raise  # the first messages are visible, unflushed: say which
@@ -486,10 +483,10 @@ class Queue:
     ) -> list[str]:
         """Publish a batch under one deduplication marker, all or nothing under crashes.
 
-        Stage every body as ``<id>.new`` (flushed once, if durable), then record the
+        Create every body as ``<id>.new`` (flushed once, if durable), then record the
         batch in its marker (the commit point, :meth:`Deduplicator.claim_chunk`), then
         roll it forward (the *commit* arrow of each). A batch already recorded under
-        *key* is completed instead, if its writer died, and nothing is staged.
+        *key* is completed instead, if its writer died, and nothing is created.
         """
         dedup = self._dedup
         earlier = dedup.find_chunk(key)  # a retry of a published batch writes nothing
@@ -501,19 +498,19 @@ class Queue:
         dir_fd = _fs.open_queue_dir(self.path)
         try:
             try:
-                self._stage_all(views, staged, dir_fd)
+                staged.extend(self._stage(view, dir_fd=dir_fd) for view in views)
                 if self.durable:
                     _fs.sync_files(self.path, [name for name, _ in staged])
                 self._shutdown.check_open()
                 entries = [(name[:-4], size) for name, size in staged]
                 chunk, ours = dedup.claim_chunk(key, entries, attrs, delay_us, self.durable)
             except BaseException:
-                for name, _ in staged:
-                    _fs.unlink_at(name, dir_fd)  # never visible: left as no debris
+                for new, _ in staged:
+                    self._discard(new, dir_fd)  # never visible: left as no debris
                 raise
             if not ours:
-                for name, _ in staged:
-                    _fs.unlink_at(name, dir_fd)  # a duplicate: never visible
+                for new, _ in staged:
+                    self._discard(new, dir_fd)  # a duplicate: never visible
                 return self._finish_chunk(chunk, dedup.await_chunk(chunk), dir_fd)
             # From here on the batch is published: a failure leaves its `.new` files for
             # whoever finishes it (a retry, `clean`), never removes them.
@@ -526,71 +523,27 @@ class Queue:
         dedup.sweep_if_due()
         return ids
 
-    def _stage_all(
-        self, views: list[memoryview], staged: list[tuple[str, int]], dir_fd: int
-    ) -> None:
-        """The *create* arrow for every body of a batch, in the queue directory open as
-        *dir_fd*, appending each to *staged* (so the caller removes what was staged
-        before a failure). :meth:`_stage` in a lean loop. Each id is drawn from the clock
-        afresh: ids drawn in a run from one reading would collide with a concurrent
-        publisher's run, one id at a time."""
-        file_mode = self.config.file_mode
-        ids, precision, time_us = self._ids, self.precision, self.clock.time_us
-        create, write, close = _fs.create_at, _fs.write_all, _fs.close
-        for view in views:
-            while True:
-                new = ids.next(time_us(), precision) + ".new"
-                try:
-                    fd = create(new, file_mode or 0o666, dir_fd)
-                except FileExistsError:
-                    continue  # RACE: another process drew the same id in the same tick
-                break
-            try:
-                if file_mode is not None:
-                    _fs.fchmod(fd, file_mode)
-                write(fd, view)
-            except BaseException:
-                close(fd)
-                _fs.unlink_at(new, dir_fd)  # never leave a partial body behind
-                raise
-            close(fd)
-            staged.append((new, len(view)))
-
     def _finish_chunk(
         self, chunk: Chunk, pending: list[tuple[str, int]], dir_fd: int | None = None
     ) -> list[str]:
-        """Roll a recorded batch forward: make each of its *pending* ``.new`` ready (or
-        delayed); return the batch's ids. *dir_fd*: the queue directory, if open.
+        """Roll a recorded batch forward: the *commit* arrow of each of its *pending*
+        ``.new``; return the batch's ids. *dir_fd*: the queue directory, if open.
 
         Past the commit point, so no shutdown check: a batch recorded before the queue
         was shut down is published whole. Tolerates another finisher on the same batch.
         """
-        if dir_fd is None:
-            dir_fd = _fs.open_queue_dir(self.path)
-            try:
-                return self._finish_chunk(chunk, pending, dir_fd)
-            finally:
-                _fs.close(dir_fd)
-        attrs, delay_us = chunk.attributes, chunk.delay_us
+        meta_of = (lambda: Meta(attributes=dict(chunk.attributes))) if chunk.attributes else None
         done: dict[str, str] = {}
-        plain = not attrs and not delay_us
-        rename, produced = _fs.rename_noreplace_at, self._counters.add_produced
         for message_id, size in pending:
-            new = message_id + ".new"
             try:
-                if plain:
-                    try:
-                        rename(new, message_id, dir_fd)
-                    except FileExistsError:
-                        # RACE: the id is taken by a message in another state (skewed
-                        # clock, a vsqs 0.3 peer): the general commit re-ids it.
-                        done[message_id] = self._commit(new, size, attrs, delay_us, recorded=True)
-                    else:
-                        produced(size)
-                else:
-                    done[message_id] = self._commit(new, size, attrs, delay_us, recorded=True)
+                final = self._commit(
+                    message_id + ".new", size, None if meta_of is None else meta_of(),
+                    chunk.delay_us, recorded=True, dir_fd=dir_fd,
+                )  # fmt: skip
             except FileNotFoundError:
-                pass  # RACE: another finisher (a retry, `clean`) made it ready first
+                continue  # RACE: another finisher (a retry, `clean`) made it ready first
+            if final != message_id:
+                done[message_id] = final
         ids = [done.get(message_id, message_id) for message_id, _ in chunk.entries]
         if done:
             # A re-id leaves nothing under the recorded name (the `.new` was renamed
@@ -598,39 +551,6 @@ class Queue:
             # duplicates it answers. A crash before this line tells them the old id.
             self._dedup.repoint_chunk(chunk, ids)
         return ids
-
-    def _stage(
-        self, body: bytes | memoryview | Callable[[int], int], *, sync: bool = False
-    ) -> tuple[str, int]:
-        """The *create* arrow: write a body to a fresh ``<id>.new``; its name and size.
-
-        *body* is the bytes, or a function that writes them to the descriptor it is
-        given and returns how many it wrote (to stream a large body in chunks).
-        """
-        file_mode = self.config.file_mode
-        while True:
-            new = self._new_id() + ".new"
-            path = f"{self.path}/{new}"
-            try:
-                fd = _fs.create_exclusive(path, file_mode or 0o666)
-            except FileExistsError:
-                continue  # RACE: another process drew the same id in the same tick
-            try:
-                if file_mode is not None:
-                    _fs.fchmod(fd, file_mode)
-                if callable(body):
-                    size = body(fd)
-                else:
-                    _fs.write_all(fd, body)
-                    size = len(body)
-                if sync:
-                    _fs.fsync(fd)
-            except BaseException:
-                _fs.close(fd)
-                _fs.unlink(path)  # never leave a partial body behind
-                raise
-            _fs.close(fd)
-            return new, size
 
     def _commit_keyed(
         self,
@@ -642,15 +562,16 @@ class Queue:
         *,
         sync_marker: bool = True,
     ) -> str:
-        """Commit a staged ``.new``, unless its *key* was published within the window."""
+        """Commit a created ``.new``, unless its *key* was published within the window."""
+        meta = Meta(attributes=attrs) if attrs else None
         if key is None:
-            return self._commit(new, size, attrs, delay_us)
+            return self._commit(new, size, meta, delay_us)
         claim = self._dedup.claim(key, new[:-4], durable=self.durable and sync_marker)
         if claim.duplicate_of is not None:
-            _fs.unlink(self.layout.message(new))  # a duplicate: drop our copy, never visible
+            self._discard(new)  # a duplicate: drop our copy, never visible
             return claim.duplicate_of
         try:
-            message_id = self._commit(new, size, attrs, delay_us)
+            message_id = self._commit(new, size, meta, delay_us)
         except BaseException:
             self._dedup.release(claim)  # not published: a retry must be free to publish
             raise
@@ -659,83 +580,151 @@ class Queue:
         self._dedup.sweep_if_due()
         return message_id
 
+    # -- the arrows of publishing: create, discard, commit -------------------------------
+
+    def _stage(
+        self,
+        body: bytes | memoryview | Callable[[int], int] | _ingest.Linked,
+        *,
+        sync: bool = False,
+        dir_fd: int | None = None,
+    ) -> tuple[str, int]:
+        """The *create* arrow: a fresh ``<id>.new`` holding *body*; its name and size.
+
+        One exclusive create (``O_CREAT | O_EXCL``, never through a symlink), so no
+        existing name is ever opened; an id taken meanwhile by another process is drawn
+        again. Nothing is visible to consumers yet. On any failure the partial file is
+        removed. *body* is the bytes; or a function that writes them to the descriptor it
+        is given and returns how many it wrote (a stream, a copy); or a file to link
+        (:class:`~vsqs._ingest.Linked`: the ``.new`` is a second name of it, made by one
+        ``link``, and no byte is copied). *dir_fd*: the queue directory, if open (names
+        are then resolved from it).
+        """
+        file_mode = self.config.file_mode
+        while True:
+            new = self._new_id() + ".new"
+            where = new if dir_fd is not None else self.layout.message(new)
+            try:
+                if isinstance(body, _ingest.Linked):
+                    _fs.link_noreplace(body.path, where)
+                    fd = _fs.open_regular(where)
+                elif dir_fd is None:
+                    fd = _fs.create_exclusive(where, file_mode or 0o666)
+                else:
+                    fd = _fs.create_at(where, file_mode or 0o666, dir_fd)
+            except FileExistsError:
+                continue  # RACE: another process drew the same id in the same tick
+            except OSError as exc:
+                if isinstance(body, _ingest.Linked) and exc.errno == errno.EXDEV:
+                    raise _ingest.cross_device(body.path, self.path) from exc
+                raise
+            try:
+                if file_mode is not None:
+                    _fs.fchmod(fd, file_mode)
+                size = _write_body(fd, body)
+                if sync:
+                    _fs.fsync(fd)
+            except BaseException:
+                _fs.close(fd)
+                self._discard(new, dir_fd)  # never leave a partial body behind
+                raise
+            _fs.close(fd)
+            return new, size
+
+    def _discard(self, new: str, dir_fd: int | None = None) -> bool:
+        """The *discard* arrow: remove a ``<id>.new`` that never became visible (a failed
+        or duplicate publish, a dead publisher's debris). One unlink; ``False`` if the
+        name was gone already."""
+        if dir_fd is None:
+            return _fs.unlink(self.layout.message(new))
+        return _fs.unlink_at(new, dir_fd)
+
     def _commit(
         self,
         new: str,
         size: int,
-        attrs: dict[str, str],
-        delay_us: int,
+        meta: Meta | None = None,
+        delay_us: int = 0,
         *,
+        to: str | None = None,
         recorded: bool = False,
+        moved: bool = False,
+        dir_fd: int | None = None,
     ) -> str:
-        """The *commit* (or *delay*) arrow: make a staged ``<id>.new`` ready (or delayed).
+        """The *commit* (or *delay*) arrow: make a created ``<id>.new`` ready (or
+        delayed, ``<id>.<due>``); return the id it got.
 
-        One no-replace rename; an id taken meanwhile by a message in another state
-        re-ids ours, so nothing is ever overwritten. On failure the ``.new`` is removed.
+        One no-replace rename: a consumer sees the whole message or nothing, and an id
+        taken meanwhile by a message in another state re-ids ours, so nothing is ever
+        overwritten. The message's metadata (*meta*: attributes, or a moved message's
+        history) is created before the rename, exclusively: an id that already has
+        metadata belongs to another message, and is not ours to share.
 
-        *recorded*: the ``.new`` belongs to a batch past its commit point (its marker
-        names it). Then no shutdown check, a failure leaves the ``.new`` for whoever
-        completes the batch, and a re-id renames the ``.new`` straight to the fresh id,
-        so the file is always under the recorded name or published.
+        *to*: commit under this id (a moved message keeps its place), not the ``.new``'s.
+        *recorded*: the ``.new`` belongs to a batch past its commit point (its marker names
+        it): no shutdown check, and a failure leaves it for whoever completes the batch.
+        *moved*: a copy moved in from another queue (:meth:`_copy_to`): no shutdown check
+        and not counted as produced. Otherwise, on failure, the ``.new`` is discarded.
         """
-        path = self.layout.message(new)
-        message_id = new[:-4]
-        while True:
-            try:
-                if self._try_commit(path, message_id, attrs, delay_us, check=not recorded):
-                    break
-            except BaseException:
-                if not recorded:
-                    _fs.unlink(path)  # never leave an unfinished publish behind
-                raise
-            # RACE: a message with this id exists in another state (a publisher with a
-            # skewed clock, a vsqs 0.3 peer): give ours a fresh id and try again.
-            message_id = self._new_id()
-            if recorded:
-                continue
-            new = message_id + ".new"
-            try:
-                _fs.rename_noreplace(path, self.layout.message(new))
-            except FileExistsError:
-                continue  # RACE: even the fresh `.new` name is taken; draw again
-            path = self.layout.message(new)
-        self._counters.add_produced(size)
+        source = new if dir_fd is not None else self.layout.message(new)
+        message_id = new[:-4] if to is None else to
+        try:
+            while True:
+                if not (recorded or moved):
+                    self._shutdown.check_open()
+                target: str | None = message_id
+                if meta is not None or delay_us:
+                    target = self._describe(message_id, meta, delay_us, source, dir_fd)
+                if target is not None:
+                    try:
+                        if dir_fd is None:
+                            _fs.rename_noreplace(source, self.layout.message(target))
+                        else:
+                            _fs.rename_noreplace_at(source, target, dir_fd)
+                        break
+                    except BaseException as exc:
+                        if meta is not None or delay_us:
+                            self._undescribe(message_id, meta, delay_us)
+                        if not isinstance(exc, FileExistsError):
+                            raise
+                # RACE: a message with this id exists in another state (a publisher with
+                # a skewed clock, a vsqs 0.3 peer): ours gets a fresh id. The `.new` is
+                # renamed straight to it, so the file always has its created name or is
+                # published.
+                message_id = self._new_id()
+        except BaseException:
+            if not recorded:
+                self._discard(new, dir_fd)  # never leave an unfinished publish behind
+            raise
+        if not moved:
+            self._counters.add_produced(size)
         return message_id
 
-    def _try_commit(
-        self, path: str, message_id: str, attrs: dict[str, str], delay_us: int, *, check: bool
-    ) -> bool:
-        """One attempt at the commit rename; ``False`` if the id is taken.
-
-        *check*: refuse if the queue was shut down (not for a batch past its commit point).
-        """
-        if check:
-            self._shutdown.check_open()
-        # Exclusive metadata creation doubles as a collision check: an id that already
-        # has metadata belongs to another message, whatever state its file is in.
-        meta = Meta(attributes=attrs, inode=_fs.inode(path)) if attrs else None
-        if meta is not None and not self._meta.create(message_id, meta, durable=self.durable):
-            return False
-        target = message_id
-        if delay_us:
-            if not self._meta.mark_delayed(message_id):
-                # RACE: a peer's delayed message has this id (same tick, another host): its
-                # marker is not ours to share or remove. Draw another id.
-                if attrs:
-                    self._meta.remove(message_id)  # ours: created just above
-                return False
-            target += "." + format_time(self.clock.time_us() + delay_us, self.precision)
-        try:
-            _fs.rename_noreplace(path, self.layout.message(target))
-        except BaseException as exc:
-            if attrs:
+    def _describe(
+        self, message_id: str, meta: Meta | None, delay_us: int, source: str, dir_fd: int | None
+    ) -> str | None:
+        """Before a commit: create the message's metadata and, if delayed, its delay
+        marker; the name to commit to, or ``None`` if the id is another message's."""
+        if meta is not None:
+            meta.inode = _fs.inode(source, dir_fd)  # matches the metadata to this file
+            if not self._meta.create(message_id, meta, durable=self.durable):
+                return None
+        if not delay_us:
+            return message_id
+        if not self._meta.mark_delayed(message_id):
+            # RACE: a peer's delayed message has this id (same tick, another host): its
+            # marker is not ours to share or remove.
+            if meta is not None:
                 self._meta.remove(message_id)  # ours: created just above
-            if delay_us:
-                self._meta.unmark_delayed(message_id)
-            if isinstance(exc, FileExistsError):
-                return False
-            raise
-        return True
+            return None
+        return f"{message_id}.{format_time(self.clock.time_us() + delay_us, self.precision)}"
+
+    def _undescribe(self, message_id: str, meta: Meta | None, delay_us: int) -> None:
+        """Undo :meth:`_describe` after a commit rename that failed."""
+        if meta is not None:
+            self._meta.remove(message_id)
+        if delay_us:
+            self._meta.unmark_delayed(message_id)
 
     def _new_id(self) -> str:
         """A fresh id: the queue's clock, strictly increasing within this process."""
@@ -763,32 +752,17 @@ class Queue:
         :raises QueueClosed: the queue was shut down.
         """
         attrs, delay_us = self._check_extras(attributes, delay, dedup_id)
-        source = os.fspath(path)
-        size = _ingest.check_source(source)
+        source = _ingest.Linked.of(os.fspath(path))
         self._shutdown.check_open()  # fail before touching anything
-        new = _ingest.link_new(source, self.path, lambda: self._new_id() + ".new")
-        try:
-            if self.config.file_mode is not None:
-                _fs.chmod(self.layout.message(new), self.config.file_mode)
-            if self.durable:
-                fd = _fs.open_regular(self.layout.message(new))
-                try:
-                    _fs.fsync(fd)
-                finally:
-                    _fs.close(fd)
-        except BaseException:
-            _fs.unlink(self.layout.message(new))  # only our second name: the source stays
-            raise
-        # On failure the commit removes `<id>.new`, our link, and nothing else.
+        # On failure the create and the commit remove `<id>.new`, our link, and nothing else.
+        new, size = self._stage(source, sync=self.durable)
         message_id = self._commit_keyed(new, size, attrs, delay_us, dedup_id)
         with _fs.flushing_published([message_id]):
             if self.durable:
                 _fs.fsync_dir(self.path)
             # Published: now drop the original name. A crash before this leaves the file
             # in both places, one inode (at least once, never lost).
-            _fs.unlink(source)
-            if self.durable:
-                _fs.fsync_dir(os.path.dirname(os.path.abspath(source)))
+            _ingest.unlink_source(source, durable=self.durable)
         return message_id
 
     def publish_stream(
@@ -825,8 +799,7 @@ class Queue:
         if self._capacity is not None:
             raise ValueError("publish_file and publish_stream do not support bounded queues")
         _check_dedup_id(dedup_id)
-        delay_s = _seconds(delay, "delay") or self.config.delay
-        return validate_attributes(attributes), round(delay_s * 1e6)
+        return validate_attributes(attributes), self._delay_us(delay)
 
     # -- shutdown -----------------------------------------------------------------------
 
@@ -850,23 +823,11 @@ class Queue:
         This is not :meth:`close`, which only releases this handle.
         """
         if self._shutdown.mark(durable=self.durable):
-            self._poke()  # wake consumers blocked in this and other processes
-
-    def _poke(self) -> None:
-        """Make an inotify event in the queue directory, to wake blocked consumers."""
-        name = self.layout.wake()
-        _fs.close(_fs.create_exclusive(name))
-        _fs.unlink(name)
+            self.layout.poke()  # wake consumers blocked in this and other processes
 
     def _is_drained(self) -> bool:
         """Whether the queue is shut down and provably empty (see ``_shutdown``)."""
-        watch = self._shutdown
-        if not watch.is_shut_down() or watch.in_grace():
-            return False
-        listing = _scan.scan(self.path)
-        stale_before = self.clock.time_us() - NEW_GRACE_US
-        live_new = [name for created, name in listing.new if created > stale_before]
-        return not (listing.ready or listing.held or live_new)
+        return self._shutdown.is_drained()
 
     # -- receiving: the claim arrow -----------------------------------------------------
 
@@ -958,7 +919,7 @@ class Queue:
     def _pause(self, now: float, deadline: float | None) -> float:
         """How long a blocked receive may wait before something it knows of changes."""
         pause = math.inf if deadline is None else deadline - now
-        expiry = self._next_expiry()
+        expiry = self._consumer.next_expiry()
         if expiry is not None:
             pause = min(pause, max(0.0, (expiry - self.clock.time_us()) / 1e6) + 0.0005)
         grace_ends = self._shutdown.grace_ends
@@ -983,117 +944,94 @@ class Queue:
                 return
             yield message
 
-    def _claim(  # noqa: PLR0912, PLR0915 - one function: the receive's hot path, where each call costs
-        self, limit: int, vt_us: int, made_ready: list[int] | None = None
-    ) -> list[Message]:
-        """The *claim* arrow, for up to *limit* messages: ``<id>`` to ``<id>.<expiry>``.
+    def _claim(self, limit: int, vt_us: int, made_ready: list[int] | None = None) -> list[Message]:
+        """Claim up to *limit* messages, oldest first (each by the *claim* arrow).
 
-        Takes the oldest candidate of the view; a lost race (the file is gone) moves on
-        to the next one, never further: each consumer claims in id order.
+        Takes the oldest candidate this handle knows of; a lost race (the file is gone)
+        moves on to the next one, never further: each consumer claims in id order.
 
         *made_ready* (consumed) are the messages made ready since a look that found
-        nothing ready (the view used up, nothing deferred), as the waiter saw them (packed
-        ids, and announcements: :meth:`vsqs._waiters.Waiter.wait_ready`): then they are
-        every message that can be ready, so claiming them oldest first, before listing
-        again, is FIFO. That saves a listing on every wake-up of a blocked receive.
+        nothing ready, as the waiter saw them (packed ids, and announcements:
+        :meth:`vsqs._waiters.Waiter.wait_ready`): then they are every message that can be
+        ready, so claiming them oldest first, before listing again, is FIFO. That saves a
+        listing on every wake-up of a blocked receive.
         """
         clock = self.clock
-        view = self._view
+        consumer = self._consumer
         now_us = clock.time_us()
-        own = self._own_leases
-        if (own and own[0][0] <= now_us) or view.lease_due(now_us):
-            self._requeue_due(now_us)
+        if consumer.lease_due(now_us):  # return the leases known to have ended first
+            outcomes = [self._return(name) for name in consumer.due(now_us)]
+            consumer.put_back(ready for ready in outcomes if not isinstance(ready, Gone))
         expiry = now_us + vt_us
-        suffix = f".{expiry // 1000}" if self._ms else f".{expiry}"
-        prefix = self.path + "/"
+        suffix = "." + format_time(expiry, self.precision)
         got: list[Message] = []
         listed = relisted = False
         named: list[int] = []  # the messages made ready, newest first, when the view is empty
-        if made_ready and not self._deferred and self.retention is None:
-            # Taken from the end, oldest first (inline: the hot path of a woken receive).
-            named = sorted(made_ready, reverse=True) if len(made_ready) > 1 else made_ready
-            if named[-1] < 0:  # announcements (negative) sort last
-                named = [code for code in named if code >= 0]
-                if not self._meta.possible:
-                    # Metadata may exist now: its records are written before their
-                    # messages become ready, so looking after the event, as a listing
-                    # would, gives a first message its attributes. Without an
-                    # announcement, the look before the wait stands (receive_batch).
+        if made_ready and self.retention is None:
+            picked = consumer.named(made_ready)
+            if picked is not None:
+                if min(made_ready) < 0 and not self._meta.possible:
+                    # An announcement: metadata may exist now. Its records are written
+                    # before their messages become ready, so looking after the event, as a
+                    # listing would, gives a first message its attributes. Without one,
+                    # the look before the wait stands (receive_batch).
                     self._meta.refresh()
-            if self._ignored:
-                named = [code for code in named if decode_ready(code) not in self._ignored]
-            if view.codes or view.returned:
-                # Our own requeues are in the view too: merge them, oldest first.
-                for ready in named:
-                    view.put_back(ready)
-                named = []
-            listed = True  # as good as a listing: nothing else can be ready
-        elif view.stale(clock.monotonic()):
+                named = picked
+                listed = True  # as good as a listing: nothing else can be ready
+        if not listed and consumer.stale(clock.monotonic()):
             self._relist(now_us)
             listed = True
         while len(got) < limit:
-            code = named.pop() if named else view.take()
+            code = named.pop() if named else consumer.take()
             if code is None:
                 # One listing per call, or two when the first held messages back: the
-                # second one confirms them (see _defer_listed_during_scan).
-                if listed and (relisted or not self._deferred):
+                # second one confirms them (see Consumer.load).
+                if listed and (relisted or not consumer.deferred()):
                     break
                 relisted = listed
                 self._relist(now_us)
                 listed = True
                 continue
-            # decode_ready(code), inlined: this loop is the receive hot path.
-            message_id = str(code >> 1) if not code & 1 else str((code >> 1) // 1000)
+            message_id = decode_ready(code)
             receipt = message_id + suffix
-            held = prefix + receipt
-            try:
-                _fs.rename_noreplace(prefix + message_id, held)
-            except FileNotFoundError:
-                # RACE: another consumer claimed it first, or it was deleted or purged:
-                # try the next one (never skip ahead, which would break FIFO).
-                view.miss()
+            if not self._claim_one(message_id, receipt):
+                consumer.miss()  # never skip ahead, which would break FIFO
                 continue
-            except FileExistsError:
-                continue  # RACE: a same-id message was claimed into the same tick by a peer
-            message = self._open_claimed(message_id, receipt, held, code, expiry)
+            message = self._open_claimed(message_id, receipt, code, expiry)
             if message is not None:
                 got.append(message)
-        for ready in named:  # more were made ready than asked for: keep them for next time
-            view.put_back(ready)
+        if named:  # more were made ready than asked for: keep them for next time
+            consumer.put_back(named)
         return got
 
-    def _open_claimed(
-        self, message_id: str, receipt: str, path: str, code: int, expiry: int
-    ) -> Message | None:
-        """Read a message this object just claimed (held at *path*), and remember its
-        lease."""
+    def _claim_one(self, message_id: str, receipt: str) -> bool:
+        """The *claim* arrow: ``<id>`` to ``<id>.<expiry>`` (*receipt*), one no-replace
+        rename; ``False`` if the message was not there to take."""
         try:
-            body, info = _fs.read_message(path)
+            _fs.rename_noreplace(self.layout.message(message_id), self.layout.message(receipt))
+        except FileNotFoundError:
+            # RACE: another consumer claimed it first, or it was deleted or purged.
+            return False
+        except FileExistsError:
+            return False  # RACE: a same-id message was claimed into the same tick by a peer
+        return True
+
+    def _open_claimed(
+        self, message_id: str, receipt: str, code: int, expiry: int
+    ) -> Message | None:
+        """Read a message this handle just claimed (held as *receipt*); remember its lease."""
+        try:
+            body, info = _fs.read_message(self.layout.message(receipt))
         except FileNotFoundError:
             return None  # RACE: a peer whose clock runs ahead already requeued or deleted it
         except OSError as exc:
             # We cannot read what we claimed: put the name back as it was.
-            try:
-                _fs.rename_noreplace(self.layout.message(receipt), self.layout.message(message_id))
-            except (FileExistsError, FileNotFoundError):
-                pass  # RACE: a peer requeued or replaced it meanwhile; its lease will end
+            self._make_ready(receipt, message_id, None)
             if exc.errno in _NOT_A_MESSAGE:
-                self._ignored.add(message_id)  # planted; never look at it again
+                self._consumer.ignore(message_id)  # planted; never look at it again
                 return None
             raise  # a real fault (EMFILE, EIO...): the caller must hear of it
-        receipts = self._receipts
-        if len(receipts) >= _RECEIPT_CACHE:
-            receipts.popitem(last=False)  # one call: atomic beside other threads
-        receipts[message_id] = receipt
-        if self._superseded:
-            # A live receipt is never a superseded one (a manual clock, or a coarse one, may
-            # give a new lease a receipt an older lease had): chains end at live leases.
-            self._superseded.pop(receipt, None)
-        own, lease = self._own_leases, (expiry, message_id, receipt)
-        if own and lease < own[(len(own) - 1) >> 1]:
-            heapq.heappush(own, lease)
-        else:  # not below its parent (leases mostly end in claim order): still a heap,
-            own.append(lease)  # without a call into heapq, which is cold after a wake-up
+        self._consumer.claimed(message_id, receipt, expiry)
         sent_at = (code >> 1) / 1e6
         meta = self._meta.read(message_id) if self._meta.possible else None
         # Not another message's, with our id (the inode is looked up only then).
@@ -1113,9 +1051,8 @@ class Queue:
         started = clock.monotonic()
         started_us = clock.time_us()
         listing = _scan.scan(self.path)
-        codes = listing.ready
-        if self._ignored:
-            codes = [c for c in codes if decode_ready(c) not in self._ignored]
+        consumer = self._consumer
+        codes = consumer.without_ignored(listing.ready)
         waiting: list[tuple[int, str]] = []
         listed = len(codes)  # not len(listing.ready): codes may be that very list
         for expires, name in listing.held:
@@ -1129,68 +1066,10 @@ class Queue:
             codes.sort()
         if self.retention is not None:
             codes = self._apply_retention(codes, now_us)
-        codes = self._defer_listed_during_scan(codes, started_us)
         # Metadata is written before the message it describes becomes visible, so a check
         # made after the listing (and after our own requeues) covers every listed message.
         self._meta.refresh()
-        with self._lock:
-            self._view.load(codes, waiting, clock.monotonic(), clock.monotonic() - started)
-
-    def _defer_listed_during_scan(self, codes: list[int], started_us: int) -> list[int]:
-        """Hold back the messages created while the listing ran, until the next listing.
-
-        A listing is not a snapshot: a name that becomes ready while ``scandir`` runs may
-        or may not be returned, depending on where it lands in the directory. So one
-        producer's messages A then B, both made ready during the scan, could show up as
-        B without A, and serving B would break FIFO. Every message created before the scan
-        began was (if ready at all) ready before it began, and is listed. So only those
-        are served; the others wait for the next listing, which sees every older message
-        that was ready when they were. A message deferred once is served by the next
-        listing whatever its id says (unless an older one appeared meanwhile, which is
-        deferred in turn), so a publisher whose clock runs ahead cannot starve. (On a
-        manual clock that stands still, every message published "now" is deferred once:
-        the same rule, so the model tests exercise it.)
-        """
-        split = bisect.bisect_left(codes, started_us << 1)
-        if split == len(codes):
-            self._deferred = set()
-            return codes
-        earlier = self._deferred
-        # Serve the recent ones up to the first that this listing shows for the first
-        # time: an older message that a previous listing missed blocks the newer ones
-        # behind it until it is confirmed in turn (so a skewed publisher stays FIFO).
-        confirmed = split
-        while confirmed < len(codes) and codes[confirmed] in earlier:
-            confirmed += 1
-        self._deferred = set(codes[confirmed:])
-        return codes[:confirmed]
-
-    def _next_expiry(self) -> int | None:
-        """The earliest lease or delay known to end (µs), listed or handed out by us."""
-        own = self._own_leases
-        receipts = self._receipts
-        with self._lock:
-            while own and receipts.get(own[0][1]) != own[0][2]:
-                heapq.heappop(own)  # deleted, extended or released since: not our lease now
-            listed = self._view.next_expiry()
-        if own and (listed is None or own[0][0] < listed):
-            return own[0][0]
-        return listed
-
-    def _requeue_due(self, now_us: int) -> None:
-        """Return the leases known to have ended (listed, or handed out by us)."""
-        with self._lock:
-            due = [name for _, name in self._view.due_leases(now_us)]
-            own = self._own_leases
-            while own and own[0][0] <= now_us:
-                _, message_id, receipt = heapq.heappop(own)
-                if self._receipts.get(message_id) == receipt:  # still held, undeleted
-                    due.append(receipt)
-        for name in due:
-            code = self._return(name)
-            if not isinstance(code, Gone):
-                with self._lock:
-                    self._view.put_back(code)
+        consumer.load(codes, waiting, started_us, clock.monotonic(), clock.monotonic() - started)
 
     # -- leases: extend, release, delete ------------------------------------------------
 
@@ -1203,6 +1082,8 @@ class Queue:
         error), or its lease expired and it went back to the queue or to another consumer,
         whose copy is never touched. Given a bare id, it deletes the message in whatever
         state it is, as the design describes (a listing unless this object received it).
+        Of several threads or processes deleting one message at once, exactly one gets
+        ``True``.
 
         A receipt that this object has since extended with :meth:`change_visibility`
         (a heartbeat) still deletes the message: this object issued both receipts, so the
@@ -1211,17 +1092,18 @@ class Queue:
 
         :raises InvalidId: *message* is not an id or receipt of this queue.
         """
+        consumer = self._consumer
         if (
             isinstance(message, Message)
             and message.queue == self.path
-            and self._receipts.get(message.id) == message.receipt
+            and consumer.issued(message.id, message.receipt)
         ):
             # The fast path: this object issued the receipt, so it is one of ours (a
             # hand-made Message with a forged receipt takes the validating path below).
             receipt = message.receipt
             size = len(message.body)
         else:
-            receipt = self._current(self._receipt_of(message))
+            receipt = consumer.current(self._receipt_of(message))
             size = len(message.body) if isinstance(message, Message) else 0
         if "." not in receipt:
             receipt = self._locate(receipt)
@@ -1229,19 +1111,21 @@ class Queue:
                 return False
         if not self._unlink_message(receipt):
             return False
-        self._receipts.pop(receipt.partition(".")[0], None)
+        consumer.ended(id_of(receipt), receipt)
         self._counters.add_consumed(size)
         return True
 
     def _unlink_message(self, name: str) -> bool:
-        """Unlink the message file *name* and its metadata; ``False`` if it was gone.
+        """The *delete* arrow: unlink the message file *name* (held, or ready), then its
+        metadata; ``False`` if the file was gone.
 
-        The metadata goes only if it is this file's: a message published under the id of
-        one that was held (a skewed publisher, a vsqs 0.3 peer) keeps its own.
+        One unlink decides: of concurrent deleters, exactly one sees ``True``. The
+        metadata goes only if it is this file's: a message published under the id of one
+        that was held (a skewed publisher, a vsqs 0.3 peer) keeps its own.
         """
         if not self._meta.possible:
-            return _fs.unlink(f"{self.path}/{name}")
-        message_id = name.partition(".")[0]
+            return _fs.unlink(self.layout.message(name))
+        message_id = id_of(name)
         meta = self._meta.read(message_id)
         inode = 0
         if meta is not None and meta.inode:
@@ -1267,75 +1151,65 @@ class Queue:
         the same lease); elsewhere only the new one does, so pass the returned message
         on. A release that ends the message's last allowed receive (``max_receives``)
         moves it to the dead-letter queue instead; the returned message then names that
-        queue in ``queue``.
+        queue in ``queue``. Of several threads or processes changing one lease at once,
+        each rename either succeeds or raises :class:`~vsqs.LeaseLost`.
 
         :raises LeaseLost: the lease already ended; its ``reason`` says whether it was
             ``"deleted"``, ``"expired"`` (and returned to the queue), or ``"superseded"``
             (extended through another object, whose newer receipt is ``current``).
         """
         duration = _seconds(seconds, "seconds")
-        receipt = self._current(self._receipt_of(message))
-        message_id, dot, _ = receipt.partition(".")
-        if not dot:
+        receipt = self._consumer.current(self._receipt_of(message))
+        message_id = id_of(receipt)
+        if message_id == receipt:  # no dot: a bare id
             raise InvalidId(receipt, "a receipt (id.expiry) is needed, not a bare id")
         if not isinstance(message, Message):
             message = Message(id=message_id, body=b"", receipt=receipt, expires_at=0.0)
-        if duration == 0:
-            return self._release(message, receipt)
-        return self._extend(message, receipt, self.clock.time_us() + round(duration * 1e6))
-
-    def _release(self, message: Message, receipt: str) -> Message:
-        """The *release* arrow: end this lease now (the message is ready again)."""
-        now_us = self.clock.time_us()
-        outcome = self._return(receipt, released=True)
-        if outcome is Gone.LOST:
+        if duration == 0:  # release: a hold, then ready (as a requeue, counting the receive)
+            now_us = self.clock.time_us()
+            outcome = self._return(receipt, released=True)
+            if outcome is Gone.LOST:
+                raise self._lease_lost(receipt)
+            self._consumer.ended(message_id, receipt)
+            if outcome is Gone.DEAD_LETTERED:
+                # This release was its last allowed receive: it went to the dead-letter
+                # queue, which is not a lost lease.
+                assert self.dead_letter is not None
+                return replace(message, receipt=message_id, queue=self.dead_letter.path)
+            self._consumer.invalidate()  # the released message should be served again soon
+            return replace(message, receipt=message_id, expires_at=now_us / 1e6)
+        moved = self._extend_lease(receipt, self.clock.time_us() + round(duration * 1e6))
+        if moved is None:
             raise self._lease_lost(receipt)
-        self._receipts.pop(message.id, None)
-        if outcome is Gone.DEAD_LETTERED:
-            # This release was its last allowed receive: it went to the dead-letter
-            # queue, which is not a lost lease.
-            assert self.dead_letter is not None
-            return replace(message, receipt=message.id, queue=self.dead_letter.path)
-        self._view.invalidate()  # the released message should be served again soon
-        return replace(message, receipt=message.id, expires_at=now_us / 1e6)
-
-    def _extend(self, message: Message, receipt: str, expiry: int) -> Message:
-        """The *extend* arrow: rename the held file to a later expiry (a heartbeat)."""
-        message_id = receipt.partition(".")[0]
-        while True:
-            target = f"{message_id}.{format_time(expiry, self.precision)}"
-            if target == receipt:
-                return replace(message, expires_at=expiry / 1e6)
-            try:
-                _fs.rename_noreplace(self.layout.message(receipt), self.layout.message(target))
-            except FileNotFoundError:
-                raise self._lease_lost(receipt) from None
-            except FileExistsError:
-                expiry += 1000 if self._ms else 1  # RACE: a same-id lease with this expiry
-                continue
-            break
-        self._receipts[message_id] = target
-        superseded = self._superseded
-        if len(superseded) >= _RECEIPT_CACHE:
-            superseded.popitem(last=False)
-        superseded[receipt] = target
-        superseded.pop(target, None)  # live now (see _open_claimed): no cycle can form
-        with self._lock:
-            heapq.heappush(self._own_leases, (expiry, message_id, target))
+        target, expiry = moved
+        if target != receipt:
+            self._consumer.extended(message_id, receipt, target, expiry)
         return replace(message, receipt=target, expires_at=expiry / 1e6)
 
-    def _current(self, receipt: str) -> str:
-        """The receipt that this handle's later extensions of *receipt* gave the lease.
+    def _extend_lease(self, name: str, expiry_us: int, *, tag: str = "") -> tuple[str, int] | None:
+        """The *extend* arrow: rename the held file *name* to ``<id>.<expiry><tag>``;
+        the new name and the expiry it got, or ``None`` if *name* was gone.
 
-        A heartbeat (``change_visibility``) renames the held file, so the ``Message`` it
-        was given names a file that no longer exists. This handle issued both receipts,
-        so the lease is still the caller's: follow the chain to its latest receipt.
-        Receipts from other handles (or processes) are not followed.
+        One no-replace rename, so of concurrent extenders of one lease exactly one wins
+        (the others find the name gone). A name taken by a same-id lease of a clock-skewed
+        peer moves the expiry on by one tick. Used for heartbeats, a mover's claim on a
+        long copy (:class:`_Claim`), and, with the ``.0`` *tag*, the requeue hold that
+        takes an ended lease out of everybody's reach (:meth:`_return`).
         """
-        superseded = self._superseded
-        while receipt in superseded:
-            receipt = superseded[receipt]
-        return receipt
+        message_id = id_of(name)
+        tick = 1000 if self._ms else 1
+        while True:
+            target = f"{message_id}.{format_time(expiry_us, self.precision)}{tag}"
+            if target == name and not tag:
+                return name, expiry_us  # already there: nothing to rename
+            try:
+                _fs.rename_noreplace(self.layout.message(name), self.layout.message(target))
+            except FileNotFoundError:
+                return None  # RACE: requeued, deleted or moved by another process first
+            except FileExistsError:
+                expiry_us += tick  # RACE: a same-id lease with this expiry (a skewed peer)
+                continue
+            return target, expiry_us
 
     def _lease_lost(self, receipt: str) -> LeaseLost:
         """A :class:`LeaseLost` for *receipt* that says what became of the lease.
@@ -1346,7 +1220,7 @@ class Queue:
         in the metadata (every requeue writes its hold there), so no such record means
         the lease was extended.
         """
-        message_id = receipt.partition(".")[0]
+        message_id = id_of(receipt)
         held = _scan.held_names_for(self.path, message_id)
         if held:
             ours = parse_name(receipt)
@@ -1378,7 +1252,7 @@ class Queue:
 
     def _locate(self, message_id: str) -> str:
         """The current name of a bare id: a lease we hold, a listed lease, or ready."""
-        cached = self._receipts.get(message_id)
+        cached = self._consumer.receipt(message_id)
         if cached and _fs.exists(self.layout.message(cached)):
             return cached
         held = _scan.held_names_for(self.path, message_id)
@@ -1389,29 +1263,35 @@ class Queue:
     # -- requeue, dead letters, moves ---------------------------------------------------
 
     def _return(self, held_name: str, *, released: bool = False) -> int | Gone:
-        """The *requeue* (or *release*) arrow: a held or delayed message back to ready.
+        """Requeue (or release) a held or delayed message: a hold, then *ready*.
 
-        A lease that ended undeleted is first taken out of everybody's reach by a rename
-        to a requeue hold ``<id>.<hold>.0`` that only this process owns; the receive is
-        counted in the metadata, tagged with that hold; then the message becomes ready,
-        or goes to the dead-letter queue once its receives are used up. A delayed
-        publish coming due is made ready at once (no receive to count).
+        A lease that ended undeleted is first taken out of everybody's reach by the
+        *extend* arrow to a requeue hold ``<id>.<hold>.0`` that only this process owns;
+        the receive is counted in the metadata, tagged with that hold; then the message
+        becomes ready (the *ready* arrow), or goes to the dead-letter queue once its
+        receives are used up. A delayed publish coming due is made ready at once (no
+        receive to count).
 
         Returns the packed id now ready, or why the message did not come back. Never
         replaces an existing file: a message that took the id meanwhile keeps it, and
         ours gets a fresh id.
         """
-        message_id, _, lease = held_name.partition(".")
+        message_id, lease = split_name(held_name)
         if self._meta.is_delayed(message_id):
-            code = self._make_ready(self.layout.message(held_name), message_id, None)
+            code = self._make_ready(held_name, message_id, None)
             if code is not None:
                 self._meta.unmark_delayed(message_id)
             return Gone.LOST if code is None else code
         now_us = self.clock.time_us()
-        hold = self._take_hold(held_name, _history.hold_until(now_us, self._vt_us))
-        if hold is None:
+        # The ``.0`` fraction (tolerated by the grammar) keeps a hold's name apart from
+        # every consumer lease, which vsqs writes without one: a tag is never mistaken.
+        taken = self._extend_lease(
+            held_name, _history.hold_until(now_us, self._vt_us), tag=HOLD_TAG
+        )
+        if taken is None:
             return Gone.LOST  # RACE: another process requeued, deleted or dead-lettered it
-        held_name = f"{message_id}.{hold}"
+        held_name = taken[0]
+        hold = split_name(held_name)[1]
         # From here on this process alone holds the message.
         inode = _fs.inode(self.layout.message(held_name))
         meta = self._meta.read(message_id) or Meta()
@@ -1426,21 +1306,39 @@ class Queue:
         _history.count_ended_lease(
             meta, message_id, lease, hold, released=released, now_us=now_us, vt_us=self._vt_us
         )
-        if _history.exhausted(meta, self.max_receives):
+        if self.dead_letter is not None and _history.exhausted(meta, self.max_receives):
             try:
                 if target == message_id:
                     self._meta.write(message_id, meta, durable=self.durable)
-                moved = self._dead_letter(held_name, meta, reason="max_receives")
-            except OSError as exc:
-                if exc.errno not in _NO_SPACE:
-                    raise
-                # A full disk: it stays in its hold and is dead-lettered when that ends.
-                report_once(self.path, "no space to dead-letter a message", str(exc))
+                # Atomic on one filesystem (one rename, after its metadata was written in
+                # the dead-letter queue); a crash before it leaves the message in its hold
+                # here, dead-lettered again when that ends: never lost, never in both.
+                record = self._dead_letter_meta(held_name, meta, reason="max_receives")
+                moved = self._transfer(held_name, self.dead_letter, record) is not None
+            except OSError as exc:  # QueueFull and UnsafeEntry are OSErrors too
+                self._kept_back(exc)  # it stays in its hold: tried again when that ends
                 return Gone.LOST
             return Gone.DEAD_LETTERED if moved else Gone.LOST
         self._write_count(target, meta)
-        code = self._make_ready(self.layout.message(held_name), target, meta)
+        code = self._make_ready(held_name, target, meta)
         return Gone.LOST if code is None else code
+
+    def _kept_back(self, exc: OSError) -> None:
+        """A dead-letter move failed with *exc*: say why the message stays held here (to
+        be tried again when its hold ends), or raise what is not such a reason.
+
+        A full bounded dead-letter queue (:class:`QueueFull`) is the normal case; one
+        swapped for a link (:class:`UnsafeEntry`: never moved through) and a full disk are
+        logged once.
+        """
+        if isinstance(exc, QueueFull):
+            return
+        if isinstance(exc, UnsafeEntry):
+            report_once(self.path, "cannot dead-letter a message", str(exc))
+        elif exc.errno in _NO_SPACE:
+            report_once(self.path, "no space to dead-letter a message", str(exc))
+        else:
+            raise exc
 
     def _write_count(self, message_id: str, meta: Meta) -> None:
         """Record a receive count; on a full disk, deliver without it (reported once).
@@ -1455,28 +1353,14 @@ class Queue:
                 raise
             report_once(self.path, "no space to record a receive count", str(exc))
 
-    def _take_hold(self, held_name: str, hold_us: int) -> str | None:
-        """Rename a held message to a requeue hold only this process owns; its suffix.
+    def _make_ready(self, held_name: str, message_id: str, meta: Meta | None) -> int | None:
+        """The *ready* arrow: rename the held (or delayed) file *held_name* to
+        ``<message_id>``, or to a fresh id if that one is taken; the packed id, or
+        ``None`` if the file was gone (another process got there first).
 
-        The ``.0`` fraction (tolerated by the grammar) keeps a hold's name apart from
-        every consumer lease, which vsqs writes without one: a tag is never mistaken.
+        One no-replace rename, never replacing a message that took the id meanwhile.
         """
-        message_id = held_name.partition(".")[0]
-        while True:
-            hold = format_time(hold_us, self.precision) + ".0"
-            try:
-                _fs.rename_noreplace(
-                    self.layout.message(held_name), self.layout.message(f"{message_id}.{hold}")
-                )
-            except FileNotFoundError:
-                return None  # RACE: another process requeued, deleted or dead-lettered it
-            except FileExistsError:
-                hold_us += 1000  # RACE: a same-id lease with this expiry (a clock-skewed peer)
-                continue
-            return hold
-
-    def _make_ready(self, source: str, message_id: str, meta: Meta | None) -> int | None:
-        """Rename a held file to ``<message_id>``, or to a fresh id if that one is taken."""
+        source = self.layout.message(held_name)
         target = message_id
         while True:
             try:
@@ -1500,82 +1384,108 @@ class Queue:
             break
         return encode_ready(int(target))
 
-    def _dead_letter(self, held_name: str, meta: Meta, *, reason: str) -> bool:
-        """The *dead-letter* arrow: move a held message to the dead-letter queue.
-
-        Atomic on one filesystem: one no-replace rename moves the file, after its metadata
-        was written in the dead-letter queue. Returns ``False`` if another process moved
-        or deleted the message first. A crash before the rename leaves the message held
-        here, where it is dead-lettered again when that hold expires: never lost, never
-        in both queues (except across filesystems, see :meth:`_transfer`).
-        """
-        dlq = self.dead_letter
-        assert dlq is not None
-        message_id = held_name.partition(".")[0]
-        record = _history.dead_letter_record(
-            meta, source=self.path, message_id=message_id, now_us=self.clock.time_us(),
-            reason=reason,
+    def _dead_letter_meta(self, held_name: str, meta: Meta, *, reason: str) -> Meta:
+        """The metadata a message dead-lettered from here carries: its history, its source
+        and why it was moved (no I/O)."""
+        return _history.dead_letter_record(
+            meta, source=self.path, message_id=id_of(held_name),
+            now_us=self.clock.time_us(), reason=reason,
         )  # fmt: skip
-        if self._transfer(held_name, dlq, record) is None:
-            return False
-        self._meta.remove(message_id)
-        return True
+
+    def _hold_back(self, held_name: str, meta: Meta) -> None:
+        """Keep a message that its dead-letter queue has no room for out of delivery.
+
+        A requeue hold (the *max_receives* path) simply stays: when it ends, the next
+        requeue tries the move again and counts no receive (the hold is the tag in its
+        metadata). Any other claim (retention's) is turned into such a hold, tagged.
+        """
+        message_id = id_of(held_name)
+        if is_hold(held_name):
+            return
+        taken = self._extend_lease(
+            held_name, _history.hold_until(self.clock.time_us(), self._vt_us), tag=HOLD_TAG
+        )
+        if taken is None:
+            return  # RACE: its claim ended and another process requeued or deleted it
+        meta.lease = split_name(taken[0])[1]
+        self._write_count(message_id, meta)
 
     def _transfer(self, held_name: str, dest: Queue, meta: Meta) -> str | None:
-        """Move a held message of this queue into *dest* as ready, with *meta*; its id.
+        """The *move* arrow (dead-letter, redrive): a held message of this queue into
+        *dest*, ready, with *meta*; its id there.
 
         The metadata is created (exclusively) in *dest* before the one no-replace rename
-        that moves the file, so whoever sees the message there sees its metadata. Returns
-        ``None`` if the file was gone (another process moved or deleted it first).
+        that moves the file, so whoever sees the message there sees its metadata; this
+        queue's metadata of it goes after. Returns ``None`` if the file was gone (another
+        process moved or deleted it first). Across filesystems (``EXDEV``) it copies
+        instead (:meth:`_copy_to`). A bounded *dest* takes the message only if it has room
+        (under its capacity lock, as a publish; a move never waits for room).
+
+        :raises QueueFull: *dest* is full: nothing moved.
         """
-        source = self.layout.message(held_name)
-        target = held_name.partition(".")[0]
-        with_meta = meta.to_json() != b"{}"
-        try:
-            meta.inode = _fs.inode(source)  # a rename keeps it: the metadata stays matched
-        except FileNotFoundError:
-            return None  # RACE: another process moved or deleted it first
-        while True:
-            if with_meta and not dest._meta.create(target, meta, durable=dest.durable):
-                target = dest._new_id()  # the id is taken in *dest*
-                continue
+        with room_for_move(dest._capacity):
+            source = self.layout.message(held_name)
+            target = id_of(held_name)
+            with_meta = meta.to_json() != b"{}"
+            # Through a descriptor of *dest*'s directory, its name opened now without
+            # following a link: a target swapped for a symlink after this handle was made
+            # raises UnsafeEntry, before anything is written, and nothing lands outside it.
+            into = dest.layout.open_queue()
             try:
-                _fs.rename_noreplace(source, dest.layout.message(target))
-            except FileNotFoundError:
-                if with_meta:
-                    dest._meta.remove(target)
-                return None  # RACE: another process moved or deleted it first
-            except FileExistsError:
-                if with_meta:
-                    dest._meta.remove(target)
-                target = dest._new_id()  # RACE: a message took that id in *dest*
-                continue
-            except OSError as exc:
-                if with_meta:
-                    dest._meta.remove(target)
-                if exc.errno != errno.EXDEV:
-                    raise
-                return self._copy_to(dest, held_name, target, meta if with_meta else None)
-            break
-        if dest.durable:
-            _fs.fsync_dir(dest.path)
-            _fs.fsync_dir(self.path)
-        return target
+                try:
+                    meta.inode = _fs.inode(source)  # a rename keeps it: the metadata matches
+                except FileNotFoundError:
+                    return None  # RACE: another process moved or deleted it first
+                while True:
+                    if with_meta and not dest._meta.create(target, meta, durable=dest.durable):
+                        target = dest._new_id()  # the id is taken in *dest*
+                        continue
+                    try:
+                        # *source* is absolute: only *target* is resolved in *into*.
+                        _fs.rename_noreplace(source, target, into)
+                    except OSError as exc:
+                        if with_meta:
+                            dest._meta.remove(target)
+                        if isinstance(exc, FileNotFoundError):
+                            return None  # RACE: another process moved or deleted it first
+                        if isinstance(exc, FileExistsError):
+                            target = dest._new_id()  # RACE: a message took that id in *dest*
+                            continue
+                        if exc.errno != errno.EXDEV:
+                            raise
+                        copied = self._copy_to(dest, held_name, target, meta if with_meta else None)
+                        if copied is not None:
+                            self._meta.remove(id_of(held_name))
+                        return copied
+                    break
+            finally:
+                _fs.close(into)
+            self._meta.remove(id_of(held_name))
+            if dest.durable:
+                _fs.fsync_dir(dest.path)
+                _fs.fsync_dir(self.path)
+            return target
 
     def _copy_to(self, dest: Queue, held_name: str, target: str, meta: Meta | None) -> str | None:
-        """Move a held message to *dest* on another filesystem: copy, then unlink.
+        """The *copy* arrow, a move across filesystems: *create* a copy in *dest*,
+        *commit* it there, *delete* the original here.
 
-        Exactly once without a crash: the copy is staged in *dest* while this process
+        Exactly once without a crash: the copy is created in *dest* while this process
         keeps renewing its claim on the source (so no requeue can hand the message to
         another mover however long the copy takes); the claim is renewed once more
-        before the copy becomes visible, and the source is unlinked right after. If the
+        before the copy becomes visible, and the source is deleted right after. If the
         claim is lost anyway (this process stalled longer than a lease), the copy is
-        withdrawn before anyone sees it, or, if it was already visible, reported. A
-        crash between the copy's commit and the unlink leaves the message in both
+        discarded before anyone sees it, or, if it was already visible, reported. A
+        crash between the copy's commit and the delete leaves the message in both
         queues (at least once, never lost). Returns the id in *dest*, or ``None`` if
         another process took the message first.
         """
-        claim = _Claim(self, held_name)
+        claim = _Claim(
+            held_name,
+            self._extend_lease,
+            self.clock.time_us,
+            max(self._vt_us, _history.REQUEUE_HOLD_US),
+        )
         try:
             source = _fs.open_regular(self.layout.message(held_name))
         except FileNotFoundError:
@@ -1585,19 +1495,19 @@ class Queue:
                 raise
             return None  # planted (a link, a FIFO): never copied; it is not a message
         try:
-            new, _ = dest._stage(
+            new, size = dest._stage(
                 lambda out: _fs.copy_fd(source, out, claim.renew), sync=dest.durable
             )
         except _ClaimLost:
             return None  # RACE: another process took the message while we copied
         finally:
             _fs.close(source)
-        new_path = dest.layout.message(new)
         if not claim.renew(force=True):
-            _fs.unlink(new_path)  # withdrawn before anyone could see it
+            dest._discard(new)  # withdrawn before anyone could see it
             return None
-        target = dest._publish_copy(new_path, target, meta)
-        if not _fs.unlink(self.layout.message(claim.name)):
+        # A copy is a new inode: _commit matches the metadata to it.
+        target = dest._commit(new, size, meta, to=target, moved=True)
+        if not self._unlink_message(claim.name):
             # RACE: the claim ran out between the renewal and now (a stall longer than
             # a lease): the other copy is whoever took it. Ours is visible already.
             report_once(self.path, "a moved message was taken back during its move", target)
@@ -1606,37 +1516,12 @@ class Queue:
             _fs.fsync_dir(self.path)
         return target
 
-    def _publish_copy(self, new_path: str, target: str, meta: Meta | None) -> str:
-        """Make a staged copy ready as *target* (or a fresh id if taken), with *meta*."""
-        if meta is not None:
-            meta.inode = _fs.inode(new_path)  # a copy is a new inode: match the metadata
-        while True:
-            if meta is not None and not self._meta.create(target, meta, durable=self.durable):
-                target = self._new_id()  # RACE: the id has another message's metadata here
-                continue
-            try:
-                _fs.rename_noreplace(new_path, self.layout.message(target))
-            except FileExistsError:
-                if meta is not None:
-                    self._meta.remove(target)
-                target = self._new_id()  # RACE: a message took that id meanwhile
-                continue
-            except BaseException:
-                if meta is not None:
-                    self._meta.remove(target)
-                _fs.unlink(new_path)
-                raise
-            return target
-
     def _claim_for_move(self, message_id: str) -> str | None:
         """Claim a ready message for a move (retention, redrive); its held name or None."""
         lease_end = format_time(self.clock.time_us() + self._vt_us, self.precision)
         held = f"{message_id}.{lease_end}"
-        try:
-            _fs.rename_noreplace(self.layout.message(message_id), self.layout.message(held))
-        except (FileNotFoundError, FileExistsError):
-            return None  # RACE: a consumer claimed it first; it is theirs now
-        return held
+        # RACE: a consumer may claim it first; it is theirs now.
+        return held if self._claim_one(message_id, held) else None
 
     def _apply_retention(self, codes: list[int], now_us: int) -> list[int]:
         """Drop (or dead-letter) the ready messages older than the retention period.
@@ -1658,7 +1543,12 @@ class Queue:
                 continue  # RACE: a consumer claimed it first; it is theirs now
             if self.dead_letter is not None:
                 meta = self._meta.read(message_id) or Meta()
-                self._dead_letter(held, meta, reason="retention")
+                record = self._dead_letter_meta(held, meta, reason="retention")
+                try:
+                    self._transfer(held, self.dead_letter, record)
+                except OSError as exc:
+                    self._kept_back(exc)
+                    self._hold_back(held, meta)  # held here, tried again when that ends
             else:
                 self._unlink_message(held)
         return codes[split:]
@@ -1679,7 +1569,7 @@ class Queue:
 
     def _counts(self, listing: _scan.Listing) -> Counts:
         delayed_ids = self._meta.delayed_ids() if listing.held else set()
-        delayed = sum(1 for _, name in listing.held if name.partition(".")[0] in delayed_ids)
+        delayed = sum(1 for _, name in listing.held if id_of(name) in delayed_ids)
         return Counts(
             ready=len(listing.ready),
             held=len(listing.held) - delayed,
@@ -1738,6 +1628,7 @@ class Queue:
             else max(0.0, (self.clock.time_us() - (oldest >> 1)) / 1e6),
             is_shutdown=self.is_shutdown,
             oldest_ready_id=None if oldest is None else decode_ready(oldest),
+            held_back=held_back(listing.held),
         )
 
     def peek_oldest_key(self) -> int | None:
@@ -1752,7 +1643,7 @@ class Queue:
         for expires, name in _scan.scan(self.path).held:
             if expires <= now_us and not isinstance(self._return(name), Gone):
                 count += 1
-        self._view.invalidate()
+        self._consumer.invalidate()
         return count
 
     def purge(self) -> int:
@@ -1760,8 +1651,12 @@ class Queue:
 
         Messages being written (``.new``) are left alone: a concurrent publish is never
         cut short. A message claimed by a consumer during the purge may survive it.
+        Entries of the message grammar that are not regular files (a planted directory or
+        FIFO) are not messages: they are left alone and logged once.
         """
         listing = _scan.scan(self.path)
+        if listing.planted:  # not messages (directories, FIFOs...): never removed, said once
+            report_once(self.path, "purge left entries that are not messages", listing.planted[0])
         names = [decode_ready(code) for code in listing.ready] + [n for _, n in listing.held]
         removed = 0
         self._meta.refresh()
@@ -1769,8 +1664,8 @@ class Queue:
             # RACE: a consumer may get there first (the unlink finds nothing).
             if self._unlink_message(name):
                 removed += 1
-                self._meta.unmark_delayed(name.partition(".")[0])
-        self._view.invalidate()
+                self._meta.unmark_delayed(id_of(name))
+        self._consumer.invalidate()
         return removed
 
     def clean(self, older_than: float = 3600.0) -> int:
@@ -1778,9 +1673,13 @@ class Queue:
 
         Debris is what crashed processes leave: ``.new`` files of publishers that died
         mid-write (never visible, so nothing is lost), orphaned metadata, expired
-        deduplication markers, and empty pokes and announcements (``.wake-*``,
-        ``.wake-*-meta``). Young ``.new`` files are never touched. With a
-        ``retention``, messages past it are dropped (or dead-lettered) too and counted.
+        deduplication markers, and pokes and announcements (empty regular files named
+        exactly ``.wake-<pid>-<hex>`` or ``.wake-<pid>-<hex>-meta``; nothing else). Young
+        ``.new`` files are never touched, nor, whatever *older_than*, one that a
+        deduplication marker in force names (its publisher died between marker and rename
+        under 30 s ago): a retry then waits for it and publishes, never taking it for a
+        published message. With a ``retention``, messages past it are dropped (or
+        dead-lettered) too and counted.
         """
         age = _seconds(older_than, "older_than")
         now_us = self.clock.time_us()
@@ -1795,7 +1694,7 @@ class Queue:
             else:
                 spared.update(message_id + ".new" for message_id, _ in pending)
         # Markers next: one whose publisher died leaves a stale `.new` that is removed below.
-        removed = self._dedup.clean()
+        removed = self._dedup.clean(spared)  # and spares the `.new` of a marker in force
         listing = _scan.scan(self.path)
         kept_new = []
         for created, name in listing.new:
@@ -1803,18 +1702,17 @@ class Queue:
             # Judged by the id *and* the file's mtime: a publisher whose clock runs behind
             # must not lose a message that it is still writing.
             old = created < cutoff_us and name not in spared and _fs.mtime(path) < wall_cutoff
-            if old and _fs.unlink(path):
+            if old and self._discard(name):
                 removed += 1
             else:
                 kept_new.append((created, name))
         for name in listing.pokes:  # empty files a process died between making and removing
-            path = self.layout.message(name)
-            if _fs.mtime(path) < wall_cutoff and _fs.unlink(path):
+            if self.layout.remove_poke(name, older_than=wall_cutoff):
                 removed += 1
         if self.retention is not None:
             removed += len(listing.ready) - len(self._apply_retention(listing.ready, now_us))
         live = {decode_ready(code) for code in listing.ready}
-        live.update(name.partition(".")[0] for _, name in (*listing.held, *kept_new))
+        live.update(id_of(name) for _, name in (*listing.held, *kept_new))
         return removed + _history.remove_orphans(self.layout, self._meta, live, wall_cutoff)
 
     def redrive(
@@ -1829,6 +1727,10 @@ class Queue:
 
         :param to: a queue or path; ``None`` for each message's source queue.
         :param limit: move at most this many, oldest first (SQS ``StartMessageMoveTask``).
+
+        A bounded target takes messages while it has room (under its capacity lock, as
+        a publish); once it is full, the redrive stops (a message whose own source
+        queue is full stays here, and the others go on) and returns how many moved.
         """
         bad_limit = isinstance(limit, bool) or not isinstance(limit, int) or limit < 0
         if limit is not None and bad_limit:
@@ -1848,13 +1750,19 @@ class Queue:
             if destination is None:
                 source = _history.redrive_source(meta)
                 if source is None:
-                    _fs.rename_noreplace(self.layout.message(held), self.layout.message(message_id))
+                    self._make_ready(held, message_id, None)
                     continue  # no recorded source and no explicit target: leave it
                 if source not in targets:
                     targets[source] = self._sibling(source)
                 destination = targets[source]
-            if self._transfer(held, destination, _history.redrive_record(meta)) is not None:
-                self._meta.remove(message_id)
+            try:
+                done = self._transfer(held, destination, _history.redrive_record(meta))
+            except QueueFull:
+                self._make_ready(held, message_id, meta)  # stays here
+                if fixed is not None:
+                    break  # the target is full: stop
+                continue
+            if done is not None:
                 moved += 1
         return moved
 
@@ -2011,9 +1919,10 @@ class Queue:
         """Yield a self-renewing :class:`~vsqs.Lease` per message, as :meth:`consume` does.
 
         Each message is claimed as by :meth:`receive`, then held as by :meth:`lease`;
-        use each lease in a ``with`` block (or end it with ``delete()``/``release()``).
-        Stops when the queue is shut down and drained, or after *timeout* seconds
-        without a message.
+        use each lease in a ``with`` block, where it is renewed (*max_duration* counts
+        from entering it). A lease never entered is never renewed; if the loop ends
+        without entering it (a ``break``), it is released at once. Stops when the queue
+        is shut down and drained, or after *timeout* seconds without a message.
 
         >>> import tempfile, vsqs
         >>> q = vsqs.Queue(tempfile.mkdtemp())
@@ -2023,10 +1932,10 @@ class Queue:
         ...         print(lease.message.body)
         b'a'
         """
-        for message in self.consume(visibility_timeout=visibility_timeout, timeout=timeout):
-            yield self.lease(
-                message, max_duration=max_duration, visibility_timeout=visibility_timeout
-            )
+        return until_entered(
+            self.lease(message, max_duration=max_duration, visibility_timeout=visibility_timeout)
+            for message in self.consume(visibility_timeout=visibility_timeout, timeout=timeout)
+        )
 
 
 class _ClaimLost(Exception):
@@ -2034,15 +1943,24 @@ class _ClaimLost(Exception):
 
 
 class _Claim:
-    """A mover's claim on a held message, renewed while a long copy runs."""
+    """A mover's claim on a held message, renewed while a long copy runs.
 
-    def __init__(self, queue: Queue, name: str) -> None:
-        self._queue = queue
+    Renewing is the *extend* arrow, passed in as *extend* (``Queue._extend_lease``), so
+    this object holds no queue: only the name it renews and when it ends.
+    """
+
+    def __init__(
+        self,
+        name: str,
+        extend: Callable[..., tuple[str, int] | None],
+        time_us: Callable[[], int],
+        length_us: int,
+    ) -> None:
         self.name = name
-        message_id, _, lease = name.partition(".")
-        self._id = message_id
-        self._tag = ".0" if lease.endswith(".0") else ""
-        self._length_us = max(queue.config.vt_us, _history.REQUEUE_HOLD_US)
+        self._extend = extend
+        self._time_us = time_us
+        self._tag = HOLD_TAG if is_hold(name) else ""
+        self._length_us = length_us
         entry = parse_name(name)
         self._expires = entry.expires if entry is not None and entry.expires else 0
 
@@ -2052,24 +1970,26 @@ class _Claim:
         As a copy's progress callback it raises :class:`_ClaimLost` instead of
         returning ``False``, which stops the copy.
         """
-        queue = self._queue
-        now_us = queue.clock.time_us()
+        now_us = self._time_us()
         if not force and self._expires - now_us > self._length_us // 2:
             return True
-        expiry = now_us + self._length_us
-        while True:
-            name = f"{self._id}.{format_time(expiry, queue.precision)}{self._tag}"
-            try:
-                _fs.rename_noreplace(queue.layout.message(self.name), queue.layout.message(name))
-            except FileNotFoundError:
-                if force:
-                    return False
-                raise _ClaimLost(self.name) from None  # RACE: requeued by another process
-            except FileExistsError:
-                expiry += 1000  # RACE: a same-id lease with this expiry (a skewed peer)
-                continue
-            self.name, self._expires = name, expiry
-            return True
+        moved = self._extend(self.name, now_us + self._length_us, tag=self._tag)
+        if moved is None:
+            if force:
+                return False
+            raise _ClaimLost(self.name)  # RACE: requeued by another process
+        self.name, self._expires = moved
+        return True
+
+
+def _write_body(fd: int, body: bytes | memoryview | Callable[[int], int] | _ingest.Linked) -> int:
+    """Fill a new message file open as *fd* with *body* (see ``Queue._stage``); its size."""
+    if isinstance(body, _ingest.Linked):
+        return body.size  # the file is the body already
+    if callable(body):
+        return body(fd)
+    _fs.write_all(fd, body)
+    return len(body)
 
 
 def _check_dedup_id(key: object, name: str = "dedup_id") -> None:

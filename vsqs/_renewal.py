@@ -17,6 +17,7 @@ from __future__ import annotations
 import os
 import threading
 import weakref
+from collections.abc import Callable, Iterable, Iterator
 from types import TracebackType
 from typing import Final, Protocol
 
@@ -76,12 +77,15 @@ class Lease:
         self._lock = threading.Lock()
         self._message = message
         self._vt_us = round(_seconds(visibility_timeout, "visibility_timeout", positive=True) * 1e6)
-        max_us = round(_seconds(max_duration, "max_duration") * 1e6)
-        self._deadline_us = renewer.holder.clock.time_us() + max_us
+        self._max_us = round(_seconds(max_duration, "max_duration") * 1e6)
+        self._deadline_us = renewer.holder.clock.time_us() + self._max_us
         self._expires_us = round(message.expires_at * 1e6)
         self._retry_us = 0
         self._lost: LeaseLost | None = None
         self._ended = False
+        self._entered = False
+        self._deferred = False  # renewed only from __enter__ on (see defer)
+        self._gone: Callable[[], bool] | None = None  # see tie
         self.renewals = 0
         """How many times the lease was extended."""
         self.error: OSError | None = None
@@ -119,7 +123,39 @@ class Lease:
     # -- the user's side ------------------------------------------------------------
 
     def __enter__(self) -> Lease:
+        self._entered = True
+        if self._deferred:
+            with self._lock:
+                self._deferred = False
+                self._deadline_us = self._renewer.holder.clock.time_us() + self._max_us
+            if not self.ended:
+                self._renewer.start(self)
         return self
+
+    def defer(self) -> None:
+        """Renew only once the ``with`` block is entered (*max_duration* counts from
+        there). :meth:`vsqs.Queue.consume_leases` and :mod:`vsqs.aio` defer every lease
+        they make, so a lease the caller never enters is never renewed."""
+        with self._lock:
+            if self._entered:
+                return
+            self._deferred = True
+        self._renewer.discard(self)
+
+    def tie(self, gone: Callable[[], bool]) -> None:
+        """Stop renewing, and release the message, once *gone()* is true: the lease's
+        owner can no longer end it (an asyncio lease whose event loop is closed)."""
+        self._gone = gone
+
+    def abandon(self) -> None:
+        """Release the message of a lease that was never entered (its loop moved on to
+        the next lease, or ended); nothing if it was entered or has ended."""
+        if self._entered or self.ended:
+            return
+        try:
+            self.release()
+        except LeaseLost:
+            pass  # RACE: it ran out and another consumer took it: back already
 
     def __exit__(
         self,
@@ -196,7 +232,7 @@ class Lease:
         """
         holder = self._renewer.holder
         with self._lock:
-            if self._ended or self._lost is not None:
+            if self._ended or self._lost is not None or self._deferred or self._end_if_orphaned():
                 return False
             now_us = holder.clock.time_us()
             if now_us < self.next_renewal_us:
@@ -220,6 +256,20 @@ class Lease:
             self.error = None
             self.renewals += 1
             return True
+
+    def _end_if_orphaned(self) -> bool:
+        """Release the lease if nobody can end it any more (see :meth:`tie`; under its
+        lock, as :meth:`release`); whether it did."""
+        if self._gone is None or not self._gone():
+            return False
+        self._ended = True
+        try:
+            self._message = self._renewer.holder.change_visibility(self._message, 0)
+        except LeaseLost as exc:
+            self._lost = exc  # RACE: it ran out and another consumer took it
+        except OSError as exc:
+            self.error = exc  # it runs out by itself at its expiry, a visibility timeout away
+        return True
 
     def after_fork(self) -> None:
         """In a forked child: a fresh lock (the parent's renewal thread may have held it)."""
@@ -248,10 +298,15 @@ class Renewer:
         return self._thread
 
     def lease(self, message: Message, *, visibility_timeout: float, max_duration: float) -> Lease:
-        """A new lease on *message*, renewed from now on."""
+        """A new lease on *message*, renewed from now on (see :meth:`Lease.defer`)."""
         lease = Lease(
             self, message, visibility_timeout=visibility_timeout, max_duration=max_duration
         )
+        self.start(lease)
+        return lease
+
+    def start(self, lease: Lease) -> None:
+        """Renew *lease* from now on (starting the thread if none runs)."""
         with self._wake:
             self._leases.add(lease)
             if self._thread is None:
@@ -259,7 +314,6 @@ class Renewer:
                 self._thread.start()
             else:
                 self._wake.notify()
-        return lease
 
     def discard(self, lease: Lease) -> None:
         """Stop renewing *lease* (the thread ends with the last one)."""
@@ -305,6 +359,21 @@ class Renewer:
             for lease in due:  # outside the renewer's lock: leases lock first
                 if not lease.renew():
                     self.discard(lease)
+
+
+def until_entered(leases: Iterable[Lease]) -> Iterator[Lease]:
+    """Yield each of *leases* deferred: renewed only inside its ``with`` block. One left
+    unentered when the loop ends (a ``break``: the generator is closed or collected) is
+    released at once; one skipped (the loop asked for the next) is not renewed and comes
+    back when its visibility timeout ends, as a received message (so a loop that skips a
+    message does not get it straight back)."""
+    for lease in leases:
+        lease.defer()
+        try:
+            yield lease
+        except GeneratorExit:
+            lease.abandon()
+            raise
 
 
 _RENEWERS: Final[weakref.WeakSet[Renewer]] = weakref.WeakSet()

@@ -6,7 +6,7 @@ import os
 import re
 from typing import TYPE_CHECKING, Final, cast
 
-from . import _fs
+from . import _fs, _host
 from ._errors import InvalidName, NotAQueue, QueueNotFound
 from ._options import Config, QueueOptions
 from ._queue import Queue
@@ -54,7 +54,7 @@ class QueueRoot:
             _fs.make_dirs(self.path, durable=bool(options.get("durable", True)))
         except (FileExistsError, NotADirectoryError):
             raise NotAQueue(self.path) from None
-        if not os.path.isdir(self.path):
+        if not _host.is_dir(self.path):
             raise NotAQueue(self.path)
         Config.build(**options)  # a wrong option fails here, naming it, not at create()
         self._options = options
@@ -83,7 +83,7 @@ class QueueRoot:
         :raises ValueError: a stored ``dead_letter`` that is not a queue of this root.
         """
         path = self._dir(name)
-        if os.path.lexists(path) and not self._is_queue(path):
+        if _fs.exists(path) and not self._is_queue(path):
             raise NotAQueue(path)
         stored = {key: value for key, value in options.items() if key in STORED}
         handle = cast("QueueOptions", {k: v for k, v in options.items() if k not in STORED})
@@ -113,7 +113,7 @@ class QueueRoot:
     def list(self) -> list[str]:
         """The names of the queues under the root, sorted."""
         names = []
-        for entry in os.scandir(self.path):
+        for entry in _fs.scandir(self.path):
             try:
                 valid = entry.is_dir(follow_symlinks=False) and validate_name(entry.name)
             except InvalidName:

@@ -12,12 +12,19 @@ the atomic rename decide.
 
 from __future__ import annotations
 
-import os
+import re
 from dataclasses import dataclass, field
+from typing import Final
 
-from ._ids import MAX_DIGITS, MS_LIMIT, parse_name
+from . import _fs
 from ._ids import State as _State
+from ._ids import parse_name, sort_names
 from ._inotify import WAKE
+
+# The exact names vsqs makes for an instant (see ``Layout.wake`` and ``Layout.announce``):
+# ``.wake-<pid>-<8 hex digits>``, for an announcement followed by ``-<.vsqs subdirectory>``.
+# A user's ``.wake-up-notes.txt`` is not one, and is never touched.
+_POKE: Final = re.compile(re.escape(WAKE) + r"[0-9]+-[0-9a-f]{8}(?:-[a-z]+)?")
 
 
 @dataclass(slots=True)
@@ -32,35 +39,39 @@ class Listing:
     """``(created_us, name)`` of messages being written."""
     pokes: list[str] = field(default_factory=list)
     """Names of pokes and announcements (``.wake-*``: :data:`vsqs._inotify.WAKE`), made
-    in the queue directory for an instant to cause inotify events; a crash may leave one."""
+    in the queue directory for an instant to cause inotify events; a crash may leave one.
+    Only regular files of exactly that grammar (``_POKE``); the caller checks they are empty."""
+    planted: list[str] = field(default_factory=list)
+    """Names of the message grammar held by something that is not a regular file (a
+    directory, FIFO, socket, device or symlink planted there): not messages, in no count."""
+
+
+NEW_GRACE_US: Final = 60_000_000
+"""A ``.new`` older than this (µs) belongs to a crashed publisher: the capacity counts it
+for nothing, and a drain does not wait for it once its mtime is that old too."""
 
 
 def scan(path: str) -> Listing:
-    """List *path* once. Raises :class:`FileNotFoundError` if the directory is gone."""
+    """List *path* once. Raises :class:`FileNotFoundError` if the directory is gone.
+
+    Only regular files are messages (or pokes): the type comes from the directory entry
+    itself (``d_type``, which ``scandir`` gets for free on Linux's local filesystems and
+    NFS); only where a filesystem does not give it does Python ``lstat`` the entry.
+    """
     listing = Listing()
-    ready_append = listing.ready.append
-    with os.scandir(path) as entries:
+    names: list[str] = []
+    odd: list[str] = []  # entries that are not regular files (the type costs no syscall)
+    with _fs.scandir(path) as entries:
         for entry in entries:
-            name = entry.name
-            # Fast path for the common case, a ready id: digits only.
-            if name.isdigit() and name.isascii():
-                if len(name) > MAX_DIGITS or (name[0] == "0" and name != "0"):
-                    continue
-                value = int(name)
-                ready_append(
-                    ((value * 1000 if value < MS_LIMIT else value) << 1) | (value < MS_LIMIT)
-                )
-                continue
-            parsed = parse_name(name)
-            if parsed is None:
-                if name.startswith(WAKE):  # a poke or announcement its maker left behind
-                    listing.pokes.append(name)
-                continue  # foreign files, dot-entries, directories named oddly: not ours
-            if parsed.state is _State.HELD:
-                assert parsed.expires is not None
-                listing.held.append((parsed.expires, name))
-            elif parsed.state is _State.NEW:
-                listing.new.append((parsed.key, name))
+            (names if entry.is_file(follow_symlinks=False) else odd).append(entry.name)
+    other: list[str] = []
+    sort_names(names, listing.ready, listing.held, listing.new, other)
+    # Foreign files, dot-entries, directories named oddly: not ours. Pokes and
+    # announcements are vsqs's, and a crash may leave one behind (never a user's
+    # `.wake-*`: only the exact names vsqs makes).
+    listing.pokes.extend(name for name in other if _POKE.fullmatch(name))
+    # A name of the message grammar held by a directory, FIFO, socket or symlink: planted.
+    listing.planted.extend(name for name in odd if parse_name(name) is not None)
     listing.ready.sort()
     return listing
 
@@ -69,11 +80,12 @@ def held_names_for(path: str, message_id: str) -> list[str]:
     """Every held name of one id (normally zero or one), by a full listing."""
     prefix = message_id + "."
     found = []
-    with os.scandir(path) as entries:
+    with _fs.scandir(path) as entries:
         for entry in entries:
             name = entry.name
             if name.startswith(prefix):
                 parsed = parse_name(name)
-                if parsed is not None and parsed.state is _State.HELD:
+                held = parsed is not None and parsed.state is _State.HELD
+                if held and entry.is_file(follow_symlinks=False):
                     found.append(name)
     return found

@@ -7,6 +7,7 @@ that queue's atomic rename, and deleted or extended there, routed by ``Message.q
 from __future__ import annotations
 
 import math
+import threading
 from collections.abc import Iterable, Iterator
 from typing import Final
 
@@ -15,6 +16,7 @@ from ._errors import InvalidId, QueueDrained
 from ._ids import parse_id, parse_name
 from ._message import Message
 from ._queue import Queue
+from ._waiters import RECHECK, MultiWaiter
 
 ORDERS: Final = ("oldest", "priority")
 
@@ -28,14 +30,16 @@ class QueueSet:
     ``order="priority"``: the first queue is drained before the second is looked at, and
     so on; it costs what receiving from the first non-empty queue costs.
 
-    Waiting. While every queue is empty, a blocked receive waits on the first queue's
-    waiter (inotify where available), re-checking every queue every *recheck* seconds.
-    So a message published to the first queue is seen at once, and one published to any
-    other queue within *recheck* seconds (0.05 by default).
+    Waiting. While every queue is empty, a blocked receive waits on all of them at once
+    (one :class:`~vsqs.MultiWaiter`: inotify where available), so a message published
+    to any queue of the set wakes it at once. It also looks again when a lease or delay
+    it knows of ends, and every *recheck* seconds on queues whose directories cannot be
+    watched (network filesystems, ``wait="poll"``): those are polled.
 
     Atomicity is each queue's: a message is claimed by exactly one consumer.
 
     :param queues: the queues, in priority order for ``order="priority"``.
+    :param recheck: the polling interval of queues that cannot be watched (seconds).
     :raises ValueError: no queue, a queue twice, or an unknown *order*.
     """
 
@@ -56,6 +60,8 @@ class QueueSet:
         self.order: Final = order
         self.recheck = float(recheck)
         self._by_path = dict(zip(paths, queues, strict=True))
+        self._waiter: MultiWaiter | None = None
+        self._waiter_lock = threading.Lock()
 
     def __repr__(self) -> str:
         return f"QueueSet({', '.join(repr(q) for q in self.queues)}, order={self.order!r})"
@@ -90,7 +96,7 @@ class QueueSet:
         first = self.queues[0]
         clock = first.clock
         deadline = None if timeout is None else clock.monotonic() + timeout
-        waiter = None if timeout == 0 else first.waiter()
+        waiter = None if timeout == 0 else self.waiter()
         while True:
             token = waiter.token() if waiter is not None else 0
             got, drained = self._claim(max_messages, visibility_timeout)
@@ -101,7 +107,26 @@ class QueueSet:
             remaining = math.inf if deadline is None else deadline - clock.monotonic()
             if waiter is None or remaining <= 0:
                 return []
-            waiter.wait(token, min(remaining, self.recheck))
+            # Each queue knows when its own leases, delays and grace end (no I/O).
+            waiter.wait(token, min(remaining, *(queue.next_look() for queue in self.queues)))
+
+    def waiter(self) -> MultiWaiter:
+        """What a blocked receive of the set waits on: every queue's directory, with each
+        queue's ``wait`` mode (made on first use, once, whatever the threads; kept for
+        the set's life). Waiting on it is thread-safe (see :class:`~vsqs.MultiWaiter`).
+        """
+        with self._waiter_lock:
+            if self._waiter is None:
+                configured = [q.config.poll_interval for q in self.queues]
+                waiter = MultiWaiter(
+                    poll_interval=self.recheck,
+                    recheck=min([RECHECK, *(every for every in configured if every)]),
+                    clock=self.queues[0].clock,
+                )
+                for queue in self.queues:
+                    waiter.add(queue.path, wait=queue.config.wait)
+                self._waiter = waiter
+            return self._waiter
 
     def consume(
         self, *, visibility_timeout: float | None = None, timeout: float | None = None

@@ -16,6 +16,18 @@ made. Two questions follow, answered here and nowhere else:
   which needs no clock agreement at all. ``DRAIN_SKEW`` is the clock difference between
   hosts that this tolerates.
 
+* **Which** ``.new`` **files may a drain ignore?** Only a dead publisher's: one whose id
+  is over ``NEW_GRACE_US`` old (by this clock) *and* whose mtime is too (by this clock
+  or the filesystem's, whichever is behind), as :meth:`Queue.clean` judges debris. So a
+  publisher whose clock runs minutes behind (its ids look old, its file is fresh) is
+  still waited for; one that stalled that long before its rename finds the queue shut
+  down when it resumes, and withdraws its ``.new``.
+
+The marker is probed by path (the hot path of every publish); a marker found is
+confirmed through the layout, which never follows a planted ``.vsqs`` link and raises
+:class:`~vsqs._layout.UnsafeEntry` naming it, rather than reporting a shutdown that
+is another directory's.
+
 A manual clock runs the same code: it changes what time it is, never which rule applies.
 """
 
@@ -25,9 +37,10 @@ import threading
 import weakref
 from typing import Final
 
-from . import _fs
+from . import _fs, _scan
 from ._clock import Clock
 from ._errors import QueueClosed
+from ._ids import parse_decimal
 from ._layout import CLOSED, ROOT, Layout
 
 CLOSE_GRACE: Final = 0.1
@@ -63,11 +76,47 @@ class ShutdownWatch:
         self.grace_ends: float | None = None
         """When (monotonic) an empty listing proves the queue drained, once known."""
 
+    def _marker_exists(self) -> bool:
+        """Whether ``.vsqs/closed`` exists: one ``access`` by path, and, only when that
+        finds it, a look through the layout, which refuses a planted ``.vsqs`` link.
+
+        :raises UnsafeEntry: ``.vsqs`` is a symlink or not a directory.
+        """
+        return _fs.exists(self._marker) and self._layout.exists(ROOT, CLOSED)
+
     def is_shut_down(self) -> bool:
         """Whether the queue was shut down, by any process (one ``access`` unless seen)."""
-        if not self.seen and _fs.exists(self._marker):
+        if not self.seen and self._marker_exists():
             self.seen = True
         return self.seen
+
+    def is_drained(self) -> bool:
+        """Whether the queue is shut down and provably empty: past the grace, nothing
+        ready or held, and no ``.new`` that a live publisher may still rename (see the
+        module doc). One listing; the filesystem's clock is read only if a ``.new``
+        looks dead by this clock."""
+        if not self.is_shut_down() or self.in_grace():
+            return False
+        listing = _scan.scan(self._layout.path)
+        return not (listing.ready or listing.held) and self._all_dead(listing.new)
+
+    def _all_dead(self, new: list[tuple[int, str]]) -> bool:
+        """Whether every ``.new`` of a listing is a dead publisher's (see the module doc)."""
+        if not new:
+            return True
+        stale_before = self._clock.time_us() - _scan.NEW_GRACE_US
+        if any(created > stale_before for created, _ in new):
+            return False  # a publisher may be writing it
+        layout = self._layout
+        # Infinity for one renamed or removed meanwhile: not drained yet, look again.
+        newest = max(_fs.mtime(layout.message(name)) for _, name in new) * 1e6
+        if newest > stale_before:
+            return False  # an old id, a fresh file: a publisher whose clock runs behind
+        try:
+            fs_now_us = layout.now_us()  # in case this clock runs ahead of the files'
+        except OSError:
+            return True  # e.g. read-only: nobody can publish, so nothing can appear
+        return newest <= fs_now_us - _scan.NEW_GRACE_US
 
     def check_open(self) -> None:
         """Raise :class:`QueueClosed` if the queue was shut down (see the module doc)."""
@@ -77,7 +126,7 @@ class ShutdownWatch:
         now = self._clock.monotonic()
         if now < self._trusted.get(path, -1.0):
             return
-        if _fs.exists(self._marker):
+        if self._marker_exists():
             self.seen = True
             raise QueueClosed(path)
         self._trusted[path] = now + CLOSE_GRACE
@@ -124,8 +173,9 @@ class ShutdownWatch:
             return None  # not a regular file (planted), or .vsqs is not a directory
         if raw is None:
             return None  # RACE: removed by hand meanwhile
-        if raw.strip().isdigit():
-            return int(raw.strip())
+        when = parse_decimal(raw.strip().decode("ascii", "replace"))
+        if when is not None:
+            return when
         try:
             return self._layout.mtime_us(ROOT, CLOSED)
         except OSError:

@@ -5,6 +5,13 @@ Each process keeps its own counters in memory and writes them to its own file,
 object is detached or the process exits. Readers sum every file. No publish ever waits
 on a lock shared with another process.
 
+Freshness: a count shows in the file within about one flush interval (one second), even
+if the process then goes idle: the publish or delete after the interval flushes in
+passing, and a count that finds no flush due hands its counters to the process's one
+flusher thread (:class:`_Flusher`), which flushes them one interval later. That thread
+runs only while some counters wait for it (no thread per queue handle, none in an idle
+process), as a daemon; ``atexit`` and ``close()`` flush the rest.
+
 Exactness: counts are exact once every process has flushed (a clean exit, ``close()``
 or :meth:`vsqs.Queue.stats`). A process killed with SIGKILL loses at most the counts of
 its last flush interval (one second by default); counts never go backwards.
@@ -13,6 +20,7 @@ its last flush interval (one second by default); counts never go backwards.
 from __future__ import annotations
 
 import atexit
+import errno
 import json
 import os
 import socket
@@ -25,6 +33,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final
 
 from ._layout import STATS
+from ._meta import report_once
 
 if TYPE_CHECKING:
     from ._layout import Layout
@@ -36,7 +45,11 @@ _monotonic = time.monotonic
 
 @dataclass(frozen=True, slots=True)
 class Stats:
-    """A snapshot of a queue's counters and contents (pressure's stats, and more)."""
+    """A snapshot of a queue's counters and contents (pressure's stats, and more).
+
+    The counters of other processes are at most about one second late: each process
+    writes its counts within a second of making them, even if it then goes idle.
+    """
 
     produced_messages: int
     produced_bytes: int
@@ -53,6 +66,10 @@ class Stats:
     """Whether the queue was shut down (:meth:`vsqs.Queue.shutdown`)."""
     oldest_ready_id: str | None = None
     """The id of the oldest ready message (pass it to :meth:`vsqs.Queue.history`)."""
+    held_back: int = 0
+    """Of the held messages, those kept back from delivery because their dead-letter
+    queue had no room (it is at its capacity, or the disk is full), or whose requeuer
+    died: each is tried again when its hold ends (``max(visibility_timeout, 30 s)``)."""
 
 
 class Counters:
@@ -69,6 +86,7 @@ class Counters:
         self.produced: deque[int] = deque()
         self.consumed: deque[int] = deque()
         self._last_flush = 0.0
+        self._scheduled = False  # handed to the flusher thread, not flushed since
         self._name = f"{socket.gethostname()}-{os.getpid()}-{os.urandom(4).hex()}"
         self._pid = os.getpid()
         _live.add(self)
@@ -87,12 +105,21 @@ class Counters:
         self.produced.append(size)
         if _monotonic() - self._last_flush >= FLUSH_INTERVAL:
             self.flush()
+        elif not self._scheduled:
+            self._schedule()
 
     def add_consumed(self, size: int) -> None:
         """Count one deleted message of *size* bytes (flushing when one is due)."""
         self.consumed.append(size)
         if _monotonic() - self._last_flush >= FLUSH_INTERVAL:
             self.flush()
+        elif not self._scheduled:
+            self._schedule()
+
+    def _schedule(self) -> None:
+        """Have the flusher thread write these counts one interval from now."""
+        self._scheduled = True
+        _FLUSHER.schedule(self)
 
     def flush(self) -> None:
         """Write this process's totals (atomically replacing its previous file)."""
@@ -101,6 +128,8 @@ class Counters:
             self.after_fork()
         with self._lock:
             self._last_flush = _monotonic()
+            # Before the sizes are drained: a count appended after this schedules again.
+            self._scheduled = False
             dirty = False
             for field, sizes in (("produced", self.produced), ("consumed", self.consumed)):
                 count = total = 0
@@ -134,6 +163,7 @@ class Counters:
             self.consumed.clear()
             self._name = f"{socket.gethostname()}-{os.getpid()}-{os.urandom(4).hex()}"
             self._pid = os.getpid()
+            self._scheduled = False
 
 
 def read_totals(layout: Layout) -> dict[str, int]:
@@ -149,7 +179,9 @@ def read_totals(layout: Layout) -> dict[str, int]:
         try:
             raw = layout.read(STATS, name)
             data = json.loads(raw) if raw is not None else {}
-        except (OSError, ValueError):
+        except (OSError, ValueError) as exc:
+            if isinstance(exc, OSError) and exc.errno == errno.EFBIG:
+                report_once(layout.path, "a counter file too large to be ours is ignored", str(exc))
             continue  # RACE: replaced by its process meanwhile (its next flush counts); or planted
         if not isinstance(data, dict):
             continue
@@ -160,6 +192,75 @@ def read_totals(layout: Layout) -> dict[str, int]:
     return totals
 
 
+class _Flusher:
+    """The one thread of a process that flushes counters a count left unflushed.
+
+    Started by the first such count and gone once an interval passes with none, so an
+    idle process runs no thread. Holds the counters it is given (weakly: a dropped
+    queue flushes itself in ``__del__``) for one interval, then flushes each. Stopped
+    around a ``fork`` (the parent forks with no thread of ours, as Python 3.12+ wants),
+    then started again for the counts still due.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._due: weakref.WeakSet[Counters] = weakref.WeakSet()
+        self._thread: threading.Thread | None = None
+        self._stop = threading.Event()
+
+    def schedule(self, counters: Counters) -> None:
+        """Flush *counters* about one interval from now."""
+        with self._lock:
+            self._due.add(counters)
+            self._start()
+
+    def _start(self) -> None:
+        """Start the thread if none runs (under the lock)."""
+        if self._thread is None:
+            self._stop = threading.Event()
+            self._thread = threading.Thread(
+                target=self._run, args=(self._stop,), name="vsqs-stats-flusher", daemon=True
+            )
+            self._thread.start()
+
+    def _run(self, stop: threading.Event) -> None:
+        while not stop.wait(FLUSH_INTERVAL):
+            with self._lock:
+                due = list(self._due)
+                self._due = weakref.WeakSet()
+                if not due:
+                    if self._thread is threading.current_thread():
+                        self._thread = None
+                    return
+            for counters in due:
+                try:
+                    counters.flush()
+                except OSError:
+                    pass  # the queue directory is gone: nothing left to count into
+
+    def before_fork(self) -> None:
+        """Stop the thread (what is due stays due)."""
+        with self._lock:
+            thread, self._thread = self._thread, None
+            self._stop.set()
+        if thread is not None and thread is not threading.current_thread():
+            thread.join()
+
+    def after_fork_in_parent(self) -> None:
+        """Start again, if anything is due."""
+        with self._lock:
+            if self._due:
+                self._start()
+
+    def after_fork_in_child(self) -> None:
+        """No thread (it did not survive the fork), nothing due (the parent's counts)."""
+        self._lock = threading.Lock()
+        self._due = weakref.WeakSet()
+        self._thread = None
+        self._stop = threading.Event()
+
+
+_FLUSHER: Final = _Flusher()
 _live: weakref.WeakSet[Counters] = weakref.WeakSet()
 
 
@@ -188,6 +289,7 @@ def _flush_at_child_exit() -> None:
 
 def _after_fork_in_child() -> None:
     # The child's own counts start now; what it inherited is the parent's to write.
+    _FLUSHER.after_fork_in_child()
     for counters in list(_live):
         counters.after_fork()
     util = sys.modules.get("multiprocessing.util")
@@ -198,4 +300,8 @@ def _after_fork_in_child() -> None:
 
 
 if hasattr(os, "register_at_fork"):  # POSIX
-    os.register_at_fork(after_in_child=_after_fork_in_child)
+    os.register_at_fork(
+        before=_FLUSHER.before_fork,
+        after_in_parent=_FLUSHER.after_fork_in_parent,
+        after_in_child=_after_fork_in_child,
+    )

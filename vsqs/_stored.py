@@ -32,13 +32,14 @@ from __future__ import annotations
 import errno
 import json
 import os
+import time
 from collections.abc import Callable, Mapping
 from typing import Final, TypedDict, cast
 
 from . import _fs
 from ._clock import Clock
 from ._errors import InvalidSettings
-from ._layout import ROOT, SETTINGS, SETTINGS_LOCK, Layout, UnsafeEntry
+from ._layout import READ_LIMITS, ROOT, SETTINGS, SETTINGS_LOCK, Layout, UnsafeEntry
 from ._options import count, seconds
 
 STORED: Final = (
@@ -55,10 +56,12 @@ STORED: Final = (
 OVERRIDABLE: Final = tuple(key for key in STORED if key != "capacity")
 """The stored settings a handle may replace for itself (``capacity`` only tightens)."""
 
-_MAX_BYTES: Final = 64 * 1024  # a settings file is a few hundred bytes; more is not ours
+# A settings file is a few hundred bytes; more is not ours (and is never read whole).
+_MAX_BYTES: Final = READ_LIMITS[ROOT]
 _LOCK_POLL: Final = 0.005
 # What reading a planted non-file gives: a symlink (ELOOP: opened with O_NOFOLLOW), a
 # FIFO or directory (EINVAL from _fs's regular-file check, EISDIR), a socket (ENXIO).
+# And a file larger than _layout.READ_LIMITS allows (EFBIG): refused without being read.
 _NOT_A_FILE: Final = frozenset({errno.ELOOP, errno.EINVAL, errno.EISDIR, errno.ENXIO})
 
 
@@ -165,15 +168,17 @@ def read(layout: Layout) -> Settings:
     except (FileNotFoundError, NotADirectoryError, UnsafeEntry):
         return Settings()  # no queue directory yet, or a .vsqs vsqs never enters
     except OSError as exc:
-        if exc.errno not in _NOT_A_FILE:
+        if exc.errno not in _NOT_A_FILE and exc.errno != errno.EFBIG:
             raise  # permission denied, I/O error: as they are
+        if exc.errno == errno.EFBIG:
+            raise InvalidSettings(path, "", f"larger than {_MAX_BYTES} bytes") from None
         raise InvalidSettings(path, "", f"not a regular file ({exc.strerror})") from None
     if raw is None:
         return Settings()
     settings = parse(raw, path, layout.path)
     if "dead_letter" in settings:
         target = os.path.join(os.path.dirname(layout.path), settings["dead_letter"])
-        if os.path.lexists(target) and not _fs.is_plain_dir(target):
+        if _fs.exists(target) and not _fs.is_plain_dir(target):
             raise InvalidSettings(
                 path, "dead_letter", f"{target!r} is not a directory (a symlink?); never followed"
             )
@@ -242,6 +247,34 @@ def update(layout: Layout, clock: Clock, changes: Mapping[str, object]) -> Setti
         layout.write(ROOT, SETTINGS, dump(result), durable=True)
         layout.fsync(ROOT)
     return result
+
+
+def set_aside(queue: str, clock: Clock) -> str | None:
+    """Move the settings file of the queue directory *queue* aside, whatever it holds.
+
+    The repair for a file that cannot be read (see :class:`~vsqs.InvalidSettings`),
+    which no ``configure`` will write over: it is renamed, never removed (it is evidence,
+    and may hold settings worth keeping), to ``.vsqs/settings.json.bad-<UTC time>``; the
+    queue then has the default settings. One rename in ``.vsqs`` (never replacing, the
+    planted link or directory itself, never what it points at), under the settings lock:
+    a reader sees the old file or none. The path it was moved to; ``None`` if there was
+    no file.
+    """
+    layout = Layout(queue)
+    try:
+        if not layout.exists(ROOT, SETTINGS):
+            return None  # nothing to repair: no lock file made in a queue without one
+        with _locked(layout, clock):
+            if not layout.exists(ROOT, SETTINGS):
+                return None
+            now_us = clock.time_us()
+            stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime(now_us // 1_000_000))
+            aside = f"{SETTINGS}.bad-{stamp}.{now_us % 1_000_000:06d}Z"
+            layout.rename_noreplace(ROOT, SETTINGS, aside)
+            layout.fsync(ROOT)
+            return f"{layout.root}/{aside}"
+    finally:
+        layout.close()
 
 
 class _locked:  # noqa: N801 - used as a function: ``with _locked(layout, clock):``

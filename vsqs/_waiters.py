@@ -1,6 +1,12 @@
 """How a blocked ``receive`` or ``publish`` waits for the queue directory to change.
 
-Two strategies behind one small protocol:
+One mechanism, two kinds of waiters: a queue's own (:class:`Waiter`, below), on one
+directory, which also names the messages made ready (the fast path of a woken
+receive); and :class:`MultiWaiter`, public, on several directories at once, for a
+:class:`~vsqs.QueueSet`, each asyncio loop (:mod:`vsqs.aio`) and the kombu transport,
+with a descriptor and a non-blocking drain for event loops. Both sit on the same
+process-wide inotify descriptor and shared watches, and poll where events cannot be
+seen. A queue's own waiter has two strategies behind one small protocol:
 
 * :class:`InotifyWaiter` (Linux): one inotify descriptor per *process*
   (:mod:`vsqs._inotify_hub`), created on the first wait (never in a constructor), with one watch
@@ -39,16 +45,32 @@ import os
 import threading
 import time
 import weakref
+from collections.abc import Callable, Iterable
 from typing import Final, Protocol
 
-from . import _inotify
-from ._clock import Clock
-from ._inotify_hub import InotifyHub
-from ._mountinfo import filesystem_type, polls
+from . import _host, _inotify
+from ._clock import SYSTEM_CLOCK, Clock
+from ._host import filesystem_type
+from ._inotify_hub import InotifyHub, process_instance
+from ._mountinfo import polls
+from ._options import WAIT_MODES, seconds
 
-__all__ = ["HAVE_INOTIFY", "InotifyHub", "InotifyWaiter", "PollWaiter", "Waiter", "make_waiter"]
+__all__ = [
+    "HAVE_INOTIFY",
+    "InotifyHub",
+    "InotifyWaiter",
+    "MultiWaiter",
+    "PollWaiter",
+    "Waiter",
+    "make_waiter",
+]
 
 HAVE_INOTIFY: Final = _inotify.HAVE_INOTIFY
+POLL_INTERVAL: Final = 0.05
+"""Seconds between looks where no event can be seen (the default ``poll_interval``)."""
+RECHECK: Final = 1.0
+"""Seconds between looks under inotify, whatever the events (a lost or invisible one
+costs at most this): the default ``poll_interval`` there."""
 
 
 class Waiter(Protocol):
@@ -99,6 +121,40 @@ _log = logging.getLogger("vsqs")
 _warned = False
 
 
+def shared_hub(path: str) -> InotifyHub:
+    """The process's one watch of the directory *path* (by device and inode), shared
+    by every waiter on it: made on first use, let go of with its last user."""
+    info = _host.status(path)
+    key = (os.getpid(), info.st_dev, info.st_ino)
+    with _hubs_lock:
+        hub = _hubs.get(key)
+        if hub is None:
+            hub = _hubs[key] = InotifyHub(path)
+        return hub
+
+
+def _warn_polling(exc: OSError, interval: float) -> None:
+    global _warned  # noqa: PLW0603 - one warning per process
+    if not _warned:
+        _warned = True
+        _log.warning(
+            "inotify is unavailable (%s): blocked calls poll every %s s instead; "
+            "raise fs.inotify.max_user_instances / max_user_watches to avoid it",
+            exc, interval,
+        )  # fmt: skip
+
+
+def should_poll(path: str, mode: str) -> bool:
+    """Whether waits on the directory *path* poll rather than use inotify.
+
+    :param mode: ``"auto"`` (inotify on local Linux filesystems, polling on network
+        filesystems, on FUSE and off Linux), ``"inotify"`` or ``"poll"``.
+    """
+    if not HAVE_INOTIFY or mode == "poll":
+        return True
+    return mode == "auto" and polls(filesystem_type(path))
+
+
 class _Detached:
     """Stands in for the hub after :meth:`InotifyWaiter.close`."""
 
@@ -131,14 +187,7 @@ class InotifyWaiter:
     """
 
     def __init__(self, path: str, clock: Clock, recheck: float) -> None:
-        info = os.stat(path)
-        key = (os.getpid(), info.st_dev, info.st_ino)
-        with _hubs_lock:
-            hub = _hubs.get(key)
-            if hub is None:
-                hub = InotifyHub(path)
-                _hubs[key] = hub
-        self._hub: InotifyHub | _Detached | _Polling = hub
+        self._hub: InotifyHub | _Detached | _Polling = shared_hub(path)
         self._clock = clock
         self.interval = recheck
 
@@ -158,14 +207,7 @@ class InotifyWaiter:
         try:
             return self._hub.wait_ready(token, seconds)
         except OSError as exc:
-            global _warned  # noqa: PLW0603 - one warning per process
-            if not _warned:
-                _warned = True
-                _log.warning(
-                    "inotify is unavailable (%s): blocked calls poll every %s s instead; "
-                    "raise fs.inotify.max_user_instances / max_user_watches to avoid it",
-                    exc, self.interval,
-                )  # fmt: skip
+            _warn_polling(exc, self.interval)
             self._hub = _Polling()
             return self._hub.wait_ready(token, seconds)
 
@@ -187,9 +229,211 @@ def make_waiter(path: str, clock: Clock, mode: str, interval: float | None) -> W
         ``"inotify"`` or ``"poll"``.
     :param interval: the polling interval, or the periodic re-check under inotify.
     """
-    use_inotify = HAVE_INOTIFY and mode != "poll"
-    if use_inotify and mode == "auto" and polls(filesystem_type(path)):
-        use_inotify = False
-    if use_inotify:
-        return InotifyWaiter(path, clock, 1.0 if interval is None else interval)
-    return PollWaiter(clock, 0.05 if interval is None else interval)
+    if not should_poll(path, mode):
+        return InotifyWaiter(path, clock, RECHECK if interval is None else interval)
+    return PollWaiter(clock, POLL_INTERVAL if interval is None else interval)
+
+
+class MultiWaiter:
+    """Waits for a change in any of several queue directories: what a
+    :class:`~vsqs.QueueSet`, an event loop (:mod:`vsqs.aio`) or a Celery worker
+    (:mod:`vsqs.kombu`) waits on.
+
+    Each directory is watched on the process's one inotify descriptor, with the one
+    watch of that directory that every waiter of the process shares (a queue's own
+    :meth:`~vsqs.Queue.waiter` included). A directory where events cannot be seen is
+    polled instead: on a network filesystem or FUSE (another host's writes raise no
+    local event), with ``wait="poll"``, off Linux, and where inotify's per-user limits
+    are reached (said once through :mod:`logging`).
+
+    Blocking use: ``token = waiter.token()`` *before* looking at the queues, then
+    ``waiter.wait(token, seconds)`` if nothing was found; a change in any of them in
+    between is never missed. Event-loop use: watch :meth:`fileno` for reading and call
+    :meth:`drain` when it is readable: it reads the events without blocking and names
+    the directories that changed. Either way, look at every queue again at least every
+    :attr:`interval` seconds: that is how a polled directory is seen at all, and what a
+    lost or invisible event costs at most. Where nothing is watched with inotify,
+    :meth:`fileno` is -1 and :meth:`drain` names nothing: the caller polls every
+    :attr:`interval` (or by :meth:`Queue.next_look <vsqs.Queue.next_look>`).
+
+    Thread safety: every method may be called from any thread; :meth:`drain` and
+    :meth:`changed` report each change once, to whichever caller asks first.
+
+    :param paths: the directories to watch (more with :meth:`add`).
+    :param wait: ``"auto"``, ``"inotify"`` or ``"poll"``, as the queue option.
+    :param poll_interval: seconds between looks where a directory is polled.
+    :param recheck: seconds between looks where every directory is watched.
+    :param clock: a :class:`~vsqs.testing.ManualClock` moves its time instead of waiting.
+
+    >>> import tempfile, vsqs
+    >>> first, second = vsqs.Queue(tempfile.mkdtemp()), vsqs.Queue(tempfile.mkdtemp())
+    >>> with vsqs.MultiWaiter([first.path, second.path]) as waiter:
+    ...     token = waiter.token()
+    ...     _ = second.publish(b"hello")
+    ...     waiter.wait(token, 5.0)  # returns at once: the second queue changed
+    ...     first.receive(timeout=0), second.receive(timeout=0).body
+    (None, b'hello')
+    """
+
+    def __init__(
+        self,
+        paths: Iterable[str | os.PathLike[str]] = (),
+        *,
+        wait: str = "auto",
+        poll_interval: float = POLL_INTERVAL,
+        recheck: float = RECHECK,
+        clock: Clock = SYSTEM_CLOCK,
+    ) -> None:
+        if wait not in WAIT_MODES:
+            raise ValueError(f"wait must be one of {WAIT_MODES}, not {wait!r}")
+        self._mode = wait
+        self.poll_interval = seconds(poll_interval, "poll_interval", positive=True)
+        self.recheck = seconds(recheck, "recheck", positive=True)
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._hubs: dict[str, InotifyHub] = {}
+        self._polled: dict[str, None] = {}  # an ordered set
+        self._seen: dict[str, int] = {}  # the generation last reported by changed()
+        self._wds: tuple[int, ...] = ()
+        self._pid = os.getpid()
+        self._instance = process_instance()
+        for path in paths:
+            self.add(path)
+
+    def __repr__(self) -> str:
+        return f"MultiWaiter({self.paths!r})"
+
+    def __enter__(self) -> MultiWaiter:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    @property
+    def paths(self) -> list[str]:
+        """The directories waited on, watched ones first."""
+        with self._lock:
+            return [*self._hubs, *self._polled]
+
+    @property
+    def interval(self) -> float:
+        """The longest a caller should go without looking at every queue: the polling
+        interval if a directory is polled (or none is watched), else the re-check."""
+        return self.recheck if self._hubs and not self._polled else self.poll_interval
+
+    def add(self, path: str | os.PathLike[str], *, wait: str | None = None) -> bool:
+        """Wait on the directory *path* too (again: nothing changes); whether it is
+        watched (``True``) or polled. Changes made before this call are not seen: look
+        at the queue after it.
+
+        :param wait: this directory's waiting mode, if not the waiter's.
+        :raises FileNotFoundError: no such directory.
+        """
+        path = os.fspath(path)
+        mode = self._mode if wait is None else wait
+        self._forked()
+        with self._lock:
+            if path in self._hubs or path in self._polled:
+                return path in self._hubs
+            if not should_poll(path, mode):
+                hub = shared_hub(path)
+                try:
+                    hub.watch()
+                except OSError as exc:  # inotify's per-user limits
+                    _warn_polling(exc, self.poll_interval)
+                else:
+                    self._hubs[path] = hub
+                    self._seen[path] = hub.token()
+                    self._wds = tuple(hub.wd for hub in self._hubs.values())
+                    return True
+            self._polled[path] = None
+            return False
+
+    def remove(self, path: str | os.PathLike[str]) -> None:
+        """Stop waiting on *path* (its watch goes with its last user in the process)."""
+        path = os.fspath(path)
+        with self._lock:
+            self._polled.pop(path, None)
+            if self._hubs.pop(path, None) is not None:
+                self._seen.pop(path, None)
+                self._wds = tuple(hub.wd for hub in self._hubs.values())
+
+    def close(self) -> None:
+        """Stop waiting on every directory. Unregister :meth:`fileno` from an event loop
+        first: the descriptor closes with the process's last watch."""
+        for path in self.paths:
+            self.remove(path)
+
+    def token(self) -> int:
+        """A marker of 'now', taken before looking at the queues (no lock, no I/O)."""
+        if self._pid != os.getpid():
+            self._forked()
+        wds = self._wds
+        return self._instance.newest(wds) if wds else 0
+
+    def wait(self, token: int, seconds: float) -> None:
+        """Return after a change in any watched directory since *token*, or after
+        *seconds*, or after :attr:`interval`, whichever is first. Never reads more than
+        the events: the caller looks at the queues itself."""
+        self._clock.wait(seconds, functools.partial(self._block, token))
+
+    def _block(self, token: int, real: float) -> None:
+        if self._pid != os.getpid():
+            self._forked()
+        real = min(real, self.interval)
+        wds = self._wds
+        if wds:
+            self._instance.wait_any(wds, token, real)
+        else:
+            time.sleep(real)
+
+    def fileno(self) -> int:
+        """The descriptor that becomes readable when a watched directory changes (the
+        process's inotify descriptor, shared: never close it); -1 if none is watched."""
+        return self._instance.fd if self._hubs else -1
+
+    def drain(self) -> list[str] | None:
+        """Read the events already queued, without blocking: the watched directories
+        that changed since the last :meth:`drain` or :meth:`changed` (or since they were
+        added). ``None`` when a thread of this process is reading the descriptor (a
+        blocked ``receive``): it counts the events and calls the :meth:`subscribe`\\ d
+        listeners; stop watching the descriptor until then (it stays readable)."""
+        if self._hubs and not self._instance.drain():
+            return None
+        return self.changed()
+
+    def changed(self) -> list[str]:
+        """The watched directories whose events were counted since the last report,
+        whoever read them; no I/O."""
+        changed = []
+        with self._lock:
+            for path, hub in self._hubs.items():
+                generation = hub.token()
+                if generation != self._seen[path]:
+                    self._seen[path] = generation
+                    changed.append(path)
+        return changed
+
+    def subscribe(self, listener: Callable[[], None]) -> None:
+        """Call *listener* whenever events are counted, whoever read them (from any
+        thread, holding a lock: it must only schedule work, e.g. with
+        ``loop.call_soon_threadsafe``)."""
+        with self._instance.cond:
+            self._instance.listeners.add(listener)
+
+    def unsubscribe(self, listener: Callable[[], None]) -> None:
+        """Stop calling *listener*."""
+        with self._instance.cond:
+            self._instance.listeners.discard(listener)
+
+    def _forked(self) -> None:
+        """In a forked child: watch again on the child's own descriptor."""
+        if self._pid == os.getpid():
+            return
+        with self._lock:
+            paths = [*self._hubs, *self._polled]
+            self._hubs, self._polled, self._seen, self._wds = {}, {}, {}, ()
+            self._pid = os.getpid()
+            self._instance = process_instance()
+        for path in paths:
+            self.add(path)

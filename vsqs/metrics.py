@@ -19,26 +19,39 @@ OpenTelemetry::
 
 A collection is a snapshot taken from any process at any time; it changes nothing in
 the queue (the caller's own counters are flushed to its stats file first).
+
+One bad queue never takes down the others: a queue that cannot be opened or sampled
+(its ``settings.json`` corrupt, its directory unreadable) is a :class:`Down` whose
+series are replaced by ``vsqs_queue_up{queue=...} 0``, logged once when it goes down
+(and once when it is back); a queue removed from a root while served leaves the
+export with one log line.
 """
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final
 
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
-from prometheus_client.registry import Collector
+from ._extras import missing_extra
 
-from . import Queue, QueueNotFound, QueueRoot, QueueSet, Stats
+try:
+    from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+    from prometheus_client.registry import Collector
+except ModuleNotFoundError as error:
+    raise missing_extra(error, "metrics", "vsqs.metrics") from None
+
+from . import Queue, QueueNotFound, QueueRoot, QueueSet, Stats, VsqsError
 
 if TYPE_CHECKING:
     from opentelemetry.metrics import CallbackOptions, Meter, Observation
 
 __all__ = [
     "STATES",
+    "Down",
     "QueueCollector",
     "Sample",
     "Source",
@@ -77,11 +90,30 @@ class Sample:
         return self.stats.oldest_ready_age or 0.0
 
 
+@dataclass(frozen=True, slots=True)
+class Down:
+    """A queue that could not be opened or sampled: exported as ``vsqs_queue_up 0``."""
+
+    queue: str
+    """The label, as a :class:`Sample`'s."""
+    error: str
+    """Why (the error's type and message, which names the file at fault)."""
+
+
+_log = logging.getLogger("vsqs.metrics")
+_FAULTS: Final = (VsqsError, OSError, ValueError)
+"""What makes one queue :class:`Down` (a corrupt settings file is an
+:class:`~vsqs.InvalidSettings`, a ``ValueError``); anything else is a bug, and raised."""
+
+
 def targets(
-    sources: Iterable[Source], opened: dict[str, Queue] | None = None
+    sources: Iterable[Source],
+    opened: dict[str, Queue] | None = None,
+    down: list[Down] | None = None,
 ) -> Iterator[tuple[str, Queue]]:
     """The ``(label, queue)`` pairs of *sources*; *opened* caches a root's queue objects
-    (those no longer listed are dropped from it)."""
+    (those no longer listed are dropped from it). A root's queue that cannot be opened
+    is appended to *down* (if given) instead."""
     cache = {} if opened is None else opened
     for source in sources:
         if isinstance(source, QueueRoot):
@@ -96,6 +128,10 @@ def targets(
                         queue = cache[key] = source.get(name)
                     except QueueNotFound:  # pragma: no cover -- a race a test cannot time
                         continue  # RACE: removed by another process since the listing
+                    except _FAULTS as exc:
+                        if down is not None:
+                            down.append(Down(name, _describe(exc)))
+                        continue
                 yield name, queue
         elif isinstance(source, QueueSet):
             yield from ((queue.path, queue) for queue in source.queues)
@@ -106,13 +142,49 @@ def targets(
             yield label, queue
 
 
-def samples(pairs: Iterable[tuple[str, Queue]]) -> Iterator[Sample]:
-    """One :class:`Sample` per ``(label, queue)``, leaving out queues removed meanwhile."""
+def samples(pairs: Iterable[tuple[str, Queue]]) -> Iterator[Sample | Down]:
+    """One :class:`Sample` per ``(label, queue)``, leaving out queues removed meanwhile;
+    a :class:`Down` for a queue that cannot be sampled (the others are, all the same)."""
     for label, queue in pairs:
         try:
             yield sample(label, queue)
         except FileNotFoundError:
             continue  # RACE: another process removed the queue directory
+        except _FAULTS as exc:
+            yield Down(label, _describe(exc))
+
+
+def _describe(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {exc}"
+
+
+class _Health:
+    """Which queues a collector found, and found down, so that each change is logged
+    once (a queue going down, coming back, or gone), not on every scrape."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._down: dict[str, str] = {}
+        self._seen: set[str] = set()
+
+    def collect(self, sources: Iterable[Source], opened: dict[str, Queue]) -> list[Sample | Down]:
+        """One sample (or :class:`Down`) per queue of *sources*; changes logged once."""
+        down: list[Down] = []
+        got = [*samples(targets(sources, opened, down)), *down]
+        with self._lock:
+            now_down = {one.queue: one.error for one in got if isinstance(one, Down)}
+            for label, error in now_down.items():
+                if self._down.get(label) != error:
+                    _log.error("queue %s is down for metrics (vsqs_queue_up 0): %s", label, error)
+            sampled = {one.queue for one in got if isinstance(one, Sample)}
+            for label in self._down.keys() - now_down.keys():
+                if label in sampled:
+                    _log.warning("queue %s is up again for metrics", label)
+            labels = {one.queue for one in got}
+            for label in sorted(self._seen - labels):
+                _log.warning("queue %s is gone (removed?): no longer exported", label)
+            self._down, self._seen = now_down, labels
+        return got
 
 
 def sample(label: str, queue: Queue) -> Sample:
@@ -141,23 +213,30 @@ class QueueCollector(Collector):
 
     ``vsqs_messages{state}``, ``vsqs_oldest_ready_age_seconds``,
     ``vsqs_oldest_receive_count``, ``vsqs_dead_letter_messages``, ``vsqs_shutdown``,
+    ``vsqs_held_back_messages``,
     ``vsqs_produced_messages_total``, ``vsqs_produced_bytes_total``,
-    ``vsqs_consumed_messages_total``, ``vsqs_consumed_bytes_total``.
+    ``vsqs_consumed_messages_total``, ``vsqs_consumed_bytes_total``; and
+    ``vsqs_queue_up``: 1, or 0 for a queue that could not be sampled (then alone).
     """
 
     def __init__(self, *sources: Source) -> None:
         self.sources = sources
         self._opened: dict[str, Queue] = {}
+        self._health = _Health()
 
     def collect(self) -> Iterator[Metric]:
-        return families(samples(targets(self.sources, self._opened)))
+        return families(self._health.collect(self.sources, self._opened))
 
     def describe(self) -> Iterator[Metric]:
         return families(())  # the names, without listing anything at registration
 
 
-def families(samples: Iterable[Sample]) -> Iterator[Metric]:
+def families(samples: Iterable[Sample | Down]) -> Iterator[Metric]:
     """The Prometheus metric families of *samples* (also what ``vsqs stats`` prints)."""
+    up = GaugeMetricFamily(
+        "vsqs_queue_up", "1 if the queue could be sampled, 0 if not (see the log).",
+        labels=["queue"],
+    )  # fmt: skip
     messages = GaugeMetricFamily(
         "vsqs_messages", "Messages in the queue by state.", labels=["queue", "state"]
     )
@@ -180,6 +259,11 @@ def families(samples: Iterable[Sample]) -> Iterator[Metric]:
         "shutdown": GaugeMetricFamily(
             "vsqs_shutdown", "1 if the queue was shut down, else 0.", labels=["queue"]
         ),
+        "held_back": GaugeMetricFamily(
+            "vsqs_held_back_messages",
+            "Held messages waiting for room in their dead-letter queue (or a dead requeuer's).",
+            labels=["queue"],
+        ),
     }
     counters = {
         field: CounterMetricFamily(
@@ -195,6 +279,9 @@ def families(samples: Iterable[Sample]) -> Iterator[Metric]:
         )
     }
     for one in samples:
+        up.add_metric([one.queue], 0 if isinstance(one, Down) else 1)
+        if isinstance(one, Down):
+            continue
         stats, labels = one.stats, [one.queue]
         for state in STATES:
             messages.add_metric([one.queue, state], getattr(stats, state))
@@ -203,8 +290,10 @@ def families(samples: Iterable[Sample]) -> Iterator[Metric]:
         if one.dead_letter is not None:
             gauges["dead"].add_metric(labels, one.dead_letter)
         gauges["shutdown"].add_metric(labels, 1 if stats.is_shutdown else 0)
+        gauges["held_back"].add_metric(labels, stats.held_back)
         for field, family in counters.items():
             family.add_metric(labels, getattr(stats, field))
+    yield up
     yield messages
     yield from gauges.values()
     yield from counters.values()
@@ -223,14 +312,27 @@ class _Snapshots:
         self._lock = threading.Lock()
         self._taken = -float("inf")
         self._samples: list[Sample] = []
+        self._down: list[Down] = []
         self._opened: dict[str, Queue] = {}
+        self._health = _Health()
 
     def get(self) -> list[Sample]:
+        """The samples of the queues that are up."""
+        self._take()
+        return self._samples
+
+    def down(self) -> list[Down]:
+        """The queues that are down (in the same collection as :meth:`get`)."""
+        self._take()
+        return self._down
+
+    def _take(self) -> None:
         with self._lock:
             if time.monotonic() - self._taken > self._max_age:
-                self._samples = list(samples(targets(self._sources, self._opened)))
+                got = self._health.collect(self._sources, self._opened)
+                self._samples = [one for one in got if isinstance(one, Sample)]
+                self._down = [one for one in got if isinstance(one, Down)]
                 self._taken = time.monotonic()
-            return self._samples
 
 
 def observe(meter: Meter, *sources: Source, max_age: float = 1.0) -> None:
@@ -268,8 +370,17 @@ def observe(meter: Meter, *sources: Source, max_age: float = 1.0) -> None:
 
         return callback
 
+    def up(options: CallbackOptions) -> Iterable[Observation]:
+        return [Observation(1, attrs(one)) for one in snapshots.get()] + [
+            Observation(0, {"messaging.system": SYSTEM, "messaging.destination.name": one.queue})
+            for one in snapshots.down()
+        ]
+
     meter.create_observable_gauge(
         f"{NS}.queue.messages", [by_state], "{message}", "Messages by state."
+    )
+    meter.create_observable_gauge(
+        f"{NS}.queue.up", [up], "1", "1 if the queue could be sampled, 0 if not."
     )
     for name, value, unit, text in _GAUGES:
         meter.create_observable_gauge(name, [each(value)], unit, text)
@@ -286,6 +397,7 @@ _VALUES: Final = {
     "age": lambda one: one.oldest_ready_age,
     "receives": lambda one: one.oldest_receive_count,
     "dead": lambda one: one.dead_letter,
+    "held_back": lambda one: one.stats.held_back,
     "produced": lambda one: one.stats.produced_messages,
     "produced_bytes": lambda one: one.stats.produced_bytes,
     "consumed": lambda one: one.stats.consumed_messages,
@@ -295,6 +407,7 @@ _GAUGES: Final = (
     (f"{NS}.queue.oldest_ready.age", "age", "s", "Age of the oldest ready message."),
     (f"{NS}.queue.oldest_ready.receives", "receives", "{receive}", "Its receives."),
     (f"{NS}.queue.dead_letter.messages", "dead", "{message}", "Dead-letter depth."),
+    (f"{NS}.queue.held_back.messages", "held_back", "{message}", "Waiting for room."),
 )
 _COUNTERS: Final = (
     ("messaging.client.sent.messages", "produced", "{message}", "Messages published."),

@@ -17,14 +17,15 @@ True
 from __future__ import annotations
 
 import math
-import os
 import threading
 import warnings
 from collections.abc import Callable
 from typing import Final, TypeVar
 
+from . import _fs
 from ._ids import State, parse_name
 from ._layout import DIR as META_DIR
+from ._layout import META, UnsafeEntry
 from ._message import Message
 from ._queue import Queue
 
@@ -129,7 +130,7 @@ def assert_consistent(queue: Queue, *, allow_new: bool = False) -> None:
     """
     problems: list[str] = []
     ids: set[str] = set()
-    for entry in os.scandir(queue.path):
+    for entry in _fs.scandir(queue.path):
         name = entry.name
         if name == META_DIR:
             if not entry.is_dir(follow_symlinks=False):
@@ -143,11 +144,14 @@ def assert_consistent(queue: Queue, *, allow_new: bool = False) -> None:
             problems.append(f"orphaned {name} (a publish that never finished)")
         if not entry.is_file(follow_symlinks=False):
             problems.append(f"{name} is not a regular file")
-    meta_dir = queue.layout.meta_dir
-    if os.path.isdir(meta_dir):
-        for name in os.listdir(meta_dir):
-            if not name.startswith(".") and name not in ids:
-                problems.append(f"metadata of {name}, which no longer exists")
-            elif name.startswith(".tmp-"):
-                problems.append(f"temporary file {name} left in metadata")
+    try:
+        meta_names = queue.layout.names(META)
+    except UnsafeEntry as exc:  # never followed: a planted .vsqs (said above) or .vsqs/meta
+        problems.append(f"{exc.filename} is not a directory")
+        meta_names = []
+    for name in meta_names:
+        if not name.startswith(".") and name not in ids:
+            problems.append(f"metadata of {name}, which no longer exists")
+        elif name.startswith(".tmp-"):
+            problems.append(f"temporary file {name} left in metadata")
     assert not problems, f"queue {queue.path!r} is inconsistent: " + "; ".join(problems)

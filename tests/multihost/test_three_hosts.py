@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 import vsqs
-from vsqs import _mountinfo
+from vsqs import _host
 from vsqs.testing import assert_consistent
 
 from ._runs import check_exactly_once, run_hosts
@@ -24,7 +24,7 @@ PER_HOST = 300
 @pytest.mark.parametrize("hosts", ["cache-no", "fine"], indirect=True)
 def test_three_hosts_exactly_once_fifo(hosts: tuple[Path, Path, Path], tmp_path: Path) -> None:
     """Publish on every host, consume on every host: 0 errors, 0 lost, 0 twice, FIFO."""
-    assert _mountinfo.filesystem_type(str(hosts[1])) == "fuse.sshfs"
+    assert _host.filesystem_type(str(hosts[1])) == "fuse.sshfs"
     published, consumed = run_hosts(hosts, tmp_path, PER_HOST)
     check_exactly_once(published, consumed, PER_HOST)
     assert_consistent(vsqs.Queue(hosts[0]))

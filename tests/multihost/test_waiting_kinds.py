@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 import vsqs
-from vsqs import _mountinfo, _waiters
+from vsqs import _host, _mountinfo, _waiters
 
 from ._workers import read_report, spawn
 
@@ -40,7 +40,7 @@ def test_sshfs_mount_polls(hosts: tuple[Path, Path, Path]) -> None:
     """On a real sshfs mount the type is detected and a queue's waiter polls."""
     owner, b, _ = hosts
     vsqs.Queue(owner)
-    assert _mountinfo.filesystem_type(str(b)) == "fuse.sshfs"
+    assert _host.filesystem_type(str(b)) == "fuse.sshfs"
     assert isinstance(vsqs.Queue(b, poll_interval=0.2).waiter(), _waiters.PollWaiter)
     assert isinstance(vsqs.Queue(owner).waiter(), _waiters.InotifyWaiter)  # the owner's disk
 
@@ -48,7 +48,7 @@ def test_sshfs_mount_polls(hosts: tuple[Path, Path, Path]) -> None:
 def test_tmpfs_watches() -> None:
     """tmpfs (``/dev/shm``): every change is made by this kernel, inotify sees it."""
     with tempfile.TemporaryDirectory(dir="/dev/shm") as where:
-        assert _mountinfo.filesystem_type(where) == "tmpfs"
+        assert _host.filesystem_type(where) == "tmpfs"
         assert isinstance(vsqs.Queue(Path(where) / "q").waiter(), _waiters.InotifyWaiter)
 
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from vsqs import _fs, _mountinfo
+from vsqs import _fs, _host
 
 from ._mount import LazyMount, lazy_mount
 from .conftest import require_lazyfs
@@ -48,7 +48,7 @@ def test_a_crash_keeps_synced_data_and_drops_the_rest(lazy: LazyMount) -> None:
 def test_syncfs_saves_nothing_on_it_as_on_every_fuse_filesystem(lazy: LazyMount) -> None:
     """Why a batch may not rely on syncfs here: the daemon never hears of it."""
     _write(lazy.mountpoint / "f", b"data", sync=False)
-    assert _mountinfo.filesystem_type(str(lazy.mountpoint)).startswith("fuse")
+    assert _host.filesystem_type(str(lazy.mountpoint)).startswith("fuse")
     assert not _fs.syncfs_is_barrier(str(lazy.mountpoint))
     fd = os.open(lazy.mountpoint, os.O_RDONLY | os.O_DIRECTORY)
     try:

@@ -93,6 +93,6 @@ def remount(mountpoint: Path, option: str) -> None:
 
 def filesystem_of(path: Path) -> str:
     """The filesystem type name of *path*, as ``/proc/self/mounts`` says."""
-    from vsqs import _mountinfo
+    from vsqs import _host
 
-    return _mountinfo.filesystem_type(str(path))
+    return _host.filesystem_type(str(path))

@@ -153,6 +153,23 @@ def test_a_symlinked_dot_vsqs_is_refused_with_an_error_that_names_it(
     assert q.publish(b"plain") and q.receive(timeout=0) is not None  # delivery goes on
 
 
+def test_a_symlinked_dot_vsqs_with_a_closed_marker_is_named_not_taken_for_a_shutdown(
+    tmp_path: Path,
+) -> None:
+    """Issue 32: the shutdown probe must not follow a planted ``.vsqs`` link into a
+    directory that holds a ``closed`` file: the error names the link (not QueueClosed)."""
+    q = vsqs.Queue(tmp_path / "q", durable=False)
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (elsewhere / "closed").write_bytes(b"1700000000000000")
+    (tmp_path / "q" / ".vsqs").symlink_to(elsewhere)
+    for step in (lambda: q.publish(b"m"), lambda: q.is_shutdown):
+        with pytest.raises(OSError, match=r"\.vsqs .*not a directory") as raised:
+            step()
+        assert not isinstance(raised.value, vsqs.QueueClosed)
+    assert (elsewhere / "closed").read_bytes() == b"1700000000000000"
+
+
 def test_queue_root_refuses_a_symlinked_queue_name_in_every_verb(
     tmp_path: Path, sentinel: Path
 ) -> None:

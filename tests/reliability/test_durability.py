@@ -14,7 +14,7 @@ import pytest
 
 import vsqs
 import vsqs.testing
-from vsqs import _fs, _mountinfo
+from vsqs import _fs, _host, _mountinfo
 from vsqs.testing import ManualClock
 
 SYNCS = {"fsync", "fsync_dir", "sync_filesystem"}
@@ -119,7 +119,7 @@ def test_syncfs_is_relied_on_only_where_it_is_a_barrier(fstype: str, barrier: bo
 
 def test_a_queue_on_tmp_and_dev_shm_may_use_syncfs() -> None:
     for directory in ("/dev/shm", "/tmp"):
-        fstype = _mountinfo.filesystem_type(directory)
+        fstype = _host.filesystem_type(directory)
         assert _fs.syncfs_is_barrier(directory) is _mountinfo.syncfs_flushes(fstype)
 
 

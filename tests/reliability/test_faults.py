@@ -207,3 +207,40 @@ def test_emfile_with_too_many_open_files(tmp_path: Path) -> None:
     q = vsqs.Queue(path)
     assert_consistent(q)
     assert [m.body for m in drain(q)] == [b"after"]
+
+
+def _fill_leaving(path: Path, free: int) -> None:
+    """Fill the filesystem of *path* with the file *path*, then give back *free* bytes."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    try:
+        size = 0
+        while True:
+            try:
+                size += os.write(fd, b"\0" * 4096)
+            except OSError as exc:
+                if exc.errno != errno.ENOSPC:
+                    raise
+                break
+        os.ftruncate(fd, max(0, size - free))
+    finally:
+        os.close(fd)
+
+
+@pytest.mark.root
+def test_a_bounded_publish_on_a_full_disk_never_raises_after_publishing(
+    tiny_tmpfs: Path,
+) -> None:
+    """Issue 32.3: one page left: the bounded publish's message takes it and becomes
+    visible, then the counter's rewrite finds no room. The publish returns (the caller
+    must not retry a visible message), and the bound is recounted, never undercounted."""
+    q = vsqs.Queue(tiny_tmpfs / "q", capacity=3, durable=False)
+    first = q.publish(b"1")  # the counter and the lock exist now
+    _fill_leaving(tiny_tmpfs / "filler", free=4096)
+    second = q.publish(b"2", timeout=0)  # raised ENOSPC here, its message visible
+    assert sorted(n for n in os.listdir(q.path) if n.isdigit()) == sorted([first, second])
+    (tiny_tmpfs / "filler").unlink()
+    q.publish(b"3", timeout=0)
+    with pytest.raises(vsqs.QueueFull):
+        q.publish(b"over", timeout=0)  # the bound was recounted, not lost
+    assert [m.body for m in drain(q)] == [b"1", b"2", b"3"]
+    assert_consistent(q)

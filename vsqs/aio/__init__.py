@@ -5,11 +5,12 @@ semantics (the same files, the same atomic transitions, at least once, FIFO); ea
 operation is a coroutine. What differs is how it waits and where the slow parts run:
 
 * **Waiting uses no thread.** A ``receive`` with nothing to take awaits a change of
-  the directory: the process's one inotify descriptor is registered with the event
-  loop (``loop.add_reader``), so a thousand tasks awaiting ``receive`` cost one
-  descriptor, not a thousand threads; each change wakes one task, which wakes the next
-  if it took a message. Where events cannot be seen (network filesystems,
-  ``wait="poll"``, inotify limits) it polls with ``asyncio.sleep``.
+  the directory: the loop's :class:`~vsqs.MultiWaiter`, on the process's one inotify
+  descriptor, is registered with the event loop (``loop.add_reader``), so a thousand
+  tasks awaiting ``receive`` cost one descriptor, not a thousand threads; each change
+  wakes one task, which wakes the next if it took a message. Where events cannot be
+  seen (network filesystems, ``wait="poll"``, inotify limits) it polls with
+  ``asyncio.sleep``.
 * **Durable publishes do not block the loop.** Their fsyncs run in one thread per
   queue, which publishes whatever accumulated meanwhile as one batch (one filesystem
   sync for all of them). Publishes with ``durable=False``, claims, deletes and
@@ -37,17 +38,17 @@ from __future__ import annotations
 import asyncio
 import math
 import os
+import weakref
 from collections.abc import AsyncIterator, Iterable, Mapping
 from types import TracebackType
 from typing import TYPE_CHECKING
 
 from .._errors import QueueDrained, QueueFull
-from .._inotify_hub import InotifyHub
 from .._message import Message
 from .._options import seconds as _seconds
 from .._queue import Queue
 from .._renewal import Lease
-from .._waiters import InotifyWaiter
+from .._stats import Stats
 from ._publish import Publisher
 from ._reactor import Waiters, reactor
 
@@ -73,9 +74,11 @@ class AsyncQueue:
         self.path = self.queue.path
         self._receivers = Waiters()
         self._room = Waiters(broadcast=True)
-        self._hub: InotifyHub | None = None
         self._watched = False
+        self._polls = False  # the directory cannot be watched: found once, kept
         self._publisher: Publisher | None = None
+        # Leases handed out, so that closing the handle releases those never entered.
+        self._leases: weakref.WeakSet[Lease] = weakref.WeakSet()
 
     @classmethod
     def wrap(cls, queue: Queue) -> AsyncQueue:
@@ -97,27 +100,26 @@ class AsyncQueue:
         if self._publisher is not None:
             await self._publisher.close()
             self._publisher = None
-        if self._watched and self._hub is not None:
-            reactor().detach(self._hub, self._receivers, self._room)
+        if self._watched:
+            reactor().detach(self.path, self._receivers, self._room)
             self._watched = False
+        for lease in list(self._leases):
+            lease.abandon()  # never entered (a loop left by a break): back at once
         self.queue.close()
 
     # -- waiting ---------------------------------------------------------------------
 
     def _watch(self) -> bool:
         """Make sure the loop watches the directory; ``False`` where it cannot (poll)."""
-        if self._watched:
-            return True
-        waiter = self.queue.waiter()
-        hub = waiter.hub if isinstance(waiter, InotifyWaiter) else None
-        if hub is None:
-            return False
-        try:
-            reactor().attach(hub, self._receivers, self._room)
-        except OSError:
-            return False  # inotify ran out: poll (the sync waiter says so in the log)
-        self._hub, self._watched = hub, True
-        return True
+        if self._watched or self._polls:
+            return self._watched
+        # Where the directory cannot be watched (a network filesystem, wait="poll",
+        # inotify's limits: said once in the log), the caller polls, from now on.
+        self._watched = reactor().attach(
+            self.path, self.queue.config.wait, self._receivers, self._room
+        )
+        self._polls = not self._watched
+        return self._watched
 
     async def _wait(self, waiters: Waiters, pause: float) -> bool:
         """Wait for a change or *pause* seconds; under polling, at most one interval."""
@@ -281,13 +283,16 @@ class AsyncQueue:
         visibility_timeout: float | None = None,
     ) -> AsyncLease:
         """:meth:`Queue.lease` as an async context manager: renewed by the handle's
-        renewal thread while the block runs; deleted when it ends normally, released
-        when it raises; :class:`~vsqs.LeaseLost` if it was lost."""
-        return AsyncLease(
-            self.queue.lease(
-                message, max_duration=max_duration, visibility_timeout=visibility_timeout
-            )
+        renewal thread while the block runs (not before: *max_duration* counts from
+        entering it), and released if its event loop closes meanwhile; deleted when it
+        ends normally, released when it raises; :class:`~vsqs.LeaseLost` if it was
+        lost."""
+        lease = self.queue.lease(
+            message, max_duration=max_duration, visibility_timeout=visibility_timeout
         )
+        lease.defer()
+        self._leases.add(lease)
+        return AsyncLease(lease)
 
     async def consume_leases(
         self,
@@ -296,11 +301,23 @@ class AsyncQueue:
         timeout: float | None = None,
         max_duration: float = 3600.0,
     ) -> AsyncIterator[AsyncLease]:
-        """Yield a self-renewing :class:`AsyncLease` per message (``async for``)."""
+        """Yield a self-renewing :class:`AsyncLease` per message (``async for``), as
+        :meth:`Queue.consume_leases`: renewed only inside its block; one left unentered
+        when the loop ends (a ``break``) is released."""
         async for message in self.consume(visibility_timeout=visibility_timeout, timeout=timeout):
-            yield self.lease(
+            lease = self.lease(
                 message, max_duration=max_duration, visibility_timeout=visibility_timeout
             )
+            try:
+                yield lease
+            except GeneratorExit:  # the loop ended (aclose, or the loop's shutdown)
+                lease.lease.abandon()
+                raise
+
+    async def stats(self) -> Stats:
+        """:meth:`Queue.stats`: the counters of every process (this handle's flushed
+        first) and the counts, off the loop (a thread: one listing, whatever the depth)."""
+        return await asyncio.to_thread(self.queue.stats)
 
     async def shutdown(self) -> None:
         """:meth:`Queue.shutdown`, its durable write off the loop (a thread)."""
@@ -319,6 +336,8 @@ class AsyncLease:
         return self.lease.message
 
     async def __aenter__(self) -> AsyncLease:
+        # Renewed while this loop runs: once it is closed nobody can leave the block.
+        self.lease.tie(asyncio.get_running_loop().is_closed)
         self.lease.__enter__()
         return self
 

@@ -1,9 +1,11 @@
 """How coroutines wait for a queue directory to change, without a thread.
 
-The process has one inotify descriptor (:mod:`vsqs._waiters`); each event loop that waits
-registers it once with ``loop.add_reader`` (a :class:`_Reactor` per loop). When it is
-readable the loop drains it without blocking; when a *thread* of this process holds the
-reader's seat (a sync ``receive`` blocked in ``poll``), that thread reads the events and
+Each event loop that waits has one :class:`~vsqs.MultiWaiter` (a :class:`_Reactor` per
+loop) on the directories of its queues, and registers its descriptor (the process's one
+inotify descriptor) with ``loop.add_reader``. When it is readable the loop drains it
+without blocking and wakes the queues whose directories changed; when a *thread* of
+this process holds the reader's seat (a sync ``receive`` blocked in ``poll``), that
+thread reads the events and
 the loop hears of them through a listener (``call_soon_threadsafe``), and stops
 watching the descriptor until then, so it never spins on a readable descriptor.
 
@@ -19,10 +21,9 @@ import asyncio
 import collections
 import math
 import weakref
-from dataclasses import dataclass, field
 from typing import Final
 
-from .._waiters import InotifyHub
+from .._waiters import MultiWaiter
 
 _INFINITE: Final = math.inf
 
@@ -84,37 +85,29 @@ def _expire(future: asyncio.Future[bool]) -> None:
         future.set_result(False)
 
 
-@dataclass
-class _Watch:
-    """One watched directory of a loop: its last seen generation, who waits on it."""
-
-    generation: int
-    waiters: list[Waiters] = field(default_factory=list)
-
-
 class _Reactor:
-    """The process's inotify descriptor, watched by one event loop for its queues."""
+    """One event loop's watch of its queue directories: a :class:`~vsqs.MultiWaiter`
+    whose descriptor (the process's inotify descriptor) the loop reads."""
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         self._loop = loop
+        self._waiter = MultiWaiter()
         self._fd = -1
         self._reading = False
         self._scheduled = False
         self._draining = False
-        self._watched: dict[InotifyHub, _Watch] = {}
+        self._waiters: dict[str, list[Waiters]] = {}
 
-    def attach(self, hub: InotifyHub, *waiters: Waiters) -> None:
-        """Watch *hub*'s directory for *waiters*.
-
-        :raises OSError: inotify ran out (its per-user limits); the caller polls.
-        """
-        fd = hub.watch()
-        if not self._watched:
-            hub.subscribe(self._heard)  # one listener per loop: the instance is shared
-        watch = self._watched.get(hub)
-        if watch is None:
-            watch = self._watched[hub] = _Watch(hub.token())
-        watch.waiters.extend(waiters)
+    def attach(self, path: str, wait: str, *waiters: Waiters) -> bool:
+        """Watch the directory *path* for *waiters*; ``False`` where it cannot be
+        watched (a network filesystem, ``wait="poll"``, inotify's limits): poll it."""
+        if not self._waiter.add(path, wait=wait):
+            self._waiter.remove(path)  # polled: the caller sleeps instead
+            return False
+        if not self._waiters:
+            self._waiter.subscribe(self._heard)
+        self._waiters.setdefault(path, []).extend(waiters)
+        fd = self._waiter.fileno()
         if self._reading and fd != self._fd:
             self._loop.remove_reader(self._fd)
             self._reading = False
@@ -122,30 +115,32 @@ class _Reactor:
         if not self._reading:
             self._loop.add_reader(fd, self._readable)
             self._reading = True
+        return True
 
-    def detach(self, hub: InotifyHub, *waiters: Waiters) -> None:
-        """Stop watching *hub* for *waiters*; the descriptor too, after the last."""
-        watch = self._watched.get(hub)
-        if watch is None:
+    def detach(self, path: str, *waiters: Waiters) -> None:
+        """Stop watching *path* for *waiters*; the descriptor too, after the last."""
+        mine = self._waiters.get(path)
+        if mine is None:
             return
-        watch.waiters = [mine for mine in watch.waiters if mine not in waiters]
-        if not watch.waiters:
-            del self._watched[hub]
-        if not self._watched:
-            hub.unsubscribe(self._heard)
-            if self._reading:
-                self._loop.remove_reader(self._fd)
-                self._reading = False
+        mine[:] = [waiting for waiting in mine if waiting not in waiters]
+        if not mine:
+            del self._waiters[path]
+            if not self._waiters:
+                self._waiter.unsubscribe(self._heard)
+                if self._reading:
+                    self._loop.remove_reader(self._fd)
+                    self._reading = False
+            # After remove_reader: the descriptor closes with the process's last watch.
+            self._waiter.remove(path)
 
     def _readable(self) -> None:
-        hub = next(iter(self._watched), None)
         self._draining = True  # _heard needs no wake-up of the loop: we dispatch next
         try:
-            drained = hub is not None and hub.drain()
+            changed = self._waiter.drain()
         finally:
             self._draining = False
-        if drained:
-            self._dispatch()  # reads every generation: nothing counted so far is missed
+        if changed is not None:
+            self._notify(changed)
         else:
             # A thread holds the reader's seat: it reads the events and calls _heard,
             # which watches the descriptor again; until then it would only spin.
@@ -164,15 +159,15 @@ class _Reactor:
 
     def _dispatch(self) -> None:
         self._scheduled = False
-        if not self._reading and self._watched:
+        if not self._reading and self._waiters:
             self._loop.add_reader(self._fd, self._readable)
             self._reading = True
-        for hub, watch in list(self._watched.items()):
-            generation = hub.token()
-            if generation != watch.generation:
-                watch.generation = generation
-                for waiters in watch.waiters:
-                    waiters.notify()
+        self._notify(self._waiter.changed())
+
+    def _notify(self, changed: list[str]) -> None:
+        for path in changed:
+            for waiters in self._waiters.get(path, ()):
+                waiters.notify()
 
 
 _reactors: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _Reactor] = (

@@ -10,15 +10,23 @@ Errors are one line on stderr with a documented exit status (see
 
 from __future__ import annotations
 
-import os
 import sys
 from typing import Any
 
 import click
 
-from .. import __version__
+from .. import __version__, _host
 from ._admin import clean, purge, queues, redrive, requeue, shutdown, stats
-from ._common import EXIT_CODES_HELP, INTERRUPTED, OK, CliError, describe
+from ._common import (
+    EXIT_CODES_HELP,
+    INTERRUPTED,
+    OK,
+    CliError,
+    Stopped,
+    describe,
+    install_stop_handlers,
+    stopped_line,
+)
 from ._config import config
 from ._load import demo, pump, sink
 from ._messages import delete, peek, publish
@@ -34,9 +42,7 @@ def _silence_stdout() -> None:
         fd = sys.stdout.fileno()
     except (AttributeError, ValueError, OSError):
         return  # a replaced sys.stdout (click's test runner): nothing will flush to a pipe
-    devnull = os.open(os.devnull, os.O_WRONLY)
-    os.dup2(devnull, fd)
-    os.close(devnull)
+    _host.silence(fd)
 
 
 class _Group(click.Group):
@@ -57,6 +63,11 @@ class _Group(click.Group):
                 raise
             click.echo("vsqs: interrupted", err=True)
             raise click.exceptions.Exit(INTERRUPTED) from None
+        except Stopped as stopped:
+            if ctx.params.get("debug"):
+                raise
+            click.echo(stopped_line(stopped.signum), err=True)
+            raise click.exceptions.Exit(128 + stopped.signum) from None
         except Exception as exc:  # the one place every error becomes a line
             if ctx.params.get("debug"):
                 raise
@@ -91,5 +102,10 @@ for _command in (queues, config, pump, sink, demo, metrics):
 
 
 def main(argv: list[str] | None = None, prog_name: str | None = "vsqs") -> None:
-    """The console script: run the command line and exit with its status."""
+    """The console script: run the command line and exit with its status.
+
+    SIGINT and SIGTERM end every command through its clean-up code, even when SIGINT
+    was inherited ignored (a background job): see :func:`~vsqs.cli._common.install_stop_handlers`.
+    """
+    install_stop_handlers()
     cli.main(args=argv, prog_name=prog_name)

@@ -4,15 +4,18 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
 import os
 import sys
 import time
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import click
 
-from .. import QueueRoot, Stats, validate_name
+from .. import QueueRoot, Stats, _host, validate_name
 from ._common import (
+    SECONDS,
     CliError,
     format_age,
     json_line,
@@ -57,7 +60,7 @@ def purge(queue: str, yes: bool) -> None:
 @click.argument("queue", type=click.Path())
 @click.option(
     "--older-than",
-    type=click.FloatRange(min=0),
+    type=SECONDS,
     default=3600.0,
     show_default=True,
     help="Only debris older than this many seconds.",
@@ -188,6 +191,9 @@ def stats(
     node_exporter's textfile collector (names in the metrics guide); --watch for a live
     view.
     """
+    explicit = click.get_current_context().get_parameter_source("fmt")
+    if as_json and fmt != "json" and explicit is not click.core.ParameterSource.DEFAULT:
+        raise click.UsageError(f"--json conflicts with --format {fmt}: give one of them")
     from rich.console import Console  # noqa: PLC0415 -- see _table
 
     opened = [(name, open_queue(name)) for name in queues]
@@ -237,31 +243,44 @@ def stats(
         time.sleep(interval)
 
 
+_ROOT_HELP = "The directory of named queues (or $VSQS_ROOT)."
+
+
 @click.group()
-@click.option(
-    "--root",
-    envvar="VSQS_ROOT",
-    required=True,
-    type=click.Path(file_okay=False),
-    help="The directory of named queues (or $VSQS_ROOT).",
-)
+@click.option("--root", envvar="VSQS_ROOT", type=click.Path(file_okay=False), help=_ROOT_HELP)
 @click.pass_context
-def queues(ctx: click.Context, root: str) -> None:
+def queues(ctx: click.Context, root: str | None) -> None:
     """List, create and remove named queues under a root directory.
 
     Names are letters, digits, '-', '_' and single inner dots, up to 80 characters.
+    --root may come before or after the subcommand: `vsqs queues --root R list` and
+    `vsqs queues list --root R` are the same.
     """
     ctx.obj = root
 
 
+def _root_option(command: Callable[..., None]) -> Callable[..., None]:
+    """Give a ``queues`` subcommand its own ``--root`` (the group's is the fallback)."""
+
+    @click.option("--root", "root", type=click.Path(file_okay=False), help=_ROOT_HELP)
+    @functools.wraps(command)
+    def with_root(*args: Any, root: str | None, **kwargs: Any) -> None:
+        root = root or click.get_current_context().obj
+        if root is None:
+            raise click.UsageError("Missing option '--root' (or set $VSQS_ROOT).")
+        command(*args, root=root, **kwargs)
+
+    return with_root
+
+
 def _existing_root(root: str) -> QueueRoot:
-    if not os.path.isdir(root):
+    if not _host.is_dir(root):
         raise CliError(f"no queue root at {root}")
     return QueueRoot(root)
 
 
 @queues.command("list")
-@click.pass_obj
+@_root_option
 def list_queues(root: str) -> None:
     """Print the name of each queue under the root, sorted."""
     for name in _existing_root(root).list():
@@ -270,7 +289,7 @@ def list_queues(root: str) -> None:
 
 @queues.command()
 @click.argument("names", nargs=-1, required=True)
-@click.pass_obj
+@_root_option
 def create(root: str, names: tuple[str, ...]) -> None:
     """Create the queues NAMES (existing ones are kept as they are)."""
     for name in names:
@@ -284,7 +303,7 @@ def create(root: str, names: tuple[str, ...]) -> None:
 @queues.command()
 @click.argument("names", nargs=-1, required=True)
 @click.option("-y", "--yes", is_flag=True, help="Do not ask for confirmation.")
-@click.pass_obj
+@_root_option
 def remove(root: str, names: tuple[str, ...], yes: bool) -> None:
     """Remove the queues NAMES and every message in them."""
     parent = _existing_root(root)

@@ -8,8 +8,9 @@ from typing import Any
 
 import click
 
-from .. import InvalidSettings
-from ._common import open_queue
+from .. import InvalidSettings, SystemClock, _host
+from .._stored import set_aside
+from ._common import SECONDS, CliError, open_queue
 
 # Every setting a queue stores, its option and its vsqs default ("none": no limit).
 _SETTINGS: dict[str, tuple[str, str]] = {
@@ -21,7 +22,6 @@ _SETTINGS: dict[str, tuple[str, str]] = {
     "retention": ("--retention", "none"),
     "dedup_window": ("--dedup-window", "300 s"),
 }
-_SECONDS = click.FloatRange(min=0)
 
 
 def _dead_letter_path(queue: str, value: str) -> str:
@@ -40,13 +40,13 @@ def _show(stored: dict[str, Any]) -> None:
 
 @click.command()
 @click.argument("queue", type=click.Path())
-@click.option("--visibility-timeout", type=_SECONDS, help="Seconds a received message is hidden.")
-@click.option("--delay", type=_SECONDS, help="Seconds every publish is delayed by default.")
+@click.option("--visibility-timeout", type=SECONDS, help="Seconds a received message is hidden.")
+@click.option("--delay", type=SECONDS, help="Seconds every publish is delayed by default.")
 @click.option("--capacity", type=click.IntRange(min=1), help="Bound the number of messages.")
 @click.option("--dead-letter", help="The dead-letter queue: a name beside QUEUE, or its path.")
 @click.option("--max-receives", type=click.IntRange(min=1), help="Receives before dead-lettering.")
-@click.option("--retention", type=_SECONDS, help="Seconds before an unconsumed message is dropped.")
-@click.option("--dedup-window", type=_SECONDS, help="Seconds a dedup id is remembered.")
+@click.option("--retention", type=SECONDS, help="Seconds before an unconsumed message is dropped.")
+@click.option("--dedup-window", type=SECONDS, help="Seconds a dedup id is remembered.")
 @click.option(
     "--unset",
     "unset",
@@ -54,14 +54,29 @@ def _show(stored: dict[str, Any]) -> None:
     type=click.Choice(list(_SETTINGS)),
     help="Remove a stored setting (back to the default); repeatable.",
 )
+@click.option(
+    "--reset",
+    is_flag=True,
+    help="Move the settings file aside (even one that cannot be read): back to the defaults.",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the stored settings as JSON.")
-def config(queue: str, unset: tuple[str, ...], as_json: bool, **changes: Any) -> None:
+def config(queue: str, unset: tuple[str, ...], reset: bool, as_json: bool, **changes: Any) -> None:
     """Show the settings stored with QUEUE, or change them.
 
     Every process that opens QUEUE without options of its own uses these. With no
     option, print them; with options, store them (in one atomic write; the settings not
     named are kept) and print the result.
+
+    --reset repairs a settings file that cannot be read (every command refuses such a
+    queue): it renames the file to .vsqs/settings.json.bad-<UTC time>, kept for you to
+    look at, and the queue is back to the defaults (plus the settings given with it).
     """
+    if reset:
+        if not _host.is_dir(queue):
+            raise CliError(f"no queue at {queue}")
+        aside = set_aside(os.path.abspath(queue), SystemClock())
+        if aside is not None:
+            click.echo(f"vsqs: moved the settings file aside to {aside}", err=True)
     target = open_queue(queue)
     given = {key: value for key, value in changes.items() if value is not None}
     overlap = set(given) & set(unset)

@@ -8,7 +8,15 @@ import time
 import click
 
 from .. import QueueDrained
-from ._common import EMPTY, format_rate, open_queue, progress, stdout_is_terminal
+from ._common import (
+    EMPTY,
+    SECONDS,
+    format_rate,
+    open_queue,
+    progress,
+    publish_batch,
+    stdout_is_terminal,
+)
 
 
 @click.command()
@@ -35,6 +43,7 @@ def pump(queue: str, count: int, size: int, batch: int, durable: bool) -> None:
     once, in several shells or hosts, to load a shared queue.
     """
     target = open_queue(queue, create=True, durable=durable)
+    batch = min(batch, target.config.capacity or batch)  # a stored bound: a batch must fit
     published = 0
     started = time.perf_counter()
     with progress(f"pumping into {queue}", count, show=stdout_is_terminal()) as advance:
@@ -43,7 +52,7 @@ def pump(queue: str, count: int, size: int, batch: int, durable: bool) -> None:
             bodies = [
                 str(published + i).zfill(12).encode().ljust(size, b".")[:size] for i in range(n)
             ]
-            target.publish_batch(bodies)
+            publish_batch(target, bodies)  # Ctrl-C never leaves a half-written batch
             published += n
             advance(n)
     elapsed = time.perf_counter() - started
@@ -57,7 +66,7 @@ def pump(queue: str, count: int, size: int, batch: int, durable: bool) -> None:
 )
 @click.option(
     "--wait",
-    type=click.FloatRange(min=0),
+    type=SECONDS,
     default=1.0,
     show_default=True,
     help="Stop after this many seconds without a message.",

@@ -10,14 +10,17 @@ from typing import IO
 
 import click
 
+from .. import _host
 from .._ids import State, parse_name
 from ._common import (
     EMPTY,
     ERROR,
+    SECONDS,
     json_line,
     message_json,
     open_queue,
     progress,
+    publish_batch,
     stdout_is_terminal,
 )
 
@@ -53,7 +56,7 @@ def _bodies(
         if name == "-":
             yield from _from_stream(sys.stdin.buffer, whole)
             continue
-        with open(name, "rb") as handle:
+        with _host.open_input(name) as handle:
             yield from _from_stream(handle, whole)
 
 
@@ -69,9 +72,10 @@ def _from_stream(stream: IO[bytes], whole: bool) -> Iterator[tuple[bytes, int]]:
 def _input_size(files: tuple[str, ...]) -> int | None:
     total = 0
     for name in files:
-        if name == "-" or not os.path.isfile(name):
+        size = None if name == "-" else _host.input_size(name)
+        if size is None:
             return None
-        total += os.path.getsize(name)
+        total += size
     return total
 
 
@@ -94,7 +98,7 @@ def _input_size(files: tuple[str, ...]) -> int | None:
     show_default=True,
     help="Messages per write batch (one fsync per batch instead of per message).",
 )
-@click.option("--delay", type=click.FloatRange(min=0), default=0.0, help="Seconds before delivery.")
+@click.option("--delay", type=SECONDS, default=0.0, help="Seconds before delivery.")
 @click.option(
     "--attr",
     "attributes",
@@ -114,8 +118,9 @@ def _input_size(files: tuple[str, ...]) -> int | None:
 )
 @click.option(
     "--timeout",
-    type=click.FloatRange(min=0),
-    help="With --capacity: seconds to wait for room (default: forever; exit 3 when full).",
+    type=SECONDS,
+    help="On a bounded queue (--capacity, or a stored capacity): seconds to wait for room"
+    " (default: forever; exit 3 when still full).",
 )
 @click.option("-q", "--quiet", is_flag=True, help="Print nothing (no ids, no progress).")
 def publish(
@@ -151,11 +156,17 @@ def publish(
         streams = len(messages) - len(singles) + len(files)
         if not ((len(singles) == 1 and streams == 0) or (not singles and streams == 1 and whole)):
             raise click.UsageError("--dedup-id needs exactly one message")
-    if timeout is not None and capacity is None:
+    if timeout is not None and capacity is None and not _host.names_anything(queue):
         raise click.UsageError("--timeout only applies to a bounded queue: add --capacity")
     target = open_queue(queue, create=True, capacity=capacity)
-    if capacity is not None:
-        batch = min(batch, capacity)  # a batch is published whole, so it must fit
+    bound = target.config.capacity  # the stored capacity binds, --capacity only tightens
+    if timeout is not None and bound is None:
+        raise click.UsageError(
+            "--timeout only applies to a bounded queue: add --capacity"
+            " (or store one: vsqs config QUEUE --capacity N)"
+        )
+    if bound is not None:
+        batch = min(batch, bound)  # a batch is published whole, so it must fit
     bulk = bool(files) or "-" in messages
     show = bulk and not quiet and stdout_is_terminal()
     published = 0
@@ -170,9 +181,10 @@ def publish(
                 keys = [hashlib.sha256(body).hexdigest() for body in pending]
             else:
                 keys = [dedup_id] * len(pending)
-            ids = target.publish_batch(
-                pending, delay=delay, attributes=attributes, dedup_ids=keys, timeout=timeout
-            )
+            ids = publish_batch(
+                target, pending, delay=delay, attributes=attributes, dedup_ids=keys,
+                timeout=timeout,
+            )  # fmt: skip
             published += len(ids)
             if not (quiet or show):
                 click.echo("\n".join(ids))

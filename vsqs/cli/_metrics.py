@@ -8,13 +8,12 @@ written to a temporary name and renamed, as its documentation asks) or for scrap
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING, Final
 
 import click
 
-from .. import QueueRoot
+from .. import QueueRoot, _host
 from ._common import CliError, open_queue
 
 if TYPE_CHECKING:
@@ -79,12 +78,15 @@ def serve(queues: tuple[str, ...], roots: tuple[str, ...], port: int, addr: str)
         raise click.UsageError("name at least one QUEUE or --root")
     sources: list[Source] = [(name, open_queue(name)) for name in queues]
     for root in roots:
-        if not os.path.isdir(root):  # a typo must not create an empty root
+        if not _host.is_dir(root):  # a typo must not create an empty root
             raise CliError(f"no queue root at {root}")
         sources.append(QueueRoot(root))
     registry = CollectorRegistry(auto_describe=False)
     registry.register(QueueCollector(*sources))
-    server, thread = start_http_server(port, addr, registry)
+    try:
+        server, thread = start_http_server(port, addr, registry)
+    except OSError as exc:  # EADDRINUSE, EACCES (a port below 1024), EADDRNOTAVAIL
+        raise CliError(f"cannot listen on {addr}:{port}: {exc.strerror or exc}") from None
     bound = server.server_address[1]
     click.echo(f"serving http://{addr}:{bound}/metrics", err=True)
     try:

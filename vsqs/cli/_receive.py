@@ -20,11 +20,14 @@ from ._common import (
     EMPTY,
     EXEC_FAILED,
     OK,
+    SECONDS,
     CliError,
+    Stopped,
     json_line,
     message_json,
     open_queue,
     release,
+    stopped_line,
 )
 
 _SHELL = "/bin/sh"
@@ -42,20 +45,11 @@ else:  # pragma: no cover -- the same, before Popen(process_group=) existed
     _OWN_GROUP = {"preexec_fn": os.setpgrp}
 
 
-class _Stopped(BaseException):
-    """A stop signal arrived while no message was being worked on (like KeyboardInterrupt,
-    a ``BaseException``, so that no ``except Exception`` on the way swallows it)."""
-
-    def __init__(self, signum: int) -> None:
-        super().__init__(signum)
-        self.signum = signum
-
-
 class _Signals:
     """What SIGTERM, SIGINT and SIGHUP do while ``receive`` runs.
 
     While no message is being worked on, a signal stops ``receive`` at once (it raises
-    :class:`_Stopped`; printed messages not yet deleted are released on the way out).
+    :class:`Stopped`; printed messages not yet deleted are released on the way out).
     While CMD works on a message (``busy``), the signal is passed on to CMD's process
     group and only remembered: ``receive`` waits for CMD to exit, keeps renewing the
     lease meanwhile, settles the message (deleted if CMD exited 0, released otherwise)
@@ -94,18 +88,12 @@ class _Signals:
                 pass  # RACE: CMD (and its group) exited just now; we reap it next
             return
         if not self.busy:
-            raise _Stopped(signum)
+            raise Stopped(signum)
 
     def check(self) -> None:
         """Stop now if a signal arrived while a message was being worked on."""
         if self.signum is not None:
-            raise _Stopped(self.signum)
-
-
-def _stopped_line(signum: int) -> str:
-    if signum == signal.SIGINT:
-        return "vsqs: interrupted"
-    return f"vsqs: stopped by {signal.Signals(signum).name}"
+            raise Stopped(self.signum)
 
 
 def _child_stdout() -> int | None:
@@ -175,24 +163,47 @@ def _run(
     return child.returncode, message
 
 
+def _check_limit(value: int | None) -> int | None:
+    # 0 meant "no limit" before 1.0: a script's `-n 0` (or `-n "$N"` with N unset to 0)
+    # then received and deleted every message. "Every message" is now said with --all.
+    if value is not None and value < 1:
+        raise click.BadParameter(
+            f"{value} is not a number of messages; for every message, give --all (or no -n)"
+        )
+    return value
+
+
+def _refuse_conflicts(*, keep: bool, command: str | None, every: bool, limit: int | None) -> None:
+    if keep and command:
+        raise click.UsageError("--keep and --exec cannot be combined")
+    if every and limit is not None:
+        raise click.UsageError("-n/--max-messages and --all cannot be combined")
+
+
 @click.command()
 @click.argument("queue", type=click.Path())
 @click.option(
     "-n",
     "--max-messages",
     "limit",
-    type=click.IntRange(min=0),
-    default=0,
-    help="Stop after N messages (default 0: no limit).",
+    type=int,
+    callback=lambda _ctx, _param, value: _check_limit(value),
+    help="Stop after N messages (at least 1; without -n, every message: --all).",
+)
+@click.option(
+    "--all",
+    "every",
+    is_flag=True,
+    help="Every message until none is ready (the default; says so explicitly).",
 )
 @click.option(
     "--wait",
-    type=click.FloatRange(min=0),
+    type=click.FloatRange(min=0),  # 'inf' is allowed: a wait is never in a name
     default=0.0,
     help="Seconds to wait for a message when none is ready (default 0; 'inf' waits until "
     "the queue is shut down and drained).",
 )
-@click.option("--visibility-timeout", type=click.FloatRange(min=0), help="Lease seconds.")
+@click.option("--visibility-timeout", type=SECONDS, help="Lease seconds.")
 @click.option(
     "--exec",
     "command",
@@ -204,7 +215,8 @@ def _run(
 def receive(
     *,
     queue: str,
-    limit: int,
+    limit: int | None,
+    every: bool,
     wait: float,
     visibility_timeout: float | None,
     command: str | None,
@@ -232,8 +244,7 @@ def receive(
       vsqs receive /tmp/jobs -n 10
       vsqs receive /tmp/jobs --wait inf --exec 'convert-one "$(cat)"'
     """
-    if keep and command:
-        raise click.UsageError("--keep and --exec cannot be combined")
+    _refuse_conflicts(keep=keep, command=command, every=every, limit=limit)
     source = open_queue(queue, visibility_timeout=visibility_timeout)
     timeout = None if math.isinf(wait) else wait
     received = 0
@@ -271,13 +282,13 @@ def receive(
                     command, source, batch[0], as_json=as_json, signals=signals, failed=failed
                 )
                 status = outcome or status
-    except _Stopped as stopped:
+    except Stopped as stopped:
         stopped_by = stopped.signum
     finally:
         for message in failed:
             release(source, message)
     if stopped_by:
-        click.echo(_stopped_line(stopped_by), err=True)
+        click.echo(stopped_line(stopped_by), err=True)
         click.get_current_context().exit(128 + stopped_by)
     if status == OK and received == 0:
         status = CLOSED if drained else EMPTY

@@ -14,10 +14,16 @@ vsqs's guarantees underneath:
   acknowledged (deleted), rejected with ``requeue=True`` (released at once) or rejected
   without (moved to the ``dead_letter_queue`` if one is set, deleted otherwise); a worker
   that dies holds nothing: its messages come back after ``visibility_timeout``;
+* a message that is not kombu's JSON envelope (*poison*: ``garbage``, ``[1,2]``) is
+  never delivered, it would stop the worker: it moves to the dead-letter queue, else to
+  the kombu queue ``<queue>.poison``; an expired one (kombu's ``expiration``, Celery's
+  ``expires``) to the dead-letter queue, else it is deleted (:mod:`vsqs.kombu._envelope`);
 * bindings live on disk (``<root>/.kombu-bindings/``), so direct replies and
   fanout broadcasts reach queues bound by any process or host sharing the root;
-* an idle worker blocks on inotify (each queue's own waiter, one thread per consumed
-  queue), and looks again every ``polling_interval`` seconds in any case.
+* the transport is asynchronous: a Celery worker delivers in kombu's event loop, which
+  watches every consumed queue through one :class:`~vsqs.MultiWaiter` (its descriptor is
+  the process's one inotify descriptor; no thread), and looks again every
+  ``polling_interval`` seconds in any case; ``drain_events`` blocks on the same waiter.
 
 Transport options (``broker_transport_options`` in Celery): ``root``,
 ``visibility_timeout`` (30), ``max_lease`` (3600: renewals stop then),
@@ -28,26 +34,34 @@ Transport options (``broker_transport_options`` in Celery): ``root``,
 from __future__ import annotations
 
 import logging
-import math
-import time
 import uuid
+from collections import Counter, defaultdict
+from collections.abc import Callable
 from queue import Empty
 from typing import Any, ClassVar, Final
 
-import kombu.transport
-from kombu.transport import virtual
-from kombu.utils.json import dumps, loads
+from .._extras import missing_extra
 
-from .. import Lease, LeaseLost, Queue, QueueDrained, QueueRoot, __version__
+try:
+    import kombu.transport
+    from kombu.exceptions import ChannelError
+    from kombu.transport import virtual
+    from kombu.utils.json import dumps
+except ModuleNotFoundError as error:
+    raise missing_extra(error, "celery", "vsqs.kombu") from None
+
+from .. import Message, Queue, QueueDrained, QueueRoot, __version__
+from .._waiters import POLL_INTERVAL
+from ._envelope import NotKombu, expiry_attributes, move, overdue, parse
 from ._names import Binding, Bindings, vsqs_name
-from ._watch import Watchers
+from ._qos import QoS
+from ._watch import Watch
 
 __all__ = ["Channel", "QoS", "Transport", "vsqs_name"]
 
 _log = logging.getLogger("vsqs.kombu")
-ACK: Final = "ack"
-RELEASE: Final = "release"
-REJECT: Final = "reject"
+NO_ROUTE: Final = 312  # AMQP's reply code for a mandatory message that no queue gets
+POISON_SUFFIX: Final = ".poison"  # queue q's poison goes to q.poison, if no dead-letter queue
 
 kombu.transport.TRANSPORT_ALIASES.setdefault("vsqs", "vsqs.kombu:Transport")
 
@@ -64,59 +78,6 @@ def root_of(client: Any) -> str:
             "or transport_options={'root': path}"
         )
     return str(root)
-
-
-class QoS(virtual.QoS):
-    """kombu's prefetch accounting, with each unacknowledged message held in a lease.
-
-    An ack deletes the held file (one unlink), a requeue releases it (one rename), and
-    the messages still unacknowledged when the channel closes are released, not copied
-    back as kombu's default restore does: a message is never in the queue twice.
-    """
-
-    def __init__(self, channel: Channel, prefetch_count: int = 0) -> None:
-        super().__init__(channel, prefetch_count)
-        self.leases: dict[str, tuple[Lease, str]] = {}
-
-    def ack(self, delivery_tag: str) -> None:
-        """Delete the held message (one unlink, under its lease's lock; any thread)."""
-        self._settle(delivery_tag, ACK)
-        super().ack(delivery_tag)
-
-    def reject(self, delivery_tag: str, requeue: bool = False) -> None:
-        """Release the held message now (one rename), or dead-letter or delete it."""
-        self._settle(delivery_tag, RELEASE if requeue else REJECT)
-        super().ack(delivery_tag)  # forget it: the base class would publish a copy
-
-    def restore_unacked(self) -> list[tuple[BaseException, Any]]:
-        """Release every unacknowledged message (kombu calls this when the channel closes)."""
-        self._flush()
-        errors: list[tuple[BaseException, Any]] = []
-        for tag, message in list(self._delivered.items()):
-            try:
-                self._settle(tag, RELEASE)
-            except OSError as exc:  # pragma: no cover -- EIO, ESTALE: cannot be caused here
-                # Its lease runs out instead: the message still comes back.
-                errors.append((exc, message))
-        self._delivered.clear()
-        return errors
-
-    def _settle(self, delivery_tag: str, how: str) -> None:
-        held = self.leases.pop(delivery_tag, None)
-        if held is None:
-            return  # settled already (or delivered without acknowledgement)
-        lease, queue = held
-        try:
-            if how == RELEASE:
-                lease.release()
-                return
-            if how == REJECT:
-                self.channel.dead_letter(queue, lease.message.body)
-            lease.delete()
-        except LeaseLost as exc:
-            # RACE: the lease ran out (a paused worker) and the message went back or to
-            # another consumer, whose copy is never touched: it will run again.
-            _log.warning("vsqs: %s of a message from %r came too late: %s", how, queue, exc)
 
 
 class Channel(virtual.Channel):
@@ -147,6 +108,11 @@ class Channel(virtual.Channel):
         self.bindings = Bindings(self.root.path)
         self._queues: dict[str, Queue] = {}
         self._no_ack: set[str] = set()
+        # Callbacks by event name, as py-amqp's: Producer(on_return=) adds "basic_return".
+        self.events: defaultdict[str, set[Callable[..., Any]]] = defaultdict(set)
+        self.expired: Counter[str] = Counter()
+        """Expired messages this channel dropped, by kombu queue (none with a dead-letter
+        queue: they go there)."""
 
     def close(self) -> None:
         """Close the channel (unacknowledged messages are released), then every queue
@@ -174,6 +140,14 @@ class Channel(virtual.Channel):
                 found = self.root.create(vsqs_name(name), durable=self.durable)
             self._queues[name] = found
         return found
+
+    def dead_letter_target(self, queue: str) -> Queue | None:
+        """Where a message of *queue* that must not run goes: the ``dead_letter_queue``
+        transport option, else the vsqs queue's own dead-letter queue (its stored
+        settings), else ``None``."""
+        if self.dead_letter_queue is not None and queue != self.dead_letter_queue:
+            return self.queue(self.dead_letter_queue)
+        return self.queue(queue).dead_letter
 
     def dead_letter(self, queue: str, body: bytes) -> None:
         """Keep a rejected message: publish it to the dead-letter queue, if one is set.
@@ -205,8 +179,32 @@ class Channel(virtual.Channel):
     # -- publishing and routing ---------------------------------------------------------
 
     def _put(self, queue: str, message: dict[str, Any], **kwargs: Any) -> None:
-        """Publish kombu's message (JSON) to *queue*: atomic, one rename (priority unused)."""
-        self.queue(queue).publish(dumps(message).encode())
+        """Publish kombu's message (JSON) to *queue*: atomic, one rename (priority unused),
+        with the expiry its ``expiration`` gives, if any (:mod:`vsqs.kombu._envelope`).
+
+        :raises ValueError: ``expiration`` is not a number of milliseconds >= 0."""
+        target = self.queue(queue)
+        now = target.clock.time_us() / 1e6
+        attributes = expiry_attributes(message.get("properties") or {}, now)
+        target.publish(dumps(message).encode(), attributes=attributes)
+
+    def basic_publish(
+        self, message: dict[str, Any], exchange: str, routing_key: str, **kwargs: Any
+    ) -> Any:
+        """Publish; a ``mandatory`` message that no queue would get is returned instead, as
+        AMQP does: each ``basic_return`` callback (``Producer(on_return=)``) is called at
+        once with ``(exception, exchange, routing_key, message)`` (``NO_ROUTE``, 312)."""
+        handlers = list(self.events.get("basic_return", ()))
+        if not (handlers and kwargs.get("mandatory") and exchange) or self._lookup(
+            exchange, routing_key
+        ):
+            return super().basic_publish(message, exchange, routing_key, **kwargs)
+        self._inplace_augment_message(message, exchange, routing_key)
+        returned = self.Message(message, channel=self)
+        text = f"NO_ROUTE: no queue is bound to {exchange!r} with {routing_key!r}"
+        for callback in handlers:
+            callback(ChannelError(text, reply_code=NO_ROUTE), exchange, routing_key, returned)
+        return None
 
     def _put_fanout(
         self, exchange: str, message: dict[str, Any], routing_key: str, **kwargs: Any
@@ -277,15 +275,19 @@ class Channel(virtual.Channel):
             self._no_ack.discard(queue)
 
     def _get(self, queue: str, timeout: float | None = None) -> dict[str, Any]:
-        """Claim the oldest message of *queue* (one rename), held until it is settled."""
+        """Claim the oldest message of *queue* (one rename), held until it is settled; one
+        that must not run (:meth:`_screen`) is settled here and the next one claimed."""
         source = self.queue(queue)
-        try:
-            message = source.receive(timeout=0)
-        except QueueDrained:
-            raise Empty from None
-        if message is None:
-            raise Empty
-        payload: dict[str, Any] = loads(message.body)
+        while True:
+            try:
+                message = source.receive(timeout=0)
+            except QueueDrained:
+                raise Empty from None
+            if message is None:
+                raise Empty
+            payload = self._screen(queue, source, message)
+            if payload is not None:
+                break
         tag = uuid.uuid4().hex
         properties = payload.setdefault("properties", {})
         properties["delivery_tag"] = tag
@@ -297,6 +299,36 @@ class Channel(virtual.Channel):
             lease = source.lease(message, max_duration=self.max_lease)
             self.qos.leases[tag] = (lease, queue)
         return payload
+
+    def _screen(self, queue: str, source: Queue, message: Message) -> dict[str, Any] | None:
+        """kombu's envelope of a claimed *message*, or ``None`` if it must not run.
+
+        An expired message goes to the dead-letter queue (:meth:`dead_letter_target`),
+        or else is deleted (counted in :attr:`expired` and the queue's
+        ``consumed_messages``). A poison message (not kombu's envelope) goes to the
+        dead-letter queue, or else to the kombu queue ``<queue>.poison``, never deleted.
+        Each is logged (INFO if expired, ERROR if poison) naming where it went.
+        """
+        late = overdue(message.attributes, source.clock.time_us() / 1e6)
+        if late is None:
+            try:
+                return parse(message.body, self.decode_body)
+            except NotKombu as exc:
+                aside = self.dead_letter_target(queue) or self.queue(queue + POISON_SUFFIX)
+                reason = f"not a kombu message: {exc.reason}"
+                move(source, message, aside, queue=queue, reason=reason, level=logging.ERROR)
+                return None
+        target = self.dead_letter_target(queue)
+        if target is None:
+            if source.delete(message):  # RACE: False if its lease ran out (a paused worker)
+                self.expired[queue] += 1
+                _log.info(
+                    "vsqs: dropped message %s of %r: expired %.3f s ago", message.id, queue, late
+                )
+        else:
+            reason = f"expired {late:.3f} s ago"
+            move(source, message, target, queue=queue, reason=reason, level=logging.INFO)
+        return None
 
     def consumed(self) -> list[Queue]:
         """The vsqs queues this channel consumes from."""
@@ -312,7 +344,7 @@ class Transport(virtual.Transport):
     driver_name = "vsqs"
     polling_interval = 1.0
     implements = virtual.Transport.implements.extend(
-        asynchronous=False, exchange_type=frozenset({"direct", "topic", "fanout"})
+        asynchronous=True, exchange_type=frozenset({"direct", "topic", "fanout"})
     )
     # The exchanges declared in this process, per root (bindings themselves are on disk).
     states: ClassVar[dict[str, virtual.BrokerState]] = {}
@@ -323,12 +355,14 @@ class Transport(virtual.Transport):
             self.state = self.states.setdefault(root_of(client), virtual.BrokerState())
         except ValueError:
             pass  # no root: the channel says so when it is made
-        self.watchers = Watchers()
+        # polling_interval=0 (kombu: "never sleep") still needs a positive re-check.
+        interval = self.polling_interval or POLL_INTERVAL
+        self.watch = Watch(self._consumed, self._deliver_one, interval)
+        """How this transport waits for its consumed queues (no thread)."""
 
     def close_connection(self, connection: Any) -> None:
-        """Close every channel and stop the threads watching their queues."""
-        self.watchers.close()
-        self.watchers = Watchers()
+        """Close every channel, and stop waiting for their queues (the loop first)."""
+        self.watch.close()
         super().close_connection(connection)
 
     def driver_version(self) -> str:
@@ -339,29 +373,34 @@ class Transport(virtual.Transport):
         return {"port": 0}  # no host: the root is a path (kombu warns about a default host)
 
     def drain_events(self, connection: Any, timeout: float | None = None, **kwargs: Any) -> None:
-        """Deliver one message, blocking up to *timeout* seconds for one.
-
-        Every consumed queue is watched (inotify, through its own waiter; see
-        :class:`~vsqs.kombu._watch.Watchers`), and the token is taken before looking, so
-        a message published to any of them between the look and the wait wakes it at
-        once. The queues are looked at again every ``polling_interval`` seconds anyway:
-        that is how a message whose lease ran out (a dead worker's) is seen, and how
-        another host's publish is seen where inotify cannot see it (NFS).
+        """Deliver one message, blocking up to *timeout* seconds for one: every consumed
+        queue is waited on at once, in this thread (:meth:`Watch.drain
+        <vsqs.kombu._watch.Watch.drain>`).
 
         :raises socket.timeout: nothing came within *timeout*.
         """
-        deadline = math.inf if timeout is None else time.monotonic() + timeout
-        while True:
-            self.watchers.watch(queue for channel in self.channels for queue in channel.consumed())
-            token = self.watchers.token()
-            assert self.cycle is not None  # made by virtual.Transport.__init__
-            try:
-                self.cycle.get(self._deliver, timeout=timeout)
-            except Empty:
-                pass
-            else:
-                return
-            left = deadline - time.monotonic()
-            if left <= 0:
-                raise TimeoutError  # socket.timeout, which kombu's callers expect
-            self.watchers.wait(token, min(left, self.polling_interval))
+        self.watch.drain(timeout)
+
+    def register_with_event_loop(self, connection: Any, loop: Any) -> None:
+        """Deliver in kombu's event loop *loop*, as kombu's redis transport does: the
+        waiter's descriptor is registered with ``loop.add_reader`` (:meth:`Watch.register
+        <vsqs.kombu._watch.Watch.register>`)."""
+        self.watch.register(loop)
+
+    def unregister_from_event_loop(self, connection: Any, loop: Any) -> None:
+        self.watch.unregister(loop)
+
+    def on_readable(self, connection: Any, loop: Any) -> None:
+        """The waiter's descriptor is readable: read the events, deliver what is ready."""
+        self.watch.on_readable()
+
+    def _consumed(self) -> list[Queue]:
+        return [queue for channel in self.channels for queue in channel.consumed()]
+
+    def _deliver_one(self) -> bool:
+        assert self.cycle is not None  # made by virtual.Transport.__init__
+        try:
+            self.cycle.get(self._deliver, timeout=0)
+        except Empty:
+            return False
+        return True

@@ -61,21 +61,26 @@ import uuid
 from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any, Final
 
-from pyspark import TaskContext
-from pyspark.errors import AnalysisException
-from pyspark.sql.readwriter import DataFrameWriter
+from .._extras import missing_extra
 
-from .. import Queue
-from ._consume import consume
-from ._options import SCHEMA, ReadMode
-from ._publish import (
-    DEFAULT_BATCH_SIZE,
-    RowFormat,
-    publish_rows,
-    resolve_format,
-    row_names,
-)
-from ._source import VsqsDataSource
+try:  # the modules below import pyarrow too
+    from pyspark import TaskContext
+    from pyspark.errors import AnalysisException
+    from pyspark.sql.readwriter import DataFrameWriter
+
+    from .. import Queue
+    from ._consume import consume
+    from ._options import SCHEMA, ReadMode
+    from ._publish import (
+        DEFAULT_BATCH_SIZE,
+        RowFormat,
+        publish_rows,
+        resolve_format,
+        row_names,
+    )
+    from ._source import VsqsDataSource
+except ModuleNotFoundError as error:
+    raise missing_extra(error, "spark", "vsqs.spark") from None
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession

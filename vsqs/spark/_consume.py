@@ -19,13 +19,14 @@ from __future__ import annotations
 import contextlib
 import functools
 import logging
+import os
 import threading
 from collections.abc import Iterator, Mapping
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from .. import LeaseLost, Message, Queue, QueueDrained
-from ._options import SCHEMA, Planned, planned
+from ._options import SCHEMA, Planned, existing_queue, planned
 from ._read import read_planned, split
 
 if TYPE_CHECKING:
@@ -148,7 +149,7 @@ def consume(
         raise ValueError(
             f"heartbeat_interval must be between 0 and visibility_timeout, not {interval!r}"
         )
-    queue = Queue(queue_path, **dict(queue_options or {}))
+    queue = Queue(existing_queue(os.path.abspath(queue_path)), **dict(queue_options or {}))
     held = _claim(queue, max_messages, visibility_timeout)
     leases = _Leases(queue, held, visibility_timeout, interval)
     try:

@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import enum
+import errno
 import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any, Final, TypeVar
 
-from .. import Message
+from .. import Message, _host
+from .._ids import MAX_DURATION
 from .._layout import Layout
 
 SCHEMA: Final = (
@@ -109,6 +111,10 @@ def _number(raw: Mapping[str, str], key: str, default: float, *, minimum: float 
         return default
     if not value >= minimum:  # also rejects NaN
         raise ValueError(f"option {key!r} must be >= {minimum}, not {raw[key.lower()]!r}")
+    if value > MAX_DURATION:  # every number here is seconds: bounded like the API's
+        raise ValueError(
+            f"option {key!r} must be at most {MAX_DURATION:.0e} seconds, not {raw[key.lower()]!r}"
+        )
     return value
 
 
@@ -142,6 +148,24 @@ def check_names(options: Mapping[str, Any]) -> dict[str, str]:
                 f"unknown option {name!r} for the vsqs data source; known: {', '.join(KNOWN)}"
             )
     return raw
+
+
+def existing_queue(path: str) -> str:
+    """*path*, if a queue directory is there: a reader never creates a queue.
+
+    ``spark.read.format("vsqs").load("/mistyped")`` once returned no rows and left an
+    empty queue at the typo; ``vsqs stats /mistyped`` refuses the same mistake.
+
+    :raises FileNotFoundError: nothing at *path* (naming it).
+    """
+    if not _host.names_anything(path):
+        raise FileNotFoundError(
+            errno.ENOENT,
+            f"no queue at {path} (a reader never creates one: check the path, or create"
+            " the queue first, e.g. by publishing to it)",
+            path,
+        )
+    return path
 
 
 @dataclass(frozen=True)

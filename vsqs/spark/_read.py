@@ -13,13 +13,15 @@ unreadable; only a message deleted by someone else is, and ``failOnDataLoss`` de
 from __future__ import annotations
 
 import logging
-import os
 from collections.abc import Iterable, Iterator
 from datetime import datetime, timezone
 from typing import Any, Final
 
 import pyarrow as pa
 
+from .. import _fs
+from .._ids import State, parse_name
+from .._layout import Layout
 from ._options import MessageRow, Planned
 
 log = logging.getLogger("vsqs.spark")
@@ -41,20 +43,34 @@ class MessageGone(LookupError):
         )
 
 
-def _current_names(queue: str) -> dict[str, str]:
-    """The name each message id has now (ready ``<id>`` or held ``<id>.<expiry>``)."""
-    names: dict[str, str] = {}
-    for name in os.listdir(queue):
-        stem, _, suffix = name.partition(".")
-        if stem.isdigit() and suffix != "new":
-            names[stem] = name
-    return names
+def current_names(names: Iterable[str]) -> dict[str, str]:
+    """The name each message id has now (ready ``<id>`` or held ``<id>.<expiry>``), from
+    a listing: names that are not messages by the grammar (``0017``, ``17.new``) are not.
+
+    One id has two names only after a crash (a no-replace rename by link and unlink,
+    stopped between: two names of one file). The held name with the latest expiry is
+    taken then, whatever the order of the listing.
+    """
+    best: dict[str, tuple[int, str]] = {}
+    for name in names:
+        entry = parse_name(name)
+        if entry is None or entry.state is State.NEW:
+            continue
+        rank = (-1 if entry.expires is None else entry.expires, name)
+        current = best.get(entry.id)
+        if current is None or rank > current:
+            best[entry.id] = rank
+    return {message_id: name for message_id, (_, name) in best.items()}
 
 
-def _read(path: str) -> bytes | None:
+def _listing(queue: str) -> list[str]:
+    with _fs.scandir(queue) as entries:
+        return [entry.name for entry in entries]
+
+
+def _read(layout: Layout, name: str) -> bytes | None:
     try:
-        with open(path, "rb") as fh:
-            return fh.read()
+        return _fs.read_regular(layout.message(name))
     except FileNotFoundError:
         return None  # RACE: renamed by a heartbeat or requeue, or deleted, since planning
 
@@ -68,17 +84,18 @@ def read_planned(
         false: then it is skipped and logged).
     """
     names: dict[str, str] | None = None
+    layout = Layout(queue)
     for message_id, receipt, attributes, receive_count, sent_at in messages:
-        body = _read(os.path.join(queue, receipt))
+        body = _read(layout, receipt)
         if body is None:
             if names is None:
-                names = _current_names(queue)  # one listing per partition at most
+                names = current_names(_listing(queue))  # one listing per partition at most
             current = names.get(message_id)
-            body = None if current is None else _read(os.path.join(queue, current))
+            body = None if current is None else _read(layout, current)
             if body is None:
-                names = _current_names(queue)  # the listing may predate a later rename
+                names = current_names(_listing(queue))  # it may predate a later rename
                 current = names.get(message_id)
-                body = None if current is None else _read(os.path.join(queue, current))
+                body = None if current is None else _read(layout, current)
         if body is None:
             if fail_on_data_loss:
                 raise MessageGone(queue, message_id)

@@ -25,7 +25,7 @@ from pyspark.sql.datasource import (
 from pyspark.sql.types import StructType
 
 from .. import Queue
-from ._options import SCHEMA, MessageRow, SourceOptions, message_row
+from ._options import SCHEMA, MessageRow, SourceOptions, existing_queue, message_row
 from ._publish import RowFormat, is_plain, publish_arrow, publish_rows, resolve_format
 from ._stream import StreamReader
 
@@ -52,7 +52,8 @@ class BatchReader(DataSourceReader):
         return [InputPartition(0)]
 
     def read(self, partition: InputPartition) -> Iterator[MessageRow]:
-        with Queue(self.options.path, durable=self.options.durable) as queue:
+        path = existing_queue(self.options.path)  # on this executor's filesystem too
+        with Queue(path, durable=self.options.durable) as queue:
             for message in queue.browse():
                 yield message_row(message)
 
@@ -138,7 +139,9 @@ class VsqsDataSource(DataSource):
         return SCHEMA
 
     def reader(self, schema: StructType) -> BatchReader:
-        return BatchReader(SourceOptions.parse(self.options))
+        options = SourceOptions.parse(self.options)
+        existing_queue(options.path)  # on the driver: before any task runs
+        return BatchReader(options)
 
     def writer(self, schema: StructType, overwrite: bool) -> BatchWriter:
         if overwrite:
@@ -149,7 +152,9 @@ class VsqsDataSource(DataSource):
         return BatchWriter(options, schema)
 
     def streamReader(self, schema: StructType) -> StreamReader:
-        return StreamReader(SourceOptions.parse(self.options))
+        options = SourceOptions.parse(self.options)
+        existing_queue(options.path)
+        return StreamReader(options)
 
     def streamWriter(self, schema: StructType, overwrite: bool) -> StreamWriter:
         options = SourceOptions.parse(self.options)

@@ -1,84 +1,212 @@
 """The state of a streaming query on disk: its epoch and its claimed micro-batches.
 
 ``<stateDir>/<epoch>/epoch.json`` holds the queue and the highest batch claimed; one
-``<seq>.json`` per claimed, not yet deleted micro-batch lists its messages. Every file is
-replaced durably (a temporary file, fsync, rename, directory fsync). Used by
-:mod:`vsqs.spark._stream`.
+``<seq>.json`` per claimed, not yet deleted micro-batch lists its messages; ``lock`` is
+held (``flock``) by the one run that serves the epoch. Used by :mod:`vsqs.spark._stream`.
+
+The default stateDir is the queue's ``.vsqs/spark/streams``, reached through the
+queue's :class:`~vsqs._layout.Layout`; a stateDir the user named elsewhere is opened as
+named. Below it, nothing is reached by path: every file is a name in a descriptor of the
+epoch directory, opened without following a symlink, so a symlink planted at
+``.vsqs/spark``, at the epoch directory or at one of its files is refused with
+:class:`~vsqs._layout.UnsafeEntry` naming it, and nothing outside is ever touched.
 """
 
 from __future__ import annotations
 
+import errno
 import json
 import os
-from typing import Any
+import time
+from typing import Any, Final
 
-from .. import LeaseLost, Message, Queue
+from .. import LeaseLost, Message, Queue, _fs
+from .._ids import parse_decimal
+from .._layout import Layout, UnsafeEntry
 from ._options import Planned
 
-
-def write_json(path: str, data: object) -> None:
-    """Replace *path* with *data* durably (temporary file, fsync, rename, directory fsync)."""
-    tmp = f"{path}.{os.getpid()}.tmp"
-    # O_TRUNC: a leftover of a crashed process with our pid is overwritten.
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o666)
-    try:
-        os.write(fd, json.dumps(data).encode())
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    os.replace(tmp, path)
-    dir_fd = os.open(os.path.dirname(path), os.O_RDONLY)
-    try:
-        os.fsync(dir_fd)
-    finally:
-        os.close(dir_fd)
+EPOCH: Final = "epoch.json"
+LOCK: Final = "lock"
+_TMP: Final = ".tmp-"
+_SUFFIX: Final = ".json"
+_LOCK_POLL: Final = 0.05
+# What a planted entry gives: a symlink (ELOOP, O_NOFOLLOW), a file where a directory
+# belongs (ENOTDIR), a directory or FIFO where a file belongs (EINVAL, EISDIR).
+_PLANTED: Final = frozenset({errno.ELOOP, errno.ENOTDIR, errno.EINVAL, errno.EISDIR})
 
 
 class StateDir:
-    """``epoch.json`` and the ``<seq>.json`` records of one query's claimed batches."""
+    """``epoch.json`` and the ``<seq>.json`` records of one query's claimed batches.
 
-    def __init__(self, path: str) -> None:
-        self.path = path
+    Every file is replaced durably and atomically (a temporary file, fsync, rename,
+    directory fsync): a reader sees the old record or the new. One run at a time writes
+    (:meth:`lock`).
 
-    def _file(self, seq: int) -> str:
-        return os.path.join(self.path, f"{seq}.json")
+    :param queue: the queue's path.
+    :param state_dir: the stateDir option (by default the queue's ``.vsqs/spark/streams``).
+    :param epoch: the epoch: one directory in *state_dir*.
+    """
+
+    def __init__(self, queue: str, state_dir: str, epoch: str) -> None:
+        self.path = f"{state_dir.rstrip('/')}/{epoch}"
+        self._state_dir = state_dir
+        self._epoch = epoch
+        self._layout = Layout(queue)
+        self._sub = self._layout.sub_of(state_dir)
+        self._fd: int | None = None
+        self._lock_fd = -1
+
+    # -- the epoch directory, by descriptor ----------------------------------------------
+
+    def _dir(self, *, create: bool) -> int | None:
+        """The epoch directory's descriptor; ``None`` if it is absent (and not *create*)."""
+        if self._fd is None:
+            if self._sub is not None:  # in the queue's .vsqs: the layout opens the way
+                sub = f"{self._sub}/{self._epoch}" if self._sub else self._epoch
+                self._fd = self._layout.open_dir(sub, create=create)
+            else:
+                self._fd = self._open_outside(create=create)
+        return self._fd
+
+    def _open_outside(self, *, create: bool) -> int | None:
+        """The epoch directory in a stateDir the user named (the stateDir itself is
+        opened as named, a symlink the user chose included; the epoch is not followed)."""
+        if create:
+            _fs.make_dirs(self._state_dir)
+        try:
+            base = _fs.open_queue_dir(self._state_dir)
+        except FileNotFoundError:
+            return None
+        try:
+            for _ in range(2):
+                try:
+                    return _fs.open_dir(self._epoch, base)
+                except FileNotFoundError:
+                    if not create:
+                        return None
+                    _fs.make_dir_at(self._epoch, 0o777, base)
+                except OSError as exc:
+                    raise self._unsafe(exc, self.path) from None
+            raise FileNotFoundError(errno.ENOENT, "vanished while created", self.path)
+        finally:
+            _fs.close(base)
+
+    def _unsafe(self, exc: OSError, shown: str) -> OSError:
+        """*exc* as :class:`UnsafeEntry` naming *shown*, if a planted entry caused it."""
+        if exc.errno not in _PLANTED:
+            return exc
+        return UnsafeEntry(
+            exc.errno or errno.EINVAL,
+            f"{shown} is a symlink or not what the Spark state keeps there; vsqs never"
+            " follows it: remove it",
+            shown,
+        )
+
+    def _read(self, name: str) -> bytes | None:
+        fd = self._dir(create=False)
+        if fd is None:
+            return None
+        try:
+            return _fs.read_at(name, fd)
+        except FileNotFoundError:
+            return None
+        except OSError as exc:
+            raise self._unsafe(exc, f"{self.path}/{name}") from None
+
+    def _write(self, name: str, data: object) -> None:
+        """Replace *name* with *data* durably (temporary file, fsync, rename, dir fsync)."""
+        fd = self._dir(create=True)
+        assert fd is not None
+        tmp = f"{_TMP}{name}-{os.getpid()}-{os.urandom(4).hex()}"
+        out = _fs.create_at(tmp, 0o666, fd)
+        try:
+            try:
+                _fs.write_all(out, json.dumps(data).encode())
+                _fs.fsync(out)
+            finally:
+                _fs.close(out)
+            _fs.replace_at(tmp, name, fd)  # a planted link at *name* is replaced, not followed
+        except BaseException:
+            _fs.unlink_at(tmp, fd)
+            raise
+        _fs.fsync(fd)
+
+    # -- the records ---------------------------------------------------------------------
 
     def exists(self) -> bool:
-        return os.path.exists(os.path.join(self.path, "epoch.json"))
+        fd = self._dir(create=False)
+        return fd is not None and _fs.exists_at(EPOCH, fd)
 
     def create(self, epoch: str, queue: str) -> None:
-        os.makedirs(self.path, exist_ok=True)
         self.set_high(epoch, queue, 0)
 
     def info(self) -> dict[str, Any]:
-        with open(os.path.join(self.path, "epoch.json"), "rb") as fh:
-            data: dict[str, Any] = json.load(fh)
+        raw = self._read(EPOCH)
+        if raw is None:
+            raise FileNotFoundError(errno.ENOENT, "no epoch record", f"{self.path}/{EPOCH}")
+        data: dict[str, Any] = json.loads(raw)
         return data
 
     def set_high(self, epoch: str, queue: str, high: int) -> None:
-        data = {"epoch": epoch, "queue": queue, "high": high}
-        write_json(os.path.join(self.path, "epoch.json"), data)
+        self._write(EPOCH, {"epoch": epoch, "queue": queue, "high": high})
 
     def save(self, seq: int, messages: list[Planned]) -> None:
         """Record the messages of batch *seq* durably, replacing its previous record."""
-        write_json(self._file(seq), {"messages": messages})
+        self._write(f"{seq}{_SUFFIX}", {"messages": messages})
 
     def load(self) -> dict[int, list[Planned]]:
-        """Every recorded batch (left by an earlier run of this query)."""
+        """Every recorded batch (left by an earlier run of this query); temporary files
+        an earlier run left by crashing are removed (call it under :meth:`lock`)."""
         found: dict[int, list[Planned]] = {}
-        for name in os.listdir(self.path):
-            stem, _, ext = name.partition(".")
-            if ext == "json" and stem.isdigit():
-                with open(os.path.join(self.path, name), "rb") as fh:
-                    rows = json.load(fh)["messages"]
-                found[int(stem)] = [(r[0], r[1], dict(r[2]), int(r[3]), float(r[4])) for r in rows]
+        fd = self._dir(create=False)
+        for name in [] if fd is None else _fs.list_at(fd):
+            if name.startswith(_TMP):
+                assert fd is not None
+                _fs.unlink_at(name, fd)
+                continue
+            seq = parse_decimal(name.removesuffix(_SUFFIX)) if name.endswith(_SUFFIX) else None
+            raw = None if seq is None else self._read(name)
+            if seq is not None and raw is not None:
+                rows = json.loads(raw)["messages"]
+                found[seq] = [(r[0], r[1], dict(r[2]), int(r[3]), float(r[4])) for r in rows]
         return found
 
     def remove(self, seq: int) -> None:
+        fd = self._dir(create=False)
+        if fd is not None:
+            # RACE: none expected (one run per query holds the lock); removing twice is fine
+            _fs.unlink_at(f"{seq}{_SUFFIX}", fd)
+
+    # -- one run at a time ---------------------------------------------------------------
+
+    def lock(self, timeout: float) -> bool:
+        """Take the epoch's lock (``flock`` on ``lock``, never through a link), waiting up
+        to *timeout* seconds; ``False`` if another run still holds it."""
+        fd = self._dir(create=True)
+        assert fd is not None
         try:
-            os.unlink(self._file(seq))
-        except FileNotFoundError:
-            pass  # RACE: none expected (one run per query holds the lock); removing twice is fine
+            lock_fd = _fs.open_lock_at(LOCK, 0o666, fd)
+        except OSError as exc:
+            raise self._unsafe(exc, f"{self.path}/{LOCK}") from None
+        deadline = time.monotonic() + timeout
+        while not _fs.try_lock(lock_fd):
+            if time.monotonic() >= deadline:
+                _fs.close(lock_fd)
+                return False
+            time.sleep(_LOCK_POLL)  # another run of this query: it may be stopping
+        self._lock_fd = lock_fd
+        return True
+
+    def close(self) -> None:
+        """Release the lock (if held) and the descriptors."""
+        if self._lock_fd >= 0:
+            _fs.unlock(self._lock_fd)
+            _fs.close(self._lock_fd)
+            self._lock_fd = -1
+        if self._fd is not None and self._sub is None:
+            _fs.close(self._fd)  # the layout's own are closed with it
+        self._fd = None
+        self._layout.close()
 
 
 def take_over(queue: Queue, receipt: str, seconds: float) -> Message:

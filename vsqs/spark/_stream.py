@@ -26,7 +26,6 @@ other query can settle or release its batches, and a checkpoint whose epoch has 
 from __future__ import annotations
 
 import logging
-import os
 import threading
 import uuid
 from collections.abc import Iterator, Sequence
@@ -34,7 +33,6 @@ from dataclasses import replace
 from queue import Queue as WorkQueue
 from typing import Any, Final
 
-from filelock import FileLock, Timeout
 from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
 from pyspark.sql.streaming.datasource import (
     ReadLimit,
@@ -44,7 +42,7 @@ from pyspark.sql.streaming.datasource import (
 )
 
 from .. import LeaseLost, Message, Queue, QueueDrained
-from ._options import Planned, SourceOptions, planned
+from ._options import Planned, SourceOptions, existing_queue, planned
 from ._read import arrow_batches, read_planned, split
 from ._state import StateDir, StateMismatch, take_over
 
@@ -65,7 +63,6 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._epoch: str | None = None
         self._new_epoch = uuid.uuid4().hex
         self._high = 0
-        self._filelock: FileLock | None = None
         self._lock = threading.Lock()
         self._stopping = threading.Event()
         self._heartbeat_thread: threading.Thread | None = None
@@ -89,7 +86,9 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if self._queue is None:
             opts = self.options
             self._queue = Queue(
-                opts.path, durable=opts.durable, visibility_timeout=opts.visibility_timeout
+                existing_queue(opts.path),
+                durable=opts.durable,
+                visibility_timeout=opts.visibility_timeout,
             )
         return self._queue
 
@@ -119,7 +118,28 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 )
             return queue
         opts = self.options
-        state = StateDir(os.path.join(opts.state_dir, epoch))
+        state = StateDir(opts.path, opts.state_dir, epoch)
+        try:
+            info = self._take_state(state, epoch, seq)
+            recorded = state.load()
+        except BaseException:
+            state.close()  # the lock and the descriptors: another run may take them
+            raise
+        self._epoch, self._state = epoch, state
+        self._high = int(info.get("high", 0))
+        self._recorded = recorded
+        self._heartbeat_thread = threading.Thread(
+            target=self._heartbeat, name="vsqs-spark-heartbeat", daemon=True
+        )
+        self._heartbeat_thread.start()
+        self._deleter = threading.Thread(target=self._delete, name="vsqs-spark-delete", daemon=True)
+        self._deleter.start()
+        return queue
+
+    def _take_state(self, state: StateDir, epoch: str, seq: int) -> dict[str, Any]:
+        """Lock the state of *epoch* (made if new) and check it against the checkpoint's
+        batch *seq*; its ``epoch.json`` record."""
+        opts = self.options
         if not state.exists():
             if seq > 0:
                 raise StateMismatch(
@@ -131,32 +151,19 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                     " come back)"
                 )
             state.create(epoch, opts.path)
-        lock = FileLock(os.path.join(state.path, "lock"))
-        try:
-            lock.acquire(timeout=opts.lock_timeout)
-        except Timeout:
+        if not state.lock(opts.lock_timeout):
             raise RuntimeError(
                 f"another run of this query still holds {state.path!r}; stop it first"
-            ) from None
+            )
         info = state.info()
         if info.get("queue") != opts.path or int(info.get("high", 0)) < seq:
-            lock.release()
             raise StateMismatch(
                 f"the state in {state.path} (queue {info.get('queue')!r}, batches up to"
                 f" {info.get('high')}) does not match the checkpoint (queue {opts.path!r},"
                 f" batch {seq}): it was restored from an older copy or belongs to another"
                 " queue. Restore the matching state, or start a new checkpointLocation"
             )
-        self._epoch, self._state, self._filelock = epoch, state, lock
-        self._high = int(info.get("high", 0))
-        self._recorded = state.load()
-        self._heartbeat_thread = threading.Thread(
-            target=self._heartbeat, name="vsqs-spark-heartbeat", daemon=True
-        )
-        self._heartbeat_thread.start()
-        self._deleter = threading.Thread(target=self._delete, name="vsqs-spark-delete", daemon=True)
-        self._deleter.start()
-        return queue
+        return info
 
     def stop(self) -> None:
         """Finish the deletes under way; stop renewing leases; claimed batches stay
@@ -168,8 +175,8 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         with self._lock:
             if self._queue is not None:
                 self._queue.close()
-            if self._filelock is not None:
-                self._filelock.release()
+            if self._state is not None:
+                self._state.close()
 
     # -- offsets ---------------------------------------------------------------------
 
