@@ -118,13 +118,14 @@ def _run_until_cut(
         env=env,
         stderr=subprocess.PIPE,
         start_new_session=True,  # its own process group: the power kills all of it
+        cwd="/",  # `python -m` children (vsqs, Spark's workers) put it first on sys.path
     )
     try:
         if kind in {"dead_letter", "redrive"}:
             time.sleep(rng.uniform(0.05, 1.0))  # a random point of the moves
         else:
             wanted = rng.randint(2, 12) * BATCH
-            deadline = time.monotonic() + 60
+            deadline = time.monotonic() + (200 if kind == "spark" else 60)  # a JVM starts
             while len(_acks(acks)[0]) + len(_acks(acks)[1]) < wanted:
                 if producer.poll() is not None:
                     assert producer.stderr is not None

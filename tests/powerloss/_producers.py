@@ -163,6 +163,31 @@ def _kombu(path: str, acks: Acks) -> None:
             n += 1
 
 
+def _spark(path: str, acks: Acks) -> None:
+    """``vsqs.spark.publish_dataframe`` of DataFrames of 10 rows, from a local Spark
+    (its JVM and Python workers in this process group: the power ends them all)."""
+    # The spark extra; only this kind needs it.
+    from pyspark.sql import SparkSession
+
+    import vsqs.spark
+
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    os.environ["PYSPARK_PYTHON"] = sys.executable
+    spark = (
+        SparkSession.builder.master("local[1]")
+        .appName("vsqs-powerloss")
+        .config("spark.ui.enabled", "false")
+        .getOrCreate()
+    )
+    n = 0
+    while True:
+        rows = [(body(n + k).decode(),) for k in range(BATCH)]
+        frame = spark.createDataFrame(rows, "payload string").coalesce(1)
+        vsqs.spark.publish_dataframe(frame, path, column="payload", batch_size=BATCH)
+        acks.log([f"{n + k} " for k in range(BATCH)])
+        n += BATCH
+
+
 def _configure(queue: vsqs.Queue, acks: Acks) -> None:
     n = 1
     while True:
@@ -198,6 +223,8 @@ def run(kind: str, path: str, acks_path: str) -> None:
         _with_consumer(path, acks)
     elif kind == "kombu":
         _kombu(path, acks)
+    elif kind == "spark":
+        _spark(path, acks)
     queue = vsqs.Queue(path)
     dead = Path(path).parent / "dlq"
     if kind == "publish":

@@ -13,7 +13,8 @@ from ._mount import REPO
 from ._power import cut_power
 
 KINDS = ("publish", "batch", "batch_keys", "batch_dedup", "file", "stream", "aio", "cli",
-         "attributes", "consume", "kombu", "configure", "dead_letter", "redrive")  # fmt: skip
+         "attributes", "consume", "kombu", "spark", "configure", "dead_letter",
+         "redrive")  # fmt: skip
 
 
 def main(argv: list[str]) -> None:

@@ -33,7 +33,8 @@ from ._power import cut_power
 from .conftest import require_lazyfs
 
 KINDS = ["publish", "batch", "batch_keys", "batch_dedup", "file", "stream", "aio", "cli",
-         "attributes", "consume", "kombu", "configure", "dead_letter", "redrive"]  # fmt: skip
+         "attributes", "consume", "kombu", "configure", "dead_letter", "redrive",
+         pytest.param("spark", marks=pytest.mark.spark)]  # fmt: skip
 
 pytestmark = pytest.mark.root  # mounts a FUSE filesystem
 
@@ -45,10 +46,11 @@ def test_the_power_fails_while_a_producer_runs(
 ) -> None:
     """publish, publish_batch (plain, dedup_ids, batch_dedup_id), publish_file,
     publish_stream, AsyncQueue.publish, ``vsqs publish - --batch 10``, attributes, a
-    consumer beside the producer, configure, dead-letter moves and redrive: nothing
-    acknowledged is lost or emptied. *strict*: the power failure also undoes every
-    directory operation whose directory was not flushed after it (the queue directory
-    itself, made by the first producer, included)."""
+    consumer beside the producer, the kombu transport, configure, dead-letter moves,
+    redrive and Spark's publish_dataframe: nothing acknowledged is lost or emptied.
+    *strict*: the power failure also undoes every directory operation whose directory
+    was not flushed after it (the queue directory itself, made by the first producer,
+    included)."""
     require_lazyfs()
     for run in range(10 if stress_long else 1):
         seed = random.randrange(1 << 32)
