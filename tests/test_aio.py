@@ -194,6 +194,34 @@ def test_durable_publishes_are_synced_off_the_loop_in_batches(
     assert len(syncs) < 200
 
 
+def test_a_failed_flush_tells_each_publish_its_own_visible_ids(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Concurrent durable publishes share a batch whose directory flush fails: each
+    coroutine gets a DurabilityError naming exactly its own message."""
+    real = _fs.fsync_dir
+
+    def failing(path: str) -> None:
+        if threading.current_thread().name.startswith("vsqs-aio-publisher"):
+            raise OSError(5, "Input/output error")
+        real(path)
+
+    monkeypatch.setattr(_fs, "fsync_dir", failing)
+
+    async def main() -> list[Any]:
+        async with AsyncQueue(tmp_path) as q:
+            jobs = (q.publish(b"%d" % n) for n in range(50))
+            return list(await asyncio.gather(*jobs, return_exceptions=True))
+
+    results = run(main)
+    assert all(isinstance(r, vsqs.DurabilityError) and len(r.ids) == 1 for r in results)
+    ids = [r.ids[0] for r in results]
+    assert len(set(ids)) == 50
+    monkeypatch.undo()
+    found = {m.id: m.body for m in drain(vsqs.Queue(tmp_path))}
+    assert [found[i] for i in ids] == [b"%d" % n for n in range(50)]
+
+
 def test_a_bad_argument_fails_only_its_own_publish(tmp_path: Path) -> None:
     async def main() -> list[Any]:
         async with AsyncQueue(tmp_path) as q:

@@ -29,6 +29,7 @@ BUILTIN_OF: dict[type[vsqs.VsqsError], type[BaseException]] = {
     vsqs.QueueNotFound: LookupError,
     vsqs.NotAQueue: NotADirectoryError,
     vsqs.QueueDrained: EOFError,
+    vsqs.DurabilityError: OSError,
 }
 
 SAMPLES: list[vsqs.VsqsError] = [
@@ -44,6 +45,7 @@ SAMPLES: list[vsqs.VsqsError] = [
     vsqs.LeaseLost("1.2"),
     vsqs.QueueNotFound("orders", "/root"),
     vsqs.NotAQueue("/etc/passwd"),
+    vsqs.DurabilityError(["1732257000123456"], errno.EIO, "Input/output error"),
 ]
 
 
@@ -81,6 +83,13 @@ def test_errors_survive_a_pickle_round_trip(error: vsqs.VsqsError) -> None:
 def test_not_a_queue_keeps_the_oserror_fields_through_pickle() -> None:
     copy = pickle.loads(pickle.dumps(vsqs.NotAQueue("/etc/passwd")))  # noqa: S301 - ours
     assert (copy.errno, copy.filename, copy.path) == (errno.ENOTDIR, "/etc/passwd", "/etc/passwd")
+
+
+def test_durability_error_keeps_its_ids_and_errno_through_pickle() -> None:
+    error = vsqs.DurabilityError(["1", "2"], errno.ENOSPC, os.strerror(errno.ENOSPC))
+    copy = pickle.loads(pickle.dumps(error))  # noqa: S301 - ours
+    assert (copy.ids, copy.errno, copy.strerror) == (["1", "2"], errno.ENOSPC, error.strerror)
+    assert "2 message(s) became visible" in str(copy)
 
 
 # -- clear messages -------------------------------------------------------------------

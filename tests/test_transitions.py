@@ -187,6 +187,7 @@ def test_files_are_fsynced_before_rename_and_directory_after(
 
         monkeypatch.setattr(vsqs._fs, name, traced)
     durable = vsqs.Queue(qdir)
+    calls.clear()  # making the queue flushed its new directory's parent
     durable.publish(b"m")
     assert calls == ["fsync", "rename_noreplace", "fsync_dir"]
     calls.clear()

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from ._clock import Clock, SystemClock
 from ._errors import (
+    DurabilityError,
     InvalidAttributes,
     InvalidId,
     InvalidName,
@@ -44,6 +45,7 @@ __version__ = "1.0.0.dev0"
 __all__ = [
     "Clock",
     "Counts",
+    "DurabilityError",
     "History",
     "InvalidAttributes",
     "InvalidId",

@@ -24,8 +24,9 @@ publishers (a marker records its writer's time; the reader compares it with its 
 Within the window exactly one message is published per ``dedup_id``, across processes
 and hosts. Two limits, both at the edges of the window: duplicates that race with the
 *expiry* of the previous marker may each publish once (removing a file only if it is
-still the one read is not atomic in POSIX); and on a power loss the marker, which is
-synced but whose directory entry may not be, can be lost while the message survives.
+still the one read is not atomic in POSIX); and on a power loss a message's marker,
+which is synced but whose directory entry may not be, can be lost while the message
+survives. A batch's record (below) is flushed with its directory entry, if durable.
 
 Chunks. ``publish_batch(..., batch_dedup_id=...)`` deduplicates a whole batch with one
 marker (:meth:`Deduplicator.claim_chunk`), named from the digest of ``"chunk\0"`` and
@@ -170,6 +171,7 @@ class Deduplicator:
         entries: list[tuple[str, int]],
         attributes: Mapping[str, str],
         delay_us: int,
+        durable: bool = False,
     ) -> tuple[Chunk, bool]:
         """Record the staged batch *entries* under *key* (its commit point), unless a batch
         was recorded under it within the window; return the record and whether it is ours.
@@ -178,6 +180,10 @@ class Deduplicator:
         Atomic across processes and hosts (one exclusive create): of all the publishers
         of one *key*, exactly one wins. An expired record whose batch is not complete is
         returned (as not ours), to be rolled forward rather than replaced.
+
+        :param durable: flush the record and its directory entry before returning: a
+            batch that is visible after a power loss must keep its record, or a retry
+            would publish it again. A failed flush removes the record and raises.
         """
         layout, clock = self._layout, self._clock
         marker = self._chunk_marker(key)
@@ -198,10 +204,9 @@ class Deduplicator:
                     f"(its record would exceed {READ_LIMITS[DEDUP]} bytes): split it"
                 )
             # Written whole under a temporary name, then given the marker's name with a
-            # no-replace rename: a reader never sees a partial record. Unsynced: see
-            # "Exactness" above (a power loss may lose it, never the messages).
+            # no-replace rename: a reader never sees a partial record.
             tmp = f"{marker}.new-{os.getpid()}-{os.urandom(4).hex()}"
-            layout.create(DEDUP, tmp, content, durable=False)
+            layout.create(DEDUP, tmp, content, durable=durable)
             try:
                 layout.rename_noreplace(DEDUP, tmp, marker)
             except FileExistsError:
@@ -210,6 +215,8 @@ class Deduplicator:
                 layout.remove(DEDUP, tmp)
                 raise
             else:
+                if durable:
+                    self._flush_marker(marker)
                 return chunk, True
             found = self._read_chunk(marker)
             if found is None:
@@ -218,6 +225,15 @@ class Deduplicator:
                 self._expire(marker, found.created_us)
                 continue
             return found, False
+
+    def _flush_marker(self, marker: str) -> None:
+        """Make a new record's name durable; on failure remove it (its batch was never
+        visible) and raise: a record that may not survive is not a commit point."""
+        try:
+            self._layout.fsync(DEDUP)
+        except BaseException:
+            self._layout.remove(DEDUP, marker)
+            raise
 
     def repoint_chunk(self, chunk: Chunk, ids: list[str]) -> None:
         """Record the ids a batch's messages were finally published under (some were

@@ -15,7 +15,8 @@ for a full queue without importing vsqs::
     ├── InvalidSettings      (ValueError)          a stored settings file that cannot be trusted
     ├── LeaseLost            (LookupError)         the visibility lease of a receipt has ended
     ├── QueueNotFound        (LookupError)         a named queue that does not exist
-    └── NotAQueue            (NotADirectoryError)  a queue path that exists but is not a directory
+    ├── NotAQueue            (NotADirectoryError)  a queue path that exists but is not a directory
+    └── DurabilityError      (OSError)             a flush failed after messages became visible
 
 Any other :class:`OSError` (a full disk, a read-only filesystem, permission denied)
 passes through unchanged, with its ``errno`` and ``filename`` intact.
@@ -215,3 +216,27 @@ class NotAQueue(VsqsError, NotADirectoryError):
 
     def _pickle_args(self) -> dict[str, Any]:
         return {"path": self.path}
+
+
+class DurabilityError(VsqsError, OSError):
+    """A publish failed after some of its messages became visible: flushing them (the
+    directory after the commit rename, a batch's final sync) or publishing the rest of a
+    batch failed. :attr:`ids` lists exactly the messages that may be visible, and that
+    may not survive a power loss; the others of the call are not published. A retry
+    with the same dedup ids adds nothing; without dedup ids, publish only the bodies
+    whose ids are not listed. ``errno`` and ``strerror`` are those of the failure.
+    """
+
+    def __init__(self, ids: list[str], code: int = 0, reason: str = "") -> None:
+        super().__init__(code, reason)
+        self.ids = list(ids)
+
+    def __str__(self) -> str:
+        why = f": {self.strerror}" if self.strerror else ""
+        return (
+            f"publish failed after {len(self.ids)} message(s) became visible, which may not"
+            f" survive a power loss{why} (ids {self.ids})"
+        )
+
+    def _pickle_args(self) -> dict[str, Any]:
+        return {"ids": self.ids, "code": self.errno or 0, "reason": self.strerror or ""}

@@ -22,13 +22,17 @@ import errno
 import fcntl
 import math
 import os
+import re
 import shutil
 import stat
 import sys
-from collections.abc import Callable
+import threading
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor, wait
 from typing import Final
 
-from . import _host
+from . import _host, _mountinfo
+from ._errors import DurabilityError
 
 _O_NOFOLLOW: Final = getattr(os, "O_NOFOLLOW", 0)
 _O_CLOEXEC: Final = getattr(os, "O_CLOEXEC", 0)
@@ -58,6 +62,20 @@ if _syncfs is not None:
 
 _FS_ENCODING: Final = sys.getfilesystemencoding()
 _COPY_CHUNK: Final = 1 << 20
+
+
+def _kernel_at_least(major: int, minor: int) -> bool:
+    """Whether this kernel's release (``6.1.0-13-amd64``...) is *major*.*minor* or later."""
+    found = re.match(r"(\d+)\.(\d+)", os.uname().release)
+    return found is not None and (int(found[1]), int(found[2])) >= (major, minor)
+
+
+# Before Linux 5.8 syncfs returned 0 even when writing a file back failed: an error it
+# cannot report makes it no barrier at all (a failed flush must never pass for a good one).
+_SYNCFS_REPORTS_ERRORS: Final = _syncfs is not None and _kernel_at_least(5, 8)
+# Bodies fsynced at once where there is no filesystem-wide barrier: a network filesystem
+# answers each fsync after a round trip, which threads overlap (fsync releases the GIL).
+_FSYNC_THREADS: Final = 8
 
 
 def create_exclusive(path: str, mode: int = 0o666) -> int:
@@ -99,9 +117,12 @@ def fsync_dir(path: str) -> None:
 
 
 def sync_filesystem(path: str) -> bool:
-    """Flush every dirty file of the filesystem holding *path* in one call (Linux
-    ``syncfs``); ``False`` where there is no such call (the caller fsyncs each file)."""
-    if _syncfs is None:  # pragma: no cover - not Linux
+    """Flush every dirty file and directory of the filesystem holding *path* in one call
+    (Linux ``syncfs``); ``False``, doing nothing, where that is not a proven barrier (the
+    caller fsyncs each file and directory instead): FUSE, network filesystems, anything
+    but those of :data:`vsqs._mountinfo.SYNCFS_FILESYSTEMS`. A failure raises and is never
+    retried: after a failed flush a second one may succeed without the data."""
+    if _syncfs is None or not syncfs_is_barrier(path):
         return False
     fd = os.open(path, os.O_RDONLY | _O_DIRECTORY | _O_CLOEXEC)
     try:
@@ -113,16 +134,98 @@ def sync_filesystem(path: str) -> bool:
     return True
 
 
+_barriers: dict[str, bool] = {}  # by directory: whether syncfs flushes its files
+
+
+def syncfs_is_barrier(directory: str) -> bool:
+    """Whether one ``syncfs`` makes the files of *directory* durable (decided once per
+    directory from its filesystem's type; see :func:`sync_filesystem`)."""
+    found = _barriers.get(directory)
+    if found is None:
+        fstype = _host.filesystem_type(directory)
+        found = _SYNCFS_REPORTS_ERRORS and _mountinfo.syncfs_flushes(fstype)
+        if len(_barriers) >= 1024:  # pragma: no cover - a process that opened that many queues
+            _barriers.clear()
+        _barriers[directory] = found
+    return found
+
+
+_names_kept: dict[str, bool] = {}  # by directory: whether a file's fsync keeps its name
+
+
+def fsync_keeps_new_names(directory: str) -> bool:
+    """Whether fsync of a file just created in *directory* also makes its name durable
+    (so the directory needs no fsync of its own for it); decided once per directory
+    from its filesystem's type, see :data:`vsqs._mountinfo.NAMES_KEPT_BY_FSYNC`."""
+    found = _names_kept.get(directory)
+    if found is None:
+        found = _mountinfo.fsync_keeps_names(_host.filesystem_type(directory))
+        if len(_names_kept) >= 1024:  # pragma: no cover - a process that opened that many
+            _names_kept.clear()
+        _names_kept[directory] = found
+    return found
+
+
 def sync_files(directory: str, names: list[str]) -> None:
-    """Flush the files *names* of *directory*: one ``syncfs``, or an ``fsync`` each."""
-    if sync_filesystem(directory):
+    """Flush the files *names* of *directory* (their data; not the directory entries):
+    one ``syncfs`` where that is a barrier (:func:`sync_filesystem`) and there are several,
+    else an ``fsync`` each, several at once. Every flush is waited for; the first failure
+    is raised (a flush is never retried)."""
+    if len(names) > 1 and sync_filesystem(directory):
         return
-    for name in names:  # pragma: no cover - no syncfs (not Linux)
-        fd = open_regular(f"{directory}/{name}")
-        try:
-            fsync(fd)
-        finally:
-            close(fd)
+    paths = [f"{directory}/{name}" for name in names]
+    if len(paths) <= 1:
+        for path in paths:
+            _fsync_path(path)
+        return
+    futures = [_fsync_pool().submit(_fsync_path, path) for path in paths]
+    wait(futures)
+    for future in futures:
+        future.result()  # the first failure, in the order of *names*
+
+
+def _fsync_path(path: str) -> None:
+    fd = open_regular(path)
+    try:
+        fsync(fd)
+    finally:
+        close(fd)
+
+
+_pool: ThreadPoolExecutor | None = None
+_pool_lock = threading.Lock()
+
+
+def _fsync_pool() -> ThreadPoolExecutor:
+    """The process's fsync threads, started on first use."""
+    global _pool  # noqa: PLW0603 - one pool per process, made on first use
+    with _pool_lock:
+        if _pool is None:
+            _pool = ThreadPoolExecutor(_FSYNC_THREADS, "vsqs-fsync")
+        return _pool
+
+
+def _forget_pool() -> None:
+    """In a forked child: the parent's threads (and maybe its lock holder) are not here."""
+    global _pool, _pool_lock  # reset after fork
+    _pool, _pool_lock = None, threading.Lock()
+
+
+os.register_at_fork(after_in_child=_forget_pool)
+
+
+@contextlib.contextmanager
+def flushing_published(ids: list[str]) -> Iterator[None]:
+    """Around the flushes that follow the moment messages *ids* became visible (the
+    directory fsync after the commit rename, a batch's final sync): their failure is a
+    :class:`DurabilityError` naming *ids* (the list as it is then), not a bare ``OSError``,
+    so that a caller who retries knows what may already be there."""
+    try:
+        yield
+    except DurabilityError:
+        raise
+    except OSError as exc:
+        raise DurabilityError(list(ids), exc.errno or 0, exc.strerror or str(exc)) from exc
 
 
 def rename_noreplace(src: str, dst: str, dir_fd: int = _AT_FDCWD) -> None:
@@ -261,12 +364,15 @@ def open_dir(name: str, dir_fd: int | None = None) -> int:
     return os.open(name, _DIR_FLAGS, dir_fd=dir_fd)
 
 
-def make_dir_at(name: str, mode: int, dir_fd: int) -> bool:
-    """Create the directory *name* in *dir_fd*; ``False`` if the name exists already."""
+def make_dir_at(name: str, mode: int, dir_fd: int, *, durable: bool = False) -> bool:
+    """Create the directory *name* in *dir_fd*; ``False`` if the name exists already.
+    *durable*: flush *dir_fd* after, so that the new directory's name survives."""
     try:
         os.mkdir(name, mode, dir_fd=dir_fd)
     except FileExistsError:
         return False
+    if durable:
+        os.fsync(dir_fd)
     return True
 
 
@@ -432,24 +538,47 @@ def same_file(first: str, second: str) -> bool:
     return (a.st_dev, a.st_ino) == (b.st_dev, b.st_ino)
 
 
-def make_queue_dir(path: str, mode: int, *, set_mode: bool) -> None:
+def _missing_dirs(path: str) -> list[str]:
+    """The directories to make for *path*, innermost first (none if it exists)."""
+    missing, ancestor = [], os.path.abspath(path)
+    while not os.path.lexists(ancestor) and ancestor != os.path.dirname(ancestor):
+        missing.append(ancestor)
+        ancestor = os.path.dirname(ancestor)
+    return missing
+
+
+def _flush_made(missing: list[str]) -> None:
+    """Flush the parent of each directory made, top down: POSIX makes a new name durable
+    only by flushing its directory, and a message flushed inside a directory whose own
+    name is lost is lost with it."""
+    for made in reversed(missing):
+        fsync_dir(os.path.dirname(made))
+
+
+def make_queue_dir(path: str, mode: int, *, set_mode: bool, durable: bool = False) -> None:
     """Create the queue directory *path* (and its parents) if needed; with *set_mode*,
     give it *mode* whatever the umask, when we own it (another user sharing the queue
     may not chmod it), keeping a set-group-id bit (which keeps a shared queue's group).
+    *durable*: the names of the directories made survive a power loss.
 
     :raises NotADirectoryError: *path* exists and is not a directory.
     """
+    missing = _missing_dirs(path) if durable else []
     os.makedirs(path, mode=mode, exist_ok=True)
     info = os.stat(path)
     if not stat.S_ISDIR(info.st_mode):
         raise NotADirectoryError(errno.ENOTDIR, "not a directory", path)
     if set_mode and info.st_uid == os.geteuid() and info.st_mode & 0o777 != mode:
         os.chmod(path, mode | (info.st_mode & 0o2000))
+    _flush_made(missing)
 
 
-def make_dirs(path: str, mode: int = 0o777) -> None:
-    """Create *path* and its parents; an existing directory is fine."""
+def make_dirs(path: str, mode: int = 0o777, *, durable: bool = False) -> None:
+    """Create *path* and its parents; an existing directory is fine (as ``os.makedirs``).
+    *durable*: the names of the directories made survive a power loss."""
+    missing = _missing_dirs(path) if durable else []
     os.makedirs(path, mode=mode, exist_ok=True)
+    _flush_made(missing)
 
 
 def mtime(path: str) -> float:

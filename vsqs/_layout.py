@@ -26,7 +26,9 @@ import errno
 import math
 import os
 import stat
+import sys
 import threading
+from collections.abc import Callable
 from typing import Final
 
 from . import _fs, _host
@@ -84,10 +86,20 @@ class Layout:
     :param path: the queue directory (absolute).
     :param dir_mode: the mode of created directories.
     :param file_mode: the mode forced on created files; ``None`` leaves it to the umask.
+    :param durable: flush the parent of each directory created, so that what is flushed
+        inside it later survives a power loss.
     """
 
-    def __init__(self, path: str, dir_mode: int = 0o777, file_mode: int | None = None) -> None:
+    def __init__(
+        self,
+        path: str,
+        dir_mode: int = 0o777,
+        file_mode: int | None = None,
+        *,
+        durable: bool = True,
+    ) -> None:
         self.path = path
+        self.durable = durable
         self.root = f"{path}/{DIR}"
         self.meta_dir = f"{self.root}/{META}"
         self.dir_mode = dir_mode
@@ -216,7 +228,8 @@ class Layout:
             except FileNotFoundError:
                 if not create:
                     return None
-                if _fs.make_dir_at(name, self.dir_mode, parent) and self.file_mode is not None:
+                made = _fs.make_dir_at(name, self.dir_mode, parent, durable=self.durable)
+                if made and self.file_mode is not None:
                     _fs.fchmod_dir_at(name, self.dir_mode, parent)
             except OSError as exc:
                 if exc.errno in _NOT_A_DIR:
@@ -237,7 +250,11 @@ class Layout:
                 for fd in fds.values():
                     _fs.close(fd)
 
-    def __del__(self) -> None:
+    def __del__(self, _finalizing: Callable[[], bool] = sys.is_finalizing) -> None:
+        # Bound at definition: at interpreter exit the modules' globals (this one's, and
+        # _fs's) may already be gone, and the kernel closes the descriptors anyway.
+        if _finalizing():
+            return
         try:
             self.close()
         except OSError:

@@ -19,6 +19,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
 
+from . import _fs
 from ._errors import InvalidAttributes
 from ._layout import DELAYED, META, Layout, UnsafeEntry
 
@@ -213,7 +214,17 @@ class MetaStore:
         Exclusive creation doubles as a collision check: an id with metadata belongs to
         another message, whatever state its file is in (a planted entry included).
         """
-        return self._record(message_id, meta, durable=durable, exclusive=True)
+        if not self._record(message_id, meta, durable=durable, exclusive=True):
+            return False
+        if durable and not _fs.fsync_keeps_new_names(self.layout.path):
+            # Its name too, before the message it describes becomes visible: a message
+            # that survives a power loss keeps its attributes and history.
+            try:
+                self.layout.fsync(META)
+            except BaseException:
+                self.layout.remove(META, message_id)
+                raise
+        return True
 
     def write(self, message_id: str, meta: Meta, *, durable: bool) -> bool:
         """Replace the metadata of an existing message atomically; ``False`` if it could

@@ -1,10 +1,12 @@
 """Which filesystem holds a path, read from ``/proc/self/mountinfo``; what that implies.
 
-Two questions depend on it: whether ``wait="auto"`` can rely on inotify (not where other
-hosts write, see :data:`NETWORK_FILESYSTEMS`), and whether inode numbers name a file
+Four questions depend on it: whether ``wait="auto"`` can rely on inotify (not where
+other hosts write, see :data:`NETWORK_FILESYSTEMS`), whether inode numbers name a file
 for every host (not on FUSE, where the daemon may number files itself: sshfs numbers
-each name apart, and each mount differently). Pure: :mod:`vsqs._host` reads the file
-and asks (``_host.filesystem_type``, ``_host.stable_inode``).
+each name apart, and each mount differently), and whether one ``syncfs`` makes a batch
+of files durable, or an ``fsync`` a new file's name (only where :data:`SYNCFS_FILESYSTEMS`
+and :data:`NAMES_KEPT_BY_FSYNC` say so). Pure: :mod:`vsqs._host` reads the file and
+asks (``_host.filesystem_type``, ``_host.stable_inode``).
 """
 
 from __future__ import annotations
@@ -19,6 +21,32 @@ NETWORK_FILESYSTEMS: Final = frozenset(
     {"nfs", "nfs4", "cifs", "smb3", "smbfs", "9p", "ceph", "glusterfs", "lustre", "beegfs",
      "gpfs", "afs", "ocfs2", "gfs2", "virtiofs", "fuse"}
 )  # fmt: skip
+
+
+# Filesystems on which syncfs(2) is a proven barrier for every file's data and every
+# directory entry: local block filesystems that write back all dirty pages, then commit
+# their journal (or super block) and flush the device cache; and memory filesystems,
+# where there is nothing to flush. Everywhere else (FUSE: sshfs, JuiceFS, ceph-fuse...;
+# NFS, SMB, overlay, anything unknown) syncfs may return without reaching the storage:
+# FUSE never forwards it to its server. There each file is fsynced instead.
+SYNCFS_FILESYSTEMS: Final = frozenset({"ext2", "ext3", "ext4", "xfs", "btrfs", "tmpfs", "ramfs"})
+
+
+# Filesystems on which fsync of a newly created file also makes its name durable: one
+# journal commits the create with the inode (ext3/4, XFS), btrfs logs a new inode's name
+# with it; memory filesystems lose everything anyway. Elsewhere (POSIX's rule, and
+# FUSE, NFS...) a new name is durable only once its directory is fsynced.
+NAMES_KEPT_BY_FSYNC: Final = frozenset({"ext3", "ext4", "xfs", "btrfs", "tmpfs", "ramfs"})
+
+
+def fsync_keeps_names(fstype: str) -> bool:
+    """Whether fsync of a new file keeps its name on a filesystem of this type (above)."""
+    return fstype in NAMES_KEPT_BY_FSYNC
+
+
+def syncfs_flushes(fstype: str) -> bool:
+    """Whether one ``syncfs`` flushes every file on a filesystem of this type (above)."""
+    return fstype in SYNCFS_FILESYSTEMS
 
 
 def polls(fstype: str) -> bool:

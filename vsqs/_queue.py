@@ -197,7 +197,9 @@ class Queue:
         self.dedup_window: Final = config.dedup_window
         self.max_receives: Final = config.max_receives
         self._create_directory()
-        self.layout: Final = Layout(self.path, config.dir_mode, config.file_mode)
+        self.layout: Final = Layout(
+            self.path, config.dir_mode, config.file_mode, durable=config.durable
+        )
         """Where every file of this queue lives (the on-disk format; see ``docs/concepts``)."""
         dlq: Queue | None = None
         if isinstance(dead_letter, Queue):
@@ -227,7 +229,12 @@ class Queue:
     def _create_directory(self) -> None:
         config = self.config
         try:
-            _fs.make_queue_dir(self.path, config.dir_mode, set_mode=config.file_mode is not None)
+            _fs.make_queue_dir(
+                self.path,
+                config.dir_mode,
+                set_mode=config.file_mode is not None,
+                durable=config.durable,
+            )
         except (FileExistsError, NotADirectoryError):
             raise NotAQueue(self.path) from None
         except PermissionError as exc:
@@ -331,6 +338,8 @@ class Queue:
         :raises InvalidPayload: *data* is not bytes-like.
         :raises QueueClosed: the queue was shut down.
         :raises QueueFull: the queue stayed full for *timeout* seconds.
+        :raises DurabilityError: the directory flush after the commit failed: the message
+            is visible (its id is in ``ids``) and may not survive a power loss.
 
         >>> q.publish(b"hello")  # doctest: +SKIP
         '1732257000123456'
@@ -350,7 +359,8 @@ class Queue:
                 new, size = self._stage(body, sync=self.durable)
                 message_id = self._commit_keyed(new, size, attrs, delay_us, dedup_id)
         if self.durable:
-            _fs.fsync_dir(self.path)
+            with _fs.flushing_published([message_id]):
+                _fs.fsync_dir(self.path)
         return message_id
 
     def publish_batch(
@@ -367,10 +377,12 @@ class Queue:
 
         Each message is atomic as in :meth:`publish`; the batch as a whole is not (a crash
         may leave a prefix published), unless it has a ``batch_dedup_id``. Durable
-        batches flush all bodies with one filesystem sync (Linux ``syncfs``; elsewhere
-        one ``fsync`` per body) and the directory once, instead of twice per message.
-        ``syncfs`` flushes every dirty file of that filesystem, other programs' too: on a
-        disk busy with other writers, very small batches may do better as single publishes.
+        batches flush all bodies with one filesystem sync (Linux ``syncfs``, where that
+        is a proven barrier: ext4, XFS, btrfs, tmpfs; elsewhere, FUSE and NFS included,
+        one ``fsync`` per body, several at once) and the directory once, instead of twice
+        per message. ``syncfs`` flushes every dirty file of that filesystem, other
+        programs' too: on a disk busy with other writers, very small batches may do
+        better as single publishes.
 
         :param bodies: the bodies, bytes-like, in publish order.
         :param dedup_ids: one deduplication id (or ``None``) per body; see :meth:`publish`.
@@ -384,6 +396,8 @@ class Queue:
         :raises ValueError: as many ``dedup_ids`` as bodies are needed; ``dedup_ids`` and
             ``batch_dedup_id`` exclude each other; a bounded queue cannot take a batch
             larger than its capacity.
+        :raises DurabilityError: a flush failed after some messages became visible (its
+            ``ids``); a flush that fails before leaves nothing visible and is raised as is.
 
         >>> q.publish_batch([b"a", b"b"], batch_dedup_id="job-7:part-0")  # doctest: +SKIP
         ['1732257000123456', '1732257000123457']
@@ -413,10 +427,12 @@ class Queue:
                     ids.append(self._commit_keyed(new, size, attrs, delay_us, key))
             else:
                 ids = self._publish_synced(views, attrs, delay_us, keys)
-                if any(keys) and _fs.sync_filesystem(self.path):
-                    return ids  # one flush covers every marker and every rename
+                with _fs.flushing_published(ids):
+                    if any(keys) and _fs.sync_filesystem(self.path):
+                        return ids  # one flush covers every marker and every rename
         if durable:
-            _fs.fsync_dir(self.path)
+            with _fs.flushing_published(ids):
+                _fs.fsync_dir(self.path)
         return ids
 
     def _delay_us(self, delay: float) -> int:
@@ -443,16 +459,22 @@ class Queue:
         """
         staged: list[tuple[str, int]] = []
         ids: list[str] = []
+        # The markers are flushed by the caller's syncfs where that is a barrier, else
+        # each as it is written.
+        sync_marker = any(keys) and not _fs.syncfs_is_barrier(self.path)
         try:
             # extend() keeps what was created before a failure: it is discarded below.
             staged.extend(self._stage(view) for view in views)
             _fs.sync_files(self.path, [name for name, _ in staged])
             for (new, size), key in zip(staged, keys, strict=True):
-                # The markers are flushed by the caller's syncfs, not one fsync each.
-                ids.append(self._commit_keyed(new, size, attrs, delay_us, key, sync_marker=False))
-        except BaseException:
+                commit = self._commit_keyed
+                ids.append(commit(new, size, attrs, delay_us, key, sync_marker=sync_marker))
+        except BaseException as exc:
             for new, _ in staged[len(ids) :]:
                 self._discard(new)  # never visible: left as no debris
+            if ids and isinstance(exc, OSError):
+                with _fs.flushing_published(ids):
+                    raise  # the first messages are visible, unflushed: say which
             raise
         return ids
 
@@ -481,7 +503,7 @@ class Queue:
                     _fs.sync_files(self.path, [name for name, _ in staged])
                 self._shutdown.check_open()
                 entries = [(name[:-4], size) for name, size in staged]
-                chunk, ours = dedup.claim_chunk(key, entries, attrs, delay_us)
+                chunk, ours = dedup.claim_chunk(key, entries, attrs, delay_us, self.durable)
             except BaseException:
                 for new, _ in staged:
                     self._discard(new, dir_fd)  # never visible: left as no debris
@@ -496,7 +518,8 @@ class Queue:
         finally:
             _fs.close(dir_fd)
         if self.durable:
-            _fs.fsync_dir(self.path)
+            with _fs.flushing_published(ids):
+                _fs.fsync_dir(self.path)
         dedup.sweep_if_due()
         return ids
 
@@ -734,11 +757,12 @@ class Queue:
         # On failure the create and the commit remove `<id>.new`, our link, and nothing else.
         new, size = self._stage(source, sync=self.durable)
         message_id = self._commit_keyed(new, size, attrs, delay_us, dedup_id)
-        if self.durable:
-            _fs.fsync_dir(self.path)
-        # Published: now drop the original name. A crash before this leaves the file in
-        # both places, one inode (at least once, never lost).
-        _ingest.unlink_source(source, durable=self.durable)
+        with _fs.flushing_published([message_id]):
+            if self.durable:
+                _fs.fsync_dir(self.path)
+            # Published: now drop the original name. A crash before this leaves the file
+            # in both places, one inode (at least once, never lost).
+            _ingest.unlink_source(source, durable=self.durable)
         return message_id
 
     def publish_stream(
@@ -765,7 +789,8 @@ class Queue:
         new, size = self._stage(copy, sync=self.durable)
         message_id = self._commit_keyed(new, size, attrs, delay_us, dedup_id)
         if self.durable:
-            _fs.fsync_dir(self.path)
+            with _fs.flushing_published([message_id]):
+                _fs.fsync_dir(self.path)
         return message_id
 
     def _check_extras(

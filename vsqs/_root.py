@@ -50,7 +50,8 @@ class QueueRoot:
     def __init__(self, path: str | os.PathLike[str], **options: Unpack[QueueOptions]) -> None:
         self.path = os.path.abspath(os.fspath(path))
         try:
-            _fs.make_dirs(self.path)
+            # Flushed into its parent unless the queues here are not durable.
+            _fs.make_dirs(self.path, durable=bool(options.get("durable", True)))
         except (FileExistsError, NotADirectoryError):
             raise NotAQueue(self.path) from None
         if not _host.is_dir(self.path):

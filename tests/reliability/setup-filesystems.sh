@@ -1,5 +1,6 @@
 #!/bin/sh
-# Install the Debian tools the reliability suite mounts filesystems with (make test runs
+# Install the Debian tools the reliability suite mounts filesystems with, and fuse3 for
+# the power-loss filesystem of tests/powerloss (make test runs
 # this before pytest). Idempotent and quiet: it does nothing when the tools are present,
 # and nothing when not root (the filesystem tests then report why they cannot mount).
 set -eu
@@ -9,6 +10,8 @@ command -v mkfs.xfs >/dev/null 2>&1 || missing="$missing xfsprogs"
 command -v mkfs.btrfs >/dev/null 2>&1 || missing="$missing btrfs-progs"
 command -v mkfs.ext4 >/dev/null 2>&1 || missing="$missing e2fsprogs"
 command -v losetup >/dev/null 2>&1 || missing="$missing mount"
+# The power-loss filesystem of tests/powerloss (FUSE, through mfusepy) needs libfuse3.
+command -v fusermount3 >/dev/null 2>&1 || missing="$missing fuse3"
 
 [ -z "$missing" ] && exit 0
 if [ "$(id -u)" != 0 ]; then

@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 import inspect
 import os
+import threading
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -12,7 +13,8 @@ from typing import Any
 import pytest
 
 import vsqs
-from vsqs import _fs
+import vsqs.testing
+from vsqs import _fs, _host, _mountinfo
 from vsqs.testing import ManualClock
 
 SYNCS = {"fsync", "fsync_dir", "sync_filesystem"}
@@ -50,6 +52,7 @@ def test_durable_publish_syncs_file_before_rename_and_directory_after(
     tmp_path: Path, trace: list[str]
 ) -> None:
     q = vsqs.Queue(tmp_path / "q", clock=ManualClock())
+    trace.clear()  # making the queue (its directory, flushed) is not publishing
     q.publish(b"m")
     kinds = [k for k in _kinds(trace) if k != "unlink"]
     assert kinds == ["create_exclusive", "write_all", "fsync", "rename_noreplace", "fsync_dir"]
@@ -59,6 +62,7 @@ def test_durable_batch_syncs_once_then_renames_then_syncs_the_directory_once(
     tmp_path: Path, trace: list[str]
 ) -> None:
     q = vsqs.Queue(tmp_path / "q", clock=ManualClock())
+    trace.clear()  # making the queue (its directory, flushed) is not publishing
     q.publish_batch([b"a", b"b", b"c"])
     kinds = _kinds(trace)
     assert kinds[:6] == ["create_exclusive", "write_all"] * 3
@@ -87,3 +91,59 @@ def test_attributes_are_durable_before_the_message_is_visible(
     # Metadata is created relative to the descriptor of .vsqs/meta (create_at).
     meta_create = next(i for i, c in enumerate(before) if c.startswith("create_at:"))
     assert any(c.startswith("fsync:") for c in before[meta_create:])
+
+
+def test_a_new_durable_queue_flushes_the_directories_it_makes(
+    tmp_path: Path, trace: list[str]
+) -> None:
+    """Each directory made for a durable queue is flushed into its parent, top down: a
+    message flushed inside a directory whose own name was lost is lost too (POSIX)."""
+    vsqs.Queue(tmp_path / "a" / "q", clock=ManualClock())
+    syncs = [c for c in trace if c.split(":")[0] == "fsync_dir"]
+    assert syncs == [f"fsync_dir:{tmp_path}", f"fsync_dir:{tmp_path / 'a'}"]
+    trace.clear()
+    vsqs.Queue(tmp_path / "a" / "q", clock=ManualClock())  # made already: nothing to flush
+    assert not [c for c in trace if c.split(":")[0] == "fsync_dir"]
+
+
+@pytest.mark.parametrize(
+    ("fstype", "barrier"),
+    [("ext4", True), ("xfs", True), ("btrfs", True), ("tmpfs", True), ("fuse.sshfs", False),
+     ("fuse", False), ("fuse.juicefs", False), ("nfs4", False), ("overlay", False), ("", False)],
+)  # fmt: skip
+def test_syncfs_is_relied_on_only_where_it_is_a_barrier(fstype: str, barrier: bool) -> None:
+    """A FUSE daemon never receives syncfs; NFS, overlay and unknown filesystems are not
+    proven: there each body is fsynced."""
+    assert _mountinfo.syncfs_flushes(fstype) is barrier
+
+
+def test_a_queue_on_tmp_and_dev_shm_may_use_syncfs() -> None:
+    for directory in ("/dev/shm", "/tmp"):
+        fstype = _host.filesystem_type(directory)
+        assert _fs.syncfs_is_barrier(directory) is _mountinfo.syncfs_flushes(fstype)
+
+
+def test_without_a_barrier_a_batch_fsyncs_every_body_at_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """sync_files: one fsync per body, on the fsync threads, before any rename."""
+    monkeypatch.setattr(_fs, "syncfs_is_barrier", lambda _directory: False)
+    events: list[tuple[str, str]] = []
+    real_fsync, real_rename = _fs.fsync, _fs.rename_noreplace
+
+    def fsync(fd: int) -> None:
+        events.append(("fsync", threading.current_thread().name))
+        real_fsync(fd)
+
+    def rename(src: str, dst: str, dir_fd: int = -100) -> None:
+        events.append(("rename", ""))
+        real_rename(src, dst, dir_fd)
+
+    monkeypatch.setattr(_fs, "fsync", fsync)
+    monkeypatch.setattr(_fs, "rename_noreplace", rename)
+    q = vsqs.Queue(tmp_path / "q", clock=ManualClock())
+    events.clear()
+    q.publish_batch([b"a", b"b", b"c", b"d"])
+    assert [kind for kind, _ in events] == ["fsync"] * 4 + ["rename"] * 4
+    assert all(thread.startswith("vsqs-fsync") for kind, thread in events if kind == "fsync")
+    assert sorted(m.body for m in vsqs.testing.drain(q)) == [b"a", b"b", b"c", b"d"]

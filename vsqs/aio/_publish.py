@@ -9,10 +9,12 @@ atomic. Results go back through ``call_soon_threadsafe``.
 
 Errors: a batch checks every argument before it writes anything, so a bad argument
 (``TypeError``/``ValueError``) is retried job by job and reaches only the coroutine
-that gave it. Any other error (a full disk, a shutdown in the middle) reaches every
-coroutine of that batch, of which a prefix may have been published: at least once,
-as a failed sync ``publish_batch``. A publish whose coroutine was cancelled may still
-be published. Bounded queues are published one job at a time (each with
+that gave it. A :class:`~vsqs.DurabilityError` (a prefix of the batch became visible,
+then a flush or a commit failed) reaches each coroutine with its own ids only (a plain
+``OSError`` where none of its messages became visible). Any other error (a shutdown in
+the middle) reaches every coroutine of that batch, of which a prefix may have been
+published: at least once, as a failed sync ``publish_batch``. A publish whose coroutine
+was cancelled may still be published. Bounded queues are published one job at a time (each with
 ``timeout=0``; the coroutine awaits room itself).
 """
 
@@ -24,6 +26,7 @@ import threading
 from dataclasses import dataclass
 from typing import Final
 
+from .._errors import DurabilityError
 from .._queue import Queue
 
 MAX_BATCH: Final = 1000
@@ -63,6 +66,23 @@ def _settle(future: asyncio.Future[list[str]], result: list[str] | BaseException
         future.set_exception(result)
     else:
         future.set_result(result)
+
+
+def _settle_durability(group: list[_Job], error: DurabilityError) -> None:
+    """A batch failed after a prefix of it became visible (``error.ids``, in batch
+    order): each coroutine is told about its own messages only, as a
+    :class:`~vsqs.DurabilityError` if some of them may be visible, else as the failure."""
+    cause = error.__cause__ if isinstance(error.__cause__, OSError) else error
+    offset = 0
+    for job in group:
+        mine = error.ids[offset : offset + len(job.bodies)]
+        offset += len(job.bodies)
+        if mine:
+            own = DurabilityError(mine, error.errno or 0, error.strerror or "")
+            own.__cause__ = error.__cause__
+            job.settle(own)
+        else:
+            job.settle(cause)
 
 
 class Publisher:
@@ -148,6 +168,9 @@ class Publisher:
                     self._publish([job])
             else:
                 group[0].settle(exc)
+            return
+        except DurabilityError as exc:
+            _settle_durability(group, exc)
             return
         except BaseException as exc:  # noqa: BLE001 - handed to the coroutines that wait
             for job in group:
