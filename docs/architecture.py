@@ -36,6 +36,7 @@ NAMES = (
     "1  mechanism: paths, listing, waiting",
     "1  mechanism: the process's inotify descriptor",
     "1  mechanism: system calls on a queue's files; waiting",
+    "1  mechanism: flushes (which one each filesystem honours)",
     "1  mechanism: system calls on other files",
     "0  pure values (which filesystem)",
     "0  pure values",

@@ -55,7 +55,7 @@ SYSCALLS = {
 # tests stop a process between two calls), _host those on other files (the user's input,
 # /proc/self/mountinfo: _fs would pass 450 lines), _inotify the waiting layer's inotify(7)
 # and poll(2) calls. No other module, integrations included, is exempt.
-MECHANISM = {"_fs.py", "_host.py", "_inotify.py"}
+MECHANISM = {"_fs.py", "_flush.py", "_host.py", "_inotify.py"}
 
 
 def _dotted(node: ast.expr) -> str:

@@ -144,9 +144,15 @@ class Layout:
 
     def remove_poke(self, name: str, *, older_than: float) -> bool:
         """Remove the poke or announcement *name* that a process died between making and
-        removing, if it is an empty regular file last changed before *older_than* (wall
-        clock; see :meth:`is_stale_poke`); whether it did."""
-        return self.is_stale_poke(name, older_than) and _fs.unlink(self.message(name))
+        removing, if it is an empty regular file (not a link) last changed before
+        *older_than* (wall clock): what such debris looks like, and nothing a user keeps
+        (one ``lstat``); whether it did."""
+        try:
+            info = _host.lstatus(self.message(name))
+        except FileNotFoundError:
+            return False  # RACE: its maker removed it meanwhile
+        stale = stat.S_ISREG(info.st_mode) and info.st_size == 0 and info.st_mtime < older_than
+        return stale and _fs.unlink(self.message(name))
 
     def announce(self, sub: str) -> None:
         """Make sure ``.vsqs/<sub>`` exists, then say so to blocked receives on this host.
@@ -169,16 +175,6 @@ class Layout:
         finally:  # nobody else makes these names (a process id and a random suffix)
             if not _fs.unlink(announced):
                 _fs.unlink(staged)
-
-    def is_stale_poke(self, name: str, before: float) -> bool:
-        """Whether the entry *name* of the queue directory is an empty regular file (not
-        a link) last modified before *before* (seconds): what a poke or announcement its
-        maker left behind looks like, and nothing a user keeps (one ``lstat``)."""
-        try:
-            info = _host.lstatus(self.message(name))
-        except FileNotFoundError:
-            return False  # RACE: its maker removed it meanwhile
-        return stat.S_ISREG(info.st_mode) and info.st_size == 0 and info.st_mtime < before
 
     @property
     def create_mode(self) -> int:
@@ -262,12 +258,14 @@ class Layout:
 
     # -- moves into this queue from another ------------------------------------------------
 
-    def _open_self(self) -> int:
+    def open_queue(self) -> int:
         """A new descriptor of the queue directory, its own name opened without following
-        a symlink (the path above it is the user's, links they chose included).
+        a symlink (the path above it is the user's, links they chose included): what a
+        move into this queue goes through (the caller closes it).
 
-        :raises UnsafeEntry: the queue's name is now a symlink or not a directory (swapped
-            after the handle was made); :class:`FileNotFoundError` if it is gone.
+        :raises UnsafeEntry: the queue's name is now a symlink or not a directory (a
+            dead-letter or redrive target swapped for a link after the handle was made);
+            :class:`FileNotFoundError` if it is gone.
         """
         above, name = os.path.split(self.path)
         parent = _fs.open_queue_dir(above or "/")
@@ -284,15 +282,6 @@ class Layout:
             raise
         finally:
             _fs.close(parent)
-
-    def open_queue(self) -> int:
-        """A new descriptor of the queue directory, its own name opened without following
-        a symlink: what a move into this queue goes through (the caller closes it).
-
-        :raises UnsafeEntry: the queue's name is now a symlink or not a directory (a
-            dead-letter or redrive target swapped for a link after the handle was made).
-        """
-        return self._open_self()
 
     # -- operations on files under .vsqs, each by (directory, name) ------------------------
 

@@ -1,0 +1,211 @@
+"""How data reaches stable storage: every flush, and which one each filesystem honours.
+
+The durability half of :mod:`vsqs._fs`, which re-exports every name here (callers and
+the kill-point tests reach them as ``_fs.fsync``, ``_fs.sync_files``...). Guarantees:
+
+* :func:`sync_files` flushes every body it is given before it returns: one ``syncfs``
+  only where that is a proven barrier for the files' data (local block filesystems and
+  tmpfs, Linux 5.8 or later, decided once per directory from its filesystem type);
+  elsewhere (FUSE, network filesystems) an ``fsync`` per file, several at once.
+* A failed flush raises and is never retried: after a failure a second flush may succeed
+  without the data (PostgreSQL's "fsyncgate"). :func:`flushing_published` turns the
+  failure of a flush made after messages became visible into a
+  :class:`~vsqs.DurabilityError` that names them.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import ctypes.util
+import os
+import re
+import sys
+import threading
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor, wait
+from typing import Final
+
+from . import _host, _mountinfo
+from ._errors import DurabilityError
+
+__all__ = [
+    "flush_made",
+    "flushing_published",
+    "fsync",
+    "fsync_dir",
+    "fsync_keeps_new_names",
+    "missing_dirs",
+    "sync_files",
+    "sync_filesystem",
+    "syncfs_is_barrier",
+]
+
+_O_NOFOLLOW: Final = getattr(os, "O_NOFOLLOW", 0)
+_O_CLOEXEC: Final = getattr(os, "O_CLOEXEC", 0)
+_O_NONBLOCK: Final = getattr(os, "O_NONBLOCK", 0)
+_O_DIRECTORY: Final = getattr(os, "O_DIRECTORY", 0)
+_READ_FLAGS: Final = os.O_RDONLY | _O_NOFOLLOW | _O_CLOEXEC | _O_NONBLOCK
+
+_libc = ctypes.CDLL(ctypes.util.find_library("c") or None, use_errno=True)
+_syncfs = getattr(_libc, "syncfs", None) if sys.platform.startswith("linux") else None
+if _syncfs is not None:
+    _syncfs.argtypes = [ctypes.c_int]
+    _syncfs.restype = ctypes.c_int
+
+
+def _kernel_at_least(major: int, minor: int) -> bool:
+    """Whether this kernel's release (``6.1.0-13-amd64``...) is *major*.*minor* or later."""
+    found = re.match(r"(\d+)\.(\d+)", os.uname().release)
+    return found is not None and (int(found[1]), int(found[2])) >= (major, minor)
+
+
+# Before Linux 5.8 syncfs returned 0 even when writing a file back failed: an error it
+# cannot report makes it no barrier at all (a failed flush must never pass for a good one).
+_SYNCFS_REPORTS_ERRORS: Final = _syncfs is not None and _kernel_at_least(5, 8)
+# Bodies fsynced at once where there is no filesystem-wide barrier: a network filesystem
+# answers each fsync after a round trip, which threads overlap (fsync releases the GIL).
+_FSYNC_THREADS: Final = 8
+
+
+def fsync(fd: int) -> None:
+    """Flush a file's data and metadata to stable storage."""
+    os.fsync(fd)
+
+
+def fsync_dir(path: str) -> None:
+    """Make the latest renames and unlinks in directory *path* durable."""
+    fd = os.open(path, os.O_RDONLY | _O_DIRECTORY | _O_CLOEXEC)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def sync_filesystem(path: str) -> bool:
+    """Flush every dirty file and directory of the filesystem holding *path* in one call
+    (Linux ``syncfs``); ``False``, doing nothing, where that is not a proven barrier (the
+    caller fsyncs each file and directory instead): FUSE, network filesystems, anything
+    but those of :data:`vsqs._mountinfo.SYNCFS_FILESYSTEMS`. A failure raises and is never
+    retried: after a failed flush a second one may succeed without the data."""
+    if _syncfs is None or not syncfs_is_barrier(path):
+        return False
+    fd = os.open(path, os.O_RDONLY | _O_DIRECTORY | _O_CLOEXEC)
+    try:
+        if _syncfs(fd) != 0:
+            code = ctypes.get_errno()
+            raise OSError(code, os.strerror(code), path)
+    finally:
+        os.close(fd)
+    return True
+
+
+_barriers: dict[str, bool] = {}  # by directory: whether syncfs flushes its files
+
+
+def syncfs_is_barrier(directory: str) -> bool:
+    """Whether one ``syncfs`` makes the files of *directory* durable (decided once per
+    directory from its filesystem's type; see :func:`sync_filesystem`)."""
+    found = _barriers.get(directory)
+    if found is None:
+        fstype = _host.filesystem_type(directory)
+        found = _SYNCFS_REPORTS_ERRORS and _mountinfo.syncfs_flushes(fstype)
+        if len(_barriers) >= 1024:  # pragma: no cover - a process that opened that many queues
+            _barriers.clear()
+        _barriers[directory] = found
+    return found
+
+
+_names_kept: dict[str, bool] = {}  # by directory: whether a file's fsync keeps its name
+
+
+def fsync_keeps_new_names(directory: str) -> bool:
+    """Whether fsync of a file just created in *directory* also makes its name durable
+    (so the directory needs no fsync of its own for it); decided once per directory
+    from its filesystem's type, see :data:`vsqs._mountinfo.NAMES_KEPT_BY_FSYNC`."""
+    found = _names_kept.get(directory)
+    if found is None:
+        found = _mountinfo.fsync_keeps_names(_host.filesystem_type(directory))
+        if len(_names_kept) >= 1024:  # pragma: no cover - a process that opened that many
+            _names_kept.clear()
+        _names_kept[directory] = found
+    return found
+
+
+def sync_files(directory: str, names: list[str]) -> None:
+    """Flush the files *names* of *directory* (their data; not the directory entries):
+    one ``syncfs`` where that is a barrier (:func:`sync_filesystem`) and there are several,
+    else an ``fsync`` each, several at once. Every flush is waited for; the first failure
+    is raised (a flush is never retried)."""
+    if len(names) > 1 and sync_filesystem(directory):
+        return
+    paths = [f"{directory}/{name}" for name in names]
+    if len(paths) <= 1:
+        for path in paths:
+            _fsync_path(path)
+        return
+    futures = [_fsync_pool().submit(_fsync_path, path) for path in paths]
+    wait(futures)
+    for future in futures:
+        future.result()  # the first failure, in the order of *names*
+
+
+def _fsync_path(path: str) -> None:
+    fd = os.open(path, _READ_FLAGS)  # never through a symlink, never blocking on a FIFO
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+_pool: ThreadPoolExecutor | None = None
+_pool_lock = threading.Lock()
+
+
+def _fsync_pool() -> ThreadPoolExecutor:
+    """The process's fsync threads, started on first use."""
+    global _pool  # noqa: PLW0603 - one pool per process, made on first use
+    with _pool_lock:
+        if _pool is None:
+            _pool = ThreadPoolExecutor(_FSYNC_THREADS, "vsqs-fsync")
+        return _pool
+
+
+def _forget_pool() -> None:
+    """In a forked child: the parent's threads (and maybe its lock holder) are not here."""
+    global _pool, _pool_lock  # reset after fork
+    _pool, _pool_lock = None, threading.Lock()
+
+
+os.register_at_fork(after_in_child=_forget_pool)
+
+
+@contextlib.contextmanager
+def flushing_published(ids: list[str]) -> Iterator[None]:
+    """Around the flushes that follow the moment messages *ids* became visible (the
+    directory fsync after the commit rename, a batch's final sync): their failure is a
+    :class:`DurabilityError` naming *ids* (the list as it is then), not a bare ``OSError``,
+    so that a caller who retries knows what may already be there."""
+    try:
+        yield
+    except DurabilityError:
+        raise
+    except OSError as exc:
+        raise DurabilityError(list(ids), exc.errno or 0, exc.strerror or str(exc)) from exc
+
+
+def missing_dirs(path: str) -> list[str]:
+    """The directories to make for *path*, innermost first (none if it exists)."""
+    missing, ancestor = [], os.path.abspath(path)
+    while not os.path.lexists(ancestor) and ancestor != os.path.dirname(ancestor):
+        missing.append(ancestor)
+        ancestor = os.path.dirname(ancestor)
+    return missing
+
+
+def flush_made(missing: list[str]) -> None:
+    """Flush the parent of each directory made, top down: POSIX makes a new name durable
+    only by flushing its directory, and a message flushed inside a directory whose own
+    name is lost is lost with it."""
+    for made in reversed(missing):
+        fsync_dir(os.path.dirname(made))
