@@ -107,3 +107,14 @@ def children(method: str = "spawn") -> Iterator[Children]:
         yield kids
     finally:
         kids.kill_all()
+
+
+def patch_fs(monkeypatch: Any, name: str, value: Callable[..., Any]) -> None:
+    """Stand *value* in for ``vsqs._fs.<name>``, and for the same function in
+    ``vsqs._flush`` when it is one of the flushes ``_fs`` re-exports (so that calls made
+    inside ``_flush``, such as ``sync_files`` calling ``sync_filesystem``, see it too)."""
+    from vsqs import _flush, _fs
+
+    monkeypatch.setattr(_fs, name, value)
+    if name in _flush.__all__:
+        monkeypatch.setattr(_flush, name, value)

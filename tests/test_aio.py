@@ -19,7 +19,7 @@ from vsqs import _fs
 from vsqs.aio import AsyncQueue
 from vsqs.testing import drain
 
-from .fixtures_core import inotify_fds
+from .fixtures_core import inotify_fds, patch_fs
 
 T = TypeVar("T")
 PUBLISHER = """
@@ -181,7 +181,7 @@ def test_durable_publishes_are_synced_off_the_loop_in_batches(
         syncs.append(threading.current_thread().name)
         return real(path)
 
-    monkeypatch.setattr(_fs, "sync_filesystem", counting)
+    patch_fs(monkeypatch, "sync_filesystem", counting)
 
     async def main() -> list[str]:
         async with AsyncQueue(tmp_path) as q:
@@ -206,7 +206,7 @@ def test_a_failed_flush_tells_each_publish_its_own_visible_ids(
             raise OSError(5, "Input/output error")
         real(path)
 
-    monkeypatch.setattr(_fs, "fsync_dir", failing)
+    patch_fs(monkeypatch, "fsync_dir", failing)
 
     async def main() -> list[Any]:
         async with AsyncQueue(tmp_path) as q:

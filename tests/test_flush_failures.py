@@ -25,6 +25,8 @@ import vsqs
 from vsqs import _fs
 from vsqs.testing import ManualClock
 
+from .fixtures_core import patch_fs
+
 
 def _failing(
     monkeypatch: pytest.MonkeyPatch, name: str, *, code: int = errno.EIO, after: int = 0
@@ -39,7 +41,7 @@ def _failing(
             raise OSError(code, os.strerror(code))
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(_fs, name, fail)
+    patch_fs(monkeypatch, name, fail)
     return calls
 
 
@@ -104,7 +106,7 @@ def test_a_failed_flush_after_a_batch_names_every_visible_message(
     else the directory fsync) fails; a retry with the same ids adds nothing."""
     if barrier and not _fs.syncfs_is_barrier(queue.path):
         pytest.skip(f"syncfs is no barrier on {queue.path}")
-    monkeypatch.setattr(_fs, "syncfs_is_barrier", lambda _path: barrier)
+    patch_fs(monkeypatch, "syncfs_is_barrier", lambda _path: barrier)
     if barrier:
         _failing(monkeypatch, "sync_filesystem", after=1)  # the bodies' flush passes
     else:
@@ -144,7 +146,7 @@ def test_a_failed_record_flush_leaves_nothing_visible_nor_recorded(
             raise OSError(errno.EIO, os.strerror(errno.EIO))
         real(fd)
 
-    monkeypatch.setattr(_fs, "fsync", fail_on_directories)
+    patch_fs(monkeypatch, "fsync", fail_on_directories)
     with pytest.raises(OSError, match="Input/output error") as info:
         queue.publish_batch([b"a", b"b"], batch_dedup_id="job")
     assert not isinstance(info.value, vsqs.DurabilityError)

@@ -11,6 +11,7 @@ import vsqs
 from vsqs.testing import ManualClock
 
 from .conftest import names
+from .fixtures_core import patch_fs
 
 T0 = 1_700_000_000.0
 
@@ -185,7 +186,7 @@ def test_files_are_fsynced_before_rename_and_directory_after(
             calls.append(_name)
             return _real(*args)  # type: ignore[operator]
 
-        monkeypatch.setattr(vsqs._fs, name, traced)
+        patch_fs(monkeypatch, name, traced)
     durable = vsqs.Queue(qdir)
     calls.clear()  # making the queue flushed its new directory's parent
     durable.publish(b"m")

@@ -153,7 +153,7 @@ def sync_files(directory: str, names: list[str]) -> None:
 def _fsync_path(path: str) -> None:
     fd = os.open(path, _READ_FLAGS)  # never through a symlink, never blocking on a FIFO
     try:
-        os.fsync(fd)
+        fsync(fd)
     finally:
         os.close(fd)
 

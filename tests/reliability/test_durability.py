@@ -17,6 +17,8 @@ import vsqs.testing
 from vsqs import _fs, _host, _mountinfo
 from vsqs.testing import ManualClock
 
+from ..fixtures_core import patch_fs
+
 SYNCS = {"fsync", "fsync_dir", "sync_filesystem"}
 
 
@@ -38,7 +40,7 @@ def trace(monkeypatch: pytest.MonkeyPatch) -> list[str]:
 
     for name, value in vars(_fs).items():
         if not name.startswith("_") and inspect.isfunction(value):
-            monkeypatch.setattr(_fs, name, wrap(name, value))
+            patch_fs(monkeypatch, name, wrap(name, value))
     return calls  # monkeypatch restores the real functions
 
 
@@ -127,7 +129,7 @@ def test_without_a_barrier_a_batch_fsyncs_every_body_at_once(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """sync_files: one fsync per body, on the fsync threads, before any rename."""
-    monkeypatch.setattr(_fs, "syncfs_is_barrier", lambda _directory: False)
+    patch_fs(monkeypatch, "syncfs_is_barrier", lambda _directory: False)
     events: list[tuple[str, str]] = []
     real_fsync, real_rename = _fs.fsync, _fs.rename_noreplace
 
@@ -139,7 +141,7 @@ def test_without_a_barrier_a_batch_fsyncs_every_body_at_once(
         events.append(("rename", ""))
         real_rename(src, dst, dir_fd)
 
-    monkeypatch.setattr(_fs, "fsync", fsync)
+    patch_fs(monkeypatch, "fsync", fsync)
     monkeypatch.setattr(_fs, "rename_noreplace", rename)
     q = vsqs.Queue(tmp_path / "q", clock=ManualClock())
     events.clear()
