@@ -17,8 +17,8 @@ import pytest
 
 import vsqs
 from tests.fixtures_core import CHILD_TIMEOUT, children, wait_blocked_in_inotify
-from vsqs import _fs, _ids, _inotify, _meta, _queue, _scan, _waiters
-from vsqs._waiters import HAVE_INOTIFY, InotifyWaiter
+from vsqs import _fs, _ids, _inotify, _meta, _queue, _scan
+from vsqs._waiters import HAVE_INOTIFY, MultiWaiter
 
 pytestmark = pytest.mark.skipif(not HAVE_INOTIFY, reason="needs inotify (Linux)")
 
@@ -32,11 +32,10 @@ def _publish_raw(qdir: Path, message_id: int, body: bytes) -> None:
 def test_the_waiter_names_what_was_made_ready_since_a_token(tmp_path: Path) -> None:
     qdir = tmp_path / "q"
     qdir.mkdir()
-    waiter = InotifyWaiter(str(qdir), vsqs.Queue(qdir).clock, 1.0)
-    before_watch = waiter.token()
-    # Makes the watch; events before it were not seen.
-    token, names = waiter.wait_ready(before_watch, 0.01)
-    assert names is None
+    waiter = MultiWaiter([str(qdir)], recheck=1.0, clock=vsqs.Queue(qdir).clock)
+    # The waiter watches from its making: nothing happened since, nothing is named.
+    token, names = waiter.wait_ready(waiter.token(), 0.01)
+    assert names == []
     assert waiter.wait_ready(token, 0) == (token, [])
     _publish_raw(qdir, 1_700_000_000_000_002, b"b")
     _publish_raw(qdir, 1_700_000_000_000_001, b"a")
@@ -65,9 +64,9 @@ def test_wait_ready_gives_the_next_token_and_the_names_together(tmp_path: Path) 
     qdir = tmp_path / "q"
     qdir.mkdir()
     clock = vsqs.Queue(qdir).clock
-    waiter = InotifyWaiter(str(qdir), clock, 1.0)
-    token, names = waiter.wait_ready(waiter.token(), 0.01)  # makes the watch
-    assert names is None and token == waiter.token()
+    waiter = MultiWaiter([str(qdir)], recheck=1.0, clock=clock)
+    token, names = waiter.wait_ready(waiter.token(), 0.01)  # watched since it was made
+    assert names == [] and token == waiter.token()
     _publish_raw(qdir, 1_700_000_000_000_005, b"e")
     _publish_raw(qdir, 1_700_000_000_000_004, b"d")
     later, made_ready = waiter.wait_ready(token, 1.0)
@@ -75,7 +74,7 @@ def test_wait_ready_gives_the_next_token_and_the_names_together(tmp_path: Path) 
     assert made_ready == [_ids.encode_ready(v) for v in ids]
     assert later > token and later == waiter.token()
     assert waiter.wait_ready(later, 0.01) == (later, [])  # nothing since: timed out
-    polling = _waiters.PollWaiter(clock, 0.01)
+    polling = MultiWaiter([str(qdir)], wait="poll", poll_interval=0.01, clock=clock)
     assert polling.wait_ready(polling.token(), 0.01) == (0, None)
     waiter.close()
     with pytest.raises(RuntimeError, match="detached"):
@@ -263,7 +262,7 @@ def test_the_removal_of_anything_but_a_ready_name_or_an_announcement_is_unnamed(
     purge) and an announcement's cannot."""
     qdir = tmp_path / "q"
     qdir.mkdir()
-    waiter = InotifyWaiter(str(qdir), vsqs.Queue(qdir).clock, 1.0)
+    waiter = MultiWaiter([str(qdir)], recheck=1.0, clock=vsqs.Queue(qdir).clock)
     token, _ = waiter.wait_ready(waiter.token(), 0.01)  # makes the watch
     for name in ("1700000000000001", "1700000000000002.new", "1700000000000003.1800000000000"):
         (qdir / name).touch()

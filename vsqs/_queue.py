@@ -71,7 +71,7 @@ from ._options import seconds as _seconds
 from ._renewal import Lease, Renewer, until_entered
 from ._shutdown import ShutdownWatch
 from ._stats import Counters, Stats, read_totals
-from ._waiters import Waiter, make_waiter
+from ._waiters import MultiWaiter, make_waiter
 
 _RECEIPT_CACHE: Final = 4096
 # What reading a planted non-file under a message name gives: a symlink (ELOOP, as we
@@ -217,7 +217,7 @@ class Queue:
             None if config.capacity is None else Capacity(self.layout, self.clock, config.capacity)
         )
         self._shutdown = ShutdownWatch(self.layout, self.clock)
-        self._waiter: Waiter | None = None
+        self._waiter: MultiWaiter | None = None
         self._lock = threading.Lock()  # guards _waiter and _renewer, made on first use
         self._consumer = Consumer(config.refresh_interval)  # all receive bookkeeping
 
@@ -287,7 +287,7 @@ class Queue:
         # whether one is configured, and must not list a directory to answer.
         return True
 
-    def waiter(self) -> Waiter:
+    def waiter(self) -> MultiWaiter:
         """What a blocked call on this queue waits on (created on first use).
 
         ``token = queue.waiter().token()`` before looking at the queue, then

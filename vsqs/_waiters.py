@@ -1,22 +1,18 @@
-"""How a blocked ``receive`` or ``publish`` waits for the queue directory to change.
+"""How a blocked ``receive`` or ``publish`` waits for queue directories to change.
 
-One mechanism, two kinds of waiters: a queue's own (:class:`Waiter`, below), on one
-directory, which also names the messages made ready (the fast path of a woken
-receive); and :class:`MultiWaiter`, public, on several directories at once, for a
-:class:`~vsqs.QueueSet`, each asyncio loop (:mod:`vsqs.aio`) and the kombu transport,
-with a descriptor and a non-blocking drain for event loops. Both sit on the same
-process-wide inotify descriptor and shared watches, and poll where events cannot be
-seen. A queue's own waiter has two strategies behind one small protocol:
-
-* :class:`InotifyWaiter` (Linux): one inotify descriptor per *process*
-  (:mod:`vsqs._inotify_hub`), created on the first wait (never in a constructor), with one watch
-  per directory shared by every thread and every :class:`~vsqs.Queue` object on it.
-  One waiting thread reads the descriptor (``poll(2)``, so a process with thousands of
-  descriptors is fine); the others sleep on a condition it signals. No background
-  thread. When inotify runs out (the per-user limits: 128 instances, 8192 watches by
-  default), it polls instead and says so once through :mod:`logging`.
-* :class:`PollWaiter`: sleeps a fixed interval. Used off Linux, on network
-  filesystems (where another host's writes raise no local event), or on request.
+One waiter, :class:`MultiWaiter`, public: on one directory (a queue's own,
+:meth:`vsqs.Queue.waiter`) or several at once (a :class:`~vsqs.QueueSet`, each asyncio
+loop of :mod:`vsqs.aio`, the kombu transport), with a descriptor and a non-blocking drain
+for event loops. Under it, one inotify descriptor per *process*
+(:mod:`vsqs._inotify_hub`), created with the first waiter (never by a queue's
+constructor: a handle makes its waiter when it first waits), with one
+watch per directory shared by every thread and every waiter on it. One waiting thread
+reads the descriptor (``poll(2)``, so a process with thousands of descriptors is fine);
+the others sleep on a condition it signals. No background thread. A directory whose
+events cannot be seen is polled instead: off Linux, on network filesystems and FUSE
+(where another host's writes raise no local event), on request, and when inotify runs
+out (the per-user limits: 128 instances, 8192 watches by default; said once through
+:mod:`logging`).
 
 Waits are always bounded by the caller (the earliest known expiry or delay, the
 timeout, and a periodic re-check), so a lost or invisible event delays a wake-up by at
@@ -27,14 +23,15 @@ Usage is ``token = waiter.token()`` *before* looking at the queue, then
 the look and the wait is never missed.
 
 ``token, made_ready = waiter.wait_ready(token, seconds)`` waits the same way, then gives
-the token for the next look and the messages made ready in the directory since the old
-token (published, released or returned: canonical ids moved in, as packed ids,
-:func:`vsqs._ids.encode_ready`), in event order, with :data:`vsqs._inotify.ANNOUNCEMENT`
-for each announcement (``Layout.announce``), taken together under one lock; ``None`` if
-the waiter cannot be sure it saw every such event (a watch made after the token, more
-than it keeps, an overflow of the kernel's event queue, or a polling waiter). A consumer
-whose look found nothing ready claims those instead of listing the directory again:
-together they are everything that can be ready.
+the token for the next look and, for a waiter on one watched directory, the messages
+made ready there since the old token (published, released or returned: canonical ids
+moved in, as packed ids, :func:`vsqs._ids.encode_ready`), in event order, with
+:data:`vsqs._inotify.ANNOUNCEMENT` for each announcement (``Layout.announce``), taken
+together under one lock; ``None`` if the waiter cannot be sure it saw every such event
+(a watch made after the token, more than it keeps, an overflow of the kernel's event
+queue, a polled directory, or several). A consumer whose look found nothing ready
+claims those instead of listing the directory again: together they are everything that
+can be ready.
 """
 
 from __future__ import annotations
@@ -55,15 +52,7 @@ from ._inotify_hub import InotifyHub, process_instance
 from ._mountinfo import polls
 from ._options import WAIT_MODES, seconds
 
-__all__ = [
-    "HAVE_INOTIFY",
-    "InotifyHub",
-    "InotifyWaiter",
-    "MultiWaiter",
-    "PollWaiter",
-    "Waiter",
-    "make_waiter",
-]
+__all__ = ["HAVE_INOTIFY", "MultiWaiter", "Waiter", "make_waiter"]
 
 HAVE_INOTIFY: Final = _inotify.HAVE_INOTIFY
 POLL_INTERVAL: Final = 0.05
@@ -90,29 +79,6 @@ class Waiter(Protocol):
 
     def close(self) -> None:
         """Release what the waiter holds."""
-
-
-class PollWaiter:
-    """Waits by sleeping: the fallback that works on every filesystem."""
-
-    def __init__(self, clock: Clock, interval: float) -> None:
-        self._clock = clock
-        self.interval = interval
-
-    def token(self) -> int:
-        return 0
-
-    def wait(self, token: int, seconds: float) -> None:
-        # The interval bounds the *real* sleep; a manual clock skips the wait instead.
-        interval = self.interval
-        self._clock.wait(seconds, lambda real: time.sleep(min(real, interval)))
-
-    def wait_ready(self, token: int, seconds: float) -> tuple[int, list[int] | None]:
-        self.wait(token, seconds)
-        return 0, None  # a sleep sees no events
-
-    def close(self) -> None:
-        pass
 
 
 _hubs: weakref.WeakValueDictionary[tuple[int, int, int], InotifyHub] = weakref.WeakValueDictionary()
@@ -155,83 +121,20 @@ def should_poll(path: str, mode: str) -> bool:
     return mode == "auto" and polls(filesystem_type(path))
 
 
-class _Detached:
-    """Stands in for the hub after :meth:`InotifyWaiter.close`."""
+def make_waiter(path: str, clock: Clock, mode: str, interval: float | None) -> MultiWaiter:
+    """A queue's own waiter: a :class:`MultiWaiter` on its one directory.
 
-    def token(self) -> int:
-        return 0
-
-    def wait_ready(self, token: int, seconds: float) -> tuple[int, list[int] | None]:
-        raise RuntimeError("this queue was detached; create a new Queue object to wait on it")
-
-
-_DETACHED: Final = _Detached()
-
-
-class _Polling:
-    """Stands in for the hub when inotify ran out (instances or watches): sleeps."""
-
-    def token(self) -> int:
-        return 0
-
-    def wait_ready(self, token: int, seconds: float) -> tuple[int, list[int] | None]:
-        time.sleep(max(0.0, seconds))
-        return 0, None
-
-
-class InotifyWaiter:
-    """A queue's handle on the process-wide watch of its directory.
-
-    If inotify runs out (the per-user limits on instances and watches), it falls back to
-    polling at its re-check interval, and says so once through :mod:`logging`.
-    """
-
-    def __init__(self, path: str, clock: Clock, recheck: float) -> None:
-        self._hub: InotifyHub | _Detached | _Polling = shared_hub(path)
-        self._clock = clock
-        self.interval = recheck
-
-    def token(self) -> int:
-        return self._hub.token()
-
-    def wait(self, token: int, seconds: float) -> None:
-        self.wait_ready(token, seconds)
-
-    def wait_ready(self, token: int, seconds: float) -> tuple[int, list[int] | None]:
-        # The re-check interval bounds the *real* wait (a lost event costs at most one);
-        # a manual clock skips the wait and only collects events that already came.
-        return self._clock.wait(seconds, functools.partial(self._block, token))
-
-    def _block(self, token: int, real: float) -> tuple[int, list[int] | None]:
-        seconds = min(real, self.interval)
-        try:
-            return self._hub.wait_ready(token, seconds)
-        except OSError as exc:
-            _warn_polling(exc, self.interval)
-            self._hub = _Polling()
-            return self._hub.wait_ready(token, seconds)
-
-    def close(self) -> None:
-        # The watch is shared; it is removed when the last waiter lets go of it.
-        self._hub = _DETACHED
-
-    @property
-    def hub(self) -> InotifyHub | None:
-        """The shared watch of the directory; ``None`` once closed or polling."""
-        return self._hub if isinstance(self._hub, InotifyHub) else None
-
-
-def make_waiter(path: str, clock: Clock, mode: str, interval: float | None) -> Waiter:
-    """Pick the waiting strategy for a queue directory.
-
-    :param mode: ``"auto"`` (inotify on local Linux filesystems, polling on those of
-        :data:`NETWORK_FILESYSTEMS`, on FUSE and off Linux),
-        ``"inotify"`` or ``"poll"``.
+    :param mode: ``"auto"`` (inotify on local Linux filesystems, polling on network
+        filesystems, on FUSE and off Linux), ``"inotify"`` or ``"poll"``.
     :param interval: the polling interval, or the periodic re-check under inotify.
     """
-    if not should_poll(path, mode):
-        return InotifyWaiter(path, clock, RECHECK if interval is None else interval)
-    return PollWaiter(clock, POLL_INTERVAL if interval is None else interval)
+    return MultiWaiter(
+        [path],
+        wait=mode,
+        poll_interval=POLL_INTERVAL if interval is None else interval,
+        recheck=RECHECK if interval is None else interval,
+        clock=clock,
+    )
 
 
 class MultiWaiter:
@@ -297,6 +200,7 @@ class MultiWaiter:
         self._wds: tuple[int, ...] = ()
         self._pid = os.getpid()
         self._instance = process_instance()
+        self._closed = False  # closed with no directory left: a wait is a mistake
         for path in paths:
             self.add(path)
 
@@ -332,6 +236,7 @@ class MultiWaiter:
         path = os.fspath(path)
         mode = self._mode if wait is None else wait
         self._forked()
+        self._closed = False
         with self._lock:
             if path in self._hubs or path in self._polled:
                 return path in self._hubs
@@ -363,6 +268,7 @@ class MultiWaiter:
         first: the descriptor closes with the process's last watch."""
         for path in self.paths:
             self.remove(path)
+        self._closed = True
 
     def token(self) -> int:
         """A marker of 'now', taken before looking at the queues (no lock, no I/O)."""
@@ -377,7 +283,28 @@ class MultiWaiter:
         the events: the caller looks at the queues itself."""
         self._clock.wait(seconds, functools.partial(self._block, token))
 
+    def wait_ready(self, token: int, seconds: float) -> tuple[int, list[int] | None]:
+        """:meth:`wait`, then the token for the next look and the messages made ready
+        since *token*, taken together: what a woken receive claims without listing (see
+        the module docstring). The messages are named only where this waiter watches
+        exactly one directory (a queue's own waiter); ``None`` otherwise, or where it
+        cannot be sure it saw every event (a watch made after the token, lost events)."""
+        return self._clock.wait(seconds, functools.partial(self._block_ready, token))
+
+    def _block_ready(self, token: int, real: float) -> tuple[int, list[int] | None]:
+        hubs = self._hubs
+        if len(hubs) == 1 and not self._polled and self._pid == os.getpid():
+            (hub,) = hubs.values()  # the one watch of a queue's own waiter: the fast path
+            return hub.wait_ready(token, min(real, self.recheck))
+        self._block(token, real)
+        return self.token(), None
+
     def _block(self, token: int, real: float) -> None:
+        if self._closed:
+            raise RuntimeError(
+                "this waiter was closed (its queue handle detached); create a new Queue "
+                "object, or add() a directory, to wait again"
+            )
         if self._pid != os.getpid():
             self._forked()
         real = min(real, self.interval)
