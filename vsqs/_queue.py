@@ -47,7 +47,15 @@ from ._capacity import Capacity, held_back, room_for_move
 from ._clock import Clock
 from ._consumer import Consumer
 from ._dedup import Chunk, Deduplicator
-from ._errors import InvalidId, InvalidPayload, LeaseLost, NotAQueue, QueueDrained, QueueFull
+from ._errors import (
+    DurabilityError,
+    InvalidId,
+    InvalidPayload,
+    LeaseLost,
+    NotAQueue,
+    QueueDrained,
+    QueueFull,
+)
 from ._history import History
 from ._host import stable_inode
 from ._ids import (
@@ -1333,6 +1341,8 @@ class Queue:
         swapped for a link (:class:`UnsafeEntry`: never moved through) and a full disk are
         logged once.
         """
+        if isinstance(exc, DurabilityError):
+            raise exc  # it moved, and the flush after failed: never hidden, never retried
         if isinstance(exc, QueueFull):
             return
         if isinstance(exc, UnsafeEntry):
@@ -1464,8 +1474,9 @@ class Queue:
                 _fs.close(into)
             self._meta.remove(id_of(held_name))
             if dest.durable:
-                _fs.fsync_dir(dest.path)
-                _fs.fsync_dir(self.path)
+                with _fs.flushing_published([target]):  # moved: a failed flush says so
+                    _fs.fsync_dir(dest.path)
+                    _fs.fsync_dir(self.path)
             return target
 
     def _copy_to(self, dest: Queue, held_name: str, target: str, meta: Meta | None) -> str | None:

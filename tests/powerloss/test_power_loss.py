@@ -20,13 +20,16 @@ import errno
 import io
 import os
 import random
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Final
 
 import pytest
 
 import vsqs
 from vsqs.aio import AsyncQueue
+from vsqs.testing import ManualClock
 
 from ._mount import LazyMount
 from ._power import cut_power
@@ -131,3 +134,58 @@ def test_a_failed_directory_flush_names_what_is_visible(
     assert isinstance(info.value, vsqs.DurabilityError)
     assert sorted(set(_names(queue.path)) - set(before)) == sorted(info.value.ids)
     assert info.value.ids
+
+
+def _settings_change(queue: vsqs.Queue) -> object:
+    return queue.configure(visibility_timeout=45)
+
+
+def _shutdown(queue: vsqs.Queue) -> object:
+    queue.shutdown()
+    return None
+
+
+def _dead_letter(queue: vsqs.Queue) -> object:
+    """A message that used up its one receive is moved when its lease ends."""
+    clock = ManualClock(start=time.time())
+    dlq = vsqs.Queue(Path(queue.path).parent / "dlq", clock=clock)
+    bounced = vsqs.Queue(queue.path, dead_letter=dlq, max_receives=1, clock=clock)
+    bounced.publish(b"bounced")
+    clock.advance(1)
+    assert bounced.receive(timeout=0, visibility_timeout=1) is not None
+    clock.advance(2)
+    return bounced.requeue_expired()
+
+
+def _redrive(queue: vsqs.Queue) -> object:
+    dlq = vsqs.Queue(Path(queue.path).parent / "dlq2", durable=False)
+    dlq.publish(b"to move")
+    dlq.close()
+    return vsqs.Queue(dlq.path).redrive(to=queue)
+
+
+ELSEWHERE: Final = {
+    "configure": _settings_change,
+    "shutdown": _shutdown,
+    "dead-letter": _dead_letter,
+    "redrive": _redrive,
+}
+
+
+@pytest.mark.parametrize("code", ["EIO", "ENOSPC"])
+@pytest.mark.parametrize("kind", ["fail-fsync", "fail-fsyncdir"])
+@pytest.mark.parametrize("what", list(ELSEWHERE))
+def test_a_failed_flush_outside_publishing_is_raised_never_hidden(
+    lazy: LazyMount, queue: vsqs.Queue, what: str, kind: str, code: str
+) -> None:
+    """Settings, the shutdown marker, a dead-letter move and a redrive: each flushes what
+    it wrote; when that flush fails (EIO, ENOSPC, on a file or on a directory), the call
+    raises the error (a move that had happened: :class:`vsqs.DurabilityError`) instead of
+    returning as if it were durable."""
+    queue.publish(b"warm-up")  # .vsqs and the queue's own directories exist
+    lazy.command(f"{kind} {code}")
+    try:
+        with pytest.raises(OSError, match=os.strerror(getattr(errno, code))):
+            ELSEWHERE[what](queue)
+    finally:
+        lazy.command("fail-fsync off")
