@@ -295,9 +295,13 @@ def test_clean_removes_pokes_and_announcements_a_dead_process_left(qdir: Path) -
 # -- Ctrl-C in a producer -------------------------------------------------------------------
 
 _PRODUCER = """\
+import signal
 import sys
 import vsqs
 
+# Ctrl-C as at a terminal, even when the tests run with SIGINT ignored (nohup, `&`),
+# which a child inherits and which would make it deaf to the signal sent below.
+signal.signal(signal.SIGINT, signal.default_int_handler)
 queue = vsqs.Queue(sys.argv[1])
 try:
     while True:
