@@ -11,7 +11,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -611,10 +611,12 @@ def test_the_event_loop_yields_the_descriptor_to_a_thread_reading_it(
         transport = conn.transport
         conn.register_with_event_loop(hub)
 
-        def read_after_the_loop_paused(fd: int) -> dict[int, list[int] | None]:
+        def read_after_the_loop_paused(
+            fd: int, exact: Collection[int] = ()
+        ) -> dict[int, list[int] | None]:
             if threading.current_thread() is blocked and not got:  # the loop saw them too
                 wait_until(lambda: transport.watch.paused, "the loop to stop watching")
-            return real_read(fd)
+            return real_read(fd, exact)
 
         monkeypatch.setattr(_inotify, "read_events", read_after_the_loop_paused)
         blocked = threading.Thread(target=lambda: other.receive(timeout=60))

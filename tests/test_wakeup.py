@@ -7,7 +7,9 @@ from __future__ import annotations
 import ast
 import inspect
 import os
+import shutil
 import signal
+import tempfile
 import threading
 import time
 from pathlib import Path
@@ -17,7 +19,7 @@ import pytest
 
 import vsqs
 from tests.fixtures_core import CHILD_TIMEOUT, children, wait_blocked_in_inotify
-from vsqs import _fs, _ids, _inotify, _meta, _queue, _scan
+from vsqs import _fs, _ids, _inotify, _inotify_hub, _meta, _queue, _scan
 from vsqs._waiters import HAVE_INOTIFY, MultiWaiter
 
 pytestmark = pytest.mark.skipif(not HAVE_INOTIFY, reason="needs inotify (Linux)")
@@ -231,7 +233,9 @@ def test_a_commit_by_link_then_unlink_is_not_missed_by_a_woken_receive(
     """*commit* arrow without an atomic no-replace rename (NFS, sshfs: ``link`` then
     ``unlink``): its new name raises no watched event, only the ``.new``'s removal does.
     A receive woken by that and by a plain rename together lists the directory instead
-    of trusting the one name it saw: it gets both, oldest (the linked one) first."""
+    of trusting the one name it saw: it gets both, oldest (the linked one) first. (Only
+    where the filesystem may lack the atomic rename: this one is taken for such.)"""
+    monkeypatch.setattr(_inotify_hub, "renames_without_replacing", lambda _fstype: False)
     qdir = tmp_path / "q"
     queue = vsqs.Queue(qdir, durable=False, poll_interval=3600)
     assert queue.receive(timeout=0.01) is None  # looked; the watch exists
@@ -254,16 +258,20 @@ def test_a_commit_by_link_then_unlink_is_not_missed_by_a_woken_receive(
     assert [m.id for m in got] == published
 
 
+@pytest.mark.parametrize("atomic", [False, True], ids=["may-link", "renames-atomically"])
 def test_the_removal_of_anything_but_a_ready_name_or_an_announcement_is_unnamed(
-    tmp_path: Path,
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, atomic: bool
 ) -> None:
-    """What the watch makes of removals: a held message's or a ``.new``'s may end a
-    link-then-unlink move (``None``: the receive lists); a ready message's (a claim, a
-    purge) and an announcement's cannot."""
+    """What the watch makes of removals: where a move may be a link then an unlink, a
+    held message's or a ``.new``'s removal may end one (``None``: the receive lists); a
+    ready message's (a claim, a purge) and an announcement's cannot. Where the
+    filesystem always renames atomically (ext4, XFS, btrfs, tmpfs), no removal can: a
+    receive woken after an ack trusts the names it was given."""
+    monkeypatch.setattr(_inotify_hub, "renames_without_replacing", lambda _fstype: atomic)
     qdir = tmp_path / "q"
     qdir.mkdir()
     waiter = MultiWaiter([str(qdir)], recheck=1.0, clock=vsqs.Queue(qdir).clock)
-    token, _ = waiter.wait_ready(waiter.token(), 0.01)  # makes the watch
+    token, _ = waiter.wait_ready(waiter.token(), 0.01)
     for name in ("1700000000000001", "1700000000000002.new", "1700000000000003.1800000000000"):
         (qdir / name).touch()
     vsqs.Queue(qdir).layout.announce("meta")
@@ -275,7 +283,46 @@ def test_the_removal_of_anything_but_a_ready_name_or_an_announcement_is_unnamed(
     for name in ("1700000000000002.new", "1700000000000003.1800000000000"):
         os.unlink(qdir / name)
         token, names = waiter.wait_ready(token, 1.0)
-        assert names is None, name
+        assert names == ([] if atomic else None), name
+
+
+def test_an_ack_never_makes_the_next_woken_receive_list(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """On a filesystem that renames atomically, a consumer that deletes each message
+    and blocks again lists the directory once per message (the look before it sleeps)
+    and is woken with the next one's name: its delete's removal is known not to hide a
+    message, so it wakes no one to list again."""
+    base = Path("/dev/shm") if Path("/dev/shm").is_dir() else tmp_path
+    qdir = Path(tempfile.mkdtemp(dir=base)) / "q"
+    try:
+        consumer = vsqs.Queue(qdir, durable=False, poll_interval=3600)
+        publisher = vsqs.Queue(qdir, durable=False)
+        published = threading.Event()
+        listings: list[bool] = []  # one per listing: whether the message was published
+        real_scan = _scan.scan
+
+        def counted(path: str) -> _scan.Listing:
+            listings.append(published.is_set())
+            return real_scan(path)
+
+        def publish(body: bytes) -> None:
+            published.set()
+            publisher.publish(body)
+
+        assert consumer.receive(timeout=0.01) is None  # the watch exists
+        monkeypatch.setattr(_scan, "scan", counted)
+        for round_ in range(5):
+            published.clear()
+            timer = threading.Timer(0.05, publish, args=(str(round_).encode(),))
+            timer.start()
+            message = consumer.receive(timeout=10)
+            timer.join()
+            assert message is not None and message.body == str(round_).encode()
+            assert consumer.delete(message)
+        assert listings == [False] * 5  # one look per receive, before its message came
+    finally:
+        shutil.rmtree(qdir.parent)
 
 
 class _LayoutWrites(ast.NodeVisitor):

@@ -14,6 +14,7 @@ import os
 import select
 import struct
 import sys
+from collections.abc import Collection
 from typing import Final
 
 from ._ids import ready_code_of_bytes
@@ -97,7 +98,7 @@ def wait_readable(fd: int, seconds: float) -> bool:
     return bool(poller.poll(max(0.0, seconds) * 1000))
 
 
-def read_events(fd: int) -> dict[int, list[int] | None]:
+def read_events(fd: int, exact: Collection[int] = ()) -> dict[int, list[int] | None]:
     """Drain the descriptor: for each watch that saw an event, the messages made ready
     (names moved in that are ready ids: :func:`vsqs._ids.ready_code_of_bytes`, which
     agrees with a listing's :func:`vsqs._ids.sort_names`), as packed ids, and
@@ -111,7 +112,9 @@ def read_events(fd: int) -> dict[int, list[int] | None]:
     waiter), and only the source's removal is seen. So the removal of any name but a
     ready message (``<id>.new``, a held ``<id>.<expiry>``, a poke, a foreign file) may
     be a move whose target is unnamed; an announcement's own removal is not (its move
-    was seen), nor a ready message's (a claim or a purge makes nothing ready).
+    was seen), nor a ready message's (a claim or a purge makes nothing ready), nor any
+    removal in a watch of *exact*, whose filesystem always renames atomically (a
+    delete is then only a delete: a woken receive need not list after an ack).
     """
     changed: dict[int, list[int] | None] = {}
     unnamed: set[int] = set()  # marked at the end: a list may still grow meanwhile
@@ -135,7 +138,7 @@ def read_events(fd: int) -> dict[int, list[int] | None]:
                         names.append(code)
                     elif name.startswith(_WAKE):
                         names.append(ANNOUNCEMENT)
-                elif mask & _IN_DELETE and _may_end_a_move(data[start:offset]):
+                elif mask & _IN_DELETE and wd not in exact and _may_end_a_move(data[start:offset]):
                     unnamed.add(wd)
             if end < _READ_SIZE - _EVENT_MAX:
                 break  # a short read: the descriptor is drained (saves a failing read)

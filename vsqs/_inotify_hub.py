@@ -19,7 +19,8 @@ from bisect import bisect_right
 from collections.abc import Callable
 from typing import Final
 
-from . import _inotify
+from . import _host, _inotify
+from ._mountinfo import renames_without_replacing
 
 
 class _Watch:
@@ -71,6 +72,9 @@ class _Instance:
         self.reader = False
         self.sleepers = 0  # threads asleep on the condition (the reader's seat was taken)
         self.watches: dict[int, _Watch] = {}
+        # Watches whose filesystem always renames atomically: a removal there is never
+        # the unseen end of a move (``_inotify.read_events``).
+        self.exact: set[int] = set()
         # Generations are drawn from one counter for all watches, so a token never
         # matches a later watch on a reused descriptor number.
         self.serial = 0
@@ -94,6 +98,10 @@ class _Instance:
             # (smaller: generations only grow, across watches too) get no names.
             self.serial += 1
             watch = self.watches[wd] = _Watch(self.serial)
+            if renames_without_replacing(_host.filesystem_type(path)):
+                self.exact.add(wd)
+            else:
+                self.exact.discard(wd)  # a reused number
         watch.users += 1
         return wd
 
@@ -148,7 +156,7 @@ class _Instance:
             found = None
             try:
                 if _inotify.wait_readable(fd, deadline - time.monotonic()):
-                    changed = _inotify.read_events(fd)
+                    changed = _inotify.read_events(fd, self.exact)
             finally:
                 with self.lock:
                     self.reader = False
@@ -200,7 +208,7 @@ class _Instance:
             changed: dict[int, list[int] | None] = {}
             try:
                 if _inotify.wait_readable(fd, deadline - time.monotonic()):
-                    changed = _inotify.read_events(fd)
+                    changed = _inotify.read_events(fd, self.exact)
             finally:
                 with self.lock:
                     self.reader = False
@@ -226,7 +234,7 @@ class _Instance:
         with self.cond:
             if self.reader or self.fd < 0:
                 return False
-            self._handed_out(_inotify.read_events(self.fd))
+            self._handed_out(_inotify.read_events(self.fd, self.exact))
             return True
 
     def _count(self, changed: dict[int, list[int] | None]) -> None:

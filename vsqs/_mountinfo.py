@@ -39,6 +39,19 @@ SYNCFS_FILESYSTEMS: Final = frozenset({"ext2", "ext3", "ext4", "xfs", "btrfs", "
 NAMES_KEPT_BY_FSYNC: Final = frozenset({"ext3", "ext4", "xfs", "btrfs", "tmpfs", "ramfs"})
 
 
+# Filesystems whose kernel driver renames without replacing (``renameat2`` with
+# ``RENAME_NOREPLACE``: ext4 and tmpfs since Linux 3.15, XFS 4.0, btrfs 3.17, f2fs 4.0):
+# vsqs never falls back to a link then an unlink there, so no removal of a name can be
+# the end of a move that made a message ready unseen (see ``_inotify.read_events``).
+NOREPLACE_FILESYSTEMS: Final = frozenset({"ext2", "ext3", "ext4", "xfs", "btrfs", "tmpfs", "f2fs"})
+
+
+def renames_without_replacing(fstype: str) -> bool:
+    """Whether a filesystem of this type moves names atomically without replacing
+    (above); where it may not, a move may be a link then an unlink."""
+    return fstype in NOREPLACE_FILESYSTEMS
+
+
 def fsync_keeps_names(fstype: str) -> bool:
     """Whether fsync of a new file keeps its name on a filesystem of this type (above)."""
     return fstype in NAMES_KEPT_BY_FSYNC

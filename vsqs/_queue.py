@@ -975,10 +975,17 @@ class Queue:
         got: list[Message] = []
         listed = relisted = False
         named: list[int] = []  # the messages made ready, newest first, when the view is empty
-        if made_ready and self.retention is None:
+        # Woken with the names made ready (none: the events were this handle's own claim
+        # and delete, or a spurious wake), they stand for a listing; with none, only while
+        # the view is fresh (a dead consumer's ended lease shows only in a listing).
+        if (
+            made_ready is not None
+            and self.retention is None
+            and (made_ready or not consumer.stale(clock.monotonic()))
+        ):
             picked = consumer.named(made_ready)
             if picked is not None:
-                if min(made_ready) < 0 and not self._meta.possible:
+                if made_ready and min(made_ready) < 0 and not self._meta.possible:
                     # An announcement: metadata may exist now. Its records are written
                     # before their messages become ready, so looking after the event, as a
                     # listing would, gives a first message its attributes. Without one,
