@@ -353,19 +353,24 @@ class Queue:
         '1732257000123456'
         """
         body = data if type(data) is bytes else _as_view(data)
-        if not (delay or attributes or dedup_id is not None or self._capacity is not None) and (
-            not self.config.delay
-        ):
-            # The common publish, the path compared with the bare syscalls: create, commit.
-            new, size = self._stage(body, sync=self.durable)
-            message_id = self._commit(new, size)
-        else:
-            attrs = validate_attributes(attributes)
-            delay_us = self._delay_us(delay)
-            _check_dedup_id(dedup_id)
-            with self._room(1, timeout):
-                new, size = self._stage(body, sync=self.durable)
-                message_id = self._commit_keyed(new, size, attrs, delay_us, dedup_id)
+        staged: list[str] = []
+        try:
+            if not (delay or attributes or dedup_id is not None or self._capacity) and (
+                not self.config.delay
+            ):
+                # The common publish, compared with the bare syscalls: create, commit.
+                new, size = self._stage(body, staged=staged, sync=self.durable)
+                message_id = self._commit(new, size)
+            else:
+                attrs = validate_attributes(attributes)
+                delay_us = self._delay_us(delay)
+                _check_dedup_id(dedup_id)
+                with self._room(1, timeout):
+                    new, size = self._stage(body, staged=staged, sync=self.durable)
+                    message_id = self._commit_keyed(new, size, attrs, delay_us, dedup_id)
+        except BaseException:
+            self._discard_all(staged)  # cut short (Ctrl-C too): no `.new` is left behind
+            raise
         if self.durable:
             with _fs.flushing_published([message_id]):
                 _fs.fsync_dir(self.path)
@@ -431,8 +436,13 @@ class Queue:
             if len(views) == 1 or not durable:  # each body flushed as it is created
                 ids = []
                 for view, key in zip(views, keys, strict=True):
-                    new, size = self._stage(view, sync=durable)
-                    ids.append(self._commit_keyed(new, size, attrs, delay_us, key))
+                    staged: list[str] = []
+                    try:
+                        new, size = self._stage(view, staged=staged, sync=durable)
+                        ids.append(self._commit_keyed(new, size, attrs, delay_us, key))
+                    except BaseException:
+                        self._discard_all(staged)  # cut short: this one never visible
+                        raise
             else:
                 ids = self._publish_synced(views, attrs, delay_us, keys)
                 with _fs.flushing_published(ids):
@@ -465,21 +475,19 @@ class Queue:
         On any failure (a full disk, a shutdown) every body created and not yet visible is
         discarded: nothing is left behind as debris.
         """
-        staged: list[tuple[str, int]] = []
+        names: list[str] = []  # every `.new` made, even by a call that was cut short
         ids: list[str] = []
         # The markers are flushed by the caller's syncfs where that is a barrier, else
         # each as it is written.
         sync_marker = any(keys) and not _fs.syncfs_is_barrier(self.path)
         try:
-            # extend() keeps what was created before a failure: it is discarded below.
-            staged.extend(self._stage(view) for view in views)
-            _fs.sync_files(self.path, [name for name, _ in staged])
-            for (new, size), key in zip(staged, keys, strict=True):
+            sizes = [self._stage(view, staged=names)[1] for view in views]
+            _fs.sync_files(self.path, names)
+            for new, size, key in zip(names, sizes, keys, strict=True):
                 commit = self._commit_keyed
                 ids.append(commit(new, size, attrs, delay_us, key, sync_marker=sync_marker))
         except BaseException as exc:
-            for new, _ in staged[len(ids) :]:
-                self._discard(new)  # never visible: left as no debris
+            self._discard_all(names[len(ids) :])  # never visible: left as no debris
             if ids and isinstance(exc, OSError):
                 with _fs.flushing_published(ids):
                     raise  # the first messages are visible, unflushed: say which
@@ -500,25 +508,23 @@ class Queue:
         earlier = dedup.find_chunk(key)  # a retry of a published batch writes nothing
         if earlier is not None:
             return self._finish_chunk(earlier, dedup.await_chunk(earlier))
-        staged: list[tuple[str, int]] = []
+        names: list[str] = []  # every `.new` made, even by a call that was cut short
         # Every name of the batch is resolved from one descriptor of the directory: one
         # path walk per batch instead of two per message.
         dir_fd = _fs.open_queue_dir(self.path)
         try:
             try:
-                staged.extend(self._stage(view, dir_fd=dir_fd) for view in views)
+                sizes = [self._stage(view, staged=names, dir_fd=dir_fd)[1] for view in views]
                 if self.durable:
-                    _fs.sync_files(self.path, [name for name, _ in staged])
+                    _fs.sync_files(self.path, names)
                 self._shutdown.check_open()
-                entries = [(name[:-4], size) for name, size in staged]
+                entries = [(name[:-4], size) for name, size in zip(names, sizes, strict=True)]
                 chunk, ours = dedup.claim_chunk(key, entries, attrs, delay_us, self.durable)
             except BaseException:
-                for new, _ in staged:
-                    self._discard(new, dir_fd)  # never visible: left as no debris
+                self._discard_all(names, dir_fd)  # never visible: left as no debris
                 raise
             if not ours:
-                for new, _ in staged:
-                    self._discard(new, dir_fd)  # a duplicate: never visible
+                self._discard_all(names, dir_fd)  # a duplicate: never visible
                 return self._finish_chunk(chunk, dedup.await_chunk(chunk), dir_fd)
             # From here on the batch is published: a failure leaves its `.new` files for
             # whoever finishes it (a retry, `clean`), never removes them.
@@ -594,6 +600,7 @@ class Queue:
         self,
         body: bytes | memoryview | Callable[[int], int] | _ingest.Linked,
         *,
+        staged: list[str],
         sync: bool = False,
         dir_fd: int | None = None,
     ) -> tuple[str, int]:
@@ -607,11 +614,19 @@ class Queue:
         (:class:`~vsqs._ingest.Linked`: the ``.new`` is a second name of it, made by one
         ``link``, and no byte is copied). *dir_fd*: the queue directory, if open (names
         are then resolved from it).
+
+        The name is appended to *staged* before the file is made, so that a caller whose
+        call was cut short anywhere (Ctrl-C lands between any two Python steps, even
+        between this return and the caller's next line) can discard what it staged and
+        never leaves an unfinished publish behind.
         """
         file_mode = self.config.file_mode
         while True:
             new = self._new_id() + ".new"
             where = new if dir_fd is not None else self.layout.message(new)
+            # RACE: cut short before the create below, the name is discarded though not
+            # ours: only another process that drew the same microsecond could own it.
+            staged.append(new)
             try:
                 if isinstance(body, _ingest.Linked):
                     _fs.link_noreplace(body.path, where)
@@ -621,8 +636,10 @@ class Queue:
                 else:
                     fd = _fs.create_at(where, file_mode or 0o666, dir_fd)
             except FileExistsError:
+                staged.pop()  # another process's: never ours to discard
                 continue  # RACE: another process drew the same id in the same tick
             except OSError as exc:
+                staged.pop()  # nothing was made
                 if isinstance(body, _ingest.Linked) and exc.errno == errno.EXDEV:
                     raise _ingest.cross_device(body.path, self.path) from exc
                 raise
@@ -638,6 +655,11 @@ class Queue:
                 raise
             _fs.close(fd)
             return new, size
+
+    def _discard_all(self, names: list[str], dir_fd: int | None = None) -> None:
+        """:meth:`_discard` each of *names* (a publish cut short: none is visible)."""
+        for new in names:
+            self._discard(new, dir_fd)
 
     def _discard(self, new: str, dir_fd: int | None = None) -> bool:
         """The *discard* arrow: remove a ``<id>.new`` that never became visible (a failed
@@ -762,9 +784,13 @@ class Queue:
         attrs, delay_us = self._check_extras(attributes, delay, dedup_id)
         source = _ingest.Linked.of(os.fspath(path))
         self._shutdown.check_open()  # fail before touching anything
-        # On failure the create and the commit remove `<id>.new`, our link, and nothing else.
-        new, size = self._stage(source, sync=self.durable)
-        message_id = self._commit_keyed(new, size, attrs, delay_us, dedup_id)
+        staged: list[str] = []
+        try:
+            new, size = self._stage(source, staged=staged, sync=self.durable)
+            message_id = self._commit_keyed(new, size, attrs, delay_us, dedup_id)
+        except BaseException:
+            self._discard_all(staged)  # `<id>.new`, our link, and nothing else
+            raise
         with _fs.flushing_published([message_id]):
             if self.durable:
                 _fs.fsync_dir(self.path)
@@ -794,8 +820,13 @@ class Queue:
         attrs, delay_us = self._check_extras(attributes, delay, dedup_id)
         copy = _ingest.stream_writer(readable, chunk_size)
         self._shutdown.check_open()
-        new, size = self._stage(copy, sync=self.durable)
-        message_id = self._commit_keyed(new, size, attrs, delay_us, dedup_id)
+        staged: list[str] = []
+        try:
+            new, size = self._stage(copy, staged=staged, sync=self.durable)
+            message_id = self._commit_keyed(new, size, attrs, delay_us, dedup_id)
+        except BaseException:
+            self._discard_all(staged)  # cut short (Ctrl-C too): no `.new` is left behind
+            raise
         if self.durable:
             with _fs.flushing_published([message_id]):
                 _fs.fsync_dir(self.path)
@@ -1514,19 +1545,27 @@ class Queue:
             if exc.errno not in _NOT_A_MESSAGE:
                 raise
             return None  # planted (a link, a FIFO): never copied; it is not a message
+        staged: list[str] = []
         try:
-            new, size = dest._stage(
-                lambda out: _fs.copy_fd(source, out, claim.renew), sync=dest.durable
-            )
+            try:
+                new, size = dest._stage(
+                    lambda out: _fs.copy_fd(source, out, claim.renew),
+                    staged=staged,
+                    sync=dest.durable,
+                )
+            finally:
+                _fs.close(source)
+            if not claim.renew(force=True):
+                dest._discard_all(staged)  # withdrawn before anyone could see it
+                return None
+            # A copy is a new inode: _commit matches the metadata to it.
+            target = dest._commit(new, size, meta, to=target, moved=True)
         except _ClaimLost:
+            dest._discard_all(staged)
             return None  # RACE: another process took the message while we copied
-        finally:
-            _fs.close(source)
-        if not claim.renew(force=True):
-            dest._discard(new)  # withdrawn before anyone could see it
-            return None
-        # A copy is a new inode: _commit matches the metadata to it.
-        target = dest._commit(new, size, meta, to=target, moved=True)
+        except BaseException:
+            dest._discard_all(staged)  # cut short: the copy is never left half made
+            raise
         if not self._unlink_message(claim.name):
             # RACE: the claim ran out between the renewal and now (a stall longer than
             # a lease): the other copy is whoever took it. Ours is visible already.
