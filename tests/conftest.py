@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import os
+import shutil
+import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -58,3 +61,19 @@ def q(qdir: Path, clock: ManualClock) -> vsqs.Queue:
 def names(path: Path) -> list[str]:
     """The entries of a queue directory, sorted, metadata excluded."""
     return sorted(p.name for p in path.iterdir() if p.name != ".vsqs")
+
+
+@pytest.fixture
+def fast_tmp_path(tmp_path: Path) -> Iterator[Path]:
+    """A temporary directory on tmpfs (``/dev/shm``) where there is one, else *tmp_path*:
+    for tests that flush often and must not wait on whatever else dirtied the disk (a
+    ``syncfs`` flushes the whole filesystem, other tests' loop images included)."""
+    shm = Path("/dev/shm")
+    if not (shm.is_dir() and os.access(shm, os.W_OK)):
+        yield tmp_path
+        return
+    where = Path(tempfile.mkdtemp(prefix="vsqs-test-", dir=shm))
+    try:
+        yield where
+    finally:
+        shutil.rmtree(where, ignore_errors=True)

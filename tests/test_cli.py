@@ -776,7 +776,7 @@ def test_pump_cuts_its_batches_to_a_stored_capacity(tmp_path: Path) -> None:
     assert got == [str(n).zfill(12).encode()[:3] for n in range(20)]
 
 
-def test_ctrl_c_during_pump_never_leaves_an_unfinished_publish(tmp_path: Path) -> None:
+def test_ctrl_c_during_pump_never_leaves_an_unfinished_publish(fast_tmp_path: Path) -> None:
     """SIGINT (or SIGTERM) at random moments of a real `vsqs pump`: it exits 130 (143)
     with one line, and no `<id>.new` is ever left behind (one was, in 3 tries out of 4,
     when the signal's exception landed between the open that created a `.new` and the
@@ -785,7 +785,7 @@ def test_ctrl_c_during_pump_never_leaves_an_unfinished_publish(tmp_path: Path) -
     stops = {signal.SIGINT: "vsqs: interrupted\n", signal.SIGTERM: "vsqs: stopped by SIGTERM\n"}
     for attempt in range(24):
         signum = (signal.SIGINT, signal.SIGTERM)[attempt % 2]
-        path = tmp_path / str(attempt)
+        path = fast_tmp_path / str(attempt)
         path.mkdir()
         child = subprocess.Popen(
             [VSQS, "pump", str(path), "-n", "100000000", "--size", "10"],

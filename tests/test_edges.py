@@ -313,7 +313,7 @@ except KeyboardInterrupt:
 
 
 def test_ctrl_c_in_a_python_producer_never_leaves_an_unfinished_publish(
-    tmp_path: Path,
+    fast_tmp_path: Path,
 ) -> None:
     """SIGINT at random moments of a real producer process: no `<id>.new` is left.
 
@@ -323,7 +323,7 @@ def test_ctrl_c_in_a_python_producer_never_leaves_an_unfinished_publish(
     """
     rng = random.Random(26_13)
     for attempt in range(24):
-        path = tmp_path / str(attempt)
+        path = fast_tmp_path / str(attempt)
         path.mkdir()
         child = subprocess.Popen([sys.executable, "-c", _PRODUCER, str(path)])
         try:

@@ -135,9 +135,28 @@ def _run_until_cut(
                 time.sleep(0.002)
             time.sleep(rng.uniform(0, 0.01))  # anywhere within the next publish
     finally:
+        # The producers stop first: nothing they do can cross the power failure (an
+        # fsync the filesystem answered after it, then acknowledged, would count as a
+        # message that a real power cut could never have let them acknowledge).
+        _stop(producer.pid)
         mount.crash()  # the power fails: unsynced data is gone
         os.killpg(producer.pid, signal.SIGKILL)  # and the producers die with it
         producer.communicate()
+
+
+def _stop(pid: int) -> None:
+    """SIGSTOP the process group of *pid* and wait until its leader is stopped (a
+    signal is delivered asynchronously; bounded: a zombie stops nothing)."""
+    os.killpg(pid, signal.SIGSTOP)
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline:
+        try:
+            state = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0]
+        except (FileNotFoundError, IndexError):
+            return
+        if state in {"T", "t", "Z", "X"}:
+            return
+        time.sleep(0.001)
 
 
 def cut_power(
