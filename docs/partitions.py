@@ -193,7 +193,7 @@ def draw(f: Facts) -> str:
         y = ROW_Y0 + 10 + i * 50
         out.append(f'<rect x="20" y="{y}" width="120" height="26" rx="13" fill="{colour[group]}"/>')
         out.append(_text(80, y + 18, group, "chip mono", "middle"))
-        target = _row_y(part) + ROW_H / 2
+        target = _row_y(part) + ROW_H // 2
         out.append(
             f'<path class="edge" d="M 142 {y + 13} C 290 {y + 13}, 250 {target}, '
             f'{MID_X - 4} {target}"/>'
@@ -218,7 +218,7 @@ def draw(f: Facts) -> str:
     out.append(_text(cx, 80, "receive()", "head mono"))
     homes = [p for p in range(n) if p != n - 1]  # one partition has no home consumer
     for i, part in enumerate(homes):
-        y = _row_y(part) + ROW_H / 2
+        y = _row_y(part) + ROW_H // 2
         out.append(
             f'<rect x="{cx + 40}" y="{y - 18}" width="150" height="36" rx="8" '
             'fill="#fff8e1" stroke="#f9a825" stroke-width="1.5"/>'
@@ -227,8 +227,8 @@ def draw(f: Facts) -> str:
         out.append(_text(cx + 115, y + 13, f"home: {f.partition_dirs[part]}", "note", "middle"))
         out.append(f'<path class="edge" d="M {MID_X + MID_W + 2} {y} L {cx + 36} {y}"/>')
     # the consumer whose home is empty takes from the partition nobody calls home
-    src = _row_y(EMPTY) + ROW_H / 2 + 12
-    dst = _row_y(n - 1) + ROW_H / 2
+    src = _row_y(EMPTY) + ROW_H // 2 + 12
+    dst = _row_y(n - 1) + ROW_H // 2
     out.append(
         f'<path class="steal" d="M {MID_X + MID_W + 2} {dst} C {cx + 20} {dst}, '
         f'{cx + 60} {dst}, {cx + 60} {src + 10}"/>'
