@@ -20,10 +20,8 @@ OpenTelemetry::
 A collection is a snapshot taken from any process at any time; it changes nothing in
 the queue (the caller's own counters are flushed to its stats file first).
 
-A partitioned queue's series are its totals; two more families break them down by
-``partition`` (its number), from the same sample: ``vsqs_partition_messages{state}`` and
-``vsqs_partition_oldest_ready_age_seconds`` (a partition that stops moving, e.g. a
-``fifo=True`` group whose holder is stuck, shows there).
+A partitioned queue's series are its totals; ``vsqs_partition_messages{partition,state}``
+and ``vsqs_partition_oldest_ready_age_seconds{partition}`` break them down (same sample).
 
 One bad queue never takes down the others: a queue that cannot be opened or sampled
 (its ``settings.json`` corrupt, its directory unreadable) is a :class:`Down` whose
@@ -283,16 +281,11 @@ def families(samples: Iterable[Sample | Down]) -> Iterator[Metric]:
             ("consumed_bytes", "Bytes of the messages consumed"),
         )
     }
-    parts = GaugeMetricFamily(
-        "vsqs_partition_messages",
-        "Messages in each partition of a partitioned queue, by state.",
-        labels=["queue", "partition", "state"],
-    )
-    parts_age = GaugeMetricFamily(
-        "vsqs_partition_oldest_ready_age_seconds",
-        "Seconds since each partition's oldest ready message was published (0 if none).",
-        labels=["queue", "partition"],
-    )
+    parts = GaugeMetricFamily("vsqs_partition_messages", "Messages by partition and state.",
+                              labels=["queue", "partition", "state"])  # fmt: skip
+    parts_age = GaugeMetricFamily("vsqs_partition_oldest_ready_age_seconds",
+                                  "Age of each partition's oldest ready message (0 if none).",
+                                  labels=["queue", "partition"])  # fmt: skip
     for one in samples:
         up.add_metric([one.queue], 0 if isinstance(one, Down) else 1)
         if isinstance(one, Down):
@@ -308,8 +301,7 @@ def families(samples: Iterable[Sample | Down]) -> Iterator[Metric]:
         gauges["held_back"].add_metric(labels, stats.held_back)
         for field, family in counters.items():
             family.add_metric(labels, getattr(stats, field))
-        for index, part in enumerate(stats.partitions):
-            number = str(index)
+        for number, part in ((str(i), p) for i, p in enumerate(stats.partitions)):
             for state in STATES:
                 parts.add_metric([one.queue, number, state], getattr(part, state))
             parts_age.add_metric([one.queue, number], part.oldest_ready_age or 0.0)
