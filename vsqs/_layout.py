@@ -51,6 +51,7 @@ CAPACITY_COUNT: Final = "capacity.count"
 SETTINGS: Final = "settings.json"
 """The settings stored with the queue, in ``.vsqs``."""
 SETTINGS_LOCK: Final = "settings.lock"
+FIFO_LOCK: Final = "fifo.lock"
 SPARK: Final = "spark"
 """The Spark consumers' state directories, in ``.vsqs`` (see :mod:`vsqs.spark._state`)."""
 
