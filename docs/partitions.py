@@ -55,8 +55,7 @@ def facts() -> Facts:
     with tempfile.TemporaryDirectory() as tmp:
         queue = vsqs.Queue(Path(tmp) / "orders", partitions=PARTITIONS, fifo=True)
         base = Path(queue.path)
-        stored = sorted(p for p in base.rglob("settings.json") if base not in p.parents[1:])
-        settings_path = next(p for p in stored if p.parent.parent == base)
+        settings_path = base / ".vsqs" / "settings.json"
         everything = json.loads(settings_path.read_text(encoding="utf-8"))
         shown = {key: everything[key] for key in ("partitions", "fifo")}
         dirs = tuple(str(Path(q.path).relative_to(base)) for q in queue.partition_queues)
@@ -178,11 +177,12 @@ def draw(f: Facts) -> str:
         out.append(_text(MID_X + 12, y + 22, f"{f.queue}/{name}/", "head mono"))
         out.append(_text(MID_X + MID_W - 12, y + 22, "a plain VSQS queue", "note", "end"))
     out.extend(_chips(f, colour))
+    example = f.groups[0][0].removeprefix("customer-")
     out.append(
         _text(
             MID_X + MID_W - 16,
             bottom + 30,
-            "c4·2: customer-4's second message; oldest first →",
+            f"c{example}·2: {f.groups[0][0]}'s second message; oldest first →",
             "note",
             "end",
         )
@@ -203,13 +203,14 @@ def draw(f: Facts) -> str:
         _text(20, y + 16 * i, line, "note")
         for i, line in enumerate(
             (
-                "partition = a stable hash",
-                "of the group, mod N: the",
+                "partition = CRC-32 of the",
+                "group's name, mod N: the",
                 "same in every process,",
                 "host and run, so a group",
-                "stays in order.",
+                "keeps its order.",
                 "No group: the publisher's",
-                "own (sticky) partition.",
+                "sticky partition (a run of",
+                "messages, then the next).",
             )
         )
     ]
@@ -235,6 +236,8 @@ def draw(f: Facts) -> str:
     )
     out.append(_text(cx + 70, dst - 8, "its home empty:", "note"))
     out.append(_text(cx + 70, dst + 8, "takes from another", "note"))
+    out.append(_text(cx + 70, dst + 24, "(and now and then", "note"))
+    out.append(_text(cx + 70, dst + 40, "looks there first)", "note"))
     # fifo: the held message of partition 0 holds the partition
     out += [
         _text(20, bottom + 60, "fifo=True (SQS FIFO's one in flight per group):", "head"),
