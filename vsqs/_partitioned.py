@@ -19,9 +19,12 @@ locks in the kernel, not one.
   id and a per-process count of handles, and claims there first (strictly FIFO in the
   partition, exactly as a plain queue: a lost race moves to the next message of that
   partition, never further); when home is empty it takes from the others in turn, and
-  every :data:`VISIT_EVERY` calls it looks at another partition first, so no partition
-  starves however the homes fall. A blocked receive waits on every partition at once
-  (one :class:`~vsqs.MultiWaiter`).
+  stays with the one it found messages in until that one is empty too (each look at an
+  empty partition lists its directory: looking at an empty home on every call would
+  double the cost of a message). Every :data:`VISIT_EVERY` calls it looks at another
+  partition first, in turn, home included, so no partition starves however the homes
+  fall, and it goes back home as soon as such a look finds messages there. A blocked
+  receive waits on every partition at once (one :class:`~vsqs.MultiWaiter`).
 * **Order.** FIFO per partition, so per group; across partitions, messages are taken in
   roughly publish order (each consumer drains its home oldest first).
 * ``fifo=True``: each partition delivers nothing while one of its messages is held, so a
@@ -84,11 +87,13 @@ def group_partition(group: str, partitions: int) -> int:
 
 
 class _Spread(threading.local):
-    """Where this thread's use of one handle is: its home and its sticky partition."""
+    """Where this thread's use of one handle is: its home, the partition it claims from
+    now (its home until that is empty) and its sticky partition."""
 
     def __init__(self, partitions: int) -> None:
         start = (os.getpid() + next(_handles)) % partitions
         self.home = start
+        self.current = start
         self.sticky = start
         self.run = 0
         self.calls = 0
@@ -296,6 +301,21 @@ class PartitionedQueue(Queue, partitioned=True):
         self, *, visibility_timeout: float | None = None, timeout: float | None = None
     ) -> Message | None:
         """Claim one message: from this handle's home partition first (see the class)."""
+        if timeout == 0 and visibility_timeout is None:  # the polling fast path
+            spread = self._spread
+            if (spread.calls + 1) % VISIT_EVERY:  # not a visit: the current partition first
+                tried = spread.current
+                try:
+                    message = self._parts[tried].receive(timeout=0)
+                except QueueDrained:  # the others may not be: the full pass below decides
+                    message, tried = None, -1
+                if message is not None:
+                    spread.calls += 1
+                    return message
+                got, drained = self._gather(1, None, tried=tried)
+                if drained:
+                    raise QueueDrained(self.path)
+                return got[0] if got else None
         got = self.receive_batch(1, visibility_timeout=visibility_timeout, timeout=timeout)
         return got[0] if got else None
 
@@ -332,25 +352,40 @@ class PartitionedQueue(Queue, partitioned=True):
                 return []
             waiter.wait(token, self.next_look(None if deadline is None else deadline))
 
-    def _gather(self, limit: int, visibility_timeout: float | None) -> tuple[list[Message], bool]:
-        """One pass without waiting: the messages, and whether the whole queue is drained."""
+    def _gather(
+        self, limit: int, visibility_timeout: float | None, *, tried: int = -1
+    ) -> tuple[list[Message], bool]:
+        """One pass without waiting: the messages, and whether the whole queue is drained.
+
+        *tried* is a partition the caller has just found empty (not looked at again)."""
         parts = self._parts
         spread = self._spread
         spread.calls += 1
-        home = spread.home
-        order = [*range(home, len(parts)), *range(home)]
+        home, current = spread.home, spread.current
+        # Where this thread last claimed first, then home, then the others: once home is
+        # empty, it is looked at once per VISIT_EVERY calls (below), not on every call,
+        # each look at an empty partition being a listing of its directory.
+        order = [current, *(i for i in (*range(home, len(parts)), *range(home)) if i != current)]
+        visit = -1
         if spread.calls % VISIT_EVERY == 0:  # another partition first, in turn
             visit = order.pop(1 + (spread.calls // VISIT_EVERY) % (len(parts) - 1))
             order.insert(0, visit)
         got: list[Message] = []
         drained = 0
         for index in order:
+            if index == tried:
+                continue
             try:
-                got += parts[index].receive_batch(
+                claimed = parts[index].receive_batch(
                     limit - len(got), visibility_timeout=visibility_timeout, timeout=0
                 )
             except QueueDrained:
                 drained += 1
+                continue
+            if claimed:
+                got += claimed
+                if index != visit or index == home:  # a visit elsewhere does not move it
+                    spread.current = index
             if len(got) >= limit:
                 return got, False
         if not got:  # strays in the queue directory itself (a vsqs 0.3 producer's)

@@ -1,0 +1,72 @@
+"""How a consumer of a partitioned queue moves between partitions, and what that costs."""
+
+from __future__ import annotations
+
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from vsqs import Queue, QueueDrained, _scan
+from vsqs._partitioned import VISIT_EVERY
+from vsqs.testing import ManualClock
+
+
+def _home(consumer: Queue) -> int:
+    """The home partition of *consumer* (the one its first receive takes from)."""
+    for part in consumer.partition_queues:
+        part.publish(b"probe")
+    first = consumer.receive(timeout=0)
+    assert first is not None
+    while (message := consumer.receive(timeout=0)) is not None:
+        consumer.delete(message)
+    consumer.delete(first)
+    return [part.path for part in consumer.partition_queues].index(first.queue)
+
+
+def test_an_empty_home_is_listed_once_per_visit_not_on_every_receive(
+    fast_tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A consumer whose home partition is empty claims from the partition it found
+    messages in, and looks at its home again once per VISIT_EVERY receives: each look at
+    an empty partition lists its directory, which would double the cost of a message."""
+    queue = Queue(fast_tmp_path / "q", partitions=4, durable=False)
+    consumer = Queue(queue.path, durable=False)
+    home = _home(consumer)
+    other = consumer.partition_queues[(home + 2) % 4]
+    count = 20 * VISIT_EVERY
+    other.publish_batch([b"%d" % n for n in range(count)])
+    listed: Counter[str] = Counter()
+    real_scan = _scan.scan
+
+    def counting_scan(path: str, *args: Any, **kwargs: Any) -> Any:
+        listed[path] += 1
+        return real_scan(path, *args, **kwargs)
+
+    monkeypatch.setattr(_scan, "scan", counting_scan)
+    bodies = []
+    while (message := consumer.receive(timeout=0)) is not None:
+        bodies.append(message.body)
+        assert consumer.delete(message)
+    assert bodies == [b"%d" % n for n in range(count)]  # FIFO in the partition
+    home_path = consumer.partition_queues[home].path
+    assert listed[home_path] <= count // VISIT_EVERY + 2, listed
+
+
+def test_the_polling_receive_still_says_drained_when_every_partition_is(
+    fast_tmp_path: Path,
+) -> None:
+    """``receive(timeout=0)`` (the polling fast path) raises QueueDrained once the queue is
+    shut down and every partition empty, whichever partition it was claiming from."""
+    clock = ManualClock()
+    queue = Queue(fast_tmp_path / "q", partitions=3, durable=False, clock=clock)
+    home = _home(queue)
+    queue.partition_queues[(home + 1) % 3].publish(b"last")
+    queue.shutdown()
+    message = queue.receive(timeout=0)
+    assert message is not None and message.body == b"last"
+    assert queue.delete(message)
+    clock.advance(60)  # past the grace in which a late publish may still land
+    with pytest.raises(QueueDrained):
+        queue.receive(timeout=0)
