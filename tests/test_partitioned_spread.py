@@ -70,3 +70,28 @@ def test_the_polling_receive_still_says_drained_when_every_partition_is(
     clock.advance(60)  # past the grace in which a late publish may still land
     with pytest.raises(QueueDrained):
         queue.receive(timeout=0)
+
+
+def test_consumers_that_each_serve_a_partition_seldom_look_at_each_others(
+    fast_tmp_path: Path,
+) -> None:
+    """Two consumers with different homes, both busy: a look at the other's partition
+    that loses a race there (the other serves it) makes the next look twice as late, so
+    over 2,000 receives each takes from the other's partition a handful of times, not
+    once per VISIT_EVERY receives (each such look walks past the names the other took)."""
+    queue = Queue(fast_tmp_path / "q", partitions=2, durable=False)
+    a, b = Queue(queue.path, durable=False), Queue(queue.path, durable=False)
+    homes = a._spread.home, b._spread.home  # (looking: a receive would move them)
+    assert homes[0] != homes[1]  # two handles of one process: two homes
+    per_partition = 2000
+    for part in queue.partition_queues:
+        part.publish_batch([b"x"] * per_partition)
+    strayed = Counter[str]()
+    for _ in range(per_partition - 100):
+        for consumer, home in ((a, homes[0]), (b, homes[1])):
+            message = consumer.receive(timeout=0)
+            assert message is not None
+            if message.queue != consumer.partition_queues[home].path:
+                strayed[consumer.path + str(home)] += 1
+            assert consumer.delete(message)
+    assert sum(strayed.values()) <= 2 * 8, strayed  # 16, 32, ..., 1024 calls apart

@@ -21,9 +21,13 @@ locks in the kernel, not one.
   partition, never further); when home is empty it takes from the others in turn, and
   stays with the one it found messages in until that one is empty too (each look at an
   empty partition lists its directory: looking at an empty home on every call would
-  double the cost of a message). Every :data:`VISIT_EVERY` calls it looks at another
-  partition first, in turn, home included, so no partition starves however the homes
-  fall, and it goes back home as soon as such a look finds messages there. A blocked
+  double the cost of a message; moving to a partition lists it afresh). Every
+  :data:`VISIT_EVERY` calls it looks at another partition first, in turn, home included,
+  so no partition starves however the homes fall; a look that loses a race there
+  (another consumer serves that partition) doubles the interval, up to
+  :data:`VISIT_MOST`. A look that finds messages without a lost race brings it back
+  home, or moves it there if its own partition lost races meanwhile (two consumers
+  whose homes fell together: one moves). A blocked
   receive waits on every partition at once (one :class:`~vsqs.MultiWaiter`).
 * **Order.** FIFO per partition, so per group; across partitions, messages are taken in
   roughly publish order (each consumer drains its home oldest first).
@@ -70,7 +74,11 @@ from ._waiters import RECHECK, MultiWaiter
 STICKY_RUN: Final = 100
 """Messages a publisher sends to one partition before it moves to the next."""
 VISIT_EVERY: Final = 16
-"""A receiving handle looks at a partition other than its home first once in this many calls."""
+"""A receiving handle looks at a partition other than its own first once in this many calls
+(at first; see :data:`VISIT_MOST`)."""
+VISIT_MOST: Final = 1024
+"""The longest a receiving handle goes between such looks: each look that loses a race in
+the partition looked at (another consumer serves it) doubles the interval, up to this."""
 
 _handles = itertools.count()  # spreads the homes of the handles (and threads) of a process
 
@@ -97,6 +105,10 @@ class _Spread(threading.local):
         self.sticky = start
         self.run = 0
         self.calls = 0
+        self.visits = 0
+        self.interval = VISIT_EVERY  # calls between two looks elsewhere (see _visited)
+        self.next_visit = VISIT_EVERY  # the call that looks elsewhere next
+        self.mark = 0  # the current partition's lost races when last looked at
 
 
 class PartitionedQueue(Queue, partitioned=True):
@@ -303,7 +315,7 @@ class PartitionedQueue(Queue, partitioned=True):
         """Claim one message: from this handle's home partition first (see the class)."""
         if timeout == 0 and visibility_timeout is None:  # the polling fast path
             spread = self._spread
-            if (spread.calls + 1) % VISIT_EVERY:  # not a visit: the current partition first
+            if spread.calls + 1 < spread.next_visit:  # not a visit: the current one first
                 tried = spread.current
                 try:
                     message = self._parts[tried].receive(timeout=0)
@@ -366,26 +378,35 @@ class PartitionedQueue(Queue, partitioned=True):
         # empty, it is looked at once per VISIT_EVERY calls (below), not on every call,
         # each look at an empty partition being a listing of its directory.
         order = [current, *(i for i in (*range(home, len(parts)), *range(home)) if i != current)]
-        visit = -1
-        if spread.calls % VISIT_EVERY == 0:  # another partition first, in turn
-            visit = order.pop(1 + (spread.calls // VISIT_EVERY) % (len(parts) - 1))
+        visit = lost = -1
+        if spread.calls >= spread.next_visit:  # another partition first, in turn
+            spread.visits += 1
+            visit = order.pop(1 + spread.visits % (len(parts) - 1))
             order.insert(0, visit)
+            lost = parts[visit]._claim_misses  # noqa: SLF001  # a Queue's counter, read by Queue
         got: list[Message] = []
         drained = 0
         for index in order:
             if index == tried:
                 continue
+            if index not in (spread.current, visit):
+                # Moving on from an empty partition: list this one afresh rather than walk,
+                # one lost race at a time, every name that others took since this thread
+                # last listed it (a second's worth of another consumer's work).
+                parts[index]._consumer.invalidate()  # noqa: SLF001  # a Queue's view, by Queue
             try:
                 claimed = parts[index].receive_batch(
                     limit - len(got), visibility_timeout=visibility_timeout, timeout=0
                 )
             except QueueDrained:
                 drained += 1
-                continue
-            if claimed:
-                got += claimed
-                if index != visit or index == home:  # a visit elsewhere does not move it
-                    spread.current = index
+                claimed = []
+            if index == visit:
+                self._visited(index, bool(claimed), lost=lost)
+            elif claimed and index != spread.current:  # the current one was empty: move on
+                spread.current = index
+                spread.mark = parts[index]._claim_misses  # noqa: SLF001  # as above
+            got += claimed
             if len(got) >= limit:
                 return got, False
         if not got:  # strays in the queue directory itself (a vsqs 0.3 producer's)
@@ -394,6 +415,28 @@ class PartitionedQueue(Queue, partitioned=True):
             except QueueDrained:
                 return [], drained == len(parts)
         return got, False
+
+    def _visited(self, index: int, claimed: bool, *, lost: int) -> None:
+        """After a look at partition *index* outside the current one (*lost*: its lost
+        races before the look): when to look elsewhere next, and whether to move there.
+
+        A look that lost a race there shows another consumer serving that partition: the
+        next look comes twice as late (up to VISIT_MOST calls), so consumers that each
+        serve a partition seldom step on each other's (each such look walks the names
+        the other consumer took since this one last listed). A look that claimed without
+        a lost race moves this thread there if that is its home, or if its current
+        partition lost races meanwhile (two consumers on one partition: one moves)."""
+        parts, spread = self._parts, self._spread
+        misses = parts[index]._claim_misses  # noqa: SLF001  # a Queue's counter, read by Queue
+        if misses > lost:
+            spread.interval = min(2 * spread.interval, VISIT_MOST)
+        elif claimed:
+            spread.interval = VISIT_EVERY
+            crowded = parts[spread.current]._claim_misses > spread.mark  # noqa: SLF001
+            if index == spread.home or crowded:
+                spread.current = index
+        spread.mark = parts[spread.current]._claim_misses  # noqa: SLF001
+        spread.next_visit = spread.calls + spread.interval
 
     def next_look(self, deadline: float | None = None) -> float:
         """Seconds until a lease or delay this handle knows of ends in any partition."""
