@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from vsqs import Queue, QueueDrained, _scan
+from vsqs import PartitionedQueue, Queue, QueueDrained, _scan
 from vsqs._partitioned import VISIT_EVERY
 from vsqs.testing import ManualClock
 
@@ -80,7 +80,7 @@ def test_consumers_that_each_serve_a_partition_seldom_look_at_each_others(
     over 2,000 receives each takes from the other's partition a handful of times, not
     once per VISIT_EVERY receives (each such look walks past the names the other took)."""
     queue = Queue(fast_tmp_path / "q", partitions=2, durable=False)
-    a, b = Queue(queue.path, durable=False), Queue(queue.path, durable=False)
+    a, b = PartitionedQueue(queue.path, durable=False), PartitionedQueue(queue.path, durable=False)
     homes = a._spread.home, b._spread.home  # (looking: a receive would move them)
     assert homes[0] != homes[1]  # two handles of one process: two homes
     per_partition = 2000
