@@ -95,3 +95,30 @@ def test_consumers_that_each_serve_a_partition_seldom_look_at_each_others(
                 strayed[consumer.path + str(home)] += 1
             assert consumer.delete(message)
     assert sum(strayed.values()) <= 2 * 8, strayed  # 16, 32, ..., 1024 calls apart
+
+
+def test_empty_partitions_are_looked_at_less_and_less_often(
+    fast_tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A busy consumer's looks at other partitions that find them empty double the
+    interval to the next look (up to 1,024 receives): over 2,000 receives it lists the
+    three empty partitions of its queue a dozen times or so, not once per 16 receives."""
+    queue = Queue(fast_tmp_path / "q", partitions=4, durable=False)
+    consumer = PartitionedQueue(queue.path, durable=False)
+    home = consumer.partition_queues[consumer._spread.home]
+    count = 2000
+    home.publish_batch([b"x"] * count)
+    listed: Counter[str] = Counter()
+    real_scan = _scan.scan
+
+    def counting_scan(path: str, *args: Any, **kwargs: Any) -> Any:
+        listed[path] += 1
+        return real_scan(path, *args, **kwargs)
+
+    monkeypatch.setattr(_scan, "scan", counting_scan)
+    for _ in range(count):
+        message = consumer.receive(timeout=0)
+        assert message is not None and message.queue == home.path
+        assert consumer.delete(message)
+    empty = sum(n for path, n in listed.items() if path != home.path)
+    assert empty <= 16, listed

@@ -24,7 +24,7 @@ locks in the kernel, not one.
   double the cost of a message; moving to a partition lists it afresh). Every
   :data:`VISIT_EVERY` calls it looks at another partition first, in turn, home included,
   so no partition starves however the homes fall; a look that loses a race there
-  (another consumer serves that partition) doubles the interval, up to
+  (another consumer serves that partition) or finds it empty doubles the interval, up to
   :data:`VISIT_MOST`. A look that finds messages without a lost race brings it back
   home, or moves it there if its own partition lost races meanwhile (two consumers
   whose homes fell together: one moves). A blocked
@@ -420,17 +420,18 @@ class PartitionedQueue(Queue, partitioned=True):
         """After a look at partition *index* outside the current one (*lost*: its lost
         races before the look): when to look elsewhere next, and whether to move there.
 
-        A look that lost a race there shows another consumer serving that partition: the
-        next look comes twice as late (up to VISIT_MOST calls), so consumers that each
-        serve a partition seldom step on each other's (each such look walks the names
-        the other consumer took since this one last listed). A look that claimed without
+        A look that lost a race there shows another consumer serving that partition, and
+        one that found it empty shows nothing to serve: the next look comes twice as late
+        (up to VISIT_MOST calls), so consumers that each serve a partition seldom step on
+        each other's (each such look walks the names the other consumer took since this
+        one last listed), and empty partitions are seldom listed. A look that claimed without
         a lost race moves this thread there if that is its home, or if its current
         partition lost races meanwhile (two consumers on one partition: one moves)."""
         parts, spread = self._parts, self._spread
         misses = parts[index]._claim_misses  # noqa: SLF001  # a Queue's counter, read by Queue
-        if misses > lost:
+        if misses > lost or not claimed:  # served by another consumer, or empty
             spread.interval = min(2 * spread.interval, VISIT_MOST)
-        elif claimed:
+        else:
             spread.interval = VISIT_EVERY
             crowded = parts[spread.current]._claim_misses > spread.mark  # noqa: SLF001
             if index == spread.home or crowded:
