@@ -23,11 +23,12 @@ locks in the kernel, not one.
   empty partition lists its directory: looking at an empty home on every call would
   double the cost of a message; moving to a partition lists it afresh). Every
   :data:`VISIT_EVERY` calls it looks at another partition first, in turn, home included,
-  so no partition starves however the homes fall; a look that loses a race there
-  (another consumer serves that partition) or finds it empty doubles the interval, up to
-  :data:`VISIT_MOST`. A look that finds messages without a lost race brings it back
-  home, or moves it there if its own partition lost races meanwhile (two consumers
-  whose homes fell together: one moves). A blocked
+  so no partition starves however the homes fall; a look gives up at its first lost race
+  there (another consumer serves that partition: walking on past the names it took
+  would cost a failed rename each), and a look that loses a race or finds the partition
+  empty doubles the interval, up to :data:`VISIT_MOST`. A look that finds messages
+  without a lost race brings it back home, or moves it there if its own partition lost
+  races meanwhile (two consumers whose homes fell together: one moves). A blocked
   receive waits on every partition at once (one :class:`~vsqs.MultiWaiter`).
 * **Order.** FIFO per partition, so per group; across partitions, messages are taken in
   roughly publish order (each consumer drains its home oldest first).
@@ -394,13 +395,17 @@ class PartitionedQueue(Queue, partitioned=True):
                 # one lost race at a time, every name that others took since this thread
                 # last listed it (a second's worth of another consumer's work).
                 parts[index]._consumer.invalidate()  # noqa: SLF001  # a Queue's view, by Queue
-            try:
-                claimed = parts[index].receive_batch(
-                    limit - len(got), visibility_timeout=visibility_timeout, timeout=0
-                )
-            except QueueDrained:
-                drained += 1
-                claimed = []
+            if index == visit:
+                claimed, done = self._look(index, limit - len(got), visibility_timeout)
+                drained += done
+            else:
+                try:
+                    claimed = parts[index].receive_batch(
+                        limit - len(got), visibility_timeout=visibility_timeout, timeout=0
+                    )
+                except QueueDrained:
+                    drained += 1
+                    claimed = []
             if index == visit:
                 self._visited(index, bool(claimed), lost=lost)
             elif claimed and index != spread.current:  # the current one was empty: move on
@@ -416,15 +421,30 @@ class PartitionedQueue(Queue, partitioned=True):
                 return [], drained == len(parts)
         return got, False
 
+    def _look(
+        self, index: int, limit: int, visibility_timeout: float | None
+    ) -> tuple[list[Message], bool]:
+        """A look at partition *index* outside the current one: its claims (none once a
+        race there is lost: see :meth:`_visited`), and whether it is drained."""
+        part = self._parts[index]
+        # A Queue's own steps, taken by a Queue: the claim arrow with its look's bound.
+        vt_us = part._vt_us  # noqa: SLF001
+        if visibility_timeout is not None:
+            vt_us = round(visibility_timeout * 1e6)
+        claimed = part._claim(limit, vt_us, looking=True)  # noqa: SLF001
+        return claimed, not claimed and part._is_drained()  # noqa: SLF001
+
     def _visited(self, index: int, claimed: bool, *, lost: int) -> None:
         """After a look at partition *index* outside the current one (*lost*: its lost
         races before the look): when to look elsewhere next, and whether to move there.
 
-        A look that lost a race there shows another consumer serving that partition, and
-        one that found it empty shows nothing to serve: the next look comes twice as late
-        (up to VISIT_MOST calls), so consumers that each serve a partition seldom step on
-        each other's (each such look walks the names the other consumer took since this
-        one last listed), and empty partitions are seldom listed. A look that claimed without
+        A look gives up at its first lost race, which shows another consumer serving that
+        partition (this thread's view of it is older than the other's progress); one that
+        found the partition empty shows nothing to serve: either way the next look comes
+        twice as late (up to VISIT_MOST calls), so consumers that each serve a partition
+        seldom step on each other's, and empty partitions are seldom listed. A look that
+        claimed without a lost race (a partition nobody serves) brings the interval back to
+        VISIT_EVERY. A look that claimed without
         a lost race moves this thread there if that is its home, or if its current
         partition lost races meanwhile (two consumers on one partition: one moves)."""
         parts, spread = self._parts, self._spread

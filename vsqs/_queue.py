@@ -1053,11 +1053,22 @@ class Queue:
                 return
             yield message
 
-    def _claim(self, limit: int, vt_us: int, made_ready: list[int] | None = None) -> list[Message]:
+    def _claim(
+        self,
+        limit: int,
+        vt_us: int,
+        made_ready: list[int] | None = None,
+        *,
+        looking: bool = False,
+    ) -> list[Message]:
         """Claim up to *limit* messages, oldest first (each by the *claim* arrow).
 
         Takes the oldest candidate this handle knows of; a lost race (the file is gone)
         moves on to the next one, never further: each consumer claims in id order.
+        *looking* (a partitioned queue's look at a partition other than the one it
+        claims from): give up at the first lost race instead, which shows that another
+        consumer serves this directory (the caller then forgets the view, so that its
+        next look lists afresh rather than walking past every name taken meanwhile).
 
         *made_ready* (consumed) are the messages made ready since a look that found
         nothing ready, as the waiter saw them (packed ids, and announcements:
@@ -1099,7 +1110,8 @@ class Queue:
         if not listed and consumer.stale(clock.monotonic()):
             self._relist(now_us)
             listed = True
-        while len(got) < limit:
+        given_up = False
+        while len(got) < limit and not given_up:
             code = named.pop() if named else consumer.take()
             if code is None:
                 # One listing per call, or two when the first held messages back: the
@@ -1114,6 +1126,7 @@ class Queue:
             receipt = message_id + suffix
             if not self._claim_one(message_id, receipt):
                 consumer.miss()  # never skip ahead, which would break FIFO
+                given_up = looking
                 continue
             message = self._open_claimed(message_id, receipt, code, expiry)
             if message is not None:
