@@ -401,7 +401,7 @@ def test_kill_9_of_a_server_loses_no_acknowledged_send(fast_tmp_path: Path) -> N
 def test_celerys_sqs_transport(tmp_path: Path) -> None:
     """kombu's ``sqs://`` transport (what Celery's SQS broker is) through a server: the
     broker URL's host and port are the endpoint, ``is_secure: False`` makes it http."""
-    from kombu import Connection
+    from kombu.connection import Connection
 
     root = tmp_path / "root"
     root.mkdir()
