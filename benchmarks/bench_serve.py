@@ -41,6 +41,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import uuid
 from collections.abc import Iterator
@@ -54,6 +55,7 @@ SERVERS: Final = ("floor", "moto", "vsqs shm", "vsqs disk")
 ROOTS: Final = {"vsqs shm": "/dev/shm", "vsqs disk": "/var/tmp"}
 BODY: Final = "x" * 100
 ACCOUNT: Final = "000000000000"
+_BARRIER_WAIT: Final = 120.0
 # The floors of issue 28: vsqs serve >= 0.6x the floor's messages/s and >= 20x moto's.
 FLOOR_AT_LEAST: Final = 0.6
 MOTO_AT_LEAST: Final = 20.0
@@ -181,13 +183,18 @@ def server(name: str) -> Iterator[str]:
     else:
         root = tempfile.mkdtemp(prefix="vsqs-bench-serve-", dir=ROOTS[name])
         args = ["-m", "vsqs", "serve", root, "--port", str(port), "--quiet"]
-    # moto logs every request on stderr (werkzeug's access log)
-    quiet = subprocess.DEVNULL if name == "moto" else None
-    process = subprocess.Popen([sys.executable, *args], stdout=subprocess.DEVNULL, stderr=quiet)
+    # The servers' own lines (moto logs every request) go to a file, shown on failure.
+    log = tempfile.TemporaryFile()
+    process = subprocess.Popen([sys.executable, *args], stdout=log, stderr=log)
     try:
         _wait_listening(process, port)
         yield f"http://127.0.0.1:{port}"
+    except BaseException:
+        log.seek(0)
+        sys.stderr.write(log.read()[-4000:].decode(errors="replace"))
+        raise
     finally:
+        log.close()
         process.terminate()
         try:
             process.wait(timeout=30)
@@ -239,23 +246,42 @@ def _receive(sqs: Any, url: str, seconds: float | None, start: float) -> int:
     return deleted
 
 
+def _warm(sqs: Any, url: str) -> None:
+    """One request on the client's connection before the release (a few tries: a
+    server just started may drop a connection or two while 16 arrive at once)."""
+    for attempt in range(5):
+        try:
+            sqs.get_queue_url(QueueName=url.rpartition("/")[2])
+        except Exception:
+            if attempt == 4:
+                raise
+            time.sleep(0.2 * (attempt + 1))
+        else:
+            return
+
+
 def _worker(conn: Connection, barrier: Any) -> None:
-    """One client process: runs the phases the parent sends, reports (count, end time)."""
+    """One client process: runs the phases the parent sends, reports (count, end time),
+    or ("error", text) after breaking the barrier so that nobody waits for it."""
     clients: dict[str, Any] = {}
     while True:
         command = conn.recv()
         if command is None:
             return
         phase, endpoint, url, seconds = command
-        sqs = clients.get(endpoint) or clients.setdefault(endpoint, _client(endpoint))
-        sqs.get_queue_url(QueueName=url.rpartition("/")[2])  # connected before the release
-        barrier.wait()
-        start = time.perf_counter()
-        count = (
-            _send(sqs, url, seconds, start)
-            if phase == "send"
-            else _receive(sqs, url, seconds, start)
-        )
+        try:
+            sqs = clients.get(endpoint) or clients.setdefault(endpoint, _client(endpoint))
+            _warm(sqs, url)
+            barrier.wait(timeout=_BARRIER_WAIT)
+            start = time.perf_counter()
+            if phase == "send":
+                count = _send(sqs, url, seconds, start)
+            else:
+                count = _receive(sqs, url, seconds, start)
+        except Exception as exc:  # noqa: BLE001 - reported to the parent, which stops
+            barrier.abort()
+            conn.send(("error", f"{type(exc).__name__}: {exc}"))
+            continue
         conn.send((count, time.perf_counter()))
 
 
@@ -278,9 +304,16 @@ class Clients:
         """Messages per second of one phase, all clients together."""
         for conn in self.conns:
             conn.send((phase, endpoint, url, seconds))
-        self.barrier.wait()
+        try:
+            self.barrier.wait(timeout=_BARRIER_WAIT)
+        except threading.BrokenBarrierError:
+            pass  # a client failed: its error is among the results
         start = time.perf_counter()
         results = [conn.recv() for conn in self.conns]
+        self.barrier.reset()
+        errors = [text for first, text in results if first == "error"]
+        if errors:
+            raise RuntimeError(f"{phase} on {endpoint}: {errors[0]}")
         total = sum(count for count, _ in results)
         elapsed = max(end for _, end in results) - start
         return total / elapsed if elapsed > 0 else 0.0
