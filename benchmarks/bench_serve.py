@@ -184,25 +184,24 @@ def server(name: str) -> Iterator[str]:
         root = tempfile.mkdtemp(prefix="vsqs-bench-serve-", dir=ROOTS[name])
         args = ["-m", "vsqs", "serve", root, "--port", str(port), "--quiet"]
     # The servers' own lines (moto logs every request) go to a file, shown on failure.
-    log = tempfile.TemporaryFile()
-    process = subprocess.Popen([sys.executable, *args], stdout=log, stderr=log)
-    try:
-        _wait_listening(process, port)
-        yield f"http://127.0.0.1:{port}"
-    except BaseException:
-        log.seek(0)
-        sys.stderr.write(log.read()[-4000:].decode(errors="replace"))
-        raise
-    finally:
-        log.close()
-        process.terminate()
+    with tempfile.TemporaryFile() as log:
+        process = subprocess.Popen([sys.executable, *args], stdout=log, stderr=log)
         try:
-            process.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
-        if root is not None:
-            shutil.rmtree(root, ignore_errors=True)
+            _wait_listening(process, port)
+            yield f"http://127.0.0.1:{port}"
+        except BaseException:
+            log.seek(0)
+            sys.stderr.write(log.read()[-4000:].decode(errors="replace"))
+            raise
+        finally:
+            process.terminate()
+            try:
+                process.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+    if root is not None:
+        shutil.rmtree(root, ignore_errors=True)
 
 
 # The clients --------------------------------------------------------------------------
