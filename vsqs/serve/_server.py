@@ -131,6 +131,10 @@ class Server(ThreadingHTTPServer):
             else:
                 self._connections.discard(connection)
 
+    def serve_forever(self, poll_interval: float = 0.05) -> None:
+        """Serve until :meth:`shutdown` (which it notices within *poll_interval*)."""
+        super().serve_forever(poll_interval)
+
     def shutdown(self) -> None:
         """Stop serving, gracefully: long polls end at once (empty), requests in flight
         finish (up to 30 s), idle keep-alive connections are closed. Safe to call from
@@ -161,6 +165,7 @@ class Server(ThreadingHTTPServer):
 class _Handler(BaseHTTPRequestHandler):
     server: Server
     protocol_version = "HTTP/1.1"
+    default_request_version = "HTTP/1.0"  # an unreadable request line still gets a status line
 
     def version_string(self) -> str:
         return "vsqs"

@@ -39,6 +39,7 @@ _ARN: Final = re.compile(r"arn:[a-z-]*:sqs:[^:]*:[^:]*:([^:]+)")
 _TAG_KEY: Final = re.compile(r"[\w.:/=+@ -]{1,128}", re.UNICODE)
 _LABEL: Final = re.compile(r"[A-Za-z0-9_-]{1,80}")
 MAX_TAGS: Final = 50
+_TOKEN: Final = "after:"  # noqa: S105 - not a secret: a NextToken is the base64 of this and the last name given
 
 
 @dataclass(frozen=True)
@@ -344,6 +345,8 @@ class Service:
         label = params.get("Label")
         if label is None:
             raise missing("Label")
+        if not isinstance(label, str):
+            raise invalid("Label", label, "must be a string.")
 
         def change(record: dict[str, Any]) -> None:
             permissions = record.get("permissions", {})
@@ -390,11 +393,14 @@ def _page(names: list[str], params: dict[str, Any], *, default: int) -> tuple[li
     token = params.get("NextToken")
     if token:
         try:
-            after = base64.urlsafe_b64decode(str(token).encode()).decode()
+            decoded = base64.b64decode(str(token), altchars=b"-_", validate=True).decode()
         except (binascii.Error, ValueError, UnicodeDecodeError):
-            raise invalid("NextToken", token, "It is not a token this server gave.") from None
+            decoded = ""
+        if not decoded.startswith(_TOKEN):
+            raise invalid("NextToken", token, "It is not a token this server gave.")
+        after = decoded[len(_TOKEN) :]
         names = [n for n in names if n > after]
     size = limit or default
     page = names[:size]
     more = limit is not None and len(names) > size
-    return page, base64.urlsafe_b64encode(page[-1].encode()).decode() if more else ""
+    return page, base64.urlsafe_b64encode(f"{_TOKEN}{page[-1]}".encode()).decode() if more else ""
