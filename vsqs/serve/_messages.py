@@ -51,7 +51,7 @@ __all__ = ["ACTIONS", "AttemptCache"]
 
 MAX_BATCH: Final = 10
 MAX_WAIT: Final = 20
-_SLICE: Final = 1.0  # a long poll re-checks the server's shutdown this often
+_SLICE: Final = 0.5  # a long poll re-checks the server's shutdown this often
 _ENTRY_ID: Final = re.compile(r"[A-Za-z0-9_-]{1,80}")
 _HANDLE: Final = re.compile(r"(?:p([0-9]{1,4})-)?([0-9]{1,40}\.[0-9]{1,40})")
 _DEDUP_ID: Final = re.compile(r"[!-~]{1,128}")

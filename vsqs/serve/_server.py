@@ -8,7 +8,7 @@ and the client's delayed ACK stall each answer up to 40 ms) is the simplest thin
 that measures well (see the benchmark in the guide).
 
 **Shutting down** (:meth:`Server.shutdown`, and SIGTERM in ``vsqs serve``): no new
-connection is accepted, long polls return empty within a second, requests in flight
+connection is accepted, long polls return empty within half a second, requests in flight
 finish and are answered, then idle keep-alive connections are closed.
 """
 
@@ -225,6 +225,7 @@ class _Handler(BaseHTTPRequestHandler):
         )
 
     def log_request(self, code: int | str = "-", size: int | str = "-") -> None:
+        size = getattr(self, "_size", size)
         action = getattr(self, "_action", "-")
         took = (time.monotonic() - getattr(self, "_began", time.monotonic())) * 1000
         self.log_message('"%s" %s %s %s %.1fms', self.requestline, code, size, action, took)
@@ -290,6 +291,7 @@ class _Handler(BaseHTTPRequestHandler):
     def _serve(self) -> None:
         self._began = time.monotonic()
         self._action = "-"
+        self._size = 0
         body = self._body()
         if body is None:
             return
@@ -351,6 +353,7 @@ class _Handler(BaseHTTPRequestHandler):
             self._send(404, "text/plain; charset=utf-8", text, {})
             return
         status, extra, payload = answer
+        self._size = len(payload)
         self.send_response(status)
         for name, value in extra:
             self.send_header(name, value)
@@ -369,6 +372,7 @@ class _Handler(BaseHTTPRequestHandler):
     def _send(
         self, status: int, content_type: str, payload: bytes, extra: Mapping[str, str]
     ) -> None:
+        self._size = len(payload)
         self.send_response(status)
         self.send_header("Content-Type", content_type)
         self.send_header("Content-Length", str(len(payload)))
