@@ -237,7 +237,7 @@ def test_library_messages_are_served_and_served_messages_reach_the_library(
 
 def test_batches(sqs: Any, root: vsqs.QueueRoot) -> None:
     url = sqs.create_queue(QueueName="q")["QueueUrl"]
-    entries = [{"Id": f"m{i}", "MessageBody": f"body {i}"} for i in range(9)]
+    entries: list[dict[str, Any]] = [{"Id": f"m{i}", "MessageBody": f"body {i}"} for i in range(9)]
     entries.append({"Id": "bad", "MessageBody": "x", "DelaySeconds": 901})
     entries[3]["MessageAttributes"] = {"k": {"DataType": "String", "StringValue": "v"}}
     result = sqs.send_message_batch(QueueUrl=url, Entries=entries)
@@ -248,7 +248,7 @@ def test_batches(sqs: Any, root: vsqs.QueueRoot) -> None:
     assert failed["SenderFault"] is True
     bodies = [m.body for m in root.get("q").browse()]
     assert bodies == [f"body {i}".encode() for i in range(9)]  # in order
-    received = []
+    received: list[dict[str, Any]] = []
     while len(received) < 9:
         received += sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=10)["Messages"]
     assert [m["Body"] for m in received] == [f"body {i}" for i in range(9)]

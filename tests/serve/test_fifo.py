@@ -29,7 +29,7 @@ def test_a_fifo_queue_is_a_partitioned_vsqs_queue(sqs: Any, root: vsqs.QueueRoot
     attributes = sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["All"])["Attributes"]
     assert attributes["FifoQueue"] == "true"
     assert attributes["ContentBasedDeduplication"] == "false"
-    assert attributes["DeduplicationScope"] == "queue"
+    assert attributes["DeduplicationScope"] == "messageGroup"
     assert attributes["FifoThroughputLimit"] == "perQueue"
     for name, attrs in [
         ("jobs", {"FifoQueue": "true"}),  # a FIFO queue's name ends with .fifo
@@ -117,19 +117,25 @@ def test_deduplication(sqs: Any, root: vsqs.QueueRoot) -> None:
         QueueUrl=url, MessageBody="x", MessageGroupId="g", MessageDeduplicationId="d1"
     )
     again = sqs.send_message(
-        QueueUrl=url, MessageBody="other", MessageGroupId="h", MessageDeduplicationId="d1"
+        QueueUrl=url, MessageBody="other", MessageGroupId="g", MessageDeduplicationId="d1"
     )
     assert again["MessageId"] == first["MessageId"]
     assert again["SequenceNumber"] == first["SequenceNumber"]
     assert root.get("jobs.fifo").counts().ready == 1
+    # Deduplication is per message group (DeduplicationScope=messageGroup).
+    other = sqs.send_message(
+        QueueUrl=url, MessageBody="x", MessageGroupId="h", MessageDeduplicationId="d1"
+    )
+    assert other["MessageId"] != first["MessageId"]
+    assert root.get("jobs.fifo").counts().ready == 2
     sqs.set_queue_attributes(QueueUrl=url, Attributes={"ContentBasedDeduplication": "true"})
     body = "same body"
-    ids = {
-        sqs.send_message(QueueUrl=url, MessageBody=body, MessageGroupId=g)["MessageId"]
-        for g in ("g", "h")
-    }
-    assert len(ids) == 1
-    assert root.get("jobs.fifo").counts().ready == 2
+    ids = [
+        sqs.send_message(QueueUrl=url, MessageBody=body, MessageGroupId="g")["MessageId"]
+        for _ in range(3)
+    ]
+    assert len(set(ids)) == 1
+    assert root.get("jobs.fifo").counts().ready == 3
     got = sqs.receive_message(
         QueueUrl=url,
         MaxNumberOfMessages=10,

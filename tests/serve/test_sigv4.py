@@ -6,6 +6,7 @@ from __future__ import annotations
 import datetime
 import http.client
 import json
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -79,7 +80,7 @@ def test_signed_requests_pass_and_keys_keep_to_their_queues(secured: Server) -> 
     billing.create_queue(QueueName="billing")
     orders.send_message(QueueUrl=url, MessageBody="m")
     assert orders.receive_message(QueueUrl=url)["Messages"][0]["Body"] == "m"
-    for call in (
+    calls: list[Callable[[], object]] = [
         lambda: billing.send_message(QueueUrl=url, MessageBody="x"),
         lambda: billing.receive_message(QueueUrl=url),
         lambda: billing.purge_queue(QueueUrl=url),
@@ -87,12 +88,16 @@ def test_signed_requests_pass_and_keys_keep_to_their_queues(secured: Server) -> 
         lambda: billing.get_queue_url(QueueName="orders-eu"),
         lambda: billing.create_queue(QueueName="orders-us"),
         lambda: orders.create_queue(QueueName="billing-2"),
-    ):
+    ]
+    for call in calls:
         with pytest.raises(ClientError) as caught:
             call()
         assert _code(caught) == "AccessDenied"
         assert caught.value.response["ResponseMetadata"]["HTTPStatusCode"] == 403
-    names = lambda c: [u.rsplit("/", 1)[1] for u in c.list_queues().get("QueueUrls", [])]  # noqa: E731
+
+    def names(sqs: Any) -> list[str]:
+        return [u.rsplit("/", 1)[1] for u in sqs.list_queues().get("QueueUrls", [])]
+
     assert names(orders) == ["orders-eu"]
     assert names(billing) == ["billing"]
     assert names(admin) == ["billing", "orders-eu"]

@@ -168,7 +168,9 @@ class _Outgoing:
             raise invalid("MessageDeduplicationId", dedup, "1 to 128 printable ASCII characters.")
         self.delay = float(delay or 0)
         self.group: str | None = group
-        self.dedup_id: str | None = dedup_id
+        # Deduplication is per message group (SQS's DeduplicationScope=messageGroup): a
+        # group's messages share one partition, where vsqs keeps dedup ids unique.
+        self.dedup_id = None if dedup_id is None else f"{group}\n{dedup_id}"
         stored = _attributes.encode(self.attributes)
         if dedup is not None:
             stored[DEDUP_KEY] = dedup

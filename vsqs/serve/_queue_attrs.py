@@ -21,8 +21,9 @@ the others                                kept in the SQS record; enforced by th
                                           ``ReceiveMessageWaitTimeSeconds``,
                                           ``ContentBasedDeduplication``), recorded only
                                           otherwise (``Policy``, ``RedriveAllowPolicy``,
-                                          the KMS ones, ``DeduplicationScope``,
-                                          ``FifoThroughputLimit``)
+                                          the KMS ones, ``FifoThroughputLimit``, and
+                                          ``DeduplicationScope``: deduplication is always
+                                          per message group, SQS's ``messageGroup``)
 ========================================  =============================================
 """
 
@@ -317,7 +318,7 @@ _DEFAULTS: Final = {
     "MaximumMessageSize": str(DEFAULT_MAX_SIZE),
     "ReceiveMessageWaitTimeSeconds": "0",
     "ContentBasedDeduplication": "false",
-    "DeduplicationScope": "queue",
+    "DeduplicationScope": "messageGroup",  # what the server does, whatever is stored
     "FifoThroughputLimit": "perQueue",
     "SqsManagedSseEnabled": "false",
 }

@@ -43,6 +43,7 @@ XML_TYPE: Final = "text/xml"
 _NAMESPACE: Final = "http://queue.amazonaws.com/doc/2012-11-05/"
 _TARGET: Final = re.compile(r"AmazonSQS\.([A-Za-z]+)")
 _INDEX: Final = re.compile(r"[1-9][0-9]{0,5}")
+_DOT: Final = re.compile(r"\.")
 
 # A query list or map (its query name) -> (its JSON name, "list" | "map" | "entries",
 # the key's and the value's names in a map's entries).
@@ -102,7 +103,7 @@ def _tree(pairs: list[tuple[str, str]]) -> dict[str, Any]:
     root: dict[str, Any] = {}
     for key, value in pairs:
         node = root
-        *path, last = key.split(".") if key else [""]
+        *path, last = _DOT.split(key)  # a parameter's name, not a message's
         for part in path:
             child = node.setdefault(part, {})
             if not isinstance(child, dict):
