@@ -230,3 +230,58 @@ def test_fuzzed_bytes_never_fail_the_server(
     status, _, answer = request(server.url, "POST", target, body, headers)
     assert status < 500, answer
     assert b"Traceback" not in answer
+
+
+def test_a_queue_deleted_elsewhere_does_not_exist(
+    server: Server, root: vsqs.QueueRoot, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    root.create("q")
+    assert json_call(server.url, "SendMessage", {"QueueUrl": "/0/q", "MessageBody": "x"})[0] == 200
+    root.delete("q")  # by the library (or another server): this server's handle is stale
+    status, headers, _ = json_call(
+        server.url, "SendMessage", {"QueueUrl": "/0/q", "MessageBody": "x"}
+    )
+    assert status == 400
+    assert headers["x-amzn-query-error"] == "AWS.SimpleQueueService.NonExistentQueue;Sender"
+    # Deleted between the server's look and its publish: the same answer, not a 500.
+    root.create("q")
+    from vsqs.serve._service import Service
+
+    opened = Service.open
+
+    def open_then_lose(self: Service, name: str) -> vsqs.Queue:
+        queue = opened(self, name)
+        root.delete(name)
+        return queue
+
+    monkeypatch.setattr(Service, "open", open_then_lose)
+    calls: list[tuple[str, dict[str, Any]]] = [
+        ("SendMessage", {"MessageBody": "x"}),
+        ("ReceiveMessage", {}),
+        ("GetQueueAttributes", {"AttributeNames": ["All"]}),
+    ]
+    for action, params in calls:
+        root.create("q")
+        status, headers, answer = json_call(server.url, action, {"QueueUrl": "/0/q", **params})
+        assert status == 400, (action, answer)
+        assert headers["x-amzn-query-error"].startswith("AWS.SimpleQueueService.NonExistentQueue")
+
+
+def test_the_host_header_is_reflected_only_when_it_is_a_host(server: Server) -> None:
+    for host, shown in [
+        ("sqs.example:9324", "http://sqs.example:9324/000000000000/q"),
+        ("[::1]:80", "http://[::1]:80/000000000000/q"),
+        ("evil/path?x=<script>", server.url + "/000000000000/q"),
+    ]:
+        status, _, body = request(
+            server.url,
+            "POST",
+            "/",
+            json.dumps({"QueueName": "q"}).encode(),
+            {
+                "Host": host,
+                "Content-Type": "application/x-amz-json-1.0",
+                "X-Amz-Target": "AmazonSQS.CreateQueue",
+            },
+        )
+        assert status == 200 and json.loads(body)["QueueUrl"] == shown

@@ -363,11 +363,11 @@ def _system_attributes(  # noqa: PLR0912 - one branch per system attribute
         values["ApproximateFirstReceiveTimestamp"] = str(int(first * 1000))
     if want("DeadLetterQueueSourceArn") and history is not None and history.source:
         values["DeadLetterQueueSourceArn"] = service.arn(caller, history.source.rsplit("/", 1)[-1])
+    if want("MessageGroupId") and message.group is not None:
+        values["MessageGroupId"] = message.group  # a standard queue's (fair queues) too
     if queue.fifo:
         if want("SequenceNumber"):
             values["SequenceNumber"] = sequence_number(message.id)
-        if want("MessageGroupId") and message.group is not None:
-            values["MessageGroupId"] = message.group
         if want("MessageDeduplicationId"):
             dedup = message.attributes.get(DEDUP_KEY)
             values["MessageDeduplicationId"] = dedup or hashlib.sha256(message.body).hexdigest()

@@ -346,7 +346,7 @@ def check_same(
     for key, value in attributes.items():
         have = current.get(key, "false" if key == "FifoQueue" else None)
         if key == "RedrivePolicy" and value and have:
-            same = json.loads(value) == json.loads(have) or _same_policy(value, have)
+            same = _same_policy(service, value, have)
         else:
             same = have == value
         if not same:
@@ -357,8 +357,15 @@ def check_same(
             )
 
 
-def _same_policy(given: str, have: str) -> bool:
-    a, b = json.loads(given), json.loads(have)
-    return str(a.get("maxReceiveCount")) == str(b.get("maxReceiveCount")) and str(
-        a.get("deadLetterTargetArn", "")
-    ).endswith(":" + str(b.get("deadLetterTargetArn", "")).rsplit(":", 1)[-1])
+def _same_policy(service: Service, given: str, have: str) -> bool:
+    """Whether two redrive policies name the same queue (any ARN prefix) and count."""
+    try:
+        a, b = json.loads(given), json.loads(have)
+        targets = [
+            service.name_of_arn(p.get("deadLetterTargetArn"), "RedrivePolicy") for p in (a, b)
+        ]
+    except (ValueError, AttributeError, SqsError):
+        return False
+    return targets[0] == targets[1] and str(a.get("maxReceiveCount")) == str(
+        b.get("maxReceiveCount")
+    )

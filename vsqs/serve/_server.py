@@ -27,7 +27,7 @@ from collections.abc import Callable, Mapping
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Final
 
-from .. import QueueRoot
+from .. import QueueNotFound, QueueRoot
 from . import _sigv4, _wire
 from ._credentials import Credentials, load_credentials
 from ._errors import SqsError
@@ -45,6 +45,9 @@ MAX_BODY: Final = 8 << 20
 """The largest request body read (bytes): ten messages of 256 KiB, escaped, fit."""
 _DRAIN: Final = 30.0
 _SCOPE: Final = re.compile(r"Credential=[^/]*/[0-9]{8}/([^/]+)/")
+_HOST: Final = re.compile(
+    r"[A-Za-z0-9.-]{1,253}(?::[0-9]{1,5})?|\[[0-9A-Fa-f:.]{2,45}\](?::[0-9]{1,5})?"
+)
 
 from .._errors import VsqsError  # noqa: E402 - kept next to the one error it defines
 
@@ -315,6 +318,11 @@ class _Handler(BaseHTTPRequestHandler):
         except SqsError as error:
             self._send_error(error, json_protocol=json_protocol, request_id=request_id)
             return
+        except (QueueNotFound, FileNotFoundError):
+            # RACE: another server (or the library) deleted the queue during the request.
+            gone = SqsError("QueueDoesNotExist", "The specified queue does not exist.")
+            self._send_error(gone, json_protocol=json_protocol, request_id=request_id)
+            return
         except Exception:  # noqa: BLE001 - the one place a failure becomes an answer
             self.server.log(traceback.format_exc().rstrip())
             failure = SqsError("InternalFailure", "The request failed on the server.", sender=False)
@@ -324,7 +332,9 @@ class _Handler(BaseHTTPRequestHandler):
         self._send(200, content_type, payload, {"x-amzn-RequestId": request_id})
 
     def _caller(self, path: str, query: str, headers: Mapping[str, str], body: bytes) -> Caller:
-        host = headers.get("host") or self.server.url.partition("://")[2]
+        host = headers.get("host", "")
+        if not _HOST.fullmatch(host):  # reflected in queue URLs: only a host[:port]
+            host = self.server.url.partition("://")[2]
         credentials = self.server.credentials
         if credentials is None:
             match = _SCOPE.search(headers.get("authorization", ""))
