@@ -13,6 +13,14 @@ queue, ``p<index>-`` then the receipt, naming the partition. A handle extended b
 handle remembers the receipts it replaced); through another server, only the handle
 of the latest receive does, as in vsqs.
 
+**System attributes.** ``SentTimestamp`` is the vsqs id's time;
+``ApproximateReceiveCount`` vsqs's receive count; ``ApproximateFirstReceiveTimestamp``
+the start of this receive for a first receive, and otherwise the earliest receive
+vsqs remembers (its last counted one); ``SenderId`` the access key that signed the
+receive (``AIDAVSQSSERVE`` without credentials: senders are not recorded);
+``SequenceNumber`` the id as 20 digits; ``MessageDeduplicationId`` the explicit id, or
+the SHA-256 of the body (content-based).
+
 **ReceiveRequestAttemptId** (FIFO queues): the answer of a receive is kept by this
 server for five minutes under its attempt id, and a retry with the same id gets the
 same messages and handles. The cache is in memory: a retry through another server, or
