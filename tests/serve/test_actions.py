@@ -518,3 +518,26 @@ def test_binary_attributes_round_trip_base64_in_the_json(sqs: Any) -> None:
     got = sqs.receive_message(QueueUrl=url, MessageAttributeNames=["r"])["Messages"][0]
     assert got["MessageAttributes"]["r"]["BinaryValue"] == raw
     assert base64.b64encode(raw)
+
+
+def test_trace_header_and_library_queue_names(sqs: Any, root: vsqs.QueueRoot) -> None:
+    """The one system attribute a sender sets comes back with its digest; a queue the
+    library named with a dot (``orders.dlq``, not an SQS name) is served too."""
+    root.create("orders.dlq")
+    url = sqs.get_queue_url(QueueName="orders.dlq")["QueueUrl"]
+    trace = {"AWSTraceHeader": {"DataType": "String", "StringValue": "Root=1-5759e988-bd862e3fe"}}
+    sent = sqs.send_message(QueueUrl=url, MessageBody="t", MessageSystemAttributes=trace)
+    assert (
+        sent["MD5OfMessageSystemAttributes"]
+        == hashlib.md5(
+            b"\x00\x00\x00\x0eAWSTraceHeader\x00\x00\x00\x06String\x01"
+            b"\x00\x00\x00\x19Root=1-5759e988-bd862e3fe",
+            usedforsecurity=False,
+        ).hexdigest()
+    )
+    got = sqs.receive_message(QueueUrl=url, MessageSystemAttributeNames=["AWSTraceHeader"])
+    assert got["Messages"][0]["Attributes"] == {"AWSTraceHeader": "Root=1-5759e988-bd862e3fe"}
+    assert "MessageAttributes" not in got["Messages"][0]  # the trace is not a user attribute
+    with pytest.raises(ClientError) as caught:
+        sqs.create_queue(QueueName="orders.dlq2")  # SQS names have no dots
+    assert _code(caught) == "InvalidParameterValue"

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import hashlib
+import threading
+import time
 from typing import Any
 
 import pytest
@@ -195,3 +197,36 @@ def test_receipt_handles_name_their_partition(sqs: Any) -> None:
         assert _code(caught) == "ReceiptHandleIsInvalid"
     sqs.delete_message(QueueUrl=url, ReceiptHandle=handle)
     assert "Messages" not in sqs.receive_message(QueueUrl=url)
+
+
+def test_a_long_poll_on_a_fifo_queue_returns_when_a_message_comes(
+    sqs: Any, root: vsqs.QueueRoot
+) -> None:
+    url = _fifo(sqs, ContentBasedDeduplication="true")
+    queue = root.get("jobs.fifo")
+    publisher = threading.Timer(0.3, lambda: queue.publish(b"late", group="g", dedup_id="d"))
+    publisher.start()
+    began = time.monotonic()
+    got = sqs.receive_message(QueueUrl=url, WaitTimeSeconds=10, AttributeNames=["All"])
+    publisher.join()
+    assert time.monotonic() - began < 3
+    (message,) = got["Messages"]
+    assert message["Body"] == "late"
+    assert message["Attributes"]["MessageGroupId"] == "g"
+
+
+def test_attribute_limits_with_a_deduplication_id(sqs: Any) -> None:
+    url = _fifo(sqs)
+    ten = {f"a{i}": {"DataType": "String", "StringValue": "v"} for i in range(10)}
+    nine = dict(list(ten.items())[:9])
+    sent = sqs.send_message(
+        QueueUrl=url, MessageBody="m", MessageGroupId="g", MessageDeduplicationId="d",
+        MessageAttributes=nine,
+    )  # fmt: skip
+    assert sent["MD5OfMessageAttributes"]
+    with pytest.raises(ClientError) as caught:  # vsqs keeps at most 10 (documented)
+        sqs.send_message(
+            QueueUrl=url, MessageBody="m", MessageGroupId="g", MessageDeduplicationId="e",
+            MessageAttributes=ten,
+        )  # fmt: skip
+    assert _code(caught) == "InvalidParameterValue"

@@ -44,6 +44,8 @@ headers, body)``, or ``None`` for a 404."""
 MAX_BODY: Final = 8 << 20
 """The largest request body read (bytes): ten messages of 256 KiB, escaped, fit."""
 _DRAIN: Final = 30.0
+IDLE_TIMEOUT: Final = 120.0
+"""Seconds a connection may stay idle, or a request take to arrive, before it is closed."""
 _SCOPE: Final = re.compile(r"Credential=[^/]*/[0-9]{8}/([^/]+)/")
 _HOST: Final = re.compile(
     r"[A-Za-z0-9.-]{1,253}(?::[0-9]{1,5})?|\[[0-9A-Fa-f:.]{2,45}\](?::[0-9]{1,5})?"
@@ -168,6 +170,9 @@ class Server(ThreadingHTTPServer):
 class _Handler(BaseHTTPRequestHandler):
     server: Server
     protocol_version = "HTTP/1.1"
+    # A connection idle (or a request stalled) this long is closed: no thread is held
+    # for ever by a client that went quiet. Longer than any long poll (20 s).
+    timeout = IDLE_TIMEOUT
     default_request_version = "HTTP/1.0"  # an unreadable request line still gets a status line
 
     def version_string(self) -> str:
