@@ -7,6 +7,7 @@ import http.client
 import os
 import re
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -210,3 +211,21 @@ def test_the_access_log(start: Start, capsys: pytest.CaptureFixture[str]) -> Non
     line = r'127\.0\.0\.1 - - \[.*\] "POST / HTTP/1.1" 200 \d+ ListQueues [\d.]+ms'
     assert re.search(line, err), err
     assert '" 400 ' in err
+
+
+def test_idle_and_stalled_connections_are_closed(
+    start: Start, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from vsqs.serve._server import _Handler
+
+    monkeypatch.setattr(_Handler, "timeout", 0.3)
+    server = start()
+    host, port = server.server_address[:2]
+    for opening in (b"", b"POST / HTTP/1.1\r\nContent-Length: 100\r\n\r\n{"):
+        with socket.create_connection((str(host), port), timeout=5) as sock:
+            sock.sendall(opening)
+            began = time.monotonic()
+            while sock.recv(4096):
+                pass  # whatever is said before the close
+            assert time.monotonic() - began < 3
+    assert request(server.url, "GET", "/?Action=ListQueues")[0] == 200
