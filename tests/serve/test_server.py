@@ -216,9 +216,10 @@ def test_the_access_log(start: Start, capsys: pytest.CaptureFixture[str]) -> Non
 def test_idle_and_stalled_connections_are_closed(
     start: Start, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from vsqs.serve._server import _Handler
+    from vsqs.serve._server import IDLE_TIMEOUT, _Handler
 
-    monkeypatch.setattr(_Handler, "timeout", 0.3)
+    assert _Handler.timeout == IDLE_TIMEOUT > 20  # longer than any long poll
+    monkeypatch.setattr(_Handler, "timeout", 0.3)  # the same mechanism, sooner
     server = start()
     host, port = server.server_address[:2]
     for opening in (b"", b"POST / HTTP/1.1\r\nContent-Length: 100\r\n\r\n{"):
