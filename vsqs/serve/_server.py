@@ -16,22 +16,21 @@ from __future__ import annotations
 
 import ipaddress
 import os
-import re
 import socket
 import sys
 import threading
 import time
 import traceback
-import uuid
 from collections.abc import Callable, Mapping
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Final
 
-from .. import QueueNotFound, QueueRoot
-from . import _sigv4, _wire
+from .. import QueueRoot
+from .._errors import VsqsError
+from . import _dispatch
 from ._credentials import Credentials, load_credentials
 from ._errors import SqsError
-from ._service import DEFAULT_REGION, Caller, Service
+from ._service import Service
 
 __all__ = ["Pages", "Server", "UnsafeAddress", "make_server"]
 
@@ -46,12 +45,7 @@ MAX_BODY: Final = 8 << 20
 _DRAIN: Final = 30.0
 IDLE_TIMEOUT: Final = 120.0
 """Seconds a connection may stay idle, or a request take to arrive, before it is closed."""
-_SCOPE: Final = re.compile(r"Credential=[^/]*/[0-9]{8}/([^/]+)/")
-_HOST: Final = re.compile(
-    r"[A-Za-z0-9.-]{1,253}(?::[0-9]{1,5})?|\[[0-9A-Fa-f:.]{2,45}\](?::[0-9]{1,5})?"
-)
-
-from .._errors import VsqsError  # noqa: E402 - kept next to the one error it defines
+_TEXT: Final = {"Content-Type": "text/plain; charset=utf-8"}
 
 
 class UnsafeAddress(VsqsError, PermissionError):
@@ -225,7 +219,7 @@ class _Handler(BaseHTTPRequestHandler):
         error = SqsError("MalformedRequest" if code < 500 else "InternalFailure", message or "")
         error.status = code
         self.close_connection = True
-        self._send_error(error, json_protocol=False, request_id=str(uuid.uuid4()))
+        self._send_error(error, json_protocol=False)
 
     def log_message(self, format: str, *args: Any) -> None:
         self.server.log(
@@ -287,7 +281,7 @@ class _Handler(BaseHTTPRequestHandler):
     def _refuse(self, error: SqsError) -> None:
         self.close_connection = True  # the rest of the body is not read
         json_protocol = "x-amz-target" in {k.lower() for k in self.headers}
-        self._send_error(error, json_protocol=json_protocol, request_id=str(uuid.uuid4()))
+        self._send_error(error, json_protocol=json_protocol)
 
     def _headers(self) -> dict[str, str]:
         joined: dict[str, str] = {}
@@ -306,51 +300,21 @@ class _Handler(BaseHTTPRequestHandler):
         target = self.path
         path, _, query = target.partition("?")
         headers = self._headers()
-        if self._is_page(path, query):
+        if _dispatch.is_page(self.command, path, query):
             self._page(target, headers, body)
             return
-        request_id = str(uuid.uuid4())
-        json_protocol = "x-amz-target" in headers
-        try:
-            caller = self._caller(path, query, headers, body)
-            request = _wire.parse(self.command, headers, query, body)
-            self._action = request.action
-            json_protocol = request.json
-            if not request.json and "QueueUrl" not in request.params and path.count("/") >= 2:
-                request.params["QueueUrl"] = path  # the query protocol posts to the queue's URL
-            result = self.server.service.handle(caller, request)
-            content_type, payload = _wire.render(request, result, request_id)
-        except SqsError as error:
-            self._send_error(error, json_protocol=json_protocol, request_id=request_id)
-            return
-        except (QueueNotFound, FileNotFoundError):
-            # RACE: another server (or the library) deleted the queue during the request.
-            gone = SqsError("QueueDoesNotExist", "The specified queue does not exist.")
-            self._send_error(gone, json_protocol=json_protocol, request_id=request_id)
-            return
-        except Exception:  # noqa: BLE001 - the one place a failure becomes an answer
-            self.server.log(traceback.format_exc().rstrip())
-            failure = SqsError("InternalFailure", "The request failed on the server.", sender=False)
-            failure.status = 500
-            self._send_error(failure, json_protocol=json_protocol, request_id=request_id)
-            return
-        self._send(200, content_type, payload, {"x-amzn-RequestId": request_id})
-
-    def _caller(self, path: str, query: str, headers: Mapping[str, str], body: bytes) -> Caller:
-        host = headers.get("host", "")
-        if not _HOST.fullmatch(host):  # reflected in queue URLs: only a host[:port]
-            host = self.server.url.partition("://")[2]
-        credentials = self.server.credentials
-        if credentials is None:
-            match = _SCOPE.search(headers.get("authorization", ""))
-            return Caller(None, match.group(1) if match else DEFAULT_REGION, host)
-        key, region = _sigv4.verify(credentials, self.command, path, query, headers, body)
-        return Caller(key, region, host)
-
-    def _is_page(self, path: str, query: str) -> bool:
-        if path == "/ui" or path.startswith("/ui/"):
-            return True
-        return self.command in ("GET", "HEAD") and path == "/" and "Action=" not in query
+        done = _dispatch.answer(
+            self.server.service,
+            self.server.credentials,
+            self.command,
+            target,
+            headers,
+            body,
+            self.server.url.partition("://")[2],
+            self.server.log,
+        )
+        self._action = done.action
+        self._send(done.status, done.headers, done.body)
 
     def _page(self, target: str, headers: Mapping[str, str], body: bytes) -> None:
         self._action = "page"
@@ -361,11 +325,11 @@ class _Handler(BaseHTTPRequestHandler):
                 answer = pages(self.command, target, headers, body)
             except Exception:  # noqa: BLE001 - a page that fails is the dashboard's bug
                 self.server.log(traceback.format_exc().rstrip())
-                self._send(500, "text/plain; charset=utf-8", b"the page failed\n", {})
+                self._send(500, _TEXT, b"the page failed\n")
                 return
         if answer is None:
             text = b"Not found. This is the SQS API of vsqs; the dashboard is not on.\n"
-            self._send(404, "text/plain; charset=utf-8", text, {})
+            self._send(404, _TEXT, text)
             return
         status, extra, payload = answer
         self._size = len(payload)
@@ -378,20 +342,15 @@ class _Handler(BaseHTTPRequestHandler):
         if self.command != "HEAD":
             self.wfile.write(payload)
 
-    def _send_error(self, error: SqsError, *, json_protocol: bool, request_id: str) -> None:
-        content_type, payload, extra = _wire.error_body(
-            error, json_protocol=json_protocol, request_id=request_id
-        )
-        self._send(error.status, content_type, payload, {**extra, "x-amzn-RequestId": request_id})
+    def _send_error(self, error: SqsError, *, json_protocol: bool) -> None:
+        done = _dispatch.error_answer(error, json_protocol=json_protocol)
+        self._send(done.status, done.headers, done.body)
 
-    def _send(
-        self, status: int, content_type: str, payload: bytes, extra: Mapping[str, str]
-    ) -> None:
+    def _send(self, status: int, headers: Mapping[str, str], payload: bytes) -> None:
         self._size = len(payload)
         self.send_response(status)
-        self.send_header("Content-Type", content_type)
         self.send_header("Content-Length", str(len(payload)))
-        for name, value in extra.items():
+        for name, value in headers.items():
             self.send_header(name, value)
         if self.close_connection:
             self.send_header("Connection", "close")
