@@ -1,11 +1,10 @@
-"""The message actions of the SQS API: send, receive, delete, change visibility.
+"""The message actions of the SQS API: receive, delete, change visibility (sending is
+in :mod:`vsqs.serve._sending`).
 
 Each maps onto one :class:`vsqs.Queue` operation and keeps its guarantee: a
-``SendMessage`` is one atomic publish (durable before the answer, if the queue is); a
-``SendMessageBatch`` publishes each run of entries that share their options with one
-:meth:`~vsqs.Queue.publish_batch` (one flush for the run); a ``ReceiveMessage`` claims
-each message with one rename, so a message goes to one receiver whichever server it
-asks; ``DeleteMessage`` unlinks exactly the held file.
+``ReceiveMessage`` claims each message with one rename, so a message goes to one
+receiver whichever server it asks; ``DeleteMessage`` unlinks exactly the held file;
+``ChangeMessageVisibility`` is one rename of it.
 
 **Receipt handles** are the vsqs receipts (``id.expiry``); on a partitioned (FIFO)
 queue, ``p<index>-`` then the receipt, naming the partition. A handle extended by
@@ -39,30 +38,34 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Final
 
 from .. import (
-    InvalidAttributes,
     InvalidId,
     LeaseLost,
     Message,
     Queue,
-    QueueClosed,
     QueueDrained,
-    QueueFull,
 )
 from . import _attributes, _queue_attrs
 from ._attributes import DEDUP_KEY, TRACE_KEY, Attribute
 from ._errors import SqsError, invalid, missing
+from ._sending import (
+    MAX_BATCH,
+    PRINTABLE,
+    entries,
+    failure,
+    integer,
+    send_message,
+    send_message_batch,
+    sequence_number,
+)
 
 if TYPE_CHECKING:
     from ._service import Caller, Service
 
 __all__ = ["ACTIONS", "AttemptCache"]
 
-MAX_BATCH: Final = 10
 MAX_WAIT: Final = 20
 _SLICE: Final = 0.5  # a long poll re-checks the server's shutdown this often
-_ENTRY_ID: Final = re.compile(r"[A-Za-z0-9_-]{1,80}")
 _HANDLE: Final = re.compile(r"(?:p([0-9]{1,4})-)?([0-9]{1,40}\.[0-9]{1,40})")
-_DEDUP_ID: Final = re.compile(r"[!-~]{1,128}")
 _SYSTEM: Final = (
     "SenderId", "SentTimestamp", "ApproximateReceiveCount", "ApproximateFirstReceiveTimestamp",
     "SequenceNumber", "MessageDeduplicationId", "MessageGroupId", "AWSTraceHeader",
@@ -95,232 +98,6 @@ class AttemptCache:
             self._entries[(queue, attempt)] = (time.monotonic(), messages)
             while len(self._entries) > self.SIZE:
                 self._entries.popitem(last=False)
-
-
-# -- sending ---------------------------------------------------------------------------
-
-
-def _integer(params: dict[str, Any], name: str, low: int, high: int) -> int | None:
-    value = params.get(name)
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
-        raise invalid(name, value, f"must be an integer from {low} to {high}.")
-    return value
-
-
-class _Outgoing:
-    """One message to send, checked: what ``publish`` needs and what the answer says."""
-
-    __slots__ = ("attributes", "body", "data", "dedup_id", "delay", "group", "stored", "system")
-
-    def __init__(  # noqa: PLR0912 - one check per SQS rule, in SQS order
-        self, queue: Queue, options: dict[str, str], params: dict[str, Any]
-    ) -> None:
-        body = params.get("MessageBody")
-        if body is None:
-            raise missing("MessageBody")
-        if not isinstance(body, str):
-            raise invalid("MessageBody", body, "must be a string.")
-        _attributes.check_body(body)
-        self.body = body
-        self.data = body.encode()
-        self.attributes = _attributes.parse_attributes(params.get("MessageAttributes"))
-        self.system = _attributes.parse_attributes(
-            params.get("MessageSystemAttributes"), system=True
-        )
-        limit = int(options["MaximumMessageSize"])
-        if len(self.data) + _attributes.size(self.attributes) > limit:
-            raise invalid(
-                "MessageBody",
-                f"{len(self.data)} bytes",
-                f"Message must be shorter than {limit} bytes.",
-            )
-        fifo = queue.fifo
-        delay = _integer(params, "DelaySeconds", 0, 900)
-        group = params.get("MessageGroupId")
-        dedup = params.get("MessageDeduplicationId")
-        if fifo:
-            if delay:
-                raise invalid(
-                    "DelaySeconds",
-                    delay,
-                    "The request include parameter that is not valid "
-                    "for this queue type (per-message delays on a FIFO queue).",
-                )
-            if group is None:
-                raise missing("MessageGroupId")
-            if dedup is None:
-                if options.get("ContentBasedDeduplication") != "true":
-                    raise invalid(
-                        "MessageDeduplicationId",
-                        "",
-                        "The queue should either have "
-                        "ContentBasedDeduplication enabled or MessageDeduplicationId provided "
-                        "explicitly",
-                    )
-                dedup_id = hashlib.sha256(self.data).hexdigest()
-            else:
-                dedup_id = dedup
-        elif dedup is not None:
-            raise invalid(
-                "MessageDeduplicationId",
-                dedup,
-                "The request include parameter that is not valid for this queue type",
-            )
-        else:
-            dedup_id = None
-        if group is not None and (not isinstance(group, str) or not _DEDUP_ID.fullmatch(group)):
-            raise invalid("MessageGroupId", group, "1 to 128 printable ASCII characters.")
-        if dedup is not None and (not isinstance(dedup, str) or not _DEDUP_ID.fullmatch(dedup)):
-            raise invalid("MessageDeduplicationId", dedup, "1 to 128 printable ASCII characters.")
-        self.delay = float(delay or 0)
-        self.group: str | None = group
-        # Deduplication is per message group (SQS's DeduplicationScope=messageGroup): a
-        # group's messages share one partition, where vsqs keeps dedup ids unique.
-        self.dedup_id = None if dedup_id is None else f"{group}\n{dedup_id}"
-        stored = _attributes.encode(self.attributes)
-        if dedup is not None:
-            stored[DEDUP_KEY] = dedup
-        if "AWSTraceHeader" in self.system:
-            stored[TRACE_KEY] = str(self.system["AWSTraceHeader"][1])
-        self.stored = stored
-
-    def key(self) -> tuple[object, ...]:
-        """Entries with equal keys may share one publish_batch."""
-        return (self.delay, self.group, tuple(sorted(self.stored.items())))
-
-    def answer(self, message_id: str, queue: Queue) -> dict[str, Any]:
-        result: dict[str, Any] = {
-            "MessageId": message_id,
-            "MD5OfMessageBody": _attributes.md5_of_body(self.body),
-        }
-        digest = _attributes.md5_of_attributes(self.attributes)
-        if digest:
-            result["MD5OfMessageAttributes"] = digest
-        system = _attributes.md5_of_attributes(self.system)
-        if system:
-            result["MD5OfMessageSystemAttributes"] = system
-        if queue.fifo:
-            result["SequenceNumber"] = sequence_number(message_id)
-        return result
-
-
-def sequence_number(message_id: str) -> str:
-    """A FIFO message's ``SequenceNumber``: its vsqs id (a time), as 20 digits."""
-    return f"{int(message_id):020d}"
-
-
-def _publish_error(exc: Exception) -> SqsError:
-    if isinstance(exc, QueueFull):
-        return SqsError("OverLimit", f"The queue is full (its vsqs capacity is {exc.capacity}).")
-    if isinstance(exc, QueueClosed):
-        return SqsError("UnsupportedOperation", "The queue was shut down (vsqs shutdown).")
-    if isinstance(exc, InvalidAttributes):
-        return invalid("MessageAttributes", "", f"vsqs refuses them: {exc}")
-    raise exc
-
-
-def send_message(
-    service: Service, caller: Caller, name: str, queue: Queue, params: dict[str, Any]
-) -> dict[str, Any]:
-    del service, caller, name
-    outgoing = _Outgoing(queue, _queue_attrs.sqs_options(queue), params)
-    try:
-        message_id = queue.publish(
-            outgoing.data,
-            delay=outgoing.delay,
-            attributes=outgoing.stored or None,
-            dedup_id=outgoing.dedup_id,
-            timeout=0,
-            **({"group": outgoing.group} if outgoing.group is not None else {}),
-        )
-    except (QueueFull, QueueClosed, InvalidAttributes) as exc:
-        raise _publish_error(exc) from None
-    return outgoing.answer(message_id, queue)
-
-
-def _entries(params: dict[str, Any]) -> list[dict[str, Any]]:
-    entries = params.get("Entries")
-    if entries is None:
-        raise missing("Entries")
-    if not isinstance(entries, list) or not all(isinstance(e, dict) for e in entries):
-        raise invalid("Entries", entries, "must be a list of entries.")
-    if not entries:
-        raise SqsError("EmptyBatchRequest", "There should be at least one entry in the request.")
-    if len(entries) > MAX_BATCH:
-        raise SqsError(
-            "TooManyEntriesInBatchRequest",
-            f"Maximum number of entries per request are {MAX_BATCH}. You have sent {len(entries)}.",
-        )
-    seen: set[str] = set()
-    for entry in entries:
-        entry_id = entry.get("Id")
-        if not isinstance(entry_id, str) or not _ENTRY_ID.fullmatch(entry_id):
-            raise SqsError(
-                "InvalidBatchEntryId",
-                "A batch entry id can only contain alphanumeric characters, hyphens and "
-                "underscores. It can be at most 80 letters long.",
-            )
-        if entry_id in seen:
-            raise SqsError("BatchEntryIdsNotDistinct", f"Id {entry_id} repeated.")
-        seen.add(entry_id)
-    return entries
-
-
-def _failure(entry_id: str, error: SqsError) -> dict[str, Any]:
-    return {
-        "Id": entry_id,
-        "SenderFault": error.sender,
-        "Code": error.query_code,
-        "Message": error.text,
-    }
-
-
-def send_message_batch(
-    service: Service, caller: Caller, name: str, queue: Queue, params: dict[str, Any]
-) -> dict[str, Any]:
-    del service, caller, name
-    entries = _entries(params)
-    options = _queue_attrs.sqs_options(queue)
-    total = sum(len(str(e.get("MessageBody", "")).encode()) for e in entries)
-    limit = int(options["MaximumMessageSize"])
-    if total > max(limit, _queue_attrs.DEFAULT_MAX_SIZE):
-        raise SqsError(
-            "BatchRequestTooLong", f"Batch requests cannot be longer than {limit} bytes."
-        )
-    checked: list[tuple[str, _Outgoing]] = []
-    failed: list[dict[str, Any]] = []
-    for entry in entries:
-        try:
-            checked.append((entry["Id"], _Outgoing(queue, options, entry)))
-        except SqsError as exc:
-            failed.append(_failure(entry["Id"], exc))
-    successful: list[dict[str, Any]] = []
-    start = 0
-    while start < len(checked):
-        end = start + 1
-        while end < len(checked) and checked[end][1].key() == checked[start][1].key():
-            end += 1
-        run = checked[start:end]
-        first = run[0][1]
-        try:
-            ids = queue.publish_batch(
-                [outgoing.data for _, outgoing in run],
-                delay=first.delay,
-                attributes=first.stored or None,
-                dedup_ids=[outgoing.dedup_id for _, outgoing in run] if queue.fifo else None,
-                timeout=0,
-                **({"group": first.group} if first.group is not None else {}),
-            )
-        except (QueueFull, QueueClosed, InvalidAttributes) as exc:
-            error = _publish_error(exc)
-            failed.extend(_failure(entry_id, error) for entry_id, _ in run)
-        else:
-            for (entry_id, outgoing), message_id in zip(run, ids, strict=True):
-                successful.append({"Id": entry_id, **outgoing.answer(message_id, queue)})
-        start = end
-    return {"Successful": successful, "Failed": failed}
 
 
 # -- receiving --------------------------------------------------------------------------
@@ -424,9 +201,9 @@ def _attribute_value(kind: str, value: str | bytes) -> dict[str, str]:
 def receive_message(
     service: Service, caller: Caller, name: str, queue: Queue, params: dict[str, Any]
 ) -> dict[str, Any]:
-    count = _integer(params, "MaxNumberOfMessages", 1, MAX_BATCH) or 1
-    visibility = _integer(params, "VisibilityTimeout", 0, 43200)
-    wait = _integer(params, "WaitTimeSeconds", 0, MAX_WAIT)
+    count = integer(params, "MaxNumberOfMessages", 1, MAX_BATCH) or 1
+    visibility = integer(params, "VisibilityTimeout", 0, 43200)
+    wait = integer(params, "WaitTimeSeconds", 0, MAX_WAIT)
     if wait is None:
         wait = int(_queue_attrs.sqs_options(queue)["ReceiveMessageWaitTimeSeconds"])
     system = set(_names(params, "AttributeNames")) | set(
@@ -438,7 +215,7 @@ def receive_message(
     names = _names(params, "MessageAttributeNames")
     attempt = params.get("ReceiveRequestAttemptId")
     if attempt is not None:
-        if not isinstance(attempt, str) or not _DEDUP_ID.fullmatch(attempt):
+        if not isinstance(attempt, str) or not PRINTABLE.fullmatch(attempt):
             raise invalid("ReceiveRequestAttemptId", attempt, "1 to 128 printable characters.")
         if queue.fifo:
             again = service.attempts.get(name, attempt)
@@ -544,13 +321,13 @@ def _batch(
 ) -> dict[str, Any]:
     successful: list[dict[str, Any]] = []
     failed: list[dict[str, Any]] = []
-    for entry in _entries(params):
+    for entry in entries(params):
         try:
             if "ReceiptHandle" not in entry:
                 raise missing("ReceiptHandle")
             one(entry)
         except SqsError as exc:
-            failed.append(_failure(entry["Id"], exc))
+            failed.append(failure(entry["Id"], exc))
         else:
             successful.append({"Id": entry["Id"]})
     del queue
