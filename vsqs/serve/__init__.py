@@ -15,11 +15,13 @@ Only the standard library is used.
 
 from __future__ import annotations
 
+from ._asgi import ASGIApp, asgi_app
 from ._credentials import Credential, Credentials, CredentialsError, load_credentials
 from ._errors import SqsError
 from ._server import Pages, Server, UnsafeAddress, make_server
 
 __all__ = [
+    "ASGIApp",
     "Credential",
     "Credentials",
     "CredentialsError",
@@ -27,6 +29,7 @@ __all__ = [
     "Server",
     "SqsError",
     "UnsafeAddress",
+    "asgi_app",
     "load_credentials",
     "make_server",
 ]
