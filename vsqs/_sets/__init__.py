@@ -1,4 +1,5 @@
-"""Several queues read as one (dirq's QueueSet).
+"""Several queue directories read as one: a set of queues (dirq's QueueSet), and a
+partitioned queue (one queue in N directories: :mod:`vsqs._sets._partitioned`).
 
 A :class:`QueueSet` adds no state on disk: each message is claimed from its own queue by
 that queue's atomic rename, and deleted or extended there, routed by ``Message.queue``.
@@ -11,12 +12,15 @@ import threading
 from collections.abc import Iterable, Iterator
 from typing import Final
 
-from . import _scan
-from ._errors import InvalidId, QueueDrained
-from ._ids import parse_id, parse_name
-from ._message import Message
-from ._queue import Queue
-from ._waiters import RECHECK, MultiWaiter
+from .. import _scan
+from .._errors import InvalidId, QueueDrained
+from .._ids import parse_id, parse_name
+from .._message import Message
+from .._queue import Queue
+from .._waiters import RECHECK, MultiWaiter
+from ._partitioned import PartitionedQueue
+
+__all__ = ["PartitionedQueue", "QueueSet"]
 
 ORDERS: Final = ("oldest", "priority")
 
