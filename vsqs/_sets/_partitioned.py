@@ -10,7 +10,6 @@ directory. How messages and consumers spread over them: :mod:`vsqs._sets._spread
 from __future__ import annotations
 
 import heapq
-import math
 import os
 from collections.abc import Iterable, Iterator, Mapping
 from contextlib import nullcontext
@@ -23,7 +22,7 @@ from .._history import History
 from .._ids import parse_id
 from .._message import Counts, Message
 from .._meta import check_group
-from .._options import UNSET, Unset
+from .._options import UNSET, Unset, batch_size
 from .._options import seconds as _seconds
 from .._queue import Queue
 from .._renewal import Lease
@@ -31,6 +30,7 @@ from .._stats import Stats
 from .._stored import Settings
 from .._waiters import RECHECK, MultiWaiter
 from ._spread import Spread, add_counts, add_stats, group_partition, partition_name
+from ._wait import receive_until
 
 
 class PartitionedQueue(Queue, partitioned=True):
@@ -247,24 +247,17 @@ class PartitionedQueue(Queue, partitioned=True):
 
         :raises QueueDrained: the queue is shut down and every partition is empty.
         """
-        if isinstance(max_messages, bool) or not isinstance(max_messages, int) or max_messages < 1:
-            raise ValueError(f"max_messages must be a positive int, not {max_messages!r}")
+        batch_size(max_messages)
         if visibility_timeout is not None:
             _seconds(visibility_timeout, "visibility_timeout")
-        clock = self.clock
-        deadline = None if timeout is None else clock.monotonic() + _seconds(timeout, "timeout")
-        waiter = None if timeout == 0 else self.waiter()
-        while True:
-            token = waiter.token() if waiter is not None else 0
-            got, drained = self._gather(max_messages, visibility_timeout)
-            if got:
-                return got
-            if drained:
-                raise QueueDrained(self.path)
-            remaining = math.inf if deadline is None else deadline - clock.monotonic()
-            if waiter is None or remaining <= 0:
-                return []
-            waiter.wait(token, self.next_look(None if deadline is None else deadline))
+        return receive_until(
+            lambda: self._gather(max_messages, visibility_timeout),
+            self.waiter,
+            clock=self.clock,
+            timeout=None if timeout is None else _seconds(timeout, "timeout"),
+            next_look=self.next_look,
+            drained=lambda: QueueDrained(self.path),
+        )
 
     def _gather(self, limit: int, visibility_timeout: float | None) -> tuple[list[Message], bool]:
         """One pass without waiting: the messages, and whether the whole queue is drained."""
