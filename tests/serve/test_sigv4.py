@@ -80,7 +80,13 @@ def test_signed_requests_pass_and_keys_keep_to_their_queues(secured: Server) -> 
     billing.create_queue(QueueName="billing")
     orders.send_message(QueueUrl=url, MessageBody="m")
     assert orders.receive_message(QueueUrl=url)["Messages"][0]["Body"] == "m"
+    policy = json.dumps(
+        {"deadLetterTargetArn": "arn:aws:sqs:us-east-1:0:billing", "maxReceiveCount": 1}
+    )
     calls: list[Callable[[], object]] = [
+        # A dead-letter queue of another key's: its messages would land there.
+        lambda: orders.set_queue_attributes(QueueUrl=url, Attributes={"RedrivePolicy": policy}),
+        lambda: orders.create_queue(QueueName="orders-x", Attributes={"RedrivePolicy": policy}),
         lambda: billing.send_message(QueueUrl=url, MessageBody="x"),
         lambda: billing.receive_message(QueueUrl=url),
         lambda: billing.purge_queue(QueueUrl=url),

@@ -141,7 +141,7 @@ def parse_set(  # noqa: PLR0912 - one check per SQS rule
     return result
 
 
-def _redrive(service: Service, name: str, fifo: bool, value: str) -> dict[str, Any]:
+def _redrive(service: Service, caller: Caller, name: str, fifo: bool, value: str) -> dict[str, Any]:
     """The vsqs settings of a RedrivePolicy (``""`` removes it)."""
     if not value:
         return {"dead_letter": None, "max_receives": None}
@@ -170,6 +170,7 @@ def _redrive(service: Service, name: str, fifo: bool, value: str) -> dict[str, A
         )
     if target == name:
         raise SqsError("InvalidAttributeValue", "A queue cannot be its own dead-letter queue.")
+    service.allow(caller, target)  # no key sends its messages into another key's queue
     if target not in service.root:
         raise SqsError(
             "InvalidAttributeValue",
@@ -186,7 +187,7 @@ def _redrive(service: Service, name: str, fifo: bool, value: str) -> dict[str, A
 
 
 def _split(
-    service: Service, name: str, fifo: bool, attributes: Mapping[str, str]
+    service: Service, caller: Caller, name: str, fifo: bool, attributes: Mapping[str, str]
 ) -> tuple[dict[str, Any], dict[str, str]]:
     """(vsqs settings, attributes for the SQS record) of checked *attributes*."""
     settings: dict[str, Any] = {}
@@ -197,7 +198,7 @@ def _split(
         if key in _STORED_AS:
             settings[_STORED_AS[key]] = int(value)
         elif key == "RedrivePolicy":
-            settings.update(_redrive(service, name, fifo, value))
+            settings.update(_redrive(service, caller, name, fifo, value))
         elif key != "FifoQueue":
             extra[key] = value
     return settings, extra
@@ -211,9 +212,8 @@ def create(
     tags: Mapping[str, str],
 ) -> Queue:
     """Make the queue *name* with *attributes* and *tags*."""
-    del caller
     fifo = attributes.get("FifoQueue") == "true"
-    settings, extra = _split(service, name, fifo, attributes)
+    settings, extra = _split(service, caller, name, fifo, attributes)
     settings.setdefault("retention", DEFAULT_RETENTION)
     settings = {k: v for k, v in settings.items() if v is not None}
     if fifo:
@@ -232,8 +232,7 @@ def apply(
     service: Service, caller: Caller, name: str, queue: Queue, attributes: Mapping[str, str]
 ) -> None:
     """Store *attributes* (SetQueueAttributes)."""
-    del caller
-    settings, extra = _split(service, name, queue.fifo, attributes)
+    settings, extra = _split(service, caller, name, queue.fifo, attributes)
     if settings:
         try:
             queue.configure(**settings)
