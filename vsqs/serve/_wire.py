@@ -84,6 +84,10 @@ _XML_MAPS: Final = {
     "Tags": ("Tag", "Key", "Value"),
 }
 _XML_ESCAPES: Final = {'"': "&quot;", "\r": "&#xD;"}
+# What the query protocol says instead, where it says something else (as SQS does).
+_QUERY_MESSAGES: Final = {
+    "QueueDoesNotExist": "The specified queue does not exist for this wsdl version.",
+}
 
 
 class Request:
@@ -264,10 +268,11 @@ def error_body(
     if json_protocol:
         body = {"__type": f"com.amazonaws.sqs#{error.code}", "message": error.text}
         return JSON_TYPE, json.dumps(body).encode(), headers
+    message = _QUERY_MESSAGES.get(error.code, error.text)
     text = (
         f'<?xml version="1.0"?><ErrorResponse xmlns="{_NAMESPACE}"><Error>'
         f"<Type>{fault}</Type><Code>{escape(error.query_code)}</Code>"
-        f"<Message>{escape(error.text, _XML_ESCAPES)}</Message><Detail/></Error>"
+        f"<Message>{escape(message, _XML_ESCAPES)}</Message><Detail/></Error>"
         f"<RequestId>{request_id}</RequestId></ErrorResponse>"
     )
     return XML_TYPE, text.encode(), headers
