@@ -18,9 +18,10 @@ from typing import Final
 
 from .. import QueueNotFound
 from . import _sigv4, _wire
+from ._context import Caller
 from ._credentials import Credentials
 from ._errors import SqsError
-from ._service import DEFAULT_REGION, Caller, Service
+from ._service import DEFAULT_REGION, Service
 
 __all__ = ["Answer", "answer", "is_page"]
 

@@ -31,9 +31,7 @@ from __future__ import annotations
 
 import hashlib
 import re
-import threading
 import time
-from collections import OrderedDict
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Final
 
@@ -59,9 +57,9 @@ from ._sending import (
 )
 
 if TYPE_CHECKING:
-    from ._service import Caller, Service
+    from ._context import Caller, Context
 
-__all__ = ["ACTIONS", "AttemptCache"]
+__all__ = ["ACTIONS"]
 
 MAX_WAIT: Final = 20
 _SLICE: Final = 0.5  # a long poll re-checks the server's shutdown this often
@@ -71,33 +69,6 @@ _SYSTEM: Final = (
     "SequenceNumber", "MessageDeduplicationId", "MessageGroupId", "AWSTraceHeader",
     "DeadLetterQueueSourceArn",
 )  # fmt: skip
-
-
-class AttemptCache:
-    """ReceiveRequestAttemptId -> the answer it got, for five minutes (in memory)."""
-
-    TTL: Final = 300.0
-    SIZE: Final = 10_000
-
-    def __init__(self) -> None:
-        self._entries: OrderedDict[tuple[str, str], tuple[float, list[dict[str, Any]]]] = (
-            OrderedDict()
-        )
-        self._lock = threading.Lock()
-
-    def get(self, queue: str, attempt: str) -> list[dict[str, Any]] | None:
-        now = time.monotonic()
-        with self._lock:
-            found = self._entries.get((queue, attempt))
-            if found is None or now - found[0] > self.TTL:
-                return None
-            return found[1]
-
-    def put(self, queue: str, attempt: str, messages: list[dict[str, Any]]) -> None:
-        with self._lock:
-            self._entries[(queue, attempt)] = (time.monotonic(), messages)
-            while len(self._entries) > self.SIZE:
-                self._entries.popitem(last=False)
 
 
 # -- receiving --------------------------------------------------------------------------
@@ -121,7 +92,7 @@ def _handle(queue: Queue, message: Message) -> str:
 
 
 def _system_attributes(  # noqa: PLR0912 - one branch per system attribute
-    service: Service, caller: Caller, queue: Queue, message: Message, wanted: set[str]
+    service: Context, caller: Caller, queue: Queue, message: Message, wanted: set[str]
 ) -> dict[str, str]:
     every = "All" in wanted
     values: dict[str, str] = {}
@@ -162,7 +133,7 @@ def _system_attributes(  # noqa: PLR0912 - one branch per system attribute
 
 
 def _outgoing_message(
-    service: Service,
+    service: Context,
     caller: Caller,
     queue: Queue,
     message: Message,
@@ -199,7 +170,7 @@ def _attribute_value(kind: str, value: str | bytes) -> dict[str, str]:
 
 
 def receive_message(
-    service: Service, caller: Caller, name: str, queue: Queue, params: dict[str, Any]
+    service: Context, caller: Caller, name: str, queue: Queue, params: dict[str, Any]
 ) -> dict[str, Any]:
     count = integer(params, "MaxNumberOfMessages", 1, MAX_BATCH) or 1
     visibility = integer(params, "VisibilityTimeout", 0, 43200)
@@ -231,7 +202,7 @@ def receive_message(
 
 
 def _receive(
-    service: Service, queue: Queue, count: int, visibility: int | None, wait: int
+    service: Context, queue: Queue, count: int, visibility: int | None, wait: int
 ) -> list[Message]:
     """Up to *count* messages, waiting up to *wait* seconds on the queue's own waiting,
     in slices so that a shutdown of the server ends the wait within :data:`_SLICE`."""
@@ -297,7 +268,7 @@ def _change(queue: Queue, handle: object, seconds: object) -> None:
 
 
 def delete_message(
-    service: Service, caller: Caller, name: str, queue: Queue, params: dict[str, Any]
+    service: Context, caller: Caller, name: str, queue: Queue, params: dict[str, Any]
 ) -> dict[str, Any]:
     del service, caller, name
     if "ReceiptHandle" not in params:
@@ -307,7 +278,7 @@ def delete_message(
 
 
 def change_message_visibility(
-    service: Service, caller: Caller, name: str, queue: Queue, params: dict[str, Any]
+    service: Context, caller: Caller, name: str, queue: Queue, params: dict[str, Any]
 ) -> dict[str, Any]:
     del service, caller, name
     if "ReceiptHandle" not in params:
@@ -335,14 +306,14 @@ def _batch(
 
 
 def delete_message_batch(
-    service: Service, caller: Caller, name: str, queue: Queue, params: dict[str, Any]
+    service: Context, caller: Caller, name: str, queue: Queue, params: dict[str, Any]
 ) -> dict[str, Any]:
     del service, caller, name
     return _batch(queue, params, lambda entry: _delete(queue, entry["ReceiptHandle"]))
 
 
 def change_message_visibility_batch(
-    service: Service, caller: Caller, name: str, queue: Queue, params: dict[str, Any]
+    service: Context, caller: Caller, name: str, queue: Queue, params: dict[str, Any]
 ) -> dict[str, Any]:
     del service, caller, name
     return _batch(
@@ -353,7 +324,7 @@ def change_message_visibility_batch(
 
 
 ACTIONS: Final[
-    dict[str, Callable[[Service, Caller, str, Queue, dict[str, Any]], dict[str, Any]]]
+    dict[str, Callable[[Context, Caller, str, Queue, dict[str, Any]], dict[str, Any]]]
 ] = {
     "SendMessage": send_message,
     "SendMessageBatch": send_message_batch,

@@ -40,7 +40,7 @@ from . import _sidecar
 from ._errors import SqsError, invalid
 
 if TYPE_CHECKING:
-    from ._service import Caller, Service
+    from ._context import Caller, Context
 
 __all__ = ["FIFO_PARTITIONS", "apply", "check_same", "create", "get", "parse_set"]
 
@@ -141,7 +141,7 @@ def parse_set(  # noqa: PLR0912 - one check per SQS rule
     return result
 
 
-def _redrive(service: Service, caller: Caller, name: str, fifo: bool, value: str) -> dict[str, Any]:
+def _redrive(service: Context, caller: Caller, name: str, fifo: bool, value: str) -> dict[str, Any]:
     """The vsqs settings of a RedrivePolicy (``""`` removes it)."""
     if not value:
         return {"dead_letter": None, "max_receives": None}
@@ -187,7 +187,7 @@ def _redrive(service: Service, caller: Caller, name: str, fifo: bool, value: str
 
 
 def _split(
-    service: Service, caller: Caller, name: str, fifo: bool, attributes: Mapping[str, str]
+    service: Context, caller: Caller, name: str, fifo: bool, attributes: Mapping[str, str]
 ) -> tuple[dict[str, Any], dict[str, str]]:
     """(vsqs settings, attributes for the SQS record) of checked *attributes*."""
     settings: dict[str, Any] = {}
@@ -205,7 +205,7 @@ def _split(
 
 
 def create(
-    service: Service,
+    service: Context,
     caller: Caller,
     name: str,
     attributes: Mapping[str, str],
@@ -229,7 +229,7 @@ def create(
 
 
 def apply(
-    service: Service, caller: Caller, name: str, queue: Queue, attributes: Mapping[str, str]
+    service: Context, caller: Caller, name: str, queue: Queue, attributes: Mapping[str, str]
 ) -> None:
     """Store *attributes* (SetQueueAttributes)."""
     settings, extra = _split(service, caller, name, queue.fifo, attributes)
@@ -245,7 +245,7 @@ def apply(
     _sidecar.update(queue.path, record, touch=True)
 
 
-def dead_letter_of(service: Service, name: str) -> str | None:
+def dead_letter_of(service: Context, name: str) -> str | None:
     """The dead-letter queue stored for the queue *name*, if any."""
     try:
         return service.root.get(name).settings().get("dead_letter")
@@ -254,7 +254,7 @@ def dead_letter_of(service: Service, name: str) -> str | None:
 
 
 def get(  # noqa: PLR0912 - one branch per attribute, as in the table above
-    service: Service, caller: Caller, name: str, queue: Queue, wanted: list[str]
+    service: Context, caller: Caller, name: str, queue: Queue, wanted: list[str]
 ) -> dict[str, str]:
     """The attribute values GetQueueAttributes asks for (``All`` for every one)."""
     if not isinstance(wanted, list) or not all(isinstance(w, str) for w in wanted):
@@ -334,7 +334,7 @@ def _integral(value: float) -> str:
 
 
 def check_same(
-    service: Service, caller: Caller, name: str, queue: Queue, attributes: Mapping[str, str]
+    service: Context, caller: Caller, name: str, queue: Queue, attributes: Mapping[str, str]
 ) -> None:
     """CreateQueue of an existing queue: refuse attributes that differ from its own."""
     if not attributes:
@@ -356,7 +356,7 @@ def check_same(
             )
 
 
-def _same_policy(service: Service, given: str, have: str) -> bool:
+def _same_policy(service: Context, given: str, have: str) -> bool:
     """Whether two redrive policies name the same queue (any ARN prefix) and count."""
     try:
         a, b = json.loads(given), json.loads(have)

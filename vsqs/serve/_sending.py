@@ -20,7 +20,7 @@ from ._attributes import DEDUP_KEY, TRACE_KEY
 from ._errors import SqsError, invalid, missing
 
 if TYPE_CHECKING:
-    from ._service import Caller, Service
+    from ._context import Caller, Context
 
 __all__ = [
     "entries",
@@ -159,7 +159,7 @@ def _publish_error(exc: Exception) -> SqsError:
 
 
 def send_message(
-    service: Service, caller: Caller, name: str, queue: Queue, params: dict[str, Any]
+    service: Context, caller: Caller, name: str, queue: Queue, params: dict[str, Any]
 ) -> dict[str, Any]:
     del service, caller, name
     outgoing = _Outgoing(queue, _queue_attrs.sqs_options(queue), params)
@@ -216,7 +216,7 @@ def failure(entry_id: str, error: SqsError) -> dict[str, Any]:
 
 
 def send_message_batch(
-    service: Service, caller: Caller, name: str, queue: Queue, params: dict[str, Any]
+    service: Context, caller: Caller, name: str, queue: Queue, params: dict[str, Any]
 ) -> dict[str, Any]:
     del service, caller, name
     given = entries(params)

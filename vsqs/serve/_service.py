@@ -18,17 +18,16 @@ import binascii
 import re
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any, Final
 
 from .. import InvalidName, NotAQueue, Queue, QueueNotFound, QueueRoot, validate_name
 from .._layout import SETTINGS
 from . import _messages, _moves, _queue_attrs, _sidecar
-from ._credentials import Credential
+from ._context import AttemptCache, Caller
 from ._errors import SqsError, invalid, missing, no_queue
 from ._wire import Request
 
-__all__ = ["ACCOUNT", "Caller", "Service"]
+__all__ = ["ACCOUNT", "Service"]
 
 ACCOUNT: Final = "000000000000"
 """The account id in the queue URLs and ARNs the server makes (any is accepted)."""
@@ -40,16 +39,6 @@ _TAG_KEY: Final = re.compile(r"[\w.:/=+@ -]{1,128}", re.UNICODE)
 _LABEL: Final = re.compile(r"[A-Za-z0-9_-]{1,80}")
 MAX_TAGS: Final = 50
 _TOKEN: Final = "after:"  # noqa: S105 - not a secret: a NextToken is the base64 of this and the last name given
-
-
-@dataclass(frozen=True)
-class Caller:
-    """Who asks: the key that signed the request (``None`` without credentials), the
-    region it signed for, and the ``host[:port]`` its queue URLs should name."""
-
-    key: Credential | None
-    region: str
-    host: str
 
 
 class Service:
@@ -65,7 +54,7 @@ class Service:
         self.stopping = stopping or threading.Event()
         self._handles: dict[str, tuple[Queue, object]] = {}
         self._lock = threading.Lock()
-        self.attempts = _messages.AttemptCache()
+        self.attempts = AttemptCache()
         self._actions: dict[str, Callable[[Caller, dict[str, Any]], dict[str, Any]]] = {
             "CreateQueue": self.create_queue,
             "DeleteQueue": self.delete_queue,
