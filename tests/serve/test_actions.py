@@ -541,3 +541,22 @@ def test_trace_header_and_library_queue_names(sqs: Any, root: vsqs.QueueRoot) ->
     with pytest.raises(ClientError) as caught:
         sqs.create_queue(QueueName="orders.dlq2")  # SQS names have no dots
     assert _code(caught) == "InvalidParameterValue"
+
+
+def test_create_queue_again_with_the_same_redrive_policy(sqs: Any) -> None:
+    sqs.create_queue(QueueName="dlq")
+    policy = {"deadLetterTargetArn": "arn:aws:sqs:eu-west-1:123456789012:dlq", "maxReceiveCount": 3}
+    attributes = {"RedrivePolicy": json.dumps(policy)}
+    url = sqs.create_queue(QueueName="q", Attributes=attributes)["QueueUrl"]
+    # Any ARN naming the same queue, the count as a number or a string: the same policy.
+    again = {**policy, "deadLetterTargetArn": ARN + "dlq", "maxReceiveCount": "3"}
+    assert (
+        sqs.create_queue(QueueName="q", Attributes={"RedrivePolicy": json.dumps(again)})["QueueUrl"]
+        == url
+    )
+    with pytest.raises(ClientError) as caught:
+        sqs.create_queue(
+            QueueName="q",
+            Attributes={"RedrivePolicy": json.dumps({**policy, "maxReceiveCount": 4})},
+        )
+    assert _code(caught) == "QueueAlreadyExists"

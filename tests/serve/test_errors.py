@@ -4,6 +4,7 @@ and the server keeps serving."""
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 from typing import Any
 
@@ -285,3 +286,59 @@ def test_the_host_header_is_reflected_only_when_it_is_a_host(server: Server) -> 
             },
         )
         assert status == 200 and json.loads(body)["QueueUrl"] == shown
+
+
+def test_a_failure_of_the_server_is_a_500_without_a_traceback(
+    start: Any, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from vsqs.serve._service import Service
+
+    server = start(quiet=False)
+
+    def broken(self: Service, caller: object, request: object) -> dict[str, Any]:
+        raise RuntimeError("a bug in the server")
+
+    monkeypatch.setattr(Service, "handle", broken)
+    status, headers, answer = json_call(server.url, "ListQueues", {})
+    assert status == 500
+    assert headers["x-amzn-query-error"] == "InternalFailure;Receiver"
+    assert "bug" not in json.dumps(answer)
+    assert "RuntimeError: a bug in the server" in capsys.readouterr().err  # logged, not sent
+    monkeypatch.undo()
+    _alive(server)
+
+
+def test_full_and_shut_down_queues(server: Server, root: vsqs.QueueRoot) -> None:
+    root.create("small", capacity=1)
+    status, _, _ = json_call(
+        server.url, "SendMessage", {"QueueUrl": "/0/small", "MessageBody": "a"}
+    )
+    assert status == 200
+    status, headers, _ = json_call(
+        server.url, "SendMessage", {"QueueUrl": "/0/small", "MessageBody": "b"}
+    )
+    assert status == 403 and headers["x-amzn-query-error"] == "OverLimit;Sender"
+    status, _, answer = json_call(
+        server.url,
+        "SendMessageBatch",
+        {"QueueUrl": "/0/small", "Entries": [{"Id": "x", "MessageBody": "c"}]},
+    )
+    assert status == 200 and answer["Failed"][0]["Code"] == "OverLimit"
+    received = json_call(server.url, "ReceiveMessage", {"QueueUrl": "/0/small"})[2]["Messages"]
+    json_call(
+        server.url,
+        "DeleteMessage",
+        {"QueueUrl": "/0/small", "ReceiptHandle": received[0]["ReceiptHandle"]},
+    )
+    root.get("small").shutdown()
+    status, headers, _ = json_call(
+        server.url, "SendMessage", {"QueueUrl": "/0/small", "MessageBody": "d"}
+    )
+    assert headers["x-amzn-query-error"] == "AWS.SimpleQueueService.UnsupportedOperation;Sender"
+    # Shut down and drained: a receive (even a long poll) answers empty at once.
+    began = time.monotonic()
+    status, _, answer = json_call(
+        server.url, "ReceiveMessage", {"QueueUrl": "/0/small", "WaitTimeSeconds": 20}
+    )
+    assert status == 200 and "Messages" not in answer
+    assert time.monotonic() - began < 5

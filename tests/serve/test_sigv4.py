@@ -205,3 +205,48 @@ def test_no_other_address_than_loopback_without_credentials(tmp_path: Path) -> N
     server.server_close()
     for host in ("127.0.0.1", "::1", "localhost"):
         make_server(tmp_path, host, 0, quiet=True).server_close()
+
+
+@pytest.mark.parametrize(
+    "authorization",
+    [
+        "AWS4-HMAC-SHA1 Credential=AKIAADMIN/{day}/us-east-1/sqs/aws4_request",
+        "AWS4-HMAC-SHA256 Credential=AKIAADMIN/{day}/us-east-1/sqs/aws4_request",
+        "AWS4-HMAC-SHA256 Credential=AKIAADMIN, SignedHeaders=host, Signature=00",
+        "AWS4-HMAC-SHA256 garbage",
+        "AWS4-HMAC-SHA256 Credential=AKIAADMIN/{day}/us-east-1/sqs/aws4_request, "
+        "SignedHeaders=x-amz-date, Signature=00",
+        "AWS4-HMAC-SHA256 Credential=AKIAADMIN/{day}/us-east-1/sqs/aws4_request, "
+        "SignedHeaders=x-amz-date;host, Signature=00",
+        "AWS4-HMAC-SHA256 Credential=AKIAADMIN/{day}/us-east-1/sqs/aws4_request, "
+        "SignedHeaders=host;x-absent, Signature=00",
+    ],
+)
+def test_an_unreadable_signature_is_incomplete(secured: Server, authorization: str) -> None:
+    now = datetime.datetime.now(datetime.timezone.utc)
+    authorization = authorization.format(day=now.strftime("%Y%m%d"))
+    status, headers, answer = _send(
+        secured,
+        AWSRequest(
+            method="POST",
+            url=secured.url + "/",
+            data=b"{}",
+            headers={
+                "Content-Type": "application/x-amz-json-1.0",
+                "X-Amz-Target": "AmazonSQS.ListQueues",
+                "X-Amz-Date": now.strftime("%Y%m%dT%H%M%SZ"),
+                "Authorization": authorization,
+            },
+        ),
+    )
+    assert status == 400, answer
+    assert headers["x-amzn-query-error"] == "IncompleteSignature;Sender"
+
+
+def test_a_signature_for_another_date_than_its_credential_is_incomplete(
+    secured: Server,
+) -> None:
+    request = _signed(secured, "ListQueues", {})
+    request.headers.replace_header("X-Amz-Date", "20000101T000000Z")
+    status, headers, _ = _send(secured, request)
+    assert status == 400 and headers["x-amzn-query-error"] == "IncompleteSignature;Sender"
