@@ -560,3 +560,17 @@ def test_create_queue_again_with_the_same_redrive_policy(sqs: Any) -> None:
             Attributes={"RedrivePolicy": json.dumps({**policy, "maxReceiveCount": 4})},
         )
     assert _code(caught) == "QueueAlreadyExists"
+
+
+def test_a_queue_made_again_by_the_library_is_served_fresh(sqs: Any, root: vsqs.QueueRoot) -> None:
+    """The server's cached handle of a queue deleted and made again elsewhere is not
+    used: messages go to the new directory."""
+    url = sqs.create_queue(QueueName="q")["QueueUrl"]
+    sqs.send_message(QueueUrl=url, MessageBody="old")
+    root.delete("q")
+    vsqs.Queue(root.path + "/q").close()  # made again, without settings
+    sqs.send_message(QueueUrl=url, MessageBody="new", MessageAttributes={
+        "k": {"DataType": "String", "StringValue": "v"}
+    })  # fmt: skip
+    got = root.get("q").receive(timeout=0)
+    assert got is not None and got.body == b"new" and got.attributes["k"] == "String:v"

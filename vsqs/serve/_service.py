@@ -16,11 +16,12 @@ from __future__ import annotations
 import base64
 import binascii
 import re
+import stat
 import threading
 from collections.abc import Callable
 from typing import Any, Final
 
-from .. import InvalidName, NotAQueue, Queue, QueueNotFound, QueueRoot, validate_name
+from .. import InvalidName, NotAQueue, Queue, QueueNotFound, QueueRoot, _host, validate_name
 from .._layout import SETTINGS
 from . import _messages, _moves, _queue_attrs, _sidecar
 from ._context import AttemptCache, Caller
@@ -133,18 +134,29 @@ class Service:
         return name, self.open(name)
 
     def open(self, name: str) -> Queue:
-        """A handle on the existing queue *name*, reopened if its settings changed.
+        """A handle on the existing queue *name*: the cached one, unless the queue's
+        directory was replaced (deleted and made again) or its stored settings changed.
+
+        Two ``stat`` calls; a new handle when something changed.
 
         :raises SqsError: ``QueueDoesNotExist``.
         """
-        path = f"{self.root.path}/{name}"
         try:
-            stamp = _queue_attrs.settings_stamp(path, SETTINGS)
+            path = f"{self.root.path}/{validate_name(name)}"
+            info = _host.lstatus(path)
+        except (InvalidName, FileNotFoundError, NotADirectoryError):
+            self.forget(name)
+            raise no_queue() from None
+        if not stat.S_ISDIR(info.st_mode):
+            raise no_queue()  # a symlink or a file under a queue's name is not a queue
+        try:
+            settings = _queue_attrs.settings_stamp(path, SETTINGS)
         except OSError:
-            stamp = None
+            settings = None  # RACE: deleted meanwhile; root.get below says so
+        stamp = (info.st_dev, info.st_ino, settings)
         with self._lock:
             cached = self._handles.get(name)
-        if cached is not None and cached[1] == stamp and name in self.root:
+        if cached is not None and cached[1] == stamp:
             return cached[0]
         try:
             queue = self.root.get(name)
