@@ -565,8 +565,11 @@ def test_create_queue_again_with_the_same_redrive_policy(sqs: Any) -> None:
 def test_a_queue_made_again_by_the_library_is_served_fresh(sqs: Any, root: vsqs.QueueRoot) -> None:
     """The server's cached handle of a queue deleted and made again elsewhere is not
     used: messages go to the new directory."""
-    url = sqs.create_queue(QueueName="q")["QueueUrl"]
-    sqs.send_message(QueueUrl=url, MessageBody="old")
+    root.create("q")  # no stored settings: nothing changes in .vsqs/settings.json
+    url = sqs.get_queue_url(QueueName="q")["QueueUrl"]
+    sqs.send_message(QueueUrl=url, MessageBody="old", MessageAttributes={
+        "k": {"DataType": "String", "StringValue": "v"}
+    })  # fmt: skip
     root.delete("q")
     vsqs.Queue(root.path + "/q").close()  # made again, without settings
     sqs.send_message(QueueUrl=url, MessageBody="new", MessageAttributes={
