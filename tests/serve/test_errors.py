@@ -342,3 +342,20 @@ def test_full_and_shut_down_queues(server: Server, root: vsqs.QueueRoot) -> None
     )
     assert status == 200 and "Messages" not in answer
     assert time.monotonic() - began < 5
+
+
+def test_deep_or_huge_input_is_refused_cheaply(server: Server) -> None:
+    json_headers = {
+        "Content-Type": "application/x-amz-json-1.0",
+        "X-Amz-Target": "AmazonSQS.ListQueues",
+    }
+    form = {"Content-Type": "application/x-www-form-urlencoded"}
+    for body, headers, code in [
+        (b"[" * 100_000, json_headers, "SerializationException"),
+        (b"Action=ListQueues&" + b"a." * 50_000 + b"b=1", form, "MalformedQueryString"),
+        (b"Action=ListQueues" + b"&a=1" * 20_000, form, "MalformedQueryString"),
+    ]:
+        status, answer_headers, answer = request(server.url, "POST", "/", body, headers)
+        assert status == 400, answer[:200]
+        assert answer_headers["x-amzn-query-error"].startswith(code)
+    _alive(server)
