@@ -230,3 +230,15 @@ def test_attribute_limits_with_a_deduplication_id(sqs: Any) -> None:
             MessageAttributes=ten,
         )  # fmt: skip
     assert _code(caught) == "InvalidParameterValue"
+
+
+def test_the_library_deduplicates_against_the_api_with_the_documented_id(
+    sqs: Any, root: vsqs.QueueRoot
+) -> None:
+    url = _fifo(sqs)
+    first = root.get("jobs.fifo").publish(b"from the library", group="g", dedup_id="g\nd1")
+    sent = sqs.send_message(
+        QueueUrl=url, MessageBody="from the API", MessageGroupId="g", MessageDeduplicationId="d1"
+    )
+    assert sent["MessageId"] == first
+    assert root.get("jobs.fifo").counts().ready == 1

@@ -4,8 +4,15 @@ A ``SendMessage`` is one atomic :meth:`vsqs.Queue.publish` (durable before the a
 if the queue is); a ``SendMessageBatch`` publishes each run of consecutive entries that
 share their options (delay, group, attributes) with one :meth:`~vsqs.Queue.publish_batch`
 (one flush for the run), so a batch keeps its order. Entries that fail their checks are
-answered in ``Failed`` and the others are sent. On a FIFO queue, deduplication is per
-message group (see :mod:`vsqs.serve._queue_attrs`).
+answered in ``Failed`` and the others are sent.
+
+**FIFO queues.** ``MessageGroupId`` is vsqs's ``group``; the vsqs ``dedup_id`` is the
+group, a newline, and the ``MessageDeduplicationId`` (or, with content-based
+deduplication, the SHA-256 of the body in hex). vsqs keeps a dedup id unique within a
+partition, and a group's messages all go to one partition: so deduplication is exactly
+per message group, SQS's ``DeduplicationScope=messageGroup``, whatever the queue's
+``DeduplicationScope`` says. A library publisher that wants its messages deduplicated
+against the API's uses the same ``dedup_id`` (``f"{group}\\n{id}"``).
 """
 
 from __future__ import annotations
