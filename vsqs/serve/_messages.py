@@ -152,7 +152,9 @@ def _outgoing_message(
     attributes = _system_attributes(service, caller, queue, message, system) if system else {}
     if attributes:
         result["Attributes"] = attributes
-    chosen: dict[str, Attribute] = _attributes.select(_attributes.decode(message.attributes), names)
+    chosen: dict[str, Attribute] = (
+        _attributes.select(_attributes.decode(message.attributes), names) if names else {}
+    )
     if chosen:
         result["MD5OfMessageAttributes"] = _attributes.md5_of_attributes(chosen)
         result["MessageAttributes"] = {
