@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 
 import vsqs
-from vsqs.serve import Server
+from vsqs.serve import Server, make_server
 
 from .conftest import Start, client
 from .http import request
@@ -230,3 +230,13 @@ def test_idle_and_stalled_connections_are_closed(
                 pass  # whatever is said before the close
             assert time.monotonic() - began < 3
     assert request(server.url, "GET", "/?Action=ListQueues")[0] == 200
+
+
+def test_shutdown_without_serving_and_twice(tmp_path: Path) -> None:
+    server = make_server(tmp_path, port=0, quiet=True)
+    stopper = threading.Thread(target=server.shutdown)
+    stopper.start()
+    stopper.join(5)
+    assert not stopper.is_alive()  # it did not wait for a serve_forever that never ran
+    server.serve_forever()  # returns at once after a shutdown
+    server.shutdown()

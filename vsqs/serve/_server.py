@@ -102,6 +102,7 @@ class Server(ThreadingHTTPServer):
         self._idle = threading.Condition()
         self._connections: set[socket.socket] = set()
         self._closed = False
+        self._serving = False
         super().__init__(address, _Handler)
 
     @property
@@ -131,15 +132,23 @@ class Server(ThreadingHTTPServer):
                 self._connections.discard(connection)
 
     def serve_forever(self, poll_interval: float = 0.05) -> None:
-        """Serve until :meth:`shutdown` (which it notices within *poll_interval*)."""
+        """Serve until :meth:`shutdown` (which it notices within *poll_interval*); at once
+        after one."""
+        with self._idle:
+            if self.service.stopping.is_set():
+                return
+            self._serving = True
         super().serve_forever(poll_interval)
 
     def shutdown(self) -> None:
         """Stop serving, gracefully: long polls end at once (empty), requests in flight
         finish (up to 30 s), idle keep-alive connections are closed. Safe to call from
         any thread but the one in ``serve_forever``; idempotent."""
-        self.service.stopping.set()
-        super().shutdown()
+        with self._idle:
+            self.service.stopping.set()
+            serving = self._serving
+        if serving:  # the standard library's shutdown waits for serve_forever to end
+            super().shutdown()
         deadline = time.monotonic() + _DRAIN
         with self._idle:
             while self._busy and time.monotonic() < deadline:
