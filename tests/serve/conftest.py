@@ -15,7 +15,7 @@ import vsqs
 from vsqs.serve import Credentials, Server, make_server
 
 
-def client(url: str, access_key: str = "AKIATEST", secret_key: str = "secret") -> Any:
+def client(url: str, access_key: str = "AKIATEST", secret_key: str = "secret") -> Any:  # noqa: S107 - a test key
     """A boto3 SQS client (the JSON protocol) on *url*, no retries."""
     return boto3.client(
         "sqs",

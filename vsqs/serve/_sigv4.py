@@ -105,7 +105,6 @@ def verify(  # noqa: PLR0912, PLR0917 - one check per rule; the parts of one req
     if authorization is not None:
         scope, signed, signature = _parse_authorization(authorization)
         stamp = headers.get("x-amz-date", "")
-        presigned = False
     elif "X-Amz-Signature" in query:
         if query.get("X-Amz-Algorithm") != _ALGORITHM:
             raise _incomplete(f"X-Amz-Algorithm must be {_ALGORITHM}")
@@ -113,7 +112,6 @@ def verify(  # noqa: PLR0912, PLR0917 - one check per rule; the parts of one req
         signed = query.get("X-Amz-SignedHeaders", "")
         signature = query["X-Amz-Signature"]
         stamp = query.get("X-Amz-Date", "")
-        presigned = True
     else:
         raise SqsError(
             "MissingAuthenticationToken", "Request is missing Authentication Token (unsigned)."
@@ -148,9 +146,9 @@ def verify(  # noqa: PLR0912, PLR0917 - one check per rule; the parts of one req
     if missing:
         raise _incomplete(f"signed header(s) {', '.join(missing)} absent")
     canonical_headers = "".join(f"{name}:{' '.join(headers[name].split())}\n" for name in names)
-    payload = "UNSIGNED-PAYLOAD" if presigned else hashlib.sha256(body).hexdigest()
+    payload = hashlib.sha256(body).hexdigest()  # presigned too (only S3 leaves it out)
     declared = headers.get("x-amz-content-sha256")
-    if declared is not None and declared != payload and not presigned:
+    if declared is not None and declared != payload:
         raise SqsError("SignatureDoesNotMatch", "The body does not match x-amz-content-sha256.")
     canonical = "\n".join(
         [
