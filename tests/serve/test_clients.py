@@ -87,7 +87,8 @@ def test_boto3_on_the_query_protocol(tmp_path: Path) -> None:
     root = tmp_path / "root"
     root.mkdir()
     with served(root) as server:
-        done = _run([python, str(HERE / "query_client.py"), server.url, "p"], tmp_path)
+        # -I: not this directory on sys.path (its http.py would shadow the standard one)
+        done = _run([python, "-I", str(HERE / "query_client.py"), server.url, "p"], tmp_path)
     out = json.loads(done.stdout)
     assert (out["protocol"], out["botocore"]) == ("query", "1.34.50")
     url = f"{server.url}/{ACCOUNT}/p-query"
