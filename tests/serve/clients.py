@@ -34,8 +34,6 @@ REGION: Final = "us-east-1"
 # Any key signs: on 127.0.0.1 without --credentials the server checks no signature.
 ACCESS_KEY: Final = "AKIDEXAMPLE"
 SECRET: Final = "dummy"  # noqa: S105 (not a secret: see above)
-
-
 SERVE: Final = (sys.executable, "-m", "vsqs", "serve")
 
 
