@@ -8,6 +8,7 @@ import hashlib
 import json
 import threading
 import time
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -15,6 +16,8 @@ from botocore.exceptions import ClientError
 
 import vsqs
 from vsqs.serve import Server
+
+from .conftest import client
 
 ARN = "arn:aws:sqs:us-east-1:000000000000:"
 
@@ -577,3 +580,35 @@ def test_a_queue_made_again_by_the_library_is_served_fresh(sqs: Any, root: vsqs.
     })  # fmt: skip
     got = root.get("q").receive(timeout=0)
     assert got is not None and got.body == b"new" and got.attributes["k"] == "String:v"
+
+
+def test_a_handle_stays_valid_through_any_server_after_an_extension(
+    start: Any, tmp_path: Path
+) -> None:
+    """As in SQS, ChangeMessageVisibility leaves the receipt handle valid: here through
+    another server (or this one after a restart), which extended the lease."""
+    first, second = start(tmp_path / "shared"), start(tmp_path / "shared")
+    a, b = client(first.url), client(second.url)
+    url = a.create_queue(QueueName="q")["QueueUrl"]
+    queue = vsqs.QueueRoot(tmp_path / "shared").get("q")
+    for body in ("delete me", "extend me twice"):
+        a.send_message(QueueUrl=url, MessageBody=body)
+        handle = a.receive_message(QueueUrl=url)["Messages"][0]["ReceiptHandle"]
+        b.change_message_visibility(QueueUrl=url, ReceiptHandle=handle, VisibilityTimeout=300)
+        b.change_message_visibility(QueueUrl=url, ReceiptHandle=handle, VisibilityTimeout=400)
+        a.change_message_visibility(QueueUrl=url, ReceiptHandle=handle, VisibilityTimeout=500)
+        assert queue.counts().held == 1
+        a.delete_message(QueueUrl=url, ReceiptHandle=handle)
+        assert queue.counts().total == 0
+    # A lease that ended (released) is not followed: its old handle deletes nothing.
+    a.send_message(QueueUrl=url, MessageBody="released")
+    handle = a.receive_message(QueueUrl=url)["Messages"][0]["ReceiptHandle"]
+    b.change_message_visibility(QueueUrl=url, ReceiptHandle=handle, VisibilityTimeout=0)
+    again = b.receive_message(QueueUrl=url)["Messages"][0]
+    a.delete_message(QueueUrl=url, ReceiptHandle=handle)
+    assert queue.counts().held == 1  # the second receive's lease is untouched
+    with pytest.raises(ClientError) as caught:
+        a.change_message_visibility(QueueUrl=url, ReceiptHandle=handle, VisibilityTimeout=5)
+    assert _code(caught) == "AWS.SimpleQueueService.MessageNotInflight"
+    b.delete_message(QueueUrl=url, ReceiptHandle=again["ReceiptHandle"])
+    assert queue.counts().total == 0

@@ -7,10 +7,11 @@ receiver whichever server it asks; ``DeleteMessage`` unlinks exactly the held fi
 ``ChangeMessageVisibility`` is one rename of it.
 
 **Receipt handles** are the vsqs receipts (``id.expiry``); on a partitioned (FIFO)
-queue, ``p<index>-`` then the receipt, naming the partition. A handle extended by
-``ChangeMessageVisibility`` keeps working on the server that extended it (the queue
-handle remembers the receipts it replaced); through another server, only the handle
-of the latest receive does, as in vsqs.
+queue, ``p<index>-`` then the receipt, naming the partition. As in SQS, a handle stays
+valid when ``ChangeMessageVisibility`` extends its message, through any server: the
+server that extended it remembers the receipts it replaced, and any other follows
+vsqs's diagnosis of the lost receipt (:class:`~vsqs.LeaseLost` ``superseded``, with the
+current receipt) to the lease's current name.
 
 **System attributes.** ``SentTimestamp`` is the vsqs id's time;
 ``ApproximateReceiveCount`` vsqs's receive count; ``ApproximateFirstReceiveTimestamp``
@@ -63,6 +64,8 @@ __all__ = ["ACTIONS"]
 
 MAX_WAIT: Final = 20
 _SLICE: Final = 0.5  # a long poll re-checks the server's shutdown this often
+_FOLLOW: Final = 3  # newer receipts of one lease followed before giving up
+_PROBE: Final = 1.0  # seconds of an extension that cannot happen (see _superseded)
 _HANDLE: Final = re.compile(r"(?:p([0-9]{1,4})-)?([0-9]{1,40}\.[0-9]{1,40})")
 _SYSTEM: Final = (
     "SenderId", "SentTimestamp", "ApproximateReceiveCount", "ApproximateFirstReceiveTimestamp",
@@ -239,14 +242,41 @@ def _target(queue: Queue, handle: object) -> tuple[Queue, str]:
     return partitions[index], match.group(2)
 
 
+def _invalid_handle(handle: object) -> SqsError:
+    return SqsError("ReceiptHandleIsInvalid", f'The input receipt handle "{handle}" is not valid.')
+
+
+def _superseded(target: Queue, receipt: str) -> str | None:
+    """The receipt a lease lives on under, if *receipt* (which names no file now) was
+    extended through another handle: another server, or this one before a restart.
+
+    In SQS a receipt handle stays valid when ChangeMessageVisibility extends its
+    message; in vsqs the extension renames the held file. vsqs's diagnosis of a lost
+    lease tells an extension (the lease lives on, under :attr:`~vsqs.LeaseLost.current`)
+    from a return to the queue. It is asked for by an extension that cannot succeed (the
+    name is gone, and no rename ever makes a name again), so the probe changes nothing.
+    """
+    try:
+        moved = target.change_visibility(receipt, _PROBE)
+    except LeaseLost as lost:
+        return lost.current if lost.reason == "superseded" and lost.current else None
+    return moved.receipt  # RACE: unreachable unless the name came back; then it is ours
+
+
 def _delete(queue: Queue, handle: object) -> None:
     target, receipt = _target(queue, handle)
     try:
-        target.delete(receipt)
+        for _ in range(_FOLLOW):
+            if target.delete(receipt):
+                return
+            # Deleting a receipt whose lease has ended is no error (as in SQS); one whose
+            # lease lives on under a newer receipt deletes the message.
+            current = _superseded(target, receipt)
+            if current is None:
+                return
+            receipt = current  # RACE: extended again meanwhile: follow it, a few times
     except InvalidId:
-        raise SqsError(
-            "ReceiptHandleIsInvalid", f'The input receipt handle "{handle}" is not valid.'
-        ) from None
+        raise _invalid_handle(handle) from None
 
 
 def _change(queue: Queue, handle: object, seconds: object) -> None:
@@ -255,18 +285,21 @@ def _change(queue: Queue, handle: object, seconds: object) -> None:
     if isinstance(seconds, bool) or not isinstance(seconds, int) or not 0 <= seconds <= 43200:
         raise invalid("VisibilityTimeout", seconds, "must be an integer from 0 to 43200.")
     target, receipt = _target(queue, handle)
-    try:
-        target.change_visibility(receipt, seconds)
-    except InvalidId:
-        raise SqsError(
-            "ReceiptHandleIsInvalid", f'The input receipt handle "{handle}" is not valid.'
-        ) from None
-    except LeaseLost as exc:
-        raise SqsError(
-            "MessageNotInflight",
-            f"Message does not exist or is not available for visibility timeout change "
-            f"({exc.reason}).",
-        ) from None
+    for attempt in range(_FOLLOW):
+        try:
+            target.change_visibility(receipt, seconds)
+        except InvalidId:
+            raise _invalid_handle(handle) from None
+        except LeaseLost as exc:
+            if exc.reason == "superseded" and exc.current and attempt + 1 < _FOLLOW:
+                receipt = exc.current  # extended through another server: the lease lives on
+                continue
+            raise SqsError(
+                "MessageNotInflight",
+                f"Message does not exist or is not available for visibility timeout change "
+                f"({exc.reason or 'gone'}).",
+            ) from None
+        return
 
 
 def delete_message(
