@@ -615,3 +615,39 @@ def test_a_handle_stays_valid_through_any_server_after_an_extension(
     assert _code(caught) == "AWS.SimpleQueueService.MessageNotInflight"
     b.delete_message(QueueUrl=url, ReceiptHandle=again["ReceiptHandle"])
     assert queue.counts().total == 0
+
+
+def test_a_move_task_whose_server_stopped_shows_failed(start: Any, tmp_path: Path) -> None:
+    server = start(tmp_path / "r")
+    sqs = client(server.url)
+    dlq = sqs.create_queue(QueueName="dlq")["QueueUrl"]
+    policy = json.dumps({"deadLetterTargetArn": ARN + "dlq", "maxReceiveCount": 1})
+    sqs.create_queue(QueueName="src", Attributes={"RedrivePolicy": policy})
+    root = vsqs.QueueRoot(tmp_path / "r")
+    root.get("dlq").publish_batch([b"m"] * 5)
+    sqs.start_message_move_task(
+        SourceArn=ARN + "dlq", DestinationArn=ARN + "src", MaxNumberOfMessagesPerSecond=1
+    )
+    server.shutdown()  # the task's thread stops with its server
+    other = client(start(tmp_path / "r").url)
+    deadline = time.monotonic() + 10
+    while True:
+        (task,) = other.list_message_move_tasks(SourceArn=ARN + "dlq")["Results"]
+        if task["Status"] != "RUNNING" or time.monotonic() > deadline:
+            break
+        time.sleep(0.05)
+    assert task["Status"] == "FAILED"
+    assert task["FailureReason"] == "the server stopped"
+    assert root.get("src").counts().ready < 5 and dlq
+    # A task whose server died without a word is shown FAILED after a minute of silence.
+    from vsqs.serve import _sidecar
+
+    def stale(record: dict[str, Any]) -> None:
+        record["tasks"][-1].update(status="RUNNING", beat=time.time() - 120)
+        record["tasks"][-1].pop("reason", None)
+
+    _sidecar.update(root.get("dlq").path, stale)
+    (task,) = other.list_message_move_tasks(SourceArn=ARN + "dlq")["Results"]
+    assert task["Status"] == "FAILED" and "stopped" in task["FailureReason"]
+    with pytest.raises(ClientError):
+        other.cancel_message_move_task(TaskHandle="e30=")  # {} : not a task of ours
