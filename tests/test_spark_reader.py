@@ -232,7 +232,7 @@ def test_an_executor_reads_only_names_of_the_grammar(queue: vsqs.Queue) -> None:
     queue.delete(held)
     for foreign in (f"{held.id}.orig", f"0{held.id}", f"0{held.id}.1"):
         Path(queue.path, foreign).write_bytes(b"not the message")
-    plan: list[Planned] = [(held.id, held.receipt, {}, 1, held.sent_at)]
+    plan: list[Planned] = [(held.id, held.receipt, {}, 1, held.sent_at, "")]
     with pytest.raises(MessageGone):
         list(read_planned(queue.path, plan))
 
