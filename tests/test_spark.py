@@ -729,7 +729,7 @@ def test_batch_read_and_consume_give_one_input_partition_per_queue_partition(
     df = spark.read.format("vsqs").load(queue.path)
     assert df.rdd.getNumPartitions() == 4
     assert _by_input_partition(df) == expected
-    assert df.count() == 120 and queue.counts().ready == 120  # browsing claims nothing
+    assert queue.counts().ready == 120  # browsing claims nothing
 
     with vsqs.spark.consume(spark, queue.path) as consumed:
         assert consumed.rdd.getNumPartitions() == 4
@@ -772,7 +772,7 @@ def test_stream_over_a_partitioned_queue_delivers_every_message_once(
     source = _partitioned(tmp_path / "in", groups=8, each=15)
     query = (
         spark.readStream.format("vsqs")
-        .option("maxMessagesPerBatch", "50")
+        .option("maxMessagesPerBatch", "80")
         .load(source.path)
         .select("body", "attributes")
         .writeStream.format("vsqs")
@@ -784,7 +784,7 @@ def test_stream_over_a_partitioned_queue_delivers_every_message_once(
     out = [m.body.decode() for m in vsqs.Queue(tmp_path / "out").browse()]
     assert sorted(out) == sorted(f"g{g}:{s:03d}" for g in range(8) for s in range(15))
     assert source.counts().total == 0
-    assert [p["numInputRows"] for p in query.recentProgress if p["numInputRows"]] == [50, 50, 20]
+    assert [p["numInputRows"] for p in query.recentProgress if p["numInputRows"]] == [80, 40]
 
 
 def test_stream_reader_plans_replays_and_settles_per_partition(tmp_path: Path) -> None:
