@@ -51,6 +51,14 @@ The data source
   served again with the same messages when Spark re-runs a logged batch.
 * ``df.writeStream.format("vsqs")``: each micro-batch is published by its tasks, with ids
   (query id, batch id, partition, index), so a replayed batch publishes nothing new.
+
+Partitioned queues
+------------------
+Reads plan one input partition per queue partition (``queue.partition_queues``); each
+planned message carries the name of its partition's directory
+(:data:`~vsqs.spark._options.Planned`), so a task reads one directory and a restarted
+stream takes its recorded leases over where they are. Writes take a group column
+(``group_column``, the format's ``groupColumn``): each row's ``publish(group=...)``.
 """
 
 from __future__ import annotations
