@@ -8,6 +8,7 @@ import hashlib
 import json
 import threading
 import time
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -15,6 +16,8 @@ from botocore.exceptions import ClientError
 
 import vsqs
 from vsqs.serve import Server
+
+from .conftest import client
 
 ARN = "arn:aws:sqs:us-east-1:000000000000:"
 
@@ -125,7 +128,8 @@ def test_set_queue_attributes(sqs: Any, root: vsqs.QueueRoot) -> None:
     sqs.send_message(QueueUrl=url, MessageBody="m")
     before = time.time()
     handle = sqs.receive_message(QueueUrl=url)["Messages"][0]["ReceiptHandle"]
-    assert int(handle.rsplit(".", 1)[1]) / 1e6 - before < 10  # the receipt: id.expiry (µs)
+    receipt = handle.split("~")[0]  # the vsqs receipt: id.expiry (µs), then ~count
+    assert int(receipt.rsplit(".", 1)[1]) / 1e6 - before < 10
     sqs.set_queue_attributes(QueueUrl=url, Attributes={"RedrivePolicy": ""})
     assert "dead_letter" not in root.get("q").settings()
     for bad, code in [
@@ -577,3 +581,73 @@ def test_a_queue_made_again_by_the_library_is_served_fresh(sqs: Any, root: vsqs.
     })  # fmt: skip
     got = root.get("q").receive(timeout=0)
     assert got is not None and got.body == b"new" and got.attributes["k"] == "String:v"
+
+
+def test_a_handle_stays_valid_through_any_server_after_an_extension(
+    start: Any, tmp_path: Path
+) -> None:
+    """As in SQS, ChangeMessageVisibility leaves the receipt handle valid: here through
+    another server (or this one after a restart), which extended the lease."""
+    first, second = start(tmp_path / "shared"), start(tmp_path / "shared")
+    a, b = client(first.url), client(second.url)
+    url = a.create_queue(QueueName="q")["QueueUrl"]
+    queue = vsqs.QueueRoot(tmp_path / "shared").get("q")
+    for body in ("delete me", "extend me twice"):
+        a.send_message(QueueUrl=url, MessageBody=body)
+        handle = a.receive_message(QueueUrl=url)["Messages"][0]["ReceiptHandle"]
+        b.change_message_visibility(QueueUrl=url, ReceiptHandle=handle, VisibilityTimeout=300)
+        b.change_message_visibility(QueueUrl=url, ReceiptHandle=handle, VisibilityTimeout=400)
+        a.change_message_visibility(QueueUrl=url, ReceiptHandle=handle, VisibilityTimeout=500)
+        assert queue.counts().held == 1
+        a.delete_message(QueueUrl=url, ReceiptHandle=handle)
+        assert queue.counts().total == 0
+    # A lease that ended (extended far, then released) is not followed: its old handle
+    # deletes nothing and changes nothing of the next delivery.
+    a.send_message(QueueUrl=url, MessageBody="released")
+    handle = a.receive_message(QueueUrl=url)["Messages"][0]["ReceiptHandle"]
+    b.change_message_visibility(QueueUrl=url, ReceiptHandle=handle, VisibilityTimeout=900)
+    b.change_message_visibility(QueueUrl=url, ReceiptHandle=handle, VisibilityTimeout=0)
+    again = b.receive_message(QueueUrl=url)["Messages"][0]
+    a.delete_message(QueueUrl=url, ReceiptHandle=handle)
+    assert queue.counts().held == 1  # the second receive's lease is untouched
+    with pytest.raises(ClientError) as caught:
+        a.change_message_visibility(QueueUrl=url, ReceiptHandle=handle, VisibilityTimeout=5)
+    assert _code(caught) == "AWS.SimpleQueueService.MessageNotInflight"
+    b.delete_message(QueueUrl=url, ReceiptHandle=again["ReceiptHandle"])
+    assert queue.counts().total == 0
+
+
+def test_a_move_task_whose_server_stopped_shows_failed(start: Any, tmp_path: Path) -> None:
+    server = start(tmp_path / "r")
+    sqs = client(server.url)
+    dlq = sqs.create_queue(QueueName="dlq")["QueueUrl"]
+    policy = json.dumps({"deadLetterTargetArn": ARN + "dlq", "maxReceiveCount": 1})
+    sqs.create_queue(QueueName="src", Attributes={"RedrivePolicy": policy})
+    root = vsqs.QueueRoot(tmp_path / "r")
+    root.get("dlq").publish_batch([b"m"] * 5)
+    sqs.start_message_move_task(
+        SourceArn=ARN + "dlq", DestinationArn=ARN + "src", MaxNumberOfMessagesPerSecond=1
+    )
+    server.shutdown()  # the task's thread stops with its server
+    other = client(start(tmp_path / "r").url)
+    deadline = time.monotonic() + 10
+    while True:
+        (task,) = other.list_message_move_tasks(SourceArn=ARN + "dlq")["Results"]
+        if task["Status"] != "RUNNING" or time.monotonic() > deadline:
+            break
+        time.sleep(0.05)
+    assert task["Status"] == "FAILED"
+    assert task["FailureReason"] == "the server stopped"
+    assert root.get("src").counts().ready < 5 and dlq
+    # A task whose server died without a word is shown FAILED after a minute of silence.
+    from vsqs.serve import _sidecar
+
+    def stale(record: dict[str, Any]) -> None:
+        record["tasks"][-1].update(status="RUNNING", beat=time.time() - 120)
+        record["tasks"][-1].pop("reason", None)
+
+    _sidecar.update(root.get("dlq").path, stale)
+    (task,) = other.list_message_move_tasks(SourceArn=ARN + "dlq")["Results"]
+    assert task["Status"] == "FAILED" and "stopped" in task["FailureReason"]
+    with pytest.raises(ClientError):
+        other.cancel_message_move_task(TaskHandle="e30=")  # {} : not a task of ours

@@ -90,3 +90,18 @@ def test_a_file_that_is_not_json_is_refused(tmp_path: Path) -> None:
 def test_a_missing_file_raises_the_os_error(tmp_path: Path) -> None:
     with pytest.raises(FileNotFoundError):
         load_credentials(tmp_path / "nope.json")
+
+
+def test_the_server_errors_pickle() -> None:
+    from vsqs.serve import SqsError, UnsafeAddress
+
+    error = SqsError("MalformedRequest", "bad line", status=414, sender=True)
+    again = pickle.loads(pickle.dumps(error))  # noqa: S301 - our own bytes
+    assert (again.code, again.text, again.status, again.sender, again.query_code) == (
+        "MalformedRequest", "bad line", 414, True, "MalformedRequest",
+    )  # fmt: skip
+    assert isinstance(again, ValueError)
+    gone = pickle.loads(pickle.dumps(SqsError("QueueDoesNotExist", "no")))  # noqa: S301
+    assert (gone.status, gone.query_code) == (400, "AWS.SimpleQueueService.NonExistentQueue")
+    unsafe = pickle.loads(pickle.dumps(UnsafeAddress("0.0.0.0")))  # noqa: S301, S104
+    assert unsafe.host == "0.0.0.0" and isinstance(unsafe, PermissionError)  # noqa: S104

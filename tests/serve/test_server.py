@@ -240,3 +240,45 @@ def test_shutdown_without_serving_and_twice(tmp_path: Path) -> None:
     assert not stopper.is_alive()  # it did not wait for a serve_forever that never ran
     server.serve_forever()  # returns at once after a shutdown
     server.shutdown()
+
+
+def test_concurrent_clients_get_each_message_exactly_once(server: Server) -> None:
+    """Senders and receivers in threads, one server (its queue handle shared by every
+    request thread): each message is received and deleted exactly once."""
+    url = client(server.url).create_queue(QueueName="busy")["QueueUrl"]
+    senders, per_sender = 4, 40
+    received: list[str] = []
+    lock = threading.Lock()
+    done = threading.Event()
+
+    def send(who: int) -> None:
+        sqs = client(server.url)
+        for start_at in range(0, per_sender, 10):
+            entries = [{"Id": str(i), "MessageBody": f"{who}-{start_at + i}"} for i in range(10)]
+            assert not sqs.send_message_batch(QueueUrl=url, Entries=entries).get("Failed")
+
+    def receive() -> None:
+        sqs = client(server.url)
+        while not done.is_set():
+            got = sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=10, WaitTimeSeconds=1)
+            messages = got.get("Messages", [])
+            if not messages:
+                continue
+            with lock:
+                received.extend(m["Body"] for m in messages)
+            entries = [
+                {"Id": str(i), "ReceiptHandle": m["ReceiptHandle"]} for i, m in enumerate(messages)
+            ]
+            assert not sqs.delete_message_batch(QueueUrl=url, Entries=entries).get("Failed")
+
+    threads = [threading.Thread(target=send, args=(i,)) for i in range(senders)]
+    threads += [threading.Thread(target=receive) for _ in range(4)]
+    for thread in threads:
+        thread.start()
+    deadline = time.monotonic() + 60
+    while len(received) < senders * per_sender and time.monotonic() < deadline:
+        time.sleep(0.05)
+    done.set()
+    for thread in threads:
+        thread.join(30)
+    assert sorted(received) == sorted(f"{w}-{i}" for w in range(senders) for i in range(per_sender))

@@ -29,8 +29,6 @@ Only the standard library is used.
   is the credentials file's business).
 * No 60-second wait before a deleted queue's name is free again, no 60-second limit
   between two purges.
-* A receipt handle extended by ``ChangeMessageVisibility`` keeps working through the
-  server that extended it; through another, only the handle of the latest receive does.
 * ``SenderId`` is the key that signed the *receive* (senders are not recorded);
   ``ApproximateFirstReceiveTimestamp`` of a message received more than once is its
   last counted receive.

@@ -122,7 +122,6 @@ def answer(  # noqa: PLR0917 - the parts of one request, as a front end has them
     except Exception:  # noqa: BLE001 - the one place a failure becomes an answer
         log(traceback.format_exc().rstrip())
         failure = SqsError("InternalFailure", "The request failed on the server.", sender=False)
-        failure.status = 500
         return error_answer(failure, json_protocol=json_protocol, action=action)
     headers_out = {"Content-Type": content_type, "x-amzn-RequestId": request_id}
     return Answer(200, headers_out, payload, action)

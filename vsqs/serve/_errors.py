@@ -14,7 +14,7 @@ from typing import Any, Final
 
 from .._errors import VsqsError
 
-__all__ = ["QUERY_CODES", "SqsError"]
+__all__ = ["QUERY_CODES", "SqsError", "invalid", "missing", "no_queue"]
 
 # The JSON name of an error -> (its query-protocol code, HTTP status). Errors absent
 # here (InvalidParameterValue, MissingParameter...) have the same name in both.
@@ -42,6 +42,7 @@ QUERY_CODES: Final[dict[str, tuple[str, int]]] = {
     "InvalidAction": ("InvalidAction", 400),
     "NotFound": ("NotFound", 404),
     "RequestEntityTooLarge": ("RequestEntityTooLarge", 413),
+    "InternalFailure": ("InternalFailure", 500),
 }
 
 
@@ -52,15 +53,23 @@ class SqsError(VsqsError, ValueError):
     ``sender`` is false for the server's own faults (never sent on purpose).
     """
 
-    def __init__(self, code: str, message: str, *, sender: bool = True) -> None:
+    def __init__(
+        self, code: str, message: str, *, sender: bool = True, status: int | None = None
+    ) -> None:
         self.code = code
-        self.query_code, self.status = QUERY_CODES.get(code, (code, 400))
+        self.query_code, default_status = QUERY_CODES.get(code, (code, 400))
+        self.status = default_status if status is None else status
         self.text = message
         self.sender = sender
         super().__init__(f"{code}: {message}")
 
     def _pickle_args(self) -> dict[str, Any]:
-        return {"code": self.code, "message": self.text, "sender": self.sender}
+        return {
+            "code": self.code,
+            "message": self.text,
+            "sender": self.sender,
+            "status": self.status,
+        }
 
 
 def missing(name: str) -> SqsError:

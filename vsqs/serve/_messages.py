@@ -6,11 +6,12 @@ Each maps onto one :class:`vsqs.Queue` operation and keeps its guarantee: a
 receiver whichever server it asks; ``DeleteMessage`` unlinks exactly the held file;
 ``ChangeMessageVisibility`` is one rename of it.
 
-**Receipt handles** are the vsqs receipts (``id.expiry``); on a partitioned (FIFO)
-queue, ``p<index>-`` then the receipt, naming the partition. A handle extended by
-``ChangeMessageVisibility`` keeps working on the server that extended it (the queue
-handle remembers the receipts it replaced); through another server, only the handle
-of the latest receive does, as in vsqs.
+**Receipt handles** are the vsqs receipt (``id.expiry``), ``~`` and the receive count
+of that delivery; on a partitioned (FIFO) queue, ``p<index>-`` first, naming the
+partition. As in SQS, a handle stays valid when ``ChangeMessageVisibility`` extends its
+message, through any server: the server that extended it remembers the receipts it
+replaced, and any other follows the lease to its current name (see
+:func:`_superseded`), never to a later delivery of the message.
 
 **System attributes.** ``SentTimestamp`` is the vsqs id's time;
 ``ApproximateReceiveCount`` vsqs's receive count; ``ApproximateFirstReceiveTimestamp``
@@ -63,7 +64,9 @@ __all__ = ["ACTIONS"]
 
 MAX_WAIT: Final = 20
 _SLICE: Final = 0.5  # a long poll re-checks the server's shutdown this often
-_HANDLE: Final = re.compile(r"(?:p([0-9]{1,4})-)?([0-9]{1,40}\.[0-9]{1,40})")
+_FOLLOW: Final = 3  # newer receipts of one lease followed before giving up
+_PROBE: Final = 1.0  # seconds of an extension that cannot happen (see _superseded)
+_HANDLE: Final = re.compile(r"(?:p([0-9]{1,4})-)?([0-9]{1,40}\.[0-9]{1,40})(?:~([1-9][0-9]{0,9}))?")
 _SYSTEM: Final = (
     "SenderId", "SentTimestamp", "ApproximateReceiveCount", "ApproximateFirstReceiveTimestamp",
     "SequenceNumber", "MessageDeduplicationId", "MessageGroupId", "AWSTraceHeader",
@@ -82,13 +85,12 @@ def _names(params: dict[str, Any], key: str) -> list[str]:
 
 
 def _handle(queue: Queue, message: Message) -> str:
+    """``[p<partition>-]<receipt>~<receive count>`` (see the module's docstring)."""
     partitions = queue.partition_queues
-    if len(partitions) == 1:
-        return message.receipt
     for index, partition in enumerate(partitions):
-        if partition.path == message.queue:
-            return f"p{index}-{message.receipt}"
-    return message.receipt
+        if len(partitions) > 1 and partition.path == message.queue:
+            return f"p{index}-{message.receipt}~{message.receive_count}"
+    return f"{message.receipt}~{message.receive_count}"
 
 
 def _system_attributes(  # noqa: PLR0912 - one branch per system attribute
@@ -223,30 +225,66 @@ def _receive(
 # -- deleting and changing visibility ---------------------------------------------------
 
 
-def _target(queue: Queue, handle: object) -> tuple[Queue, str]:
-    """The (partition) queue and vsqs receipt of a receipt handle."""
+def _target(queue: Queue, handle: object) -> tuple[Queue, str, int | None]:
+    """The (partition) queue, vsqs receipt and receive count of a receipt handle."""
     match = _HANDLE.fullmatch(handle) if isinstance(handle, str) else None
-    if match is None:
-        raise SqsError(
-            "ReceiptHandleIsInvalid", f'The input receipt handle "{handle}" is not valid.'
-        )
     partitions = queue.partition_queues
-    index = int(match.group(1) or 0)
-    if (match.group(1) is None) != (len(partitions) == 1) or index >= len(partitions):
-        raise SqsError(
-            "ReceiptHandleIsInvalid", f'The input receipt handle "{handle}" is not valid.'
-        )
-    return partitions[index], match.group(2)
+    index = int(match.group(1) or 0) if match else 0
+    if (
+        match is None
+        or (match.group(1) is None) != (len(partitions) == 1)
+        or index >= len(partitions)
+    ):
+        raise _invalid_handle(handle)
+    count = match.group(3)
+    return partitions[index], match.group(2), None if count is None else int(count)
+
+
+def _invalid_handle(handle: object) -> SqsError:
+    return SqsError("ReceiptHandleIsInvalid", f'The input receipt handle "{handle}" is not valid.')
+
+
+def _superseded(target: Queue, receipt: str, count: int | None) -> str | None:
+    """The receipt a lease lives on under, if *receipt* (which names no file now) was
+    extended through another handle: another server, or this one before a restart.
+
+    In SQS a receipt handle stays valid when ChangeMessageVisibility extends its
+    message; in vsqs the extension renames the held file. vsqs's diagnosis of a lost
+    lease (:class:`~vsqs.LeaseLost` ``superseded``, with the current receipt) is asked
+    for by an extension that cannot succeed (the name is gone, and no rename ever makes a
+    name again), so the probe changes nothing. The lease is followed only if no lease of
+    the message ended since the handle's receive: its count of ended receives is still
+    the one before that receive (the handle carries the receive's count).
+    """
+    if count is None:
+        return None  # a handle without its receive's count is never followed
+    try:
+        target.change_visibility(receipt, _PROBE)
+    except LeaseLost as lost:
+        if lost.reason != "superseded" or not lost.current:
+            return None
+        try:
+            ended = target.history(lost.current).receive_count
+        except (InvalidId, OSError):
+            return None  # RACE: deleted meanwhile
+        return lost.current if ended == count - 1 else None
+    return None  # RACE: unreachable unless the name came back (then it was extended now)
 
 
 def _delete(queue: Queue, handle: object) -> None:
-    target, receipt = _target(queue, handle)
+    target, receipt, count = _target(queue, handle)
     try:
-        target.delete(receipt)
+        for _ in range(_FOLLOW):
+            if target.delete(receipt):
+                return
+            # Deleting a receipt whose lease has ended is no error (as in SQS); one whose
+            # lease lives on under a newer receipt deletes the message.
+            current = _superseded(target, receipt, count)
+            if current is None:
+                return
+            receipt = current  # RACE: extended again meanwhile: follow it, a few times
     except InvalidId:
-        raise SqsError(
-            "ReceiptHandleIsInvalid", f'The input receipt handle "{handle}" is not valid.'
-        ) from None
+        raise _invalid_handle(handle) from None
 
 
 def _change(queue: Queue, handle: object, seconds: object) -> None:
@@ -254,19 +292,23 @@ def _change(queue: Queue, handle: object, seconds: object) -> None:
         raise missing("VisibilityTimeout")
     if isinstance(seconds, bool) or not isinstance(seconds, int) or not 0 <= seconds <= 43200:
         raise invalid("VisibilityTimeout", seconds, "must be an integer from 0 to 43200.")
-    target, receipt = _target(queue, handle)
-    try:
-        target.change_visibility(receipt, seconds)
-    except InvalidId:
-        raise SqsError(
-            "ReceiptHandleIsInvalid", f'The input receipt handle "{handle}" is not valid.'
-        ) from None
-    except LeaseLost as exc:
-        raise SqsError(
-            "MessageNotInflight",
-            f"Message does not exist or is not available for visibility timeout change "
-            f"({exc.reason}).",
-        ) from None
+    target, receipt, count = _target(queue, handle)
+    for attempt in range(_FOLLOW):
+        try:
+            target.change_visibility(receipt, seconds)
+        except InvalidId:
+            raise _invalid_handle(handle) from None
+        except LeaseLost as exc:
+            current = _superseded(target, receipt, count) if attempt + 1 < _FOLLOW else None
+            if current is not None:
+                receipt = current  # extended through another server: the lease lives on
+                continue
+            raise SqsError(
+                "MessageNotInflight",
+                f"Message does not exist or is not available for visibility timeout change "
+                f"({exc.reason or 'gone'}).",
+            ) from None
+        return
 
 
 def delete_message(

@@ -225,8 +225,8 @@ class _Handler(BaseHTTPRequestHandler):
         """A protocol error of the HTTP layer (a bad request line or header), in SQS's
         query-protocol shape rather than the standard library's HTML page."""
         del explain
-        error = SqsError("MalformedRequest" if code < 500 else "InternalFailure", message or "")
-        error.status = code
+        code_name = "MalformedRequest" if code < 500 else "InternalFailure"
+        error = SqsError(code_name, message or "", status=code)
         self.close_connection = True
         self._send_error(error, json_protocol=False)
 
