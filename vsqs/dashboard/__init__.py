@@ -38,10 +38,11 @@ import time
 from collections.abc import Mapping
 from importlib import resources
 from itertools import islice
-from typing import Any, Final, Protocol
+from typing import Any, Final
 from urllib.parse import parse_qs, unquote, urlsplit
 
 from .. import InvalidName, Queue, QueueNotFound, QueueRoot, VsqsError, validate_name
+from ..serve import Credential, Credentials
 from . import _charts, _pages
 from ._sampler import Sampler
 
@@ -73,24 +74,6 @@ _STATIC: Final = {
     "dashboard.css": "text/css; charset=utf-8",
     "dashboard.js": "text/javascript; charset=utf-8",
 }
-
-
-class Credential(Protocol):
-    """An access key as ``vsqs.serve`` loads it (``vsqs/serve/_credentials.py``)."""
-
-    @property
-    def access_key(self) -> str: ...
-    @property
-    def secret_key(self) -> str: ...
-    @property
-    def admin(self) -> bool: ...
-    def allows(self, queue_name: str) -> bool: ...
-
-
-class Credentials(Protocol):
-    """The keys of a credentials file (``vsqs.serve.load_credentials``)."""
-
-    def lookup(self, access_key: str) -> Credential | None: ...
 
 
 class _Refused(Exception):
