@@ -73,6 +73,7 @@ _SETTINGS: Final = {
 _STATIC: Final = {
     "dashboard.css": "text/css; charset=utf-8",
     "dashboard.js": "text/javascript; charset=utf-8",
+    "favicon.svg": "image/svg+xml",
 }
 
 
@@ -92,7 +93,7 @@ def _headers(content_type: str, *extra: tuple[str, str]) -> list[tuple[str, str]
         ("Content-Security-Policy", CSP),
         ("X-Content-Type-Options", "nosniff"),
         ("X-Frame-Options", "DENY"),
-        ("Referrer-Policy", "no-referrer"),
+        ("Referrer-Policy", "same-origin"),  # no-referrer would make a form's Origin "null"
         ("Cache-Control", "no-store"),
         *extra,
     ]

@@ -86,6 +86,7 @@ def page(title: str, body: str, *, page_kind: str, data: Mapping[str, str] | Non
         '<html lang="en"><head><meta charset="utf-8">'
         '<meta name="viewport" content="width=device-width, initial-scale=1">'
         f"<title>{escape(title)}</title>"
+        f'<link rel="icon" href="{STATIC}favicon.svg" type="image/svg+xml">'
         f'<link rel="stylesheet" href="{STATIC}dashboard.css">'
         f'<script src="{STATIC}dashboard.js" defer></script>'
         f'</head><body data-page="{escape(page_kind)}"{attributes}>'
