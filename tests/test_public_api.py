@@ -99,7 +99,7 @@ def test_the_receive_paths_constructor_makes_the_same_message() -> None:
 
     from vsqs._message import received
 
-    values = ("1", b"body", "1.2", 2.5, 3, {"k": "v"}, 1.5, "/q")
+    values = ("1", b"body", "1.2", 2.5, 3, {"k": "v"}, 1.5, "/q", "group-7")
     fields = [field.name for field in dataclasses.fields(vsqs.Message)]
     assert len(fields) == len(values)
     made, fast = vsqs.Message(*values), received(*values)

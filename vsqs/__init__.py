@@ -32,6 +32,7 @@ from ._history import History
 from ._ids import Precision
 from ._message import Counts, Message
 from ._null import NullQueue
+from ._partitioned import PartitionedQueue
 from ._protocol import QueueLike, Receiver
 from ._queue import Queue
 from ._renewal import Lease
@@ -58,6 +59,7 @@ __all__ = [
     "MultiWaiter",
     "NotAQueue",
     "NullQueue",
+    "PartitionedQueue",
     "Precision",
     "Queue",
     "QueueClosed",

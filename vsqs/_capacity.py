@@ -47,9 +47,12 @@ VERIFY_INTERVAL: Final = 1.0
 class Capacity:
     """The bound of one queue object (the lock file is created on first publish)."""
 
-    def __init__(self, layout: Layout, clock: Clock, capacity: int) -> None:
+    def __init__(
+        self, layout: Layout, clock: Clock, capacity: int, counted: tuple[str, ...] = ()
+    ) -> None:
         self.capacity = capacity
         self._layout = layout
+        self._dirs = (layout.path, *counted)  # a partitioned queue counts its partitions too
         self._clock = clock
         # No I/O until acquired. Threads sharing it are serialised by flock itself: each
         # acquisition opens its own descriptor, and only one holds the lock at a time.
@@ -61,9 +64,13 @@ class Capacity:
 
     def count(self) -> int:
         """The true number of messages (one listing), crashed publishers' debris excluded."""
-        listing = _scan.scan(self._layout.path)
         young = self._clock.time_us() - NEW_GRACE_US
-        return len(listing.ready) + len(listing.held) + sum(1 for c, _ in listing.new if c > young)
+        total = 0
+        for path in self._dirs:
+            listing = _scan.scan(path)
+            total += len(listing.ready) + len(listing.held)
+            total += sum(1 for created, _ in listing.new if created > young)
+        return total
 
     @contextmanager
     def room(self, need: int, timeout: float | None, waiter: Waiter | None) -> Iterator[None]:

@@ -32,7 +32,10 @@ class Message:
     sent_at: float = 0.0
     """Unix time (seconds) of the publish, taken from the id."""
     queue: str = field(default="", compare=False)
-    """The directory of the queue the message came from."""
+    """The directory of the queue the message came from (of a partitioned queue: the
+    partition's directory)."""
+    group: str | None = None
+    """The message group it was published with (``publish(..., group=...)``), if any."""
 
     @property
     def text(self) -> str:
@@ -45,15 +48,19 @@ class Message:
         deletes and extends the lease through its receipt like the original."""
         return _unpickle, (
             self.id, self.body, self.receipt, self.expires_at, self.receive_count,
-            dict(self.attributes), self.sent_at, self.queue,
+            dict(self.attributes), self.sent_at, self.queue, self.group,
         )  # fmt: skip
 
 
 _new = object.__new__
-_SET_ID, _SET_BODY, _SET_RECEIPT, _SET_EXPIRES, _SET_COUNT, _SET_ATTRS, _SET_SENT, _SET_QUEUE = (
+(
+    _SET_ID, _SET_BODY, _SET_RECEIPT, _SET_EXPIRES, _SET_COUNT, _SET_ATTRS, _SET_SENT,
+    _SET_QUEUE, _SET_GROUP,
+) = (
     Message.__dict__[name].__set__
     for name in (
-        "id", "body", "receipt", "expires_at", "receive_count", "attributes", "sent_at", "queue"
+        "id", "body", "receipt", "expires_at", "receive_count", "attributes", "sent_at", "queue",
+        "group",
     )
 )  # fmt: skip
 
@@ -67,6 +74,7 @@ def received(  # noqa: PLR0917 - positional, as the receive path calls it
     attributes: Mapping[str, str],
     sent_at: float,
     queue: str,
+    group: str | None = None,
 ) -> Message:
     """A :class:`Message` with every field given: the receive path's constructor.
 
@@ -83,6 +91,7 @@ def received(  # noqa: PLR0917 - positional, as the receive path calls it
     _SET_ATTRS(message, attributes)
     _SET_SENT(message, sent_at)
     _SET_QUEUE(message, queue)
+    _SET_GROUP(message, group)
     return message
 
 
@@ -95,10 +104,13 @@ def _unpickle(  # noqa: PLR0917 - the fields of a Message, in order
     attributes: dict[str, str],
     sent_at: float,
     queue: str,
+    group: str | None = None,
 ) -> Message:
     """A :class:`Message` from its pickled fields (see :meth:`Message.__reduce__`)."""
     attrs = attributes or NO_ATTRIBUTES  # as received: a dict, or the shared empty one
-    return received(message_id, body, receipt, expires_at, receive_count, attrs, sent_at, queue)
+    return received(
+        message_id, body, receipt, expires_at, receive_count, attrs, sent_at, queue, group
+    )
 
 
 @dataclass(frozen=True, slots=True)

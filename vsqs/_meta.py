@@ -22,10 +22,15 @@ from typing import Any, Final
 from . import _fs
 from ._errors import InvalidAttributes
 from ._layout import DELAYED, META, Layout, UnsafeEntry
+from ._message import NO_ATTRIBUTES
 
 MAX_ATTRIBUTES: Final = 10  # as SQS
 MAX_ATTRIBUTE_BYTES: Final = 8192  # all names and values together, UTF-8
 MAX_NAME_CHARS: Final = 256
+GROUP: Final = "\x00group"
+"""The key under which a message's group is kept among its attributes on disk (no
+attribute a user gives may start with NUL); split off again when it is read."""
+MAX_GROUP_CHARS: Final = 128  # as SQS's MessageGroupId
 
 
 @dataclass(slots=True)
@@ -113,6 +118,8 @@ def validate_attributes(attributes: Mapping[str, str] | None) -> dict[str, str]:
             )
         if not key or len(key) > MAX_NAME_CHARS:
             raise InvalidAttributes(f"attribute name {key!r} must be 1 to {MAX_NAME_CHARS} chars")
+        if key.startswith("\x00"):
+            raise InvalidAttributes(f"attribute name {key!r}: names starting with NUL are reserved")
         try:
             total += len(key.encode()) + len(value.encode())
         except UnicodeEncodeError as exc:
@@ -123,6 +130,34 @@ def validate_attributes(attributes: Mapping[str, str] | None) -> dict[str, str]:
             f"attributes take {total} bytes of UTF-8, at most {MAX_ATTRIBUTE_BYTES} allowed"
         )
     return result
+
+
+def check_group(group: object) -> str:
+    """*group* if it is a valid message group: 1 to 128 printable ASCII characters
+    (letters, digits, punctuation; as SQS's ``MessageGroupId``)."""
+    if not isinstance(group, str):
+        raise TypeError(f"group must be a str, not {type(group).__name__}")
+    if not 0 < len(group) <= MAX_GROUP_CHARS or not all("!" <= ch <= "~" for ch in group):
+        raise ValueError(
+            f"group must be 1 to {MAX_GROUP_CHARS} printable ASCII characters (letters, "
+            f"digits, punctuation; no spaces), not {group!r}"
+        )
+    return group
+
+
+def with_group(attributes: dict[str, str], group: str | None) -> dict[str, str]:
+    """*attributes* (checked) with *group* kept among them, for the message's record."""
+    if group is None:
+        return attributes
+    return {**attributes, GROUP: check_group(group)}
+
+
+def split_group(attributes: Mapping[str, str]) -> tuple[Mapping[str, str], str | None]:
+    """A record's attributes as the user gave them, and the message's group."""
+    if GROUP not in attributes:
+        return attributes, None
+    rest = {key: value for key, value in attributes.items() if key != GROUP}
+    return rest or NO_ATTRIBUTES, attributes[GROUP]
 
 
 _UNREADABLE: Final = frozenset({errno.ELOOP, errno.EINVAL, errno.EISDIR, errno.ENXIO, errno.EFBIG})

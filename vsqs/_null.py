@@ -51,6 +51,10 @@ class NullQueue:
     def __bool__(self) -> bool:
         return True
 
+    partitions: Final = 1
+    """A null queue is one (empty) partition."""
+    fifo: Final = False
+
     def _new_id(self) -> str:
         return source_for(self.clock).next(self.clock.time_us(), self.precision)
 
@@ -62,6 +66,7 @@ class NullQueue:
         attributes: Mapping[str, str] | None = None,
         dedup_id: str | None = None,
         timeout: float | None = None,
+        group: str | None = None,
     ) -> str:
         """Discard *data*; return a fresh id."""
         return self._new_id()
@@ -75,6 +80,7 @@ class NullQueue:
         dedup_ids: Iterable[str | None] | None = None,
         batch_dedup_id: str | None = None,
         timeout: float | None = None,
+        group: str | None = None,
     ) -> list[str]:
         """Discard *bodies*; return one fresh id for each."""
         return [self._new_id() for _ in bodies]
@@ -86,6 +92,7 @@ class NullQueue:
         attributes: Mapping[str, str] | None = None,
         delay: float = 0.0,
         dedup_id: str | None = None,
+        group: str | None = None,
     ) -> str:
         """Remove the file at *path* (it was "moved into" the null queue); return an id."""
         source = os.fspath(path)
@@ -100,6 +107,7 @@ class NullQueue:
         attributes: Mapping[str, str] | None = None,
         delay: float = 0.0,
         dedup_id: str | None = None,
+        group: str | None = None,
         chunk_size: int = 1 << 20,
     ) -> str:
         """Return a fresh id without reading *readable*."""

@@ -56,6 +56,24 @@ class QueueOptions(TypedDict, total=False):
     refresh_interval: float
     umask: int | None
     clock: Clock | None
+    partitions: int
+    fifo: bool
+
+
+MAX_PARTITIONS: Final = 1024
+"""The most partitions a queue may have (each is a directory)."""
+
+FIFO_PARTITIONS: Final = 8
+"""The partitions of a ``fifo=True`` queue created without a count: enough that
+unrelated groups rarely share one (they wait behind each other when they do)."""
+
+
+def partition_count(value: object, name: str = "partitions") -> int:
+    """*value* as a partition count (an ``int`` from 1 to :data:`MAX_PARTITIONS`)."""
+    checked = count(value, name)
+    if checked > MAX_PARTITIONS:
+        raise ValueError(f"{name} must be at most {MAX_PARTITIONS}, not {checked!r}")
+    return checked
 
 
 def seconds(value: object, name: str, *, positive: bool = False) -> float:
@@ -121,6 +139,10 @@ class Config:
     refresh_interval: float = 1.0
     umask: int | None = None
     clock: Clock = field(default=SYSTEM_CLOCK, compare=False)
+    partitions: int = 1
+    """How many partition directories hold the messages (1: the queue directory itself)."""
+    fifo: bool = False
+    """One message in flight per message group (per partition directory)."""
 
     @classmethod
     def build(
@@ -140,6 +162,8 @@ class Config:
         refresh_interval: object = 1.0,
         umask: object = None,
         clock: object = None,
+        partitions: object = 1,
+        fifo: object = False,
     ) -> Config:
         """Check every option and return the configuration; an error names the option."""
         if not isinstance(precision, (str, Precision)) or precision not in ("us", "ms"):
@@ -171,6 +195,8 @@ class Config:
             refresh_interval=seconds(refresh_interval, "refresh_interval"),
             umask=cast("int | None", umask),
             clock=SYSTEM_CLOCK if clock is None else clock,
+            partitions=partition_count(partitions),
+            fifo=flag(fifo, "fifo"),
         )
 
     @property
@@ -205,4 +231,6 @@ class Config:
             refresh_interval=self.refresh_interval,
             umask=self.umask,
             clock=None if self.clock is SYSTEM_CLOCK else self.clock,
+            partitions=self.partitions,
+            fifo=self.fifo,
         )

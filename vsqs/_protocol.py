@@ -63,6 +63,7 @@ class QueueLike(Receiver, Protocol):
         attributes: Mapping[str, str] | None = None,
         dedup_id: str | None = None,
         timeout: float | None = None,
+        group: str | None = None,
     ) -> str: ...
 
     def publish_batch(
@@ -74,6 +75,7 @@ class QueueLike(Receiver, Protocol):
         dedup_ids: Iterable[str | None] | None = None,
         batch_dedup_id: str | None = None,
         timeout: float | None = None,
+        group: str | None = None,
     ) -> list[str]: ...
 
     def publish_file(
@@ -83,6 +85,7 @@ class QueueLike(Receiver, Protocol):
         attributes: Mapping[str, str] | None = None,
         delay: float = 0.0,
         dedup_id: str | None = None,
+        group: str | None = None,
     ) -> str: ...
 
     def publish_stream(
@@ -92,6 +95,7 @@ class QueueLike(Receiver, Protocol):
         attributes: Mapping[str, str] | None = None,
         delay: float = 0.0,
         dedup_id: str | None = None,
+        group: str | None = None,
         chunk_size: int = ...,
     ) -> str: ...
 

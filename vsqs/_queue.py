@@ -40,7 +40,7 @@ import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import replace
-from typing import Final
+from typing import Final, cast
 
 from . import _fs, _history, _ingest, _scan, _stored
 from ._capacity import Capacity, held_back, room_for_move
@@ -71,9 +71,9 @@ from ._ids import (
     split_name,
 )
 from ._ids import State as _State
-from ._layout import Layout, UnsafeEntry
+from ._layout import FIFO_LOCK, Layout, UnsafeEntry
 from ._message import NO_ATTRIBUTES, Counts, Message, received
-from ._meta import Meta, MetaStore, report_once, validate_attributes
+from ._meta import Meta, MetaStore, report_once, split_group, validate_attributes, with_group
 from ._options import UNSET, Config, Unset, queue_path
 from ._options import seconds as _seconds
 from ._renewal import Lease, Renewer, until_entered
@@ -149,10 +149,35 @@ class Queue:
     :raises InvalidSettings: the queue's stored settings file cannot be trusted.
     """
 
+    _partitioned: type[Queue] | None = None  # the subclass for partitions > 1 (registered)
+
+    def __init_subclass__(cls, *, partitioned: bool = False, **kwargs: object) -> None:
+        super().__init_subclass__(**kwargs)
+        if partitioned:  # the partitioned queue, a layer up, registers itself here
+            Queue._partitioned = cls
+
+    def __new__(cls, path: str | os.PathLike[str], **options: object) -> Queue:
+        """A :class:`~vsqs.PartitionedQueue` when the queue has (or is created with) more
+        than one partition, a plain queue otherwise (one read of its stored settings)."""
+        kind, partitioned = cls, Queue._partitioned
+        if cls is Queue and partitioned is not None:
+            where = queue_path(path)
+            stored = _stored.load(where)
+            given: dict[str, object] = {
+                key: options[key] for key in _stored.SHAPE if options.get(key, UNSET) is not UNSET
+            }
+            wanted = _stored.shape(where, stored, given)
+            count = wanted.get("partitions", stored.get("partitions", 1))
+            if isinstance(count, int) and count > 1:
+                kind = partitioned
+        return object.__new__(kind)
+
     def __init__(
         self,
         path: str | os.PathLike[str],
         *,
+        partitions: int | Unset = UNSET,
+        fifo: bool | Unset = UNSET,
         visibility_timeout: float | Unset = UNSET,
         durable: bool = True,
         delay: float | Unset = UNSET,
@@ -178,9 +203,14 @@ class Queue:
             "retention": retention,
             "dedup_window": dedup_window,
         }
+        on_disk = _stored.load(self.path)
+        shape = {"partitions": partitions, "fifo": fifo}
+        adopt = _stored.shape(
+            self.path, on_disk, {key: value for key, value in shape.items() if value is not UNSET}
+        )
         stored = _stored.resolve(
             self.path,
-            _stored.load(self.path),
+            cast("_stored.Settings", {**on_disk, **adopt}),
             {key: value for key, value in given.items() if value is not UNSET},
         )
         config = Config.build(
@@ -209,6 +239,8 @@ class Queue:
             self.path, config.dir_mode, config.file_mode, durable=config.durable
         )
         """Where every file of this queue lives (the on-disk format; see ``docs/concepts``)."""
+        if adopt:
+            self._adopt(adopt)
         dlq: Queue | None = None
         if isinstance(dead_letter, Queue):
             dlq = dead_letter
@@ -228,6 +260,11 @@ class Queue:
         self._waiter: MultiWaiter | None = None
         self._lock = threading.Lock()  # guards _waiter and _renewer, made on first use
         self._consumer = Consumer(config.refresh_interval)  # all receive bookkeeping
+        self._fifo_lock = threading.Lock()  # fifo=True: one claim at a time in this process
+
+    def _adopt(self, shape: dict[str, object]) -> None:
+        """Store the shape this handle creates the queue with (see ``_stored.shape``)."""
+        _stored.adopt(self.layout, self.clock, shape)
 
     @classmethod
     def from_config(cls, path: str | os.PathLike[str], config: Config) -> Queue:
@@ -313,6 +350,27 @@ class Queue:
         return waiter
 
     @property
+    def partitions(self) -> int:
+        """How many partition directories hold this queue's messages (a stored setting;
+        1: the queue directory itself)."""
+        return self.config.partitions
+
+    @property
+    def fifo(self) -> bool:
+        """Whether a message group's next message waits while an earlier one is held
+        (a stored setting; see :class:`~vsqs.PartitionedQueue`)."""
+        return self.config.fifo
+
+    @property
+    def partition_queues(self) -> tuple[Queue, ...]:
+        """A plain queue on each partition directory (this queue itself, unpartitioned)."""
+        return (self,)
+
+    def partition_for(self, group: str | None = None) -> Queue:
+        """The partition a message of *group* is published to (this queue, unpartitioned)."""
+        return self
+
+    @property
     def _claim_misses(self) -> int:
         """Claims this object lost to another consumer (for benchmarks and tests)."""
         return self._consumer.claim_misses
@@ -327,6 +385,7 @@ class Queue:
         attributes: Mapping[str, str] | None = None,
         dedup_id: str | None = None,
         timeout: float | None = None,
+        group: str | None = None,
     ) -> str:
         """Add a message and return its id.
 
@@ -343,6 +402,9 @@ class Queue:
             returns the first id and adds nothing.
         :param timeout: for a bounded queue: seconds to wait for room (``None`` forever,
             ``0`` not at all).
+        :param group: the message group (1 to 128 printable ASCII characters): a group's
+            messages keep their publish order, and in a partitioned queue live in one
+            partition (``partition_for(group)``); returned as ``Message.group``.
         :raises InvalidPayload: *data* is not bytes-like.
         :raises QueueClosed: the queue was shut down.
         :raises QueueFull: the queue stayed full for *timeout* seconds.
@@ -355,14 +417,14 @@ class Queue:
         body = data if type(data) is bytes else _as_view(data)
         staged: list[str] = []
         try:
-            if not (delay or attributes or dedup_id is not None or self._capacity) and (
-                not self.config.delay
-            ):
+            if not (
+                delay or attributes or dedup_id is not None or self._capacity or group is not None
+            ) and (not self.config.delay):
                 # The common publish, compared with the bare syscalls: create, commit.
                 new, size = self._stage(body, staged=staged, sync=self.durable)
                 message_id = self._commit(new, size)
             else:
-                attrs = validate_attributes(attributes)
+                attrs = with_group(validate_attributes(attributes), group)
                 delay_us = self._delay_us(delay)
                 _check_dedup_id(dedup_id)
                 with self._room(1, timeout):
@@ -385,6 +447,7 @@ class Queue:
         dedup_ids: Iterable[str | None] | None = None,
         batch_dedup_id: str | None = None,
         timeout: float | None = None,
+        group: str | None = None,
     ) -> list[str]:
         """Publish several messages, in order, and return their ids.
 
@@ -399,6 +462,7 @@ class Queue:
 
         :param bodies: the bodies, bytes-like, in publish order.
         :param dedup_ids: one deduplication id (or ``None``) per body; see :meth:`publish`.
+        :param group: the message group of every message of the batch (see :meth:`publish`).
         :param batch_dedup_id: one deduplication id for the whole batch (one marker, not
             one per message): publishing a batch under the same id again within
             ``dedup_window`` returns the first batch's ids and adds nothing. Such a batch
@@ -418,7 +482,7 @@ class Queue:
         views = [_as_view(body) for body in bodies]
         if not views:
             return []
-        attrs = validate_attributes(attributes)
+        attrs = with_group(validate_attributes(attributes), group)
         delay_us = self._delay_us(delay)
         keys: list[str | None] = [None] * len(views) if dedup_ids is None else list(dedup_ids)
         if len(keys) != len(views):
@@ -767,6 +831,7 @@ class Queue:
         attributes: Mapping[str, str] | None = None,
         delay: float = 0.0,
         dedup_id: str | None = None,
+        group: str | None = None,
     ) -> str:
         """Move an existing file into the queue as a message, without copying it.
 
@@ -781,7 +846,7 @@ class Queue:
         :raises ValueError: *path* is not a regular file.
         :raises QueueClosed: the queue was shut down.
         """
-        attrs, delay_us = self._check_extras(attributes, delay, dedup_id)
+        attrs, delay_us = self._check_extras(attributes, delay, dedup_id, group)
         source = _ingest.Linked.of(os.fspath(path))
         self._shutdown.check_open()  # fail before touching anything
         staged: list[str] = []
@@ -806,6 +871,7 @@ class Queue:
         attributes: Mapping[str, str] | None = None,
         delay: float = 0.0,
         dedup_id: str | None = None,
+        group: str | None = None,
         chunk_size: int = _ingest.DEFAULT_CHUNK,
     ) -> str:
         """Copy a binary file object into one message, in chunks of bounded memory.
@@ -817,7 +883,7 @@ class Queue:
         :param readable: has ``readinto(buffer)`` or ``read(n)`` returning bytes.
         :raises InvalidPayload: the stream returns text.
         """
-        attrs, delay_us = self._check_extras(attributes, delay, dedup_id)
+        attrs, delay_us = self._check_extras(attributes, delay, dedup_id, group)
         copy = _ingest.stream_writer(readable, chunk_size)
         self._shutdown.check_open()
         staged: list[str] = []
@@ -833,12 +899,16 @@ class Queue:
         return message_id
 
     def _check_extras(
-        self, attributes: Mapping[str, str] | None, delay: float, dedup_id: str | None
+        self,
+        attributes: Mapping[str, str] | None,
+        delay: float,
+        dedup_id: str | None,
+        group: str | None = None,
     ) -> tuple[dict[str, str], int]:
         if self._capacity is not None:
             raise ValueError("publish_file and publish_stream do not support bounded queues")
         _check_dedup_id(dedup_id)
-        return validate_attributes(attributes), self._delay_us(delay)
+        return with_group(validate_attributes(attributes), group), self._delay_us(delay)
 
     # -- shutdown -----------------------------------------------------------------------
 
@@ -995,6 +1065,8 @@ class Queue:
         ready, so claiming them oldest first, before listing again, is FIFO. That saves a
         listing on every wake-up of a blocked receive.
         """
+        if self.config.fifo:
+            return self._claim_in_flight_one(limit, vt_us)
         clock = self.clock
         consumer = self._consumer
         now_us = clock.time_us()
@@ -1050,6 +1122,43 @@ class Queue:
             consumer.put_back(named)
         return got
 
+    def _claim_in_flight_one(self, limit: int, vt_us: int) -> list[Message]:
+        """``fifo=True``: claim only while no message of this directory is held.
+
+        Under the directory's FIFO lock (``flock``, across processes and hosts that share
+        it; a thread lock within this process): list afresh (expired leases come back
+        first, with their old ids), claim nothing while a lease is live (it ends, or its
+        message is deleted, before the next one goes), else claim up to *limit* in id
+        order, stopping at the first lost race. So at most one consumer holds messages
+        of this directory at a time, and each group (all of it in one directory) is
+        delivered in order, its next message only once the earlier one is done with.
+        """
+        with self._fifo_lock, _stored.locked(self.layout, self.clock, FIFO_LOCK):
+            now_us = self.clock.time_us()
+            if self._relist(now_us):
+                return []  # one in flight: a live lease holds the directory
+            consumer = self._consumer
+            suffix = "." + format_time(now_us + vt_us, self.precision)
+            got: list[Message] = []
+            relisted = False
+            while len(got) < limit:
+                code = consumer.take()
+                if code is None:
+                    # Held back as listed while the listing ran: a second one confirms them.
+                    if relisted or not consumer.deferred() or self._relist(now_us):
+                        break
+                    relisted = True
+                    continue
+                message_id = decode_ready(code)
+                if not self._claim_one(message_id, message_id + suffix):
+                    # RACE: a peer that ignores the lock (vsqs 0.3, a purge) took it.
+                    break
+                message = self._open_claimed(message_id, message_id + suffix, code, now_us + vt_us)
+                if message is not None:
+                    got.append(message)
+            consumer.invalidate()  # the next look lists again, under the lock
+            return got
+
     def _claim_one(self, message_id: str, receipt: str) -> bool:
         """The *claim* arrow: ``<id>`` to ``<id>.<expiry>`` (*receipt*), one no-replace
         rename; ``False`` if the message was not there to take."""
@@ -1082,17 +1191,18 @@ class Queue:
         meta = self._meta.read(message_id) if self._meta.possible else None
         # Not another message's, with our id (the inode is looked up only then).
         if meta is not None and meta.owned_by(stable_inode(info)):
-            attributes = meta.attributes or NO_ATTRIBUTES
+            attributes, group = split_group(meta.attributes or NO_ATTRIBUTES)
             return received(
                 message_id, body, receipt, expiry / 1e6, meta.receive_count + 1, attributes,
-                sent_at, self.path,
+                sent_at, self.path, group,
             )  # fmt: skip
         return received(
             message_id, body, receipt, expiry / 1e6, 1, NO_ATTRIBUTES, sent_at, self.path
         )
 
-    def _relist(self, now_us: int) -> None:
-        """List the directory, return expired leases, apply retention, reload the view."""
+    def _relist(self, now_us: int) -> int:
+        """List the directory, return expired leases, apply retention, reload the view;
+        how many leases are live (held by any consumer)."""
         clock = self.clock
         started = clock.monotonic()
         started_us = clock.time_us()
@@ -1116,6 +1226,7 @@ class Queue:
         # made after the listing (and after our own requeues) covers every listed message.
         self._meta.refresh()
         consumer.load(codes, waiting, started_us, clock.monotonic(), clock.monotonic() - started)
+        return len(waiting)
 
     # -- leases: extend, release, delete ------------------------------------------------
 
@@ -1460,9 +1571,10 @@ class Queue:
         meta.lease = split_name(taken[0])[1]
         self._write_count(message_id, meta)
 
-    def _transfer(self, held_name: str, dest: Queue, meta: Meta) -> str | None:
+    def _transfer(self, held_name: str, to: Queue, meta: Meta) -> str | None:
         """The *move* arrow (dead-letter, redrive): a held message of this queue into
-        *dest*, ready, with *meta*; its id there.
+        *to* (its partition for the message's group, if partitioned), ready, with
+        *meta*; its id there.
 
         The metadata is created (exclusively) in *dest* before the one no-replace rename
         that moves the file, so whoever sees the message there sees its metadata; this
@@ -1473,7 +1585,8 @@ class Queue:
 
         :raises QueueFull: *dest* is full: nothing moved.
         """
-        with room_for_move(dest._capacity):
+        with room_for_move(to._capacity):  # a partitioned queue's bound is its total
+            dest: Queue = to.partition_for(split_group(meta.attributes)[1])
             source = self.layout.message(held_name)
             target = id_of(held_name)
             with_meta = meta.to_json() != b"{}"
@@ -1648,15 +1761,17 @@ class Queue:
             except OSError:
                 continue  # RACE: claimed or deleted since the listing (or not a regular file)
             meta = self._meta.read(message_id) if self._meta.possible else None
+            attributes, group = split_group(meta.attributes if meta else NO_ATTRIBUTES)
             yield Message(
                 id=message_id,
                 body=body,
                 receipt=message_id,
                 expires_at=0.0,
                 receive_count=0 if meta is None else meta.receive_count,
-                attributes=meta.attributes if meta and meta.attributes else NO_ATTRIBUTES,
+                attributes=attributes,
                 sent_at=(code >> 1) / 1e6,
                 queue=self.path,
+                group=group,
             )
 
     __iter__ = browse
@@ -1677,7 +1792,10 @@ class Queue:
         counts = self._counts(listing)
         oldest = listing.ready[0] if listing.ready else None
         return Stats(
-            **totals,
+            produced_messages=totals["produced_messages"],
+            produced_bytes=totals["produced_bytes"],
+            consumed_messages=totals["consumed_messages"],
+            consumed_bytes=totals["consumed_bytes"],
             ready=counts.ready,
             held=counts.held,
             delayed=counts.delayed,
@@ -1865,6 +1983,8 @@ class Queue:
         max_receives: int | Unset | None = UNSET,
         retention: float | Unset | None = UNSET,
         dedup_window: float | Unset | None = UNSET,
+        fifo: bool | Unset | None = UNSET,
+        partitions: int | Unset | None = UNSET,
     ) -> _stored.Settings:
         """Store settings with the queue (as SQS ``SetQueueAttributes``); return them all.
 
@@ -1879,7 +1999,9 @@ class Queue:
             point outside that directory.
         :raises TypeError: a value of the wrong type.
         :raises ValueError: a value out of range, ``max_receives`` without a
-            ``dead_letter``, or a dead-letter queue that is not beside this one.
+            ``dead_letter``, a dead-letter queue that is not beside this one, or any
+            ``partitions`` (fixed when the queue is created; the error says how to move
+            the messages to a queue with another count).
         :raises InvalidSettings: the stored file cannot be trusted (nothing is changed).
 
         >>> import tempfile, vsqs
@@ -1909,6 +2031,8 @@ class Queue:
             "max_receives": max_receives,
             "retention": retention,
             "dedup_window": dedup_window,
+            "fifo": fifo,
+            "partitions": partitions,
         }
         return _stored.update(
             self.layout, self.clock, {k: v for k, v in changes.items() if v is not UNSET}

@@ -10,7 +10,7 @@ from . import _fs, _host
 from ._errors import InvalidName, NotAQueue, QueueNotFound
 from ._options import Config, QueueOptions
 from ._queue import Queue
-from ._stored import STORED
+from ._stored import SHAPE, STORED
 
 if TYPE_CHECKING:
     from typing_extensions import Unpack
@@ -77,7 +77,8 @@ class QueueRoot:
         ``capacity``, ``dead_letter``, ``max_receives``, ``retention``,
         ``dedup_window``) are stored with it, as by :meth:`Queue.configure` (atomic;
         an existing queue's other settings are kept), so every later ``Queue(path)``
-        uses them; the others apply to the returned handle only.
+        uses them; ``partitions`` and ``fifo`` are stored when the queue is created and
+        must agree with an existing one's; the others apply to the returned handle only.
 
         :raises NotAQueue: *name* exists and is not a directory (a symlink included).
         :raises ValueError: a stored ``dead_letter`` that is not a queue of this root.
@@ -85,8 +86,9 @@ class QueueRoot:
         path = self._dir(name)
         if _fs.exists(path) and not self._is_queue(path):
             raise NotAQueue(path)
-        stored = {key: value for key, value in options.items() if key in STORED}
-        handle = cast("QueueOptions", {k: v for k, v in options.items() if k not in STORED})
+        # The shape (partitions, fifo) is stored by the handle that creates the queue.
+        stored = {k: v for k, v in options.items() if k in STORED and k not in SHAPE}
+        handle = cast("QueueOptions", {k: v for k, v in options.items() if k not in stored})
         merged: QueueOptions = {**self._options, **handle}
         queue = Queue(path, **merged)
         if stored:

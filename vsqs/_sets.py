@@ -59,7 +59,8 @@ class QueueSet:
         self.queues: Final = tuple(queues)
         self.order: Final = order
         self.recheck = float(recheck)
-        self._by_path = dict(zip(paths, queues, strict=True))
+        # A message names the directory it came from: a partition's, for a partitioned queue.
+        self._by_path = {part.path: q for q in queues for part in (q, *q.partition_queues)}
         self._waiter: MultiWaiter | None = None
         self._waiter_lock = threading.Lock()
 

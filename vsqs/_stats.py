@@ -70,6 +70,9 @@ class Stats:
     """Of the held messages, those kept back from delivery because their dead-letter
     queue had no room (it is at its capacity, or the disk is full), or whose requeuer
     died: each is tried again when its hold ends (``max(visibility_timeout, 30 s)``)."""
+    partitions: tuple[Stats, ...] = ()
+    """Of a partitioned queue, each partition's own (the fields above are their totals,
+    with what lies in the queue directory itself); empty for an unpartitioned queue."""
 
 
 class Counters:

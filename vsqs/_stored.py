@@ -40,7 +40,7 @@ from . import _fs
 from ._clock import Clock
 from ._errors import InvalidSettings
 from ._layout import READ_LIMITS, ROOT, SETTINGS, SETTINGS_LOCK, Layout, UnsafeEntry
-from ._options import count, seconds
+from ._options import FIFO_PARTITIONS, count, flag, partition_count, seconds
 
 STORED: Final = (
     "visibility_timeout",
@@ -50,15 +50,22 @@ STORED: Final = (
     "max_receives",
     "retention",
     "dedup_window",
+    "partitions",
+    "fifo",
 )
 """The settings a queue may store, in the order they are shown."""
 
-OVERRIDABLE: Final = tuple(key for key in STORED if key != "capacity")
+SHAPE: Final = ("partitions", "fifo")
+"""The settings that say how the queue is laid out and delivers: stored when a handle
+that gives them creates the queue, and never overridden (a handle that disagrees is
+refused: see :func:`resolve`)."""
+
+OVERRIDABLE: Final = tuple(key for key in STORED if key != "capacity" and key not in SHAPE)
 """The stored settings a handle may replace for itself (``capacity`` only tightens)."""
 
 # A settings file is a few hundred bytes; more is not ours (and is never read whole).
 _MAX_BYTES: Final = READ_LIMITS[ROOT]
-_LOCK_POLL: Final = 0.005
+_LOCK_POLL: Final = 0.001
 # What reading a planted non-file gives: a symlink (ELOOP: opened with O_NOFOLLOW), a
 # FIFO or directory (EINVAL from _fs's regular-file check, EISDIR), a socket (ENXIO).
 # And a file larger than _layout.READ_LIMITS allows (EFBIG): refused without being read.
@@ -75,6 +82,8 @@ class Settings(TypedDict, total=False):
     max_receives: int
     retention: float
     dedup_window: float
+    partitions: int
+    fifo: bool
 
 
 def _check_value(key: str, value: object) -> object:
@@ -83,6 +92,10 @@ def _check_value(key: str, value: object) -> object:
         return count(value, key)
     if key == "dead_letter":
         return sibling_name(value)
+    if key == "partitions":
+        return partition_count(value)
+    if key == "fifo":
+        return flag(value, key)
     return seconds(value, key)
 
 
@@ -194,6 +207,37 @@ def load(queue: str) -> Settings:
         layout.close()
 
 
+def shape(queue: str, stored: Settings, given: Mapping[str, object]) -> dict[str, object]:
+    """The :data:`SHAPE` settings a handle of *queue* must store before it uses the queue.
+
+    *given* holds the shape options the handle was given (absent: not given). A stored
+    value is final: a handle that gives another one is refused, naming both. A value
+    that differs from the default and is not stored yet is returned, to be stored (the
+    handle creates the queue with it). A ``fifo=True`` queue created without a partition
+    count gets :data:`~vsqs._options.FIFO_PARTITIONS`.
+
+    :raises ValueError: *given* contradicts what *queue* stores.
+    """
+    store: dict[str, object] = {}
+    for key, default in (("partitions", 1), ("fifo", False)):
+        if key not in given:
+            continue
+        value = _check_value(key, given[key])
+        if key in stored:
+            if stored[key] != value:  # type: ignore[literal-required]
+                raise ValueError(
+                    f"queue {queue!r} stores {key}={stored[key]!r}; this handle asked for "  # type: ignore[literal-required]
+                    f"{key}={value!r}. The {key} setting is fixed when a queue is created: "
+                    "open it without this option, or create a new queue with it and move "
+                    "the messages there (``old.redrive(to=new)``; ``vsqs redrive``)."
+                )
+        elif value != default:
+            store[key] = value
+    if store.get("fifo") and "partitions" not in stored and "partitions" not in given:
+        store["partitions"] = FIFO_PARTITIONS
+    return store
+
+
 def resolve(queue: str, stored: Settings, given: Mapping[str, object]) -> dict[str, object]:
     """The options of a handle: the *stored* settings, replaced by those it was *given*.
 
@@ -229,10 +273,16 @@ def update(layout: Layout, clock: Clock, changes: Mapping[str, object]) -> Setti
     for key in changes:
         if key not in STORED:
             raise TypeError(f"unknown setting {key!r}; settings are: {', '.join(STORED)}")
+    if "partitions" in changes:
+        raise ValueError(
+            "the partition count is fixed when a queue is created (its messages live in "
+            "that many directories): create a new queue with partitions=N and move the "
+            "messages there (``old.redrive(to=new)``; ``vsqs redrive OLD --to NEW``)"
+        )
     checked = {
         key: None if value is None else _check_value(key, value) for key, value in changes.items()
     }
-    with _locked(layout, clock):
+    with locked(layout, clock):
         current: dict[str, object] = dict(read(layout))
         for key, value in checked.items():
             if value is None:
@@ -247,6 +297,22 @@ def update(layout: Layout, clock: Clock, changes: Mapping[str, object]) -> Setti
         layout.write(ROOT, SETTINGS, dump(result), durable=True)
         layout.fsync(ROOT)
     return result
+
+
+def adopt(layout: Layout, clock: Clock, values: Mapping[str, object]) -> None:
+    """Store the :data:`SHAPE` *values* of a queue being created (see :func:`shape`).
+
+    Under the settings lock, one atomic rename, as :func:`update`; a value another
+    handle stored first must agree.
+
+    :raises ValueError: another handle created the queue with other values first.
+    """
+    with locked(layout, clock):
+        current: dict[str, object] = dict(read(layout))
+        shape(layout.path, cast("Settings", current), values)  # RACE: another creator won
+        current.update(values)
+        layout.write(ROOT, SETTINGS, dump(cast("Settings", current)), durable=True)
+        layout.fsync(ROOT)
 
 
 def set_aside(queue: str, clock: Clock) -> str | None:
@@ -264,7 +330,7 @@ def set_aside(queue: str, clock: Clock) -> str | None:
     try:
         if not layout.exists(ROOT, SETTINGS):
             return None  # nothing to repair: no lock file made in a queue without one
-        with _locked(layout, clock):
+        with locked(layout, clock):
             if not layout.exists(ROOT, SETTINGS):
                 return None
             now_us = clock.time_us()
@@ -277,18 +343,20 @@ def set_aside(queue: str, clock: Clock) -> str | None:
         layout.close()
 
 
-class _locked:  # noqa: N801 - used as a function: ``with _locked(layout, clock):``
-    """Hold ``flock`` on ``.vsqs/settings.lock`` (opened through the layout, never a link)."""
+class locked:  # noqa: N801 - used as a function: ``with locked(layout, clock):``
+    """Hold ``flock`` on ``.vsqs/<name>`` (opened through the layout, never a link):
+    the settings lock by default, or another of the queue's locks (``fifo.lock``)."""
 
-    def __init__(self, layout: Layout, clock: Clock) -> None:
+    def __init__(self, layout: Layout, clock: Clock, name: str = SETTINGS_LOCK) -> None:
         self._layout = layout
         self._sleep: Callable[[float], None] = clock.sleep
+        self._name = name
         self._fd = -1
 
     def __enter__(self) -> None:
-        fd = self._layout.open_lock(SETTINGS_LOCK)
+        fd = self._layout.open_lock(self._name)
         while not _fs.try_lock(fd):
-            self._sleep(_LOCK_POLL)  # another process is changing the settings
+            self._sleep(_LOCK_POLL)  # another process holds it (changing the settings...)
         self._fd = fd
 
     def __exit__(self, *exc_info: object) -> None:

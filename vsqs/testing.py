@@ -126,8 +126,12 @@ def assert_consistent(queue: Queue, *, allow_new: bool = False) -> None:
 
     Checks that no ``.new`` file is left (unless *allow_new*), that every entry vsqs could
     have made is a regular file named by the grammar, and that no metadata describes a
-    message that no longer exists.
+    message that no longer exists. A partitioned queue is checked partition by partition,
+    and its own directory too.
     """
+    if queue.partitions > 1:
+        for part in queue.partition_queues:
+            assert_consistent(part, allow_new=allow_new)
     problems: list[str] = []
     ids: set[str] = set()
     for entry in _fs.scandir(queue.path):

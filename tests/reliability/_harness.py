@@ -170,13 +170,22 @@ class Summary:
 
 
 def run(
-    workdir: Path, kills: int, *, publishers: int = 2, consumers: int = 2, seed: int = 0
+    workdir: Path,
+    kills: int,
+    *,
+    publishers: int = 2,
+    consumers: int = 2,
+    seed: int = 0,
+    partitions: int = 1,
 ) -> Summary:
-    """Run workers, kill one at random every few tens of ms until *kills*, then check."""
+    """Run workers, kill one at random every few tens of ms until *kills*, then check.
+
+    With *partitions* > 1 the queue is partitioned (the workers open it by its stored
+    count)."""
     started = time.monotonic()
     queue, logs = workdir / "queue", workdir / "logs"
     logs.mkdir(parents=True)
-    vsqs.Queue(queue)  # create it once, before any worker races to
+    vsqs.Queue(queue, partitions=partitions)  # create it once, before any worker races to
     ctx = forkserver()
     rng = random.Random(seed)
     roles = {f"p{n}": publisher for n in range(publishers)}

@@ -30,6 +30,17 @@ def test_random_kills(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> Non
     _report(summary, capsys, tmp_path / "reliability-run.json")
 
 
+def test_random_kills_on_a_partitioned_queue(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The same on a queue of three partitions: each partition keeps every invariant."""
+    summary = _harness.run(tmp_path / "run", kills=60, seed=11, partitions=3)
+    assert [p.name for p in sorted((tmp_path / "run" / "queue").glob("partition-*"))] == [
+        "partition-0", "partition-1", "partition-2",
+    ]  # fmt: skip
+    _report(summary, capsys, tmp_path / "reliability-run.json")
+
+
 @pytest.mark.stress
 def test_random_kills_long(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], stress_long: bool

@@ -1,0 +1,547 @@
+"""Partitioned queues: one queue whose messages live in N plain queue directories.
+
+A queue created with ``partitions=N`` (N > 1) stores the count in its settings and keeps
+its messages in ``partition-0`` ... ``partition-<N-1>``, each an ordinary queue directory
+(the same state machine, every arrow one rename there; vsqs 0.3 reads one on its own).
+Nothing is shared per message between partitions: each publish, claim and delete is one
+operation in one partition's directory, so N consumers on N partitions take N directory
+locks in the kernel, not one.
+
+* **Publishing.** A message with a ``group`` goes to the partition of the group: the
+  CRC-32 of its UTF-8 bytes modulo N, the same in every process and on every host, so a
+  group's messages keep their order. Without a group, one with a ``dedup_id`` goes to the
+  partition of that id (so a ``dedup_id`` is unique across the whole queue), and the
+  others to the publisher's *sticky* partition: each handle (in each thread) starts at
+  its own partition and moves to the next after :data:`STICKY_RUN` messages, as Kafka's
+  sticky partitioner does, so one publisher's messages spread over every partition in
+  runs that each keep their order.
+* **Receiving.** Each handle (in each thread) has a *home* partition, spread by process
+  id and a per-process count of handles, and claims there first (strictly FIFO in the
+  partition, exactly as a plain queue: a lost race moves to the next message of that
+  partition, never further); when home is empty it takes from the others in turn, and
+  every :data:`VISIT_EVERY` calls it looks at another partition first, so no partition
+  starves however the homes fall. A blocked receive waits on every partition at once
+  (one :class:`~vsqs.MultiWaiter`).
+* **Order.** FIFO per partition, so per group; across partitions, messages are taken in
+  roughly publish order (each consumer drains its home oldest first).
+* ``fifo=True``: each partition delivers nothing while one of its messages is held, so a
+  group's next message waits until the earlier one is deleted or its lease ends (SQS
+  FIFO's one in flight per group). Unrelated groups that share a partition wait behind
+  each other; a ``fifo=True`` queue created without a count has
+  :data:`~vsqs._options.FIFO_PARTITIONS` partitions so that this is rare.
+
+Capacity is a total (one lock and counter in the queue directory, counting every
+partition); ``shutdown()`` marks every partition and then the queue, and the queue is
+drained when every partition is. Messages found in the queue directory itself (written
+there by a vsqs 0.3 producer, or by a handle opened before the queue was partitioned)
+are delivered too, after the partitions'.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import math
+import os
+import threading
+import zlib
+from collections.abc import Iterable, Iterator, Mapping
+from contextlib import nullcontext
+from typing import Final
+
+from . import _fs
+from ._capacity import Capacity
+from ._errors import InvalidId, QueueDrained
+from ._history import History
+from ._ids import parse_id
+from ._message import Counts, Message
+from ._meta import check_group
+from ._options import UNSET, Unset
+from ._options import seconds as _seconds
+from ._queue import Queue
+from ._renewal import Lease
+from ._stats import Stats
+from ._stored import Settings
+from ._waiters import RECHECK, MultiWaiter
+
+STICKY_RUN: Final = 100
+"""Messages a publisher sends to one partition before it moves to the next."""
+VISIT_EVERY: Final = 16
+"""A receiving handle looks at a partition other than its home first once in this many calls."""
+
+_handles = itertools.count()  # spreads the homes of the handles (and threads) of a process
+
+
+def partition_name(index: int) -> str:
+    """The directory name of partition *index* inside the queue directory."""
+    return f"partition-{index}"
+
+
+def group_partition(group: str, partitions: int) -> int:
+    """The partition of *group*: CRC-32 of its UTF-8 bytes modulo *partitions* (stable
+    across processes, hosts and Python versions, unlike ``hash()``)."""
+    return zlib.crc32(group.encode()) % partitions
+
+
+class _Spread(threading.local):
+    """Where this thread's use of one handle is: its home and its sticky partition."""
+
+    def __init__(self, partitions: int) -> None:
+        start = (os.getpid() + next(_handles)) % partitions
+        self.home = start
+        self.sticky = start
+        self.run = 0
+        self.calls = 0
+
+
+class PartitionedQueue(Queue, partitioned=True):
+    """A queue whose messages live in ``partitions`` plain queue directories.
+
+    Made by :class:`~vsqs.Queue` itself when the queue has (or is created with) more
+    than one partition: ``vsqs.Queue(path, partitions=8)`` creates one, and
+    ``vsqs.Queue(path)`` opens it with its stored count. Every method of
+    :class:`~vsqs.Queue` works on it with the same guarantees, per partition: each
+    message is published, claimed, extended and deleted atomically in its own
+    partition's directory; a message is claimed by exactly one consumer.
+
+    The count is fixed when the queue is created: a handle given another one, or
+    ``configure(partitions=...)``, is refused with an error saying how to move the
+    messages to a new queue (``old.redrive(to=new)``), which keeps each group's order.
+    """
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        capacity: int | Unset | None = UNSET,
+        **options: object,
+    ) -> None:
+        super().__init__(path, capacity=capacity, **options)  # type: ignore[arg-type]
+        config = self.config
+        dead_letter = self.dead_letter
+        shared = {
+            **config.options(),
+            "partitions": 1,
+            "capacity": None,
+            "dead_letter": dead_letter,
+            "max_receives": config.max_receives if dead_letter is not None else None,
+        }
+        self._parts: Final = tuple(
+            Queue(os.path.join(self.path, partition_name(index)), **shared)  # type: ignore[arg-type]
+            for index in range(config.partitions)
+        )
+        self._by_path: Final = {part.path: part for part in self._parts}
+        if config.capacity is not None:  # one bound for the whole queue
+            counted = tuple(part.path for part in self._parts)
+            self._capacity = Capacity(self.layout, self.clock, config.capacity, counted)
+        self._spread = _Spread(config.partitions)
+
+    def _adopt(self, shape: dict[str, object]) -> None:
+        """Refuse to partition a queue that already holds messages (its order would be
+        lost), then store the count (and ``fifo``) as a plain queue does."""
+        if "partitions" in shape:
+            held = Queue.counts(self).total
+            if held:
+                raise ValueError(
+                    f"queue {self.path!r} holds {held} messages and is not partitioned: "
+                    f"create a new queue with partitions={shape['partitions']} and move "
+                    "them there (``old.redrive(to=new)``; ``vsqs redrive``)"
+                )
+        super()._adopt(shape)
+
+    def __repr__(self) -> str:
+        return f"PartitionedQueue({self.path!r}, partitions={self.partitions})"
+
+    # -- partitions -----------------------------------------------------------------------
+
+    @property
+    def partition_queues(self) -> tuple[Queue, ...]:
+        """A plain :class:`~vsqs.Queue` on each partition directory, in order (for a
+        consumer of one partition: a Spark task, a dedicated worker)."""
+        return self._parts
+
+    def partition_for(self, group: str | None = None, *, key: str | None = None) -> Queue:
+        """The partition a message is published to: its *group*'s, else its dedup
+        *key*'s, else this handle's sticky partition (see the module's text)."""
+        parts = self._parts
+        if group is not None:
+            return parts[group_partition(check_group(group), len(parts))]
+        if isinstance(key, str):  # anything else is refused by the publish itself
+            return parts[group_partition(key, len(parts))]
+        spread = self._spread
+        if spread.run >= STICKY_RUN:
+            spread.sticky = (spread.sticky + 1) % len(parts)
+            spread.run = 0
+        spread.run += 1
+        return parts[spread.sticky]
+
+    def _owner(self, message: Message | str) -> Queue | None:
+        """The partition that holds *message*; ``None`` for the queue's own directory."""
+        if isinstance(message, Message):
+            if message.queue == self.path:
+                return None
+            part = self._by_path.get(message.queue)
+            if part is None:
+                raise InvalidId(message.receipt, f"the message belongs to {message.queue!r}")
+            return part
+        if not isinstance(message, str) or "/" in message or "\0" in message:
+            raise InvalidId(message, "expected a Message, a receipt or an id")
+        for part in self._parts:  # a bare receipt: the partition that has that name
+            if _fs.exists(os.path.join(part.path, message)):
+                return part
+        return None
+
+    # -- publishing -----------------------------------------------------------------------
+
+    def publish(
+        self,
+        data: bytes | bytearray | memoryview,
+        *,
+        delay: float = 0.0,
+        attributes: Mapping[str, str] | None = None,
+        dedup_id: str | None = None,
+        timeout: float | None = None,
+        group: str | None = None,
+    ) -> str:
+        """Publish one message to its partition (see :meth:`partition_for`); its id.
+
+        Atomic in that partition, as :meth:`Queue.publish`."""
+        part = self.partition_for(group, key=dedup_id)
+        with self._room(1, timeout):
+            return part.publish(
+                data, delay=delay, attributes=attributes, dedup_id=dedup_id, group=group
+            )
+
+    def publish_batch(
+        self,
+        bodies: Iterable[bytes | bytearray | memoryview],
+        *,
+        delay: float = 0.0,
+        attributes: Mapping[str, str] | None = None,
+        dedup_ids: Iterable[str | None] | None = None,
+        batch_dedup_id: str | None = None,
+        timeout: float | None = None,
+        group: str | None = None,
+    ) -> list[str]:
+        """Publish several messages, in order; their ids.
+
+        A batch goes to one partition (its group's, its ``batch_dedup_id``'s, or the
+        sticky one), as one :meth:`Queue.publish_batch` there; with per-message
+        ``dedup_ids`` and no group, each message goes to its id's partition (in order
+        within each)."""
+        bodies = list(bodies)
+        keys = None if dedup_ids is None else list(dedup_ids)
+        if keys is not None and len(keys) != len(bodies):
+            raise ValueError(f"{len(keys)} dedup_ids for {len(bodies)} bodies")
+        with self._room(len(bodies), timeout) if bodies else nullcontext():
+            if keys is None or group is not None:
+                part = self.partition_for(group, key=batch_dedup_id)
+                return part.publish_batch(
+                    bodies, delay=delay, attributes=attributes, dedup_ids=keys,
+                    batch_dedup_id=batch_dedup_id, group=group,
+                )  # fmt: skip
+            if batch_dedup_id is not None:
+                raise ValueError("give dedup_ids or batch_dedup_id, not both")
+            routed: dict[int, list[int]] = {}
+            for index, key in enumerate(keys):
+                part = self.partition_for(None, key=key)
+                routed.setdefault(self._parts.index(part), []).append(index)
+            ids: list[str] = [""] * len(bodies)
+            for number, indices in routed.items():
+                got = self._parts[number].publish_batch(
+                    [bodies[i] for i in indices], delay=delay, attributes=attributes,
+                    dedup_ids=[keys[i] for i in indices],
+                )  # fmt: skip
+                for index, message_id in zip(indices, got, strict=True):
+                    ids[index] = message_id
+            return ids
+
+    def publish_file(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        attributes: Mapping[str, str] | None = None,
+        delay: float = 0.0,
+        dedup_id: str | None = None,
+        group: str | None = None,
+    ) -> str:
+        """:meth:`Queue.publish_file` into the message's partition."""
+        if self._capacity is not None:
+            raise ValueError("publish_file and publish_stream do not support bounded queues")
+        return self.partition_for(group, key=dedup_id).publish_file(
+            path, attributes=attributes, delay=delay, dedup_id=dedup_id, group=group
+        )
+
+    def publish_stream(
+        self,
+        readable: object,
+        *,
+        attributes: Mapping[str, str] | None = None,
+        delay: float = 0.0,
+        dedup_id: str | None = None,
+        group: str | None = None,
+        chunk_size: int = 1 << 20,
+    ) -> str:
+        """:meth:`Queue.publish_stream` into the message's partition."""
+        if self._capacity is not None:
+            raise ValueError("publish_file and publish_stream do not support bounded queues")
+        return self.partition_for(group, key=dedup_id).publish_stream(
+            readable, attributes=attributes, delay=delay, dedup_id=dedup_id, group=group,
+            chunk_size=chunk_size,
+        )  # fmt: skip
+
+    # -- receiving ------------------------------------------------------------------------
+
+    def receive(
+        self, *, visibility_timeout: float | None = None, timeout: float | None = None
+    ) -> Message | None:
+        """Claim one message: from this handle's home partition first (see the class)."""
+        got = self.receive_batch(1, visibility_timeout=visibility_timeout, timeout=timeout)
+        return got[0] if got else None
+
+    def receive_batch(
+        self,
+        max_messages: int,
+        *,
+        visibility_timeout: float | None = None,
+        timeout: float | None = 0,
+    ) -> list[Message]:
+        """Claim up to *max_messages*: the home partition's oldest first, then the others'.
+
+        Returns as soon as at least one was claimed; while none is, waits up to *timeout*
+        on every partition at once.
+
+        :raises QueueDrained: the queue is shut down and every partition is empty.
+        """
+        if isinstance(max_messages, bool) or not isinstance(max_messages, int) or max_messages < 1:
+            raise ValueError(f"max_messages must be a positive int, not {max_messages!r}")
+        if visibility_timeout is not None:
+            _seconds(visibility_timeout, "visibility_timeout")
+        clock = self.clock
+        deadline = None if timeout is None else clock.monotonic() + _seconds(timeout, "timeout")
+        waiter = None if timeout == 0 else self.waiter()
+        while True:
+            token = waiter.token() if waiter is not None else 0
+            got, drained = self._gather(max_messages, visibility_timeout)
+            if got:
+                return got
+            if drained:
+                raise QueueDrained(self.path)
+            remaining = math.inf if deadline is None else deadline - clock.monotonic()
+            if waiter is None or remaining <= 0:
+                return []
+            waiter.wait(token, self.next_look(None if deadline is None else deadline))
+
+    def _gather(self, limit: int, visibility_timeout: float | None) -> tuple[list[Message], bool]:
+        """One pass without waiting: the messages, and whether the whole queue is drained."""
+        parts = self._parts
+        spread = self._spread
+        spread.calls += 1
+        home = spread.home
+        order = [*range(home, len(parts)), *range(home)]
+        if spread.calls % VISIT_EVERY == 0:  # another partition first, in turn
+            visit = order.pop(1 + (spread.calls // VISIT_EVERY) % (len(parts) - 1))
+            order.insert(0, visit)
+        got: list[Message] = []
+        drained = 0
+        for index in order:
+            try:
+                got += parts[index].receive_batch(
+                    limit - len(got), visibility_timeout=visibility_timeout, timeout=0
+                )
+            except QueueDrained:
+                drained += 1
+            if len(got) >= limit:
+                return got, False
+        if not got:  # strays in the queue directory itself (a vsqs 0.3 producer's)
+            try:
+                got = super().receive_batch(limit, visibility_timeout=visibility_timeout)
+            except QueueDrained:
+                return [], drained == len(parts)
+        return got, False
+
+    def next_look(self, deadline: float | None = None) -> float:
+        """Seconds until a lease or delay this handle knows of ends in any partition."""
+        own = Queue.next_look(self, deadline)
+        return min(own, *(part.next_look(deadline) for part in self._parts))
+
+    def waiter(self) -> MultiWaiter:
+        """What a blocked call waits on: every partition's directory and the queue's
+        own (made on first use, once per handle)."""
+        waiter = self._waiter
+        if waiter is None:
+            with self._lock:
+                waiter = self._waiter
+                if waiter is None:
+                    config = self.config
+                    waiter = MultiWaiter(
+                        poll_interval=config.poll_interval or RECHECK,
+                        recheck=min(RECHECK, config.poll_interval or RECHECK),
+                        clock=self.clock,
+                    )
+                    for path in (self.path, *self._by_path):
+                        waiter.add(path, wait=config.wait)
+                    self._waiter = waiter
+        return waiter
+
+    # -- leases: routed to the message's partition ----------------------------------------
+
+    def delete(self, message: Message | str) -> bool:
+        """:meth:`Queue.delete` in the message's partition."""
+        owner = self._owner(message)
+        return Queue.delete(self, message) if owner is None else owner.delete(message)
+
+    def delete_batch(self, messages: Iterable[Message | str]) -> int:
+        """Delete several messages, each in its partition; how many this call deleted."""
+        return sum(self.delete(message) for message in messages)
+
+    def change_visibility(self, message: Message | str, seconds: float) -> Message:
+        """:meth:`Queue.change_visibility` in the message's partition."""
+        owner = self._owner(message)
+        if owner is None:
+            return Queue.change_visibility(self, message, seconds)
+        return owner.change_visibility(message, seconds)
+
+    def lease(
+        self,
+        message: Message,
+        *,
+        max_duration: float = 3600.0,
+        visibility_timeout: float | None = None,
+    ) -> Lease:
+        """:meth:`Queue.lease` by the message's partition."""
+        if not isinstance(message, Message):
+            raise InvalidId(message, "lease() takes a received Message")
+        owner = self._owner(message)
+        if owner is None:
+            return Queue.lease(
+                self, message, max_duration=max_duration, visibility_timeout=visibility_timeout
+            )
+        return owner.lease(
+            message, max_duration=max_duration, visibility_timeout=visibility_timeout
+        )
+
+    def history(self, message: Message | str) -> History:
+        """:meth:`Queue.history` of a message of any partition."""
+        owner = self._owner(message)
+        return Queue.history(self, message) if owner is None else owner.history(message)
+
+    # -- looking --------------------------------------------------------------------------
+
+    def counts(self) -> Counts:
+        """The counts of every partition (and the queue directory), added up."""
+        every = [part.counts() for part in self._parts] + [Queue.counts(self)]
+        return Counts(
+            ready=sum(c.ready for c in every),
+            held=sum(c.held for c in every),
+            delayed=sum(c.delayed for c in every),
+            new=sum(c.new for c in every),
+        )
+
+    def size(self) -> int:
+        """Ready plus held messages of every partition (one listing each)."""
+        counts = self.counts()
+        return counts.ready + counts.held
+
+    def browse(self) -> Iterator[Message]:
+        """The ready messages of every partition merged oldest first, none claimed."""
+        sources = [part.browse() for part in self._parts] + [Queue.browse(self)]
+        return heapq.merge(*sources, key=lambda message: (parse_id(message.id) or 0, message.queue))
+
+    __iter__ = browse
+
+    def peek_oldest_key(self) -> int | None:
+        """The publish time (µs) of the oldest ready message of any partition."""
+        keys = [key for part in self._parts if (key := part.peek_oldest_key()) is not None]
+        own = Queue.peek_oldest_key(self)
+        return min([*keys, *([] if own is None else [own])], default=None)
+
+    def stats(self) -> Stats:
+        """The totals of every partition, and each partition's own in ``partitions``."""
+        each = tuple(part.stats() for part in self._parts)
+        own = Queue.stats(self)
+        every = (*each, own)
+        oldest = min(
+            (s for s in every if s.oldest_ready_id is not None),
+            key=lambda s: parse_id(s.oldest_ready_id or "") or 0,
+            default=None,
+        )
+        return Stats(
+            produced_messages=sum(s.produced_messages for s in every),
+            produced_bytes=sum(s.produced_bytes for s in every),
+            consumed_messages=sum(s.consumed_messages for s in every),
+            consumed_bytes=sum(s.consumed_bytes for s in every),
+            ready=sum(s.ready for s in every),
+            held=sum(s.held for s in every),
+            delayed=sum(s.delayed for s in every),
+            new=sum(s.new for s in every),
+            oldest_ready_age=None if oldest is None else oldest.oldest_ready_age,
+            is_shutdown=own.is_shutdown,
+            oldest_ready_id=None if oldest is None else oldest.oldest_ready_id,
+            held_back=sum(s.held_back for s in every),
+            partitions=each,
+        )
+
+    # -- housekeeping ---------------------------------------------------------------------
+
+    def shutdown(self) -> None:
+        """Shut every partition down, then the queue (see :meth:`Queue.shutdown`)."""
+        for part in self._parts:
+            part.shutdown()
+        super().shutdown()
+
+    def close(self) -> None:
+        """Release this handle and its partitions' (see :meth:`Queue.close`)."""
+        for part in self._parts:
+            part.close()
+        super().close()
+
+    def requeue_expired(self) -> int:
+        """:meth:`Queue.requeue_expired` in every partition; how many came back."""
+        return sum(part.requeue_expired() for part in self._parts) + super().requeue_expired()
+
+    def purge(self) -> int:
+        """:meth:`Queue.purge` of every partition; how many were removed."""
+        return sum(part.purge() for part in self._parts) + super().purge()
+
+    def clean(self, older_than: float = 3600.0) -> int:
+        """:meth:`Queue.clean` of every partition."""
+        return sum(part.clean(older_than) for part in self._parts) + super().clean(older_than)
+
+    def redrive(
+        self, to: Queue | str | os.PathLike[str] | None = None, limit: int | None = None
+    ) -> int:
+        """:meth:`Queue.redrive` of every partition in turn (a partitioned dead-letter
+        queue); at most *limit* in all."""
+        moved = 0
+        for part in self._parts:
+            left = None if limit is None else limit - moved
+            if left is not None and left <= 0:
+                return moved
+            moved += part.redrive(to, left)
+        left = None if limit is None else limit - moved
+        return moved + (Queue.redrive(self, to, left) if left is None or left > 0 else 0)
+
+    def configure(
+        self,
+        *,
+        visibility_timeout: float | Unset | None = UNSET,
+        delay: float | Unset | None = UNSET,
+        capacity: int | Unset | None = UNSET,
+        dead_letter: Queue | str | os.PathLike[str] | Unset | None = UNSET,
+        max_receives: int | Unset | None = UNSET,
+        retention: float | Unset | None = UNSET,
+        dedup_window: float | Unset | None = UNSET,
+        fifo: bool | Unset | None = UNSET,
+        partitions: int | Unset | None = UNSET,
+    ) -> Settings:
+        """:meth:`Queue.configure`; a change of ``fifo`` is stored in every partition
+        first (a partition directory also works on its own)."""
+        if fifo is not UNSET:
+            for part in self._parts:
+                part.configure(fifo=fifo)
+        return super().configure(
+            visibility_timeout=visibility_timeout, delay=delay, capacity=capacity,
+            dead_letter=dead_letter, max_receives=max_receives, retention=retention,
+            dedup_window=dedup_window, fifo=fifo, partitions=partitions,
+        )  # fmt: skip
