@@ -1,6 +1,6 @@
-"""Serving a :class:`vsqs.dashboard.Dashboard` in tests: through ``vsqs.serve`` (the
-server the dashboard ships with) when it is there, else through a minimal stand-in on
-the standard library's threading HTTP server that calls the same ``pages`` callback."""
+"""Serving a :class:`vsqs.dashboard.Dashboard` in tests as ``vsqs serve`` does: its
+``handle`` as the ``pages`` callback of :func:`vsqs.serve.make_server` on a free
+loopback port (the SQS API answers on the same port)."""
 
 from __future__ import annotations
 
@@ -9,57 +9,24 @@ import threading
 import urllib.error
 import urllib.request
 from collections.abc import Iterator, Mapping
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
 
 from vsqs.dashboard import Dashboard
-
-
-class _Handler(BaseHTTPRequestHandler):
-    server: _PagesServer
-    protocol_version = "HTTP/1.1"
-
-    def _answer(self) -> None:
-        length = int(self.headers.get("Content-Length") or 0)
-        body = self.rfile.read(length) if length else b""
-        headers = dict(self.headers.items())
-        answer = self.server.pages(self.command, self.path, headers, body)
-        if answer is None:
-            answer = (404, [("Content-Type", "text/plain")], b"not found")
-        status, out_headers, out = answer
-        self.send_response(status)
-        for key, value in out_headers:
-            self.send_header(key, value)
-        self.send_header("Content-Length", str(len(out)))
-        self.end_headers()
-        if self.command != "HEAD":
-            self.wfile.write(out)
-
-    do_GET = do_HEAD = do_POST = do_PUT = do_DELETE = _answer  # noqa: N815 - the base's names
-
-    def log_message(self, format: str, *args: Any) -> None:
-        pass
-
-
-class _PagesServer(ThreadingHTTPServer):
-    daemon_threads = True
-
-    def __init__(self, pages: Any) -> None:
-        super().__init__(("127.0.0.1", 0), _Handler)
-        self.pages = pages
+from vsqs.serve import make_server
 
 
 @contextlib.contextmanager
 def serving(dashboard: Dashboard) -> Iterator[str]:
-    """Serve *dashboard* on a free loopback port; yield its base URL."""
-    server = _PagesServer(dashboard.handle)
+    """Serve *dashboard* (and the SQS API of its root); yield the base URL."""
+    server = make_server(
+        dashboard.root, port=0, credentials=dashboard.credentials, quiet=True,
+        pages=dashboard.handle,
+    )  # fmt: skip
     thread = threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True)
     thread.start()
     try:
-        yield f"http://127.0.0.1:{server.server_address[1]}"
+        yield server.url
     finally:
         server.shutdown()
-        server.server_close()
         thread.join()
 
 

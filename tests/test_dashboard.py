@@ -9,6 +9,9 @@ from __future__ import annotations
 import base64
 import json
 import re
+import signal
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -274,6 +277,7 @@ def test_the_overview_refresh_is_cached_and_conditional(admin_url: tuple[str, Da
 
 def test_paths_outside_the_dashboard_and_odd_names(admin_url: tuple[str, Dashboard]) -> None:
     url, dashboard = admin_url
+    dashboard.root.create("q")
     assert dashboard.handle("GET", "/000000000000/q", {}, b"") is None  # the SQS API's
     assert dashboard.handle("GET", "/?Action=ListQueues", {}, b"") is not None
     for path in (
@@ -284,8 +288,9 @@ def test_paths_outside_the_dashboard_and_odd_names(admin_url: tuple[str, Dashboa
         assert status == 404, path
         assert b"Traceback" not in body
     assert request(url + "/ui/", method="PUT")[0] == 405
-    status, _, body = dashboard.handle("HEAD", "/ui/", {}, b"")  # type: ignore[misc]
+    status, headers, body = request(url + "/ui/queue/q", method="HEAD")
     assert status == 200 and body == b""
+    assert int(headers["Content-Length"]) == len(request(url + "/ui/queue/q")[2])
 
 
 def _basic(key: str, secret: str) -> dict[str, str]:
@@ -372,3 +377,56 @@ def test_close_stops_the_sampler_thread(root: vsqs.QueueRoot) -> None:
     assert {t for t in threading.enumerate() if t.name == "vsqs-dashboard"} == before
     with pytest.raises(ValueError, match="sample_every"):
         Dashboard(root, sample_every=0)
+
+
+@pytest.mark.parametrize("admin", [False, True])
+def test_vsqs_serve_shows_the_dashboard(root: vsqs.QueueRoot, admin: bool) -> None:
+    """``vsqs serve ROOT`` serves the dashboard at /; its actions only with --admin."""
+    root.create("q").publish(b"x")
+    args = [sys.executable, "-m", "vsqs", "serve", root.path, "--port", "0", "--quiet"]
+    child = subprocess.Popen(
+        [*args, "--admin"] if admin else args,
+        stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True, cwd="/",
+    )  # fmt: skip
+    try:
+        assert child.stderr is not None
+        line = child.stderr.readline()
+        url = line.rpartition(" at ")[2].strip()
+        assert url.startswith("http://127.0.0.1:"), line
+        status, headers, page = request(url + "/")
+        assert status == 200 and headers["Content-Security-Policy"] == CSP
+        assert b'<tr data-name="q">' in page
+        _, _, page = request(url + "/ui/queue/q")
+        assert (b"<form" in page) is admin
+        status, _ = _post(url + "/ui/action/q", {"action": "purge", "confirm": "yes"})
+        assert status == 403  # without --admin, read-only; with it, no token
+    finally:
+        child.send_signal(signal.SIGTERM)
+        child.communicate(timeout=60)
+    assert child.returncode in (0, -signal.SIGTERM, 128 + signal.SIGTERM)
+
+
+def test_a_partitioned_queue_shows_each_partition(admin_url: tuple[str, Dashboard]) -> None:
+    url, dashboard = admin_url
+    queue = dashboard.root.create("orders", partitions=3, fifo=True)
+    assert isinstance(queue, vsqs.PartitionedQueue)
+    for group in ("a", "b", "c", "d"):
+        queue.publish_batch([f"{group}{i}".encode() for i in range(3)], group=group)
+    held = queue.receive(timeout=0)
+    assert held is not None
+    expected = queue.stats()
+    dashboard.sampler.sample_round()
+    _, _, data = request(url + "/ui/api/queue/orders")
+    row = json.loads(data)
+    assert row["partitions"] == 3 and row["fifo"] is True
+    assert (row["ready"], row["held"]) == (expected.ready, expected.held) == (11, 1)
+    assert [(p["ready"], p["held"]) for p in row["parts"]] == [
+        (p.ready, p.held) for p in expected.partitions
+    ]
+    _, _, page = request(url + "/ui/queue/orders")
+    assert b"<h2>Partitions</h2>" in page
+    assert page.count(b"<tr><td>") >= 3
+    assert b'<span class="badge">3 partitions</span>' in page
+    assert b'<span class="badge">FIFO</span>' in page
+    assert page.count(b"<pre>") == 11  # the peek reads every partition, claims nothing
+    assert queue.counts().ready == 11

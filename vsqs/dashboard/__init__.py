@@ -164,9 +164,8 @@ class Dashboard:
         lowered = {key.lower(): value for key, value in headers.items()}
         try:
             user = self._authenticate(lowered)
-            if method in ("GET", "HEAD"):
-                status, out_headers, out = self._get(path, lowered, user)
-                return status, out_headers, b"" if method == "HEAD" else out
+            if method in ("GET", "HEAD"):  # the server sends no body for a HEAD
+                return self._get(path, lowered, user)
             if method != "POST":
                 raise _Refused(  # noqa: TRY301 - one place turns every refusal into a page
                     405, f"{method} is not allowed here", [("Allow", "GET, HEAD, POST")]
@@ -479,8 +478,7 @@ def _peek(queue: Queue) -> list[dict[str, Any]]:
 def _partition_of(queue: Queue, directory: str) -> Queue:
     """The partition of *queue* whose directory is *directory* (the queue itself if it
     is not partitioned)."""
-    parts: tuple[Queue, ...] = getattr(queue, "partition_queues", (queue,))
-    for part in parts:
+    for part in queue.partition_queues:
         if part.path == directory:
             return part
     return queue

@@ -119,13 +119,6 @@ class Snapshot:
     """How long the round took (the sampler thread's CPU, mostly)."""
 
 
-def _options(queue: Queue) -> tuple[int, bool]:
-    """``(partitions, fifo)`` of *queue* (a queue of vsqs before partitions: ``(1, False)``)."""
-    partitions = getattr(queue, "partitions", 1)
-    fifo = getattr(queue, "fifo", False)
-    return (partitions if isinstance(partitions, int) else 1), bool(fifo)
-
-
 def count_redelivered(queue: Queue, budget: int = REDELIVERED_BUDGET) -> tuple[int, bool]:
     """How many messages of *queue* were received before without a delete, and whether
     the count stopped at *budget* (messages examined).
@@ -136,7 +129,7 @@ def count_redelivered(queue: Queue, budget: int = REDELIVERED_BUDGET) -> tuple[i
     none of which came back costs one listing of that directory.
     """
     found = examined = 0
-    for part in getattr(queue, "partition_queues", (queue,)):
+    for part in queue.partition_queues:
         for message_id in part.layout.names("meta"):
             if message_id.startswith("."):
                 continue  # a writer's temporary file
@@ -293,7 +286,6 @@ class Sampler:
             queue = self.handle(name)
             stats = queue.stats()
             settings = queue.settings()
-            partitions, fifo = _options(queue)
             redelivered = self._redelivered_of(name, queue, now)
         except (QueueNotFound, FileNotFoundError):
             return None  # RACE: another process deleted the queue
@@ -318,8 +310,8 @@ class Sampler:
             consumed_bytes=stats.consumed_bytes,
             shutdown=stats.is_shutdown,
             dead_letter=settings.get("dead_letter"),
-            partitions=partitions,
-            fifo=fifo,
+            partitions=queue.partitions,
+            fifo=queue.fifo,
             parts=_parts(stats),
             redelivered=redelivered[0],
             redelivered_capped=redelivered[1],
@@ -390,7 +382,6 @@ class Sampler:
 
 def _parts(stats: Stats) -> tuple[dict[str, Any], ...]:
     """Each partition's counts, from ``stats().partitions`` (none for a plain queue)."""
-    parts: tuple[Stats, ...] = getattr(stats, "partitions", ())
     return tuple(
         {
             "ready": part.ready,
@@ -399,5 +390,5 @@ def _parts(stats: Stats) -> tuple[dict[str, Any], ...]:
             "new": part.new,
             "oldest_age": part.oldest_ready_age,
         }
-        for part in parts
+        for part in stats.partitions
     )
