@@ -7,7 +7,9 @@ browser tests (``test_dashboard_browser.py``) check what a user sees.
 from __future__ import annotations
 
 import base64
+import gc
 import json
+import os
 import re
 import signal
 import subprocess
@@ -430,3 +432,17 @@ def test_a_partitioned_queue_shows_each_partition(admin_url: tuple[str, Dashboar
     assert b'<span class="badge">FIFO</span>' in page
     assert page.count(b"<pre>") == 11  # the peek reads every partition, claims nothing
     assert queue.counts().ready == 11
+
+
+def test_a_round_keeps_no_descriptor_open(root: vsqs.QueueRoot) -> None:
+    """A root of thousands of queues must not hold thousands of descriptors between
+    rounds (the default limit is often 1,024)."""
+    for i in range(50):
+        root.create(f"q{i}").publish(b"x", attributes={"a": "b"})
+    gc.collect()  # the handles of the publishes above, and their descriptors
+    sampler = Sampler(root, 5.0)
+    before = len(os.listdir("/proc/self/fd"))
+    sampler.sample_round()
+    assert len(os.listdir("/proc/self/fd")) <= before + 5  # not one (or three) per queue
+    assert len(sampler.snapshot.rows if sampler.snapshot else ()) == 50
+    sampler.close()

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import contextlib
 import hashlib
 import hmac
 import json
@@ -296,9 +297,9 @@ class Dashboard:
     def _queue_page(self, name: str, user: Credential | None) -> Response:
         row = self._row(name)
         try:
-            queue = self.sampler.handle(name)
-            settings = dict(queue.settings())
-            messages = _peek(queue)
+            with self._open(name) as queue:
+                settings = dict(queue.settings())
+                messages = _peek(queue)
         except QueueNotFound:
             raise _Refused(404, f"no queue {name!r} under this root") from None
         except (VsqsError, OSError, ValueError) as exc:
@@ -334,22 +335,35 @@ class Dashboard:
         name = self._queue_name(path.removeprefix("/ui/action/"), user)
         action = form.get("action", "")
         try:
-            queue = self.sampler.handle(name)
-            what, do = self._plan(queue, name, action, form, user)
+            with contextlib.ExitStack() as opened:
+                queue = opened.enter_context(self._open(name))
+                what, do = self._plan(queue, name, action, form, user, opened=opened)
+                if form.get("confirm") != "yes":
+                    page = _pages.confirm(name, action, what, form, self._token(user))
+                    return 200, _headers(_HTML), page
+                text = do()
         except QueueNotFound:
             raise _Refused(404, f"no queue {name!r} under this root") from None
-        if form.get("confirm") != "yes":
-            page = _pages.confirm(name, action, what, form, self._token(user))
-            return 200, _headers(_HTML), page
-        try:
-            text = do()
         except (VsqsError, OSError, ValueError, TypeError) as exc:
             return 400, _headers(_HTML), _pages.result(name, f"{action} failed: {exc}", ok=False)
         self.sampler.refresh_soon()
         return 200, _headers(_HTML), _pages.result(name, text, ok=True)
 
+    def _open(self, name: str) -> contextlib.closing[Queue]:
+        """A handle of the queue *name* for one request, closed at its end.
+
+        :raises QueueNotFound:"""
+        return contextlib.closing(self.root.get(name))
+
     def _plan(
-        self, queue: Queue, name: str, action: str, form: Mapping[str, str], user: Credential | None
+        self,
+        queue: Queue,
+        name: str,
+        action: str,
+        form: Mapping[str, str],
+        user: Credential | None,
+        *,
+        opened: contextlib.ExitStack,
     ) -> tuple[str, Any]:
         """What *action* will do (said on the confirmation page) and a function doing it."""
         if action == "purge":
@@ -371,19 +385,25 @@ class Dashboard:
 
             return what, shut
         if action == "redrive":
-            return self._plan_redrive(queue, name, form, user)
+            return self._plan_redrive(queue, name, form, user, opened=opened)
         if action == "configure":
             return _plan_configure(queue, name, form)
         raise _Refused(400, f"unknown action {action!r}")
 
     def _plan_redrive(
-        self, queue: Queue, name: str, form: Mapping[str, str], user: Credential | None
+        self,
+        queue: Queue,
+        name: str,
+        form: Mapping[str, str],
+        user: Credential | None,
+        *,
+        opened: contextlib.ExitStack,
     ) -> tuple[str, Any]:
         to_name = form.get("to", "").strip()
         target: Queue | None = None
         if to_name:
             to_name = self._queue_name(to_name, user)
-            target = self.sampler.handle(to_name)
+            target = opened.enter_context(self._open(to_name))
         raw_limit = form.get("limit", "").strip()
         limit = int(raw_limit) if _WHOLE.fullmatch(raw_limit) else None
         if raw_limit and limit is None:

@@ -166,6 +166,7 @@ class Sampler:
         self.step = max(self.every, HOUR / POINTS)
         self._clock = clock
         self._lock = threading.Lock()  # the handles, series and due times
+        self._round = threading.Lock()  # one round at a time
         self._handles: dict[str, tuple[str, Queue]] = {}
         self._series: dict[str, _Series] = {}
         self._rows: dict[str, Row] = {}
@@ -222,7 +223,9 @@ class Sampler:
 
     def handle(self, name: str) -> Queue:
         """The kept handle of the queue *name*, opened again if its stored settings
-        changed since (one read of them). :raises QueueNotFound:"""
+        changed since (one read of them); for the rounds alone (requests open their own).
+
+        :raises QueueNotFound:"""
         with self._lock:
             kept = self._handles.get(name)
         if kept is not None:
@@ -235,7 +238,12 @@ class Sampler:
         return queue
 
     def sample_round(self) -> Snapshot:
-        """Sample every queue that is due; publish the new :class:`Snapshot`."""
+        """Sample every queue that is due; publish the new :class:`Snapshot`. One round
+        at a time (the kept handles are the rounds' own)."""
+        with self._round:
+            return self._sample_round()
+
+    def _sample_round(self) -> Snapshot:
         started = time.perf_counter()
         now = self._clock()
         names = self.root.list()
@@ -282,6 +290,7 @@ class Sampler:
 
     def _sample(self, name: str, previous: Row | None, now: float) -> Row | None:
         began = time.perf_counter()
+        queue = None
         try:
             queue = self.handle(name)
             stats = queue.stats()
@@ -291,6 +300,11 @@ class Sampler:
             return None  # RACE: another process deleted the queue
         except _FAULTS as exc:
             return Row(name=name, sampled_at=now, error=f"{type(exc).__name__}: {exc}")
+        finally:
+            if queue is not None:
+                # Its descriptors of the metadata directories, until the next round: a
+                # root of 2,000 queues would otherwise hold 6,000 of them.
+                queue.close()
         took = time.perf_counter() - began
         in_rate = out_rate = None
         if previous is not None and previous.error is None and now > previous.sampled_at:
