@@ -4,6 +4,7 @@ Usage (from the repository root, with ``chromedriver`` on the PATH: as root,
 ``sh tests/setup-browser.sh`` installs Debian's chromium and chromium-driver)::
 
     python docs/screenshot_dashboard.py     # writes docs/_static/dashboard.png
+    python docs/screenshot_dashboard.py --out elsewhere.png
 
 A few queues are made in a temporary directory (orders with its dead-letter queue and
 a message that went there, emails that was shut down, a busy events queue with a
@@ -14,6 +15,7 @@ refreshed with the rates of the running traffic.
 
 from __future__ import annotations
 
+import argparse
 import sys
 import tempfile
 import threading
@@ -57,6 +59,9 @@ def build(root: vsqs.QueueRoot) -> vsqs.Queue:
 
 
 def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--out", type=Path, default=OUT)
+    out = parser.parse_args().out
     with tempfile.TemporaryDirectory() as tmp:
         root = vsqs.QueueRoot(Path(tmp) / "queues", durable=False)
         events = build(root)
@@ -71,12 +76,12 @@ def main() -> None:
                 browser.get(url + "/")
                 time.sleep(2.5)  # and a live refresh of the open page
                 stop.set()
-                browser.save_screenshot(str(OUT))
+                browser.save_screenshot(str(out))
         finally:
             stop.set()
             producer.join()
             browser.quit()
-    print(f"wrote {OUT}")
+    print(f"wrote {out}")
 
 
 if __name__ == "__main__":

@@ -8,6 +8,8 @@ trip the Content-Security-Policy (the browser's console is read for violations).
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -198,3 +200,16 @@ def test_admin_purge_and_redrive(browser: webdriver.Chrome, tmp_path: Path) -> N
         assert result.startswith("orders: visibility_timeout is now 45.0.")
         assert orders.settings()["visibility_timeout"] == 45.0
         assert _console_errors(browser) == []
+
+
+def test_the_screenshot_script_runs(tmp_path: Path) -> None:
+    """``docs/screenshot_dashboard.py`` (which made docs/_static/dashboard.png) still works."""
+    out = tmp_path / "dashboard.png"
+    script = Path(__file__).resolve().parent.parent / "docs" / "screenshot_dashboard.py"
+    done = subprocess.run(
+        [sys.executable, str(script), "--out", str(out)],
+        capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert out.stat().st_size > 10_000
