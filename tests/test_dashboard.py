@@ -82,6 +82,7 @@ def test_overview_json_gives_the_numbers_of_stats(root: vsqs.QueueRoot) -> None:
     expected = {"orders": orders.stats(), "orders.dlq": dlq.stats(), "empty": empty.stats()}
     with Dashboard(root, sample_every=3600) as dashboard, serving(dashboard) as url:
         status, headers, body = request(url + "/ui/api/overview")
+        details = {name: json.loads(request(url + f"/ui/api/queue/{name}")[2]) for name in expected}
     assert status == 200
     assert headers["Content-Type"] == "application/json"
     rows = {row["name"]: row for row in json.loads(body)["queues"]}
@@ -91,9 +92,12 @@ def test_overview_json_gives_the_numbers_of_stats(root: vsqs.QueueRoot) -> None:
         assert (row["ready"], row["held"], row["delayed"], row["new"]) == (
             stats.ready, stats.held, stats.delayed, stats.new
         )  # fmt: skip
-        assert row["produced"] == stats.produced_messages
-        assert row["consumed"] == stats.consumed_messages
         assert row["shutdown"] is False
+        detail = details[name]  # a queue page's numbers: the same, and more
+        assert detail["ready"] == row["ready"] and detail["held"] == row["held"]
+        assert detail["produced"] == stats.produced_messages
+        assert detail["consumed"] == stats.consumed_messages
+        assert detail["produced_bytes"] == stats.produced_bytes
         assert row["partitions"] == 1
     assert rows["orders"]["ready"] == 1 and rows["orders"]["held"] == 1
     assert rows["orders"]["delayed"] == 1

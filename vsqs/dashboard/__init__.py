@@ -224,14 +224,15 @@ class Dashboard:
         return 200, response_headers(JSON, ("ETag", etag)), body
 
     def _row(self, name: str) -> dict[str, Any]:
-        for row in self._document(None)["queues"]:
-            if row["name"] == name:
-                return dict(row)
-        self.sampler.refresh_soon(name)  # made since the last round: sample it now
-        for row in json.loads(self.sampler.sample_round().body)["queues"]:
-            if row["name"] == name:
-                return dict(row)
-        raise Refused(404, f"no queue {name!r} under this root")
+        self.sampler.wait_first(timeout=30.0)
+        detail = self.sampler.detail(name)
+        if detail is None:  # made since the last round: sample it now
+            self.sampler.refresh_soon(name)
+            self.sampler.sample_round()
+            detail = self.sampler.detail(name)
+        if detail is None:
+            raise Refused(404, f"no queue {name!r} under this root")
+        return detail
 
     def _chart(self, name: str, which: str) -> bytes:
         points = self.sampler.chart(name)

@@ -18,7 +18,7 @@ import math
 import threading
 import time
 from array import array
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any, Final
 
@@ -373,25 +373,53 @@ class Sampler:
             previous = point
         return out
 
+    def detail(self, name: str) -> dict[str, Any] | None:
+        """Everything the last round knows of *name* (what ``/ui/api/queue/NAME``
+        sends); ``None`` if it was not in that round."""
+        snapshot = self.snapshot
+        row = None if snapshot is None else snapshot.rows.get(name)
+        if snapshot is None or row is None:
+            return None
+        data = asdict(row)
+        data.update(_derived(row, snapshot.rows, snapshot.taken_at))
+        data["sources"] = sorted(r.name for r in snapshot.rows.values() if r.dead_letter == name)
+        return data
+
     @staticmethod
     def _render(version: int, now: float, rows: dict[str, Row], elapsed: float) -> bytes:
+        """The overview's JSON: per queue, only what its row shows (about 300 bytes)."""
         sources: dict[str, list[str]] = {}
         for row in rows.values():
             if row.dead_letter is not None:
                 sources.setdefault(row.dead_letter, []).append(row.name)
         queues = []
         for row in rows.values():
-            data = asdict(row)
-            data["depth"] = row.depth
-            data["oldest_age"] = (
-                None if row.oldest_sent is None else max(0.0, now - row.oldest_sent)
-            )
-            dlq = rows.get(row.dead_letter) if row.dead_letter else None
-            data["dead_letter_depth"] = None if dlq is None else dlq.depth
+            data = {key: getattr(row, key) for key in _OVERVIEW}
+            data.update(_derived(row, rows, now))
+            for key in ("in_rate", "out_rate"):
+                if data[key] is not None:
+                    data[key] = round(data[key], 2)
             data["sources"] = sorted(sources.get(row.name, ()))
             queues.append(data)
         document = {"version": version, "taken_at": now, "round_seconds": elapsed, "queues": queues}
         return json.dumps(document, separators=(",", ":")).encode()
+
+
+_OVERVIEW: Final = (
+    "name", "ready", "held", "delayed", "new", "redelivered", "redelivered_capped", "in_rate",
+    "out_rate", "dead_letter", "partitions", "fifo", "shutdown", "error",
+)  # fmt: skip
+
+
+def _derived(row: Row, rows: Mapping[str, Row], now: float) -> dict[str, Any]:
+    """The fields computed from the round: depth, the oldest's age, the DLQ's depth."""
+    dlq = rows.get(row.dead_letter) if row.dead_letter else None
+    age = None if row.oldest_sent is None else round(max(0.0, now - row.oldest_sent), 1)
+    return {
+        "depth": row.depth,
+        "oldest_age": age,
+        "dead_letter_depth": None if dlq is None else dlq.depth,
+    }
 
 
 def _parts(stats: Stats) -> tuple[dict[str, Any], ...]:
