@@ -208,6 +208,7 @@ def test_a_post_without_the_token_is_refused(admin_url: tuple[str, Dashboard]) -
     # The right token from another site: refused by the origin checks.
     good = {"action": "purge", "confirm": "yes", "csrf": token}
     assert _post(url + "/ui/action/q", good, Origin="http://evil.example")[0] == 403
+    assert _post(url + "/ui/action/q", good, Origin="null")[0] == 403
     assert _post(url + "/ui/action/q", good, **{"Sec-Fetch-Site": "cross-site"})[0] == 403
     status, _, _ = request(
         url + "/ui/action/q", method="POST", data=json.dumps(good).encode(),
@@ -228,6 +229,9 @@ def test_an_action_asks_for_confirmation_then_acts(admin_url: tuple[str, Dashboa
     assert status == 200 and b"Confirm" in confirm and b"(now 3)" in confirm
     assert queue.counts().ready == 3  # asked, not done
     fields = {"action": "purge", "csrf": _token(confirm), "confirm": "yes"}
+    # Behind a reverse proxy that names the public host in X-Forwarded-Host.
+    proxied = {"Origin": "https://queues.example", "X-Forwarded-Host": "queues.example"}
+    assert _post(url + "/ui/action/q", {**fields, "action": "nope"}, **proxied)[0] == 400
     status, done = _post(url + "/ui/action/q", fields, Origin=f"http://{host}")
     assert status == 200
     assert b"Purged 3 messages" in done

@@ -75,15 +75,20 @@ def token(secret: bytes, user: Credential | None) -> str:
 
 def same_origin(headers: Mapping[str, str]) -> None:
     """Refuse a POST that a browser says comes from another site (a second guard
-    beside the form token)."""
+    beside the form token).
+
+    The origin must be the host the request was sent to: its ``Host``, or the
+    ``X-Forwarded-Host`` of a reverse proxy in front (a page on another site cannot set
+    either header on a form it makes a browser send)."""
     if headers.get("sec-fetch-site", "same-origin") not in ("same-origin", "none"):
         raise Refused(403, "a cross-site form is refused")
     origin = headers.get("origin")
-    if origin is not None and origin != "null":
-        if urlsplit(origin).netloc != headers.get("host", ""):
-            raise Refused(403, "a form from another origin is refused")
-    elif origin == "null":
+    if origin == "null":
         raise Refused(403, "a form from an opaque origin is refused")
+    if origin is not None:
+        hosts = {headers.get("host", ""), headers.get("x-forwarded-host", "").partition(",")[0]}
+        if urlsplit(origin).netloc not in hosts - {""}:
+            raise Refused(403, "a form from another origin is refused")
 
 
 def parse_form(headers: Mapping[str, str], body: bytes) -> dict[str, str]:
