@@ -74,3 +74,14 @@ def touch(state: Any, path: str) -> dict[str, str]:
     with open(os.path.join(path, hostname), "w", encoding="utf-8"):
         pass
     return {"ok": hostname}
+
+
+@app.task
+def record(path: str, line: str, seconds: float = 0.0) -> None:
+    """Work *seconds*, then append *line* to the file *path* (one ``O_APPEND`` write)."""
+    time.sleep(seconds)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    try:
+        os.write(fd, f"{line}\n".encode())
+    finally:
+        os.close(fd)

@@ -181,3 +181,33 @@ def test_an_expired_task_never_reaches_the_worker(tmp_path: Path) -> None:
         assert fine.get(timeout=60) == 4
     assert expired.state == "PENDING"  # never received: no result of any kind
     assert vsqs.QueueRoot(root).get("celery").counts().total == 0
+
+
+def test_groups_on_a_partitioned_fifo_queue_run_in_order(tmp_path: Path) -> None:
+    """The task queue is partitioned (4) with ``fifo=True``; tasks sent with Celery's
+    ``MessageGroupId`` option (kombu's SQS name) by two prefork workers of two processes
+    each: every task runs once, and each group's tasks run one at a time, in order."""
+    root = tmp_path / "root"
+    vsqs.QueueRoot(root).create("celery", partitions=4, fifo=True)
+    out = tmp_path / "out"
+    out.mkdir()
+    env = celery_env(f"vsqs://{root}", root, CELERY_TEST_DURABLE="0")
+    app = _app(root, durable=False)
+    groups = [f"customer-{n}" for n in range(6)]
+    with workers(env, tmp_path, "w1", "w2", args=("--concurrency", "2")) as started:
+        results = [
+            app.send_task(
+                "tests.celery_app.record",
+                args=(str(out / group), str(n), 0.01),
+                MessageGroupId=group,
+            )
+            for n in range(15)
+            for group in groups
+        ]
+        for result in results:
+            result.get(timeout=120)
+    _stopped_cleanly(started)
+    for group in groups:
+        lines = (out / group).read_text().split()
+        assert lines == [str(n) for n in range(15)], group
+    assert vsqs.QueueRoot(root).get("celery").counts().total == 0

@@ -59,7 +59,7 @@ def bodies(path: Path) -> list[bytes]:
 # -- help ------------------------------------------------------------------------------
 
 COMMANDS = [
-    "clean", "delete", "demo", "peek", "publish", "pump", "purge",
+    "clean", "create", "delete", "demo", "peek", "publish", "pump", "purge",
     "queues", "receive", "redrive", "requeue", "shutdown", "sink", "stats",
 ]  # fmt: skip
 

@@ -14,7 +14,7 @@ import pytest
 
 import vsqs
 from vsqs import PartitionedQueue, Queue, QueueDrained, QueueFull, QueueRoot
-from vsqs._partitioned import STICKY_RUN, VISIT_EVERY, partition_name
+from vsqs._sets._spread import STICKY_RUN, VISIT_EVERY, partition_name
 from vsqs.testing import ManualClock
 
 

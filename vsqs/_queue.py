@@ -74,7 +74,7 @@ from ._ids import State as _State
 from ._layout import FIFO_LOCK, Layout, UnsafeEntry
 from ._message import NO_ATTRIBUTES, Counts, Message, received
 from ._meta import Meta, MetaStore, report_once, split_group, validate_attributes, with_group
-from ._options import UNSET, Config, Unset, queue_path
+from ._options import UNSET, Config, Unset, batch_size, queue_path
 from ._options import seconds as _seconds
 from ._renewal import Lease, Renewer, until_entered
 from ._shutdown import ShutdownWatch
@@ -978,8 +978,7 @@ class Queue:
 
         :raises QueueDrained: the queue is shut down and empty.
         """
-        if isinstance(max_messages, bool) or not isinstance(max_messages, int) or max_messages < 1:
-            raise ValueError(f"max_messages must be a positive int, not {max_messages!r}")
+        batch_size(max_messages)
         vt_us = (
             self._vt_us
             if visibility_timeout is None

@@ -20,6 +20,9 @@ OpenTelemetry::
 A collection is a snapshot taken from any process at any time; it changes nothing in
 the queue (the caller's own counters are flushed to its stats file first).
 
+A partitioned queue's series are its totals; ``vsqs_partition_messages{partition,state}``
+and ``vsqs_partition_oldest_ready_age_seconds{partition}`` break them down (same sample).
+
 One bad queue never takes down the others: a queue that cannot be opened or sampled
 (its ``settings.json`` corrupt, its directory unreadable) is a :class:`Down` whose
 series are replaced by ``vsqs_queue_up{queue=...} 0``, logged once when it goes down
@@ -278,6 +281,11 @@ def families(samples: Iterable[Sample | Down]) -> Iterator[Metric]:
             ("consumed_bytes", "Bytes of the messages consumed"),
         )
     }
+    parts = GaugeMetricFamily("vsqs_partition_messages", "Messages by partition and state.",
+                              labels=["queue", "partition", "state"])  # fmt: skip
+    parts_age = GaugeMetricFamily("vsqs_partition_oldest_ready_age_seconds",
+                                  "Age of each partition's oldest ready message (0 if none).",
+                                  labels=["queue", "partition"])  # fmt: skip
     for one in samples:
         up.add_metric([one.queue], 0 if isinstance(one, Down) else 1)
         if isinstance(one, Down):
@@ -293,10 +301,17 @@ def families(samples: Iterable[Sample | Down]) -> Iterator[Metric]:
         gauges["held_back"].add_metric(labels, stats.held_back)
         for field, family in counters.items():
             family.add_metric(labels, getattr(stats, field))
+        for number, part in ((str(i), p) for i, p in enumerate(stats.partitions)):
+            for state in STATES:
+                parts.add_metric([one.queue, number, state], getattr(part, state))
+            parts_age.add_metric([one.queue, number], part.oldest_ready_age or 0.0)
     yield up
     yield messages
     yield from gauges.values()
     yield from counters.values()
+    if parts.samples:  # only where a queue is partitioned: no empty families otherwise
+        yield parts
+        yield parts_age
 
 
 # -- OpenTelemetry ------------------------------------------------------------------------
@@ -370,6 +385,17 @@ def observe(meter: Meter, *sources: Source, max_age: float = 1.0) -> None:
 
         return callback
 
+    def by_partition(options: CallbackOptions) -> Iterable[Observation]:
+        return [
+            Observation(
+                getattr(part, state),
+                attrs(one, **{f"{NS}.partition": str(index), f"{NS}.state": state}),
+            )
+            for one in snapshots.get()
+            for index, part in enumerate(one.stats.partitions)
+            for state in STATES
+        ]
+
     def up(options: CallbackOptions) -> Iterable[Observation]:
         return [Observation(1, attrs(one)) for one in snapshots.get()] + [
             Observation(0, {"messaging.system": SYSTEM, "messaging.destination.name": one.queue})
@@ -382,6 +408,10 @@ def observe(meter: Meter, *sources: Source, max_age: float = 1.0) -> None:
     meter.create_observable_gauge(
         f"{NS}.queue.up", [up], "1", "1 if the queue could be sampled, 0 if not."
     )
+    meter.create_observable_gauge(
+        f"{NS}.partition.messages", [by_partition], "{message}",
+        "Messages by partition (of a partitioned queue) and state.",
+    )  # fmt: skip
     for name, value, unit, text in _GAUGES:
         meter.create_observable_gauge(name, [each(value)], unit, text)
     for name, value, unit, text in _COUNTERS:

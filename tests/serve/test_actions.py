@@ -8,6 +8,7 @@ import hashlib
 import json
 import threading
 import time
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -15,6 +16,8 @@ from botocore.exceptions import ClientError
 
 import vsqs
 from vsqs.serve import Server
+
+from .conftest import client
 
 ARN = "arn:aws:sqs:us-east-1:000000000000:"
 
@@ -237,7 +240,7 @@ def test_library_messages_are_served_and_served_messages_reach_the_library(
 
 def test_batches(sqs: Any, root: vsqs.QueueRoot) -> None:
     url = sqs.create_queue(QueueName="q")["QueueUrl"]
-    entries = [{"Id": f"m{i}", "MessageBody": f"body {i}"} for i in range(9)]
+    entries: list[dict[str, Any]] = [{"Id": f"m{i}", "MessageBody": f"body {i}"} for i in range(9)]
     entries.append({"Id": "bad", "MessageBody": "x", "DelaySeconds": 901})
     entries[3]["MessageAttributes"] = {"k": {"DataType": "String", "StringValue": "v"}}
     result = sqs.send_message_batch(QueueUrl=url, Entries=entries)
@@ -248,7 +251,7 @@ def test_batches(sqs: Any, root: vsqs.QueueRoot) -> None:
     assert failed["SenderFault"] is True
     bodies = [m.body for m in root.get("q").browse()]
     assert bodies == [f"body {i}".encode() for i in range(9)]  # in order
-    received = []
+    received: list[dict[str, Any]] = []
     while len(received) < 9:
         received += sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=10)["Messages"]
     assert [m["Body"] for m in received] == [f"body {i}" for i in range(9)]
@@ -518,3 +521,94 @@ def test_binary_attributes_round_trip_base64_in_the_json(sqs: Any) -> None:
     got = sqs.receive_message(QueueUrl=url, MessageAttributeNames=["r"])["Messages"][0]
     assert got["MessageAttributes"]["r"]["BinaryValue"] == raw
     assert base64.b64encode(raw)
+
+
+def test_trace_header_and_library_queue_names(sqs: Any, root: vsqs.QueueRoot) -> None:
+    """The one system attribute a sender sets comes back with its digest; a queue the
+    library named with a dot (``orders.dlq``, not an SQS name) is served too."""
+    root.create("orders.dlq")
+    url = sqs.get_queue_url(QueueName="orders.dlq")["QueueUrl"]
+    trace = {"AWSTraceHeader": {"DataType": "String", "StringValue": "Root=1-5759e988-bd862e3fe"}}
+    sent = sqs.send_message(QueueUrl=url, MessageBody="t", MessageSystemAttributes=trace)
+    assert (
+        sent["MD5OfMessageSystemAttributes"]
+        == hashlib.md5(
+            b"\x00\x00\x00\x0eAWSTraceHeader\x00\x00\x00\x06String\x01"
+            b"\x00\x00\x00\x19Root=1-5759e988-bd862e3fe",
+            usedforsecurity=False,
+        ).hexdigest()
+    )
+    got = sqs.receive_message(QueueUrl=url, MessageSystemAttributeNames=["AWSTraceHeader"])
+    assert got["Messages"][0]["Attributes"] == {"AWSTraceHeader": "Root=1-5759e988-bd862e3fe"}
+    assert "MessageAttributes" not in got["Messages"][0]  # the trace is not a user attribute
+    with pytest.raises(ClientError) as caught:
+        sqs.create_queue(QueueName="orders.dlq2")  # SQS names have no dots
+    assert _code(caught) == "InvalidParameterValue"
+
+
+def test_create_queue_again_with_the_same_redrive_policy(sqs: Any) -> None:
+    sqs.create_queue(QueueName="dlq")
+    policy = {"deadLetterTargetArn": "arn:aws:sqs:eu-west-1:123456789012:dlq", "maxReceiveCount": 3}
+    attributes = {"RedrivePolicy": json.dumps(policy)}
+    url = sqs.create_queue(QueueName="q", Attributes=attributes)["QueueUrl"]
+    # Any ARN naming the same queue, the count as a number or a string: the same policy.
+    again = {**policy, "deadLetterTargetArn": ARN + "dlq", "maxReceiveCount": "3"}
+    assert (
+        sqs.create_queue(QueueName="q", Attributes={"RedrivePolicy": json.dumps(again)})["QueueUrl"]
+        == url
+    )
+    with pytest.raises(ClientError) as caught:
+        sqs.create_queue(
+            QueueName="q",
+            Attributes={"RedrivePolicy": json.dumps({**policy, "maxReceiveCount": 4})},
+        )
+    assert _code(caught) == "QueueAlreadyExists"
+
+
+def test_a_queue_made_again_by_the_library_is_served_fresh(sqs: Any, root: vsqs.QueueRoot) -> None:
+    """The server's cached handle of a queue deleted and made again elsewhere is not
+    used: messages go to the new directory."""
+    root.create("q")  # no stored settings: nothing changes in .vsqs/settings.json
+    url = sqs.get_queue_url(QueueName="q")["QueueUrl"]
+    sqs.send_message(QueueUrl=url, MessageBody="old", MessageAttributes={
+        "k": {"DataType": "String", "StringValue": "v"}
+    })  # fmt: skip
+    root.delete("q")
+    vsqs.Queue(root.path + "/q").close()  # made again, without settings
+    sqs.send_message(QueueUrl=url, MessageBody="new", MessageAttributes={
+        "k": {"DataType": "String", "StringValue": "v"}
+    })  # fmt: skip
+    got = root.get("q").receive(timeout=0)
+    assert got is not None and got.body == b"new" and got.attributes["k"] == "String:v"
+
+
+def test_a_handle_stays_valid_through_any_server_after_an_extension(
+    start: Any, tmp_path: Path
+) -> None:
+    """As in SQS, ChangeMessageVisibility leaves the receipt handle valid: here through
+    another server (or this one after a restart), which extended the lease."""
+    first, second = start(tmp_path / "shared"), start(tmp_path / "shared")
+    a, b = client(first.url), client(second.url)
+    url = a.create_queue(QueueName="q")["QueueUrl"]
+    queue = vsqs.QueueRoot(tmp_path / "shared").get("q")
+    for body in ("delete me", "extend me twice"):
+        a.send_message(QueueUrl=url, MessageBody=body)
+        handle = a.receive_message(QueueUrl=url)["Messages"][0]["ReceiptHandle"]
+        b.change_message_visibility(QueueUrl=url, ReceiptHandle=handle, VisibilityTimeout=300)
+        b.change_message_visibility(QueueUrl=url, ReceiptHandle=handle, VisibilityTimeout=400)
+        a.change_message_visibility(QueueUrl=url, ReceiptHandle=handle, VisibilityTimeout=500)
+        assert queue.counts().held == 1
+        a.delete_message(QueueUrl=url, ReceiptHandle=handle)
+        assert queue.counts().total == 0
+    # A lease that ended (released) is not followed: its old handle deletes nothing.
+    a.send_message(QueueUrl=url, MessageBody="released")
+    handle = a.receive_message(QueueUrl=url)["Messages"][0]["ReceiptHandle"]
+    b.change_message_visibility(QueueUrl=url, ReceiptHandle=handle, VisibilityTimeout=0)
+    again = b.receive_message(QueueUrl=url)["Messages"][0]
+    a.delete_message(QueueUrl=url, ReceiptHandle=handle)
+    assert queue.counts().held == 1  # the second receive's lease is untouched
+    with pytest.raises(ClientError) as caught:
+        a.change_message_visibility(QueueUrl=url, ReceiptHandle=handle, VisibilityTimeout=5)
+    assert _code(caught) == "AWS.SimpleQueueService.MessageNotInflight"
+    b.delete_message(QueueUrl=url, ReceiptHandle=again["ReceiptHandle"])
+    assert queue.counts().total == 0

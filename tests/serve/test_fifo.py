@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import hashlib
+import threading
+import time
 from typing import Any
 
 import pytest
@@ -29,7 +31,7 @@ def test_a_fifo_queue_is_a_partitioned_vsqs_queue(sqs: Any, root: vsqs.QueueRoot
     attributes = sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["All"])["Attributes"]
     assert attributes["FifoQueue"] == "true"
     assert attributes["ContentBasedDeduplication"] == "false"
-    assert attributes["DeduplicationScope"] == "queue"
+    assert attributes["DeduplicationScope"] == "messageGroup"
     assert attributes["FifoThroughputLimit"] == "perQueue"
     for name, attrs in [
         ("jobs", {"FifoQueue": "true"}),  # a FIFO queue's name ends with .fifo
@@ -117,19 +119,25 @@ def test_deduplication(sqs: Any, root: vsqs.QueueRoot) -> None:
         QueueUrl=url, MessageBody="x", MessageGroupId="g", MessageDeduplicationId="d1"
     )
     again = sqs.send_message(
-        QueueUrl=url, MessageBody="other", MessageGroupId="h", MessageDeduplicationId="d1"
+        QueueUrl=url, MessageBody="other", MessageGroupId="g", MessageDeduplicationId="d1"
     )
     assert again["MessageId"] == first["MessageId"]
     assert again["SequenceNumber"] == first["SequenceNumber"]
     assert root.get("jobs.fifo").counts().ready == 1
+    # Deduplication is per message group (DeduplicationScope=messageGroup).
+    other = sqs.send_message(
+        QueueUrl=url, MessageBody="x", MessageGroupId="h", MessageDeduplicationId="d1"
+    )
+    assert other["MessageId"] != first["MessageId"]
+    assert root.get("jobs.fifo").counts().ready == 2
     sqs.set_queue_attributes(QueueUrl=url, Attributes={"ContentBasedDeduplication": "true"})
     body = "same body"
-    ids = {
-        sqs.send_message(QueueUrl=url, MessageBody=body, MessageGroupId=g)["MessageId"]
-        for g in ("g", "h")
-    }
-    assert len(ids) == 1
-    assert root.get("jobs.fifo").counts().ready == 2
+    ids = [
+        sqs.send_message(QueueUrl=url, MessageBody=body, MessageGroupId="g")["MessageId"]
+        for _ in range(3)
+    ]
+    assert len(set(ids)) == 1
+    assert root.get("jobs.fifo").counts().ready == 3
     got = sqs.receive_message(
         QueueUrl=url,
         MaxNumberOfMessages=10,
@@ -189,3 +197,48 @@ def test_receipt_handles_name_their_partition(sqs: Any) -> None:
         assert _code(caught) == "ReceiptHandleIsInvalid"
     sqs.delete_message(QueueUrl=url, ReceiptHandle=handle)
     assert "Messages" not in sqs.receive_message(QueueUrl=url)
+
+
+def test_a_long_poll_on_a_fifo_queue_returns_when_a_message_comes(
+    sqs: Any, root: vsqs.QueueRoot
+) -> None:
+    url = _fifo(sqs, ContentBasedDeduplication="true")
+    queue = root.get("jobs.fifo")
+    publisher = threading.Timer(0.3, lambda: queue.publish(b"late", group="g", dedup_id="d"))
+    publisher.start()
+    began = time.monotonic()
+    got = sqs.receive_message(QueueUrl=url, WaitTimeSeconds=10, AttributeNames=["All"])
+    publisher.join()
+    assert time.monotonic() - began < 3
+    (message,) = got["Messages"]
+    assert message["Body"] == "late"
+    assert message["Attributes"]["MessageGroupId"] == "g"
+
+
+def test_attribute_limits_with_a_deduplication_id(sqs: Any) -> None:
+    url = _fifo(sqs)
+    ten = {f"a{i}": {"DataType": "String", "StringValue": "v"} for i in range(10)}
+    nine = dict(list(ten.items())[:9])
+    sent = sqs.send_message(
+        QueueUrl=url, MessageBody="m", MessageGroupId="g", MessageDeduplicationId="d",
+        MessageAttributes=nine,
+    )  # fmt: skip
+    assert sent["MD5OfMessageAttributes"]
+    with pytest.raises(ClientError) as caught:  # vsqs keeps at most 10 (documented)
+        sqs.send_message(
+            QueueUrl=url, MessageBody="m", MessageGroupId="g", MessageDeduplicationId="e",
+            MessageAttributes=ten,
+        )  # fmt: skip
+    assert _code(caught) == "InvalidParameterValue"
+
+
+def test_the_library_deduplicates_against_the_api_with_the_documented_id(
+    sqs: Any, root: vsqs.QueueRoot
+) -> None:
+    url = _fifo(sqs)
+    first = root.get("jobs.fifo").publish(b"from the library", group="g", dedup_id="g\nd1")
+    sent = sqs.send_message(
+        QueueUrl=url, MessageBody="from the API", MessageGroupId="g", MessageDeduplicationId="d1"
+    )
+    assert sent["MessageId"] == first
+    assert root.get("jobs.fifo").counts().ready == 1

@@ -154,6 +154,8 @@ def test_errors_are_error_responses(server: Server) -> None:
     assert xml.tag == f"{{{NS['sqs']}}}ErrorResponse"
     assert _text(xml, "sqs:Error/sqs:Code") == "AWS.SimpleQueueService.NonExistentQueue"
     assert _text(xml, "sqs:Error/sqs:Type") == "Sender"
+    message = "The specified queue does not exist for this wsdl version."
+    assert _text(xml, "sqs:Error/sqs:Message") == message
     assert _text(xml, "sqs:RequestId")
     for params, code in [
         ({"Action": "Fly"}, "InvalidAction"),

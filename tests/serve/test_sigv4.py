@@ -6,6 +6,7 @@ from __future__ import annotations
 import datetime
 import http.client
 import json
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -79,7 +80,13 @@ def test_signed_requests_pass_and_keys_keep_to_their_queues(secured: Server) -> 
     billing.create_queue(QueueName="billing")
     orders.send_message(QueueUrl=url, MessageBody="m")
     assert orders.receive_message(QueueUrl=url)["Messages"][0]["Body"] == "m"
-    for call in (
+    policy = json.dumps(
+        {"deadLetterTargetArn": "arn:aws:sqs:us-east-1:0:billing", "maxReceiveCount": 1}
+    )
+    calls: list[Callable[[], object]] = [
+        # A dead-letter queue of another key's: its messages would land there.
+        lambda: orders.set_queue_attributes(QueueUrl=url, Attributes={"RedrivePolicy": policy}),
+        lambda: orders.create_queue(QueueName="orders-x", Attributes={"RedrivePolicy": policy}),
         lambda: billing.send_message(QueueUrl=url, MessageBody="x"),
         lambda: billing.receive_message(QueueUrl=url),
         lambda: billing.purge_queue(QueueUrl=url),
@@ -87,12 +94,16 @@ def test_signed_requests_pass_and_keys_keep_to_their_queues(secured: Server) -> 
         lambda: billing.get_queue_url(QueueName="orders-eu"),
         lambda: billing.create_queue(QueueName="orders-us"),
         lambda: orders.create_queue(QueueName="billing-2"),
-    ):
+    ]
+    for call in calls:
         with pytest.raises(ClientError) as caught:
             call()
         assert _code(caught) == "AccessDenied"
         assert caught.value.response["ResponseMetadata"]["HTTPStatusCode"] == 403
-    names = lambda c: [u.rsplit("/", 1)[1] for u in c.list_queues().get("QueueUrls", [])]  # noqa: E731
+
+    def names(sqs: Any) -> list[str]:
+        return [u.rsplit("/", 1)[1] for u in sqs.list_queues().get("QueueUrls", [])]
+
     assert names(orders) == ["orders-eu"]
     assert names(billing) == ["billing"]
     assert names(admin) == ["billing", "orders-eu"]
@@ -194,3 +205,48 @@ def test_no_other_address_than_loopback_without_credentials(tmp_path: Path) -> N
     server.server_close()
     for host in ("127.0.0.1", "::1", "localhost"):
         make_server(tmp_path, host, 0, quiet=True).server_close()
+
+
+@pytest.mark.parametrize(
+    "authorization",
+    [
+        "AWS4-HMAC-SHA1 Credential=AKIAADMIN/{day}/us-east-1/sqs/aws4_request",
+        "AWS4-HMAC-SHA256 Credential=AKIAADMIN/{day}/us-east-1/sqs/aws4_request",
+        "AWS4-HMAC-SHA256 Credential=AKIAADMIN, SignedHeaders=host, Signature=00",
+        "AWS4-HMAC-SHA256 garbage",
+        "AWS4-HMAC-SHA256 Credential=AKIAADMIN/{day}/us-east-1/sqs/aws4_request, "
+        "SignedHeaders=x-amz-date, Signature=00",
+        "AWS4-HMAC-SHA256 Credential=AKIAADMIN/{day}/us-east-1/sqs/aws4_request, "
+        "SignedHeaders=x-amz-date;host, Signature=00",
+        "AWS4-HMAC-SHA256 Credential=AKIAADMIN/{day}/us-east-1/sqs/aws4_request, "
+        "SignedHeaders=host;x-absent, Signature=00",
+    ],
+)
+def test_an_unreadable_signature_is_incomplete(secured: Server, authorization: str) -> None:
+    now = datetime.datetime.now(datetime.timezone.utc)
+    authorization = authorization.format(day=now.strftime("%Y%m%d"))
+    status, headers, answer = _send(
+        secured,
+        AWSRequest(
+            method="POST",
+            url=secured.url + "/",
+            data=b"{}",
+            headers={
+                "Content-Type": "application/x-amz-json-1.0",
+                "X-Amz-Target": "AmazonSQS.ListQueues",
+                "X-Amz-Date": now.strftime("%Y%m%dT%H%M%SZ"),
+                "Authorization": authorization,
+            },
+        ),
+    )
+    assert status == 400, answer
+    assert headers["x-amzn-query-error"] == "IncompleteSignature;Sender"
+
+
+def test_a_signature_for_another_date_than_its_credential_is_incomplete(
+    secured: Server,
+) -> None:
+    request = _signed(secured, "ListQueues", {})
+    request.headers.replace_header("X-Amz-Date", "20000101T000000Z")
+    status, headers, _ = _send(secured, request)
+    assert status == 400 and headers["x-amzn-query-error"] == "IncompleteSignature;Sender"

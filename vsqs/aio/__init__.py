@@ -101,7 +101,9 @@ class AsyncQueue:
             await self._publisher.close()
             self._publisher = None
         if self._watched:
-            reactor().detach(self.path, self._receivers, self._room)
+            hub = reactor()
+            for path in self._watched_paths():
+                hub.detach(path, self._receivers, self._room)
             self._watched = False
         for lease in list(self._leases):
             lease.abandon()  # never entered (a loop left by a break): back at once
@@ -109,17 +111,29 @@ class AsyncQueue:
 
     # -- waiting ---------------------------------------------------------------------
 
+    def _watched_paths(self) -> tuple[str, ...]:
+        """The directories a change of which may let a call go on: the queue's own and,
+        partitioned, every partition's (a message may arrive, or room appear, in any)."""
+        parts = self.queue.partition_queues
+        return (self.path, *(part.path for part in parts if part is not self.queue))
+
     def _watch(self) -> bool:
-        """Make sure the loop watches the directory; ``False`` where it cannot (poll)."""
+        """Make sure the loop watches the directories; ``False`` where it cannot (poll)."""
         if self._watched or self._polls:
             return self._watched
-        # Where the directory cannot be watched (a network filesystem, wait="poll",
+        # Where a directory cannot be watched (a network filesystem, wait="poll",
         # inotify's limits: said once in the log), the caller polls, from now on.
-        self._watched = reactor().attach(
-            self.path, self.queue.config.wait, self._receivers, self._room
-        )
-        self._polls = not self._watched
-        return self._watched
+        hub, wait = reactor(), self.queue.config.wait
+        attached: list[str] = []
+        for path in self._watched_paths():
+            if not hub.attach(path, wait, self._receivers, self._room):
+                for done in attached:  # one partition unwatched: poll them all
+                    hub.detach(done, self._receivers, self._room)
+                self._polls = True
+                return False
+            attached.append(path)
+        self._watched = True
+        return True
 
     async def _wait(self, waiters: Waiters, pause: float) -> bool:
         """Wait for a change or *pause* seconds; under polling, at most one interval."""
@@ -143,15 +157,18 @@ class AsyncQueue:
         attributes: Mapping[str, str] | None = None,
         dedup_id: str | None = None,
         timeout: float | None = None,
+        group: str | None = None,
     ) -> str:
         """:meth:`Queue.publish`, awaited: atomic, and durable (if the queue is) when it
-        returns; a full bounded queue is awaited without a thread."""
+        returns; a full bounded queue is awaited without a thread. A *group*'s messages
+        keep their order (one partition of a partitioned queue; ``Message.group``)."""
         ids = await self.publish_batch(
             (data,),
             delay=delay,
             attributes=attributes,
             dedup_ids=None if dedup_id is None else (dedup_id,),
             timeout=timeout,
+            group=group,
         )
         return ids[0]
 
@@ -163,10 +180,13 @@ class AsyncQueue:
         attributes: Mapping[str, str] | None = None,
         dedup_ids: Iterable[str | None] | None = None,
         timeout: float | None = None,
+        group: str | None = None,
     ) -> list[str]:
         """:meth:`Queue.publish_batch`, awaited. Each message is atomic; durable ones
         are synced in the publishing thread, with whatever other publishes of this
-        handle are waiting, before the coroutine resumes.
+        handle are waiting, before the coroutine resumes. *group*: the message group of
+        every message (see :meth:`Queue.publish`); the publishes of one coroutine (and
+        of one group) keep their order.
 
         :raises QueueFull: a bounded queue stayed full for *timeout* seconds.
         """
@@ -175,6 +195,8 @@ class AsyncQueue:
         if keys is not None and len(keys) != len(batch):
             raise ValueError(f"{len(keys)} dedup_ids for {len(batch)} bodies")
         options: dict[str, object] = {"delay": delay, "attributes": attributes}
+        if group is not None:
+            options["group"] = group
         loop = asyncio.get_running_loop()
         deadline = None if timeout is None else loop.time() + _seconds(timeout, "timeout")
         while True:

@@ -50,7 +50,7 @@ class _Job:
                 shown = tuple(sorted(dict(attributes).items()))  # type: ignore[call-overload]
             except (TypeError, ValueError):
                 shown = ("alone", id(self))  # not a plain mapping: the batch will say why
-        return (self.options.get("delay"), shown)
+        return (self.options.get("delay"), shown, self.options.get("group"))
 
     def settle(self, result: list[str] | BaseException) -> None:
         try:
@@ -159,7 +159,7 @@ class Publisher:
                 bodies,
                 dedup_ids=keys,
                 timeout=0,
-                **group[0].options,  # type: ignore[arg-type]  # delay and attributes
+                **group[0].options,  # type: ignore[arg-type]  # delay, attributes, group
             )
         except (TypeError, ValueError) as exc:
             # Checked before anything was written: find whose argument it was.

@@ -16,7 +16,7 @@ from typing import Any
 import click
 
 from .. import __version__, _host
-from ._admin import clean, purge, queues, redrive, requeue, shutdown, stats
+from ._admin import clean, create, purge, queues, redrive, requeue, shutdown, stats
 from ._common import (
     EXIT_CODES_HELP,
     INTERRUPTED,
@@ -98,7 +98,7 @@ def cli(debug: bool) -> None:
 
 for _command in (publish, receive, delete, peek, stats, purge, clean, requeue, redrive, shutdown):
     cli.add_command(_command)
-for _command in (queues, config, pump, sink, demo, metrics, serve):
+for _command in (create, queues, config, pump, sink, demo, metrics, serve):
     cli.add_command(_command)
 
 

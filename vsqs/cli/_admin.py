@@ -1,11 +1,10 @@
-"""Operator commands: ``stats``, ``purge``, ``clean``, ``requeue``, ``redrive``, ``shutdown``,
-``queues``."""
+"""Operator commands: ``create``, ``stats``, ``purge``, ``clean``, ``requeue``, ``redrive``,
+``shutdown``, ``queues``."""
 
 from __future__ import annotations
 
 import dataclasses
 import functools
-import os
 import sys
 import time
 from collections.abc import Callable
@@ -13,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from .. import QueueRoot, Stats, _host, validate_name
+from .. import Queue, QueueRoot, Stats, VsqsError, _host, validate_name
 from ._common import (
     SECONDS,
     CliError,
@@ -27,7 +26,52 @@ from ._common import (
 if TYPE_CHECKING:
     from rich.table import Table
 
-    from .. import Queue
+
+_PARTITIONS_HELP = (
+    "Keep the messages in N partition directories (consumers scale with them); fixed when"
+    " the queue is created. Default: 1, or 8 with --fifo."
+)
+_FIFO_HELP = (
+    "SQS FIFO's one in flight per group: a group's next message waits while an earlier"
+    " one is held. Stored with the queue."
+)
+
+
+def _shape(partitions: int | None, fifo: bool) -> dict[str, Any]:
+    """The shape options given (none given: whatever the queue stores, or the defaults)."""
+    shape: dict[str, Any] = {}
+    if partitions is not None:
+        shape["partitions"] = partitions
+    if fifo:
+        shape["fifo"] = True
+    return shape
+
+
+def _describe(queue: Queue) -> str:
+    shown = queue.path
+    if queue.partitions > 1 or queue.fifo:
+        shown += f"  (partitions={queue.partitions}{', fifo' if queue.fifo else ''})"
+    return shown
+
+
+@click.command()
+@click.argument("queues", nargs=-1, required=True, type=click.Path())
+@click.option("--partitions", type=click.IntRange(min=1), metavar="N", help=_PARTITIONS_HELP)
+@click.option("--fifo", is_flag=True, help=_FIFO_HELP)
+def create(queues: tuple[str, ...], partitions: int | None, fifo: bool) -> None:
+    """Create the queue directories QUEUES (existing ones are opened and kept).
+
+    The partition count and --fifo are stored with each queue, so every process that
+    opens it later uses them. An existing queue that stores another count (or fifo
+    setting) is refused, naming both: the count is fixed when a queue is created.
+
+    \b
+      vsqs create /srv/queues/orders --partitions 8 --fifo
+    """
+    shape = _shape(partitions, fifo)
+    for path in queues:
+        made = open_queue(path, create=True, **shape)
+        click.echo(_describe(made))
 
 
 def _confirm(what: str, yes: bool) -> None:
@@ -128,7 +172,26 @@ def shutdown(queue: str) -> None:
 
 
 def _row(name: str, stats: Stats) -> dict[str, Any]:
-    return {"queue": name, **dataclasses.asdict(stats)}
+    """A queue's stats as one JSON object; a partitioned queue's ``partitions`` is a
+    list of its partitions' (each with its ``partition`` number)."""
+    row = {"queue": name, **dataclasses.asdict(stats)}
+    row["partitions"] = [
+        {"partition": index, **{k: v for k, v in part.items() if k != "partitions"}}
+        for index, part in enumerate(row["partitions"])
+    ]
+    return row
+
+
+def _with_partitions(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Each queue's row, followed by one row per partition of a partitioned queue."""
+    flat: list[dict[str, Any]] = []
+    for row in rows:
+        flat.append(row)
+        flat.extend(
+            {**part, "queue": f"  partition-{part['partition']}"}
+            for part in row.get("partitions", ())
+        )
+    return flat
 
 
 def _table(rows: list[dict[str, Any]]) -> Table:
@@ -140,7 +203,7 @@ def _table(rows: list[dict[str, Any]]) -> Table:
     for name in ("ready", "held", "delayed", "new", "oldest", "produced", "consumed"):
         table.add_column(name, justify="right")
     table.add_column("shutdown")
-    for row in rows:
+    for row in _with_partitions(rows):
         table.add_row(
             row["queue"],
             *(f"{row[key]:,}" for key in ("ready", "held", "delayed", "new")),
@@ -185,7 +248,8 @@ def stats(
 
     For each QUEUE: messages ready, held (received, not deleted), delayed and new (being
     written), the age of the oldest ready message, and the messages produced and
-    consumed (by every process, ever).
+    consumed (by every process, ever). A partitioned queue's totals are followed by a
+    row per partition (in JSON: its "partitions" list, one object per partition).
 
     Read-only. A table by default; --json for scripts; --format prometheus for
     node_exporter's textfile collector (names in the metrics guide); --watch for a live
@@ -287,17 +351,27 @@ def list_queues(root: str) -> None:
         click.echo(name)
 
 
-@queues.command()
+@queues.command("create")
 @click.argument("names", nargs=-1, required=True)
+@click.option("--partitions", type=click.IntRange(min=1), metavar="N", help=_PARTITIONS_HELP)
+@click.option("--fifo", is_flag=True, help=_FIFO_HELP)
 @_root_option
-def create(root: str, names: tuple[str, ...]) -> None:
-    """Create the queues NAMES (existing ones are kept as they are)."""
+def create_queues(root: str, names: tuple[str, ...], partitions: int | None, fifo: bool) -> None:
+    """Create the queues NAMES (existing ones are kept as they are; one that stores
+    another partition count or fifo setting than given is refused)."""
     for name in names:
         validate_name(name)  # all or nothing: check every name before creating any
     parent = QueueRoot(root)
+    shape = _shape(partitions, fifo)
     for name in names:
-        parent.create(name).detach()
-        click.echo(os.path.join(parent.path, name))
+        try:
+            made = parent.create(name, **shape)
+        except ValueError as exc:
+            if isinstance(exc, VsqsError):
+                raise
+            raise click.UsageError(str(exc)) from None
+        click.echo(_describe(made))
+        made.close()
 
 
 @queues.command()

@@ -254,6 +254,8 @@ def message_json(message: Message) -> dict[str, Any]:
     if message.expires_at:
         data["expires_at"] = message.expires_at
     data["attributes"] = dict(message.attributes)
+    if message.group is not None:
+        data["group"] = message.group
     return data
 
 

@@ -21,7 +21,11 @@ _SETTINGS: dict[str, tuple[str, str]] = {
     "max_receives": ("--max-receives", "none"),
     "retention": ("--retention", "none"),
     "dedup_window": ("--dedup-window", "300 s"),
+    "fifo": ("--fifo/--no-fifo", "false"),
 }
+# Shown with them, but fixed when the queue is created (vsqs create --partitions N).
+_SHOWN: dict[str, str] = {**{key: default for key, (_, default) in _SETTINGS.items()},
+                          "partitions": "1"}  # fmt: skip
 
 
 def _dead_letter_path(queue: str, value: str) -> str:
@@ -30,10 +34,12 @@ def _dead_letter_path(queue: str, value: str) -> str:
 
 
 def _show(stored: dict[str, Any]) -> None:
-    width = max(len(key) for key in _SETTINGS)
-    for key, (_, default) in _SETTINGS.items():
+    width = max(len(key) for key in _SHOWN)
+    for key, default in _SHOWN.items():
         value = stored.get(key)
         shown = f"{value:g} s" if isinstance(value, float) else value
+        if isinstance(value, bool):
+            shown = "true" if value else "false"
         text = f"{shown}" if key in stored else f"{default}  (default)"
         click.echo(f"{key:<{width}}  {text}")
 
@@ -47,6 +53,19 @@ def _show(stored: dict[str, Any]) -> None:
 @click.option("--max-receives", type=click.IntRange(min=1), help="Receives before dead-lettering.")
 @click.option("--retention", type=SECONDS, help="Seconds before an unconsumed message is dropped.")
 @click.option("--dedup-window", type=SECONDS, help="Seconds a dedup id is remembered.")
+@click.option(
+    "--fifo/--no-fifo",
+    default=None,
+    help="SQS FIFO's one in flight per group: a group's next message waits while an"
+    " earlier one is held (every partition of a partitioned queue).",
+)
+@click.option(
+    "--partitions",
+    type=click.IntRange(min=1),
+    metavar="N",
+    help="Refused: the partition count is fixed when a queue is created (the error says"
+    " how to move the messages to a new queue).",
+)
 @click.option(
     "--unset",
     "unset",
@@ -65,7 +84,9 @@ def config(queue: str, unset: tuple[str, ...], reset: bool, as_json: bool, **cha
 
     Every process that opens QUEUE without options of its own uses these. With no
     option, print them; with options, store them (in one atomic write; the settings not
-    named are kept) and print the result.
+    named are kept) and print the result. The partition count is shown but fixed when
+    the queue is created (vsqs create QUEUE --partitions N); --fifo/--no-fifo changes
+    every partition of a partitioned queue.
 
     --reset repairs a settings file that cannot be read (every command refuses such a
     queue): it renames the file to .vsqs/settings.json.bad-<UTC time>, kept for you to

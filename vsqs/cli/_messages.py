@@ -12,6 +12,7 @@ import click
 
 from .. import _host
 from .._ids import State, parse_name
+from .._meta import check_group
 from ._common import (
     EMPTY,
     ERROR,
@@ -35,6 +36,15 @@ def _attributes(
             raise click.BadParameter(f"{value!r} is not KEY=VALUE")
         attributes[key] = text
     return attributes
+
+
+def _group(_ctx: click.Context, _param: click.Parameter, value: str | None) -> str | None:
+    if value is None:
+        return None
+    try:
+        return check_group(value)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc)) from None
 
 
 def _lines(stream: IO[bytes]) -> Iterator[bytes]:
@@ -109,6 +119,12 @@ def _input_size(files: tuple[str, ...]) -> int | None:
 )
 @click.option("--dedup-id", help="Deduplication id (a single message only).")
 @click.option(
+    "--group",
+    callback=_group,
+    help="The message group of every message: a group keeps its order (one partition of a"
+    " partitioned queue; one in flight at a time with fifo).",
+)
+@click.option(
     "--content-dedup", is_flag=True, help="Deduplicate by body: the SHA-256 of each body."
 )
 @click.option(
@@ -133,6 +149,7 @@ def publish(
     delay: float,
     attributes: dict[str, str],
     dedup_id: str | None,
+    group: str | None,
     content_dedup: bool,
     capacity: int | None,
     timeout: float | None,
@@ -148,6 +165,7 @@ def publish(
     \b
       vsqs publish /tmp/jobs 'resize cat.jpg' 'resize dog.jpg'
       find . -name '*.jpg' | vsqs publish /tmp/jobs - --batch 100
+      vsqs publish /tmp/orders --group customer-42 'order 1' 'order 2'
     """
     if not messages and not files:
         raise click.UsageError("nothing to publish: give MESSAGE arguments, '-' or --file")
@@ -183,7 +201,7 @@ def publish(
                 keys = [dedup_id] * len(pending)
             ids = publish_batch(
                 target, pending, delay=delay, attributes=attributes, dedup_ids=keys,
-                timeout=timeout,
+                timeout=timeout, group=group,
             )  # fmt: skip
             published += len(ids)
             if not (quiet or show):

@@ -29,6 +29,13 @@ Transport options (``broker_transport_options`` in Celery): ``root``,
 ``visibility_timeout`` (30), ``max_lease`` (3600: renewals stop then),
 ``durable`` (True: fsync each message), ``dead_letter_queue`` and ``max_receives``
 (a message received that often without an ack moves there), ``polling_interval`` (1.0).
+
+Message groups, as kombu's SQS transport has them for FIFO queues: a message published
+with the property ``MessageGroupId`` (``producer.publish(body, MessageGroupId="g")``,
+Celery's ``apply_async(..., MessageGroupId="g")``) is published with that ``group``;
+``MessageDeduplicationId`` is its ``dedup_id``. A partitioned queue (made beforehand:
+``vsqs create NAME --partitions 8 [--fifo]`` or :meth:`QueueRoot.create`) is opened with
+its stored settings and watched in every partition.
 """
 
 from __future__ import annotations
@@ -62,6 +69,8 @@ __all__ = ["Channel", "QoS", "Transport", "vsqs_name"]
 _log = logging.getLogger("vsqs.kombu")
 NO_ROUTE: Final = 312  # AMQP's reply code for a mandatory message that no queue gets
 POISON_SUFFIX: Final = ".poison"  # queue q's poison goes to q.poison, if no dead-letter queue
+GROUP_PROPERTY: Final = "MessageGroupId"  # the property's name in kombu's SQS transport
+DEDUP_PROPERTY: Final = "MessageDeduplicationId"  # the same
 
 kombu.transport.TRANSPORT_ALIASES.setdefault("vsqs", "vsqs.kombu:Transport")
 
@@ -182,11 +191,23 @@ class Channel(virtual.Channel):
         """Publish kombu's message (JSON) to *queue*: atomic, one rename (priority unused),
         with the expiry its ``expiration`` gives, if any (:mod:`vsqs.kombu._envelope`).
 
-        :raises ValueError: ``expiration`` is not a number of milliseconds >= 0."""
+        The message properties that kombu's SQS transport sends to a FIFO queue are
+        honoured the same way: ``MessageGroupId`` is the message's ``group`` (a group
+        keeps its order, in one partition of a partitioned queue; one in flight at a
+        time with ``fifo=True``), ``MessageDeduplicationId`` its ``dedup_id``.
+
+        :raises ValueError: ``expiration`` is not a number of milliseconds >= 0, or the
+            group is not 1-128 printable ASCII characters."""
         target = self.queue(queue)
         now = target.clock.time_us() / 1e6
-        attributes = expiry_attributes(message.get("properties") or {}, now)
-        target.publish(dumps(message).encode(), attributes=attributes)
+        properties = message.get("properties") or {}
+        attributes = expiry_attributes(properties, now)
+        target.publish(
+            dumps(message).encode(),
+            attributes=attributes,
+            group=properties.get(GROUP_PROPERTY),
+            dedup_id=properties.get(DEDUP_PROPERTY),
+        )
 
     def basic_publish(
         self, message: dict[str, Any], exchange: str, routing_key: str, **kwargs: Any

@@ -71,14 +71,20 @@ class Watch:
             self._watched.clear()
 
     def _watch_consumed(self) -> bool:
-        """Wait on every consumed queue too; whether one was added (look at it now)."""
+        """Wait on every consumed queue too (each partition's directory of a partitioned
+        one, and its own); whether one was added (look at it now)."""
         waiter = self.waiter
         added = False
         for queue in self._consumed():
-            if queue.path not in self._watched:
-                self._watched.add(queue.path)
-                waiter.add(queue.path, wait=queue.config.wait)
-                added = True
+            if queue.path in self._watched:
+                continue
+            self._watched.add(queue.path)
+            wait = queue.config.wait
+            waiter.add(queue.path, wait=wait)
+            for part in queue.partition_queues:
+                if part is not queue:
+                    waiter.add(part.path, wait=wait)
+            added = True
         return added
 
     # -- blocking ---------------------------------------------------------------------

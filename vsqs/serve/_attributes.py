@@ -11,6 +11,11 @@ start with ``AWS.`` (a prefix SQS refuses for message attributes) hold what the 
 keeps for SQS itself: ``AWS.MessageDeduplicationId`` (an explicit deduplication id) and
 ``AWS.AWSTraceHeader`` (the one system attribute a sender may set).
 
+**Limits.** vsqs keeps at most 10 attributes of at most 8 KiB in all (names and values
+as stored) per message: an SQS message with 10 attributes *and* an explicit
+``MessageDeduplicationId`` or an ``AWSTraceHeader`` (each one more stored attribute), or
+with larger attributes, is refused with ``InvalidParameterValue``; SQS would take it.
+
 **The digest.** ``MD5OfMessageAttributes`` is computed as SQS does (and as the SDKs
 that check it recompute it): attributes sorted by name; for each, the name, the data
 type, one transport byte (1 for strings and numbers, 2 for binary) and the value, each

@@ -124,10 +124,12 @@ def load_credentials(path: str | os.PathLike[str]) -> Credentials:
         the message names the key and the field.
     :raises OSError: the file cannot be read (unchanged, with its ``errno``).
 
-    >>> import json, tempfile
-    >>> with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
-    ...     json.dump({"keys": [{"access_key": "AK", "secret_key": "s", "queues": ["a-*"]}]}, f)
-    >>> load_credentials(f.name).lookup("AK").allows("a-1")
+    >>> import json, pathlib, tempfile
+    >>> from vsqs.serve import load_credentials
+    >>> path = pathlib.Path(tempfile.mkdtemp(), "keys.json")
+    >>> keys = [{"access_key": "AK", "secret_key": "s", "queues": ["a-*"]}]
+    >>> _ = path.write_text(json.dumps({"keys": keys}))
+    >>> load_credentials(path).lookup("AK").allows("a-1")
     True
     """
     name = os.fspath(path)

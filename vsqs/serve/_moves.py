@@ -24,7 +24,7 @@ from ._errors import SqsError, invalid, missing
 
 if TYPE_CHECKING:
     from .. import Queue
-    from ._service import Caller, Service
+    from ._context import Caller, Context
 
 __all__ = ["cancel", "list_tasks", "start"]
 
@@ -44,7 +44,7 @@ def _task_of(record: dict[str, Any], task_id: str) -> dict[str, Any] | None:
     return next((t for t in record.get("tasks", []) if t.get("id") == task_id), None)
 
 
-def start(service: Service, caller: Caller, params: dict[str, Any]) -> dict[str, Any]:
+def start(service: Context, caller: Caller, params: dict[str, Any]) -> dict[str, Any]:
     if "SourceArn" not in params:
         raise missing("SourceArn")
     source = service.name_of_arn(params["SourceArn"], "SourceArn")
@@ -106,7 +106,7 @@ def start(service: Service, caller: Caller, params: dict[str, Any]) -> dict[str,
     return {"TaskHandle": handle.decode()}
 
 
-def _run(service: Service, queue: Queue, task_id: str, destination: str | None, rate: int) -> None:
+def _run(service: Context, queue: Queue, task_id: str, destination: str | None, rate: int) -> None:
     """Move up to *rate* messages a second until none is left or the task is cancelled."""
     target = None if destination is None else service.root.get(destination)
     status, reason = "COMPLETED", None
@@ -148,7 +148,7 @@ def _run(service: Service, queue: Queue, task_id: str, destination: str | None, 
     _sidecar.update(queue.path, finish)
 
 
-def list_tasks(service: Service, caller: Caller, params: dict[str, Any]) -> dict[str, Any]:
+def list_tasks(service: Context, caller: Caller, params: dict[str, Any]) -> dict[str, Any]:
     if "SourceArn" not in params:
         raise missing("SourceArn")
     source = service.name_of_arn(params["SourceArn"], "SourceArn")
@@ -187,7 +187,7 @@ def list_tasks(service: Service, caller: Caller, params: dict[str, Any]) -> dict
     return {"Results": results}
 
 
-def cancel(service: Service, caller: Caller, params: dict[str, Any]) -> dict[str, Any]:
+def cancel(service: Context, caller: Caller, params: dict[str, Any]) -> dict[str, Any]:
     handle = params.get("TaskHandle")
     if handle is None:
         raise missing("TaskHandle")

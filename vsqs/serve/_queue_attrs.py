@@ -21,8 +21,9 @@ the others                                kept in the SQS record; enforced by th
                                           ``ReceiveMessageWaitTimeSeconds``,
                                           ``ContentBasedDeduplication``), recorded only
                                           otherwise (``Policy``, ``RedriveAllowPolicy``,
-                                          the KMS ones, ``DeduplicationScope``,
-                                          ``FifoThroughputLimit``)
+                                          the KMS ones, ``FifoThroughputLimit``, and
+                                          ``DeduplicationScope``: deduplication is always
+                                          per message group, SQS's ``messageGroup``)
 ========================================  =============================================
 """
 
@@ -39,7 +40,7 @@ from . import _sidecar
 from ._errors import SqsError, invalid
 
 if TYPE_CHECKING:
-    from ._service import Caller, Service
+    from ._context import Caller, Context
 
 __all__ = ["FIFO_PARTITIONS", "apply", "check_same", "create", "get", "parse_set"]
 
@@ -140,7 +141,7 @@ def parse_set(  # noqa: PLR0912 - one check per SQS rule
     return result
 
 
-def _redrive(service: Service, name: str, fifo: bool, value: str) -> dict[str, Any]:
+def _redrive(service: Context, caller: Caller, name: str, fifo: bool, value: str) -> dict[str, Any]:
     """The vsqs settings of a RedrivePolicy (``""`` removes it)."""
     if not value:
         return {"dead_letter": None, "max_receives": None}
@@ -169,6 +170,7 @@ def _redrive(service: Service, name: str, fifo: bool, value: str) -> dict[str, A
         )
     if target == name:
         raise SqsError("InvalidAttributeValue", "A queue cannot be its own dead-letter queue.")
+    service.allow(caller, target)  # no key sends its messages into another key's queue
     if target not in service.root:
         raise SqsError(
             "InvalidAttributeValue",
@@ -185,7 +187,7 @@ def _redrive(service: Service, name: str, fifo: bool, value: str) -> dict[str, A
 
 
 def _split(
-    service: Service, name: str, fifo: bool, attributes: Mapping[str, str]
+    service: Context, caller: Caller, name: str, fifo: bool, attributes: Mapping[str, str]
 ) -> tuple[dict[str, Any], dict[str, str]]:
     """(vsqs settings, attributes for the SQS record) of checked *attributes*."""
     settings: dict[str, Any] = {}
@@ -196,23 +198,22 @@ def _split(
         if key in _STORED_AS:
             settings[_STORED_AS[key]] = int(value)
         elif key == "RedrivePolicy":
-            settings.update(_redrive(service, name, fifo, value))
+            settings.update(_redrive(service, caller, name, fifo, value))
         elif key != "FifoQueue":
             extra[key] = value
     return settings, extra
 
 
 def create(
-    service: Service,
+    service: Context,
     caller: Caller,
     name: str,
     attributes: Mapping[str, str],
     tags: Mapping[str, str],
 ) -> Queue:
     """Make the queue *name* with *attributes* and *tags*."""
-    del caller
     fifo = attributes.get("FifoQueue") == "true"
-    settings, extra = _split(service, name, fifo, attributes)
+    settings, extra = _split(service, caller, name, fifo, attributes)
     settings.setdefault("retention", DEFAULT_RETENTION)
     settings = {k: v for k, v in settings.items() if v is not None}
     if fifo:
@@ -228,11 +229,10 @@ def create(
 
 
 def apply(
-    service: Service, caller: Caller, name: str, queue: Queue, attributes: Mapping[str, str]
+    service: Context, caller: Caller, name: str, queue: Queue, attributes: Mapping[str, str]
 ) -> None:
     """Store *attributes* (SetQueueAttributes)."""
-    del caller
-    settings, extra = _split(service, name, queue.fifo, attributes)
+    settings, extra = _split(service, caller, name, queue.fifo, attributes)
     if settings:
         try:
             queue.configure(**settings)
@@ -245,7 +245,7 @@ def apply(
     _sidecar.update(queue.path, record, touch=True)
 
 
-def dead_letter_of(service: Service, name: str) -> str | None:
+def dead_letter_of(service: Context, name: str) -> str | None:
     """The dead-letter queue stored for the queue *name*, if any."""
     try:
         return service.root.get(name).settings().get("dead_letter")
@@ -254,7 +254,7 @@ def dead_letter_of(service: Service, name: str) -> str | None:
 
 
 def get(  # noqa: PLR0912 - one branch per attribute, as in the table above
-    service: Service, caller: Caller, name: str, queue: Queue, wanted: list[str]
+    service: Context, caller: Caller, name: str, queue: Queue, wanted: list[str]
 ) -> dict[str, str]:
     """The attribute values GetQueueAttributes asks for (``All`` for every one)."""
     if not isinstance(wanted, list) or not all(isinstance(w, str) for w in wanted):
@@ -317,7 +317,7 @@ _DEFAULTS: Final = {
     "MaximumMessageSize": str(DEFAULT_MAX_SIZE),
     "ReceiveMessageWaitTimeSeconds": "0",
     "ContentBasedDeduplication": "false",
-    "DeduplicationScope": "queue",
+    "DeduplicationScope": "messageGroup",  # what the server does, whatever is stored
     "FifoThroughputLimit": "perQueue",
     "SqsManagedSseEnabled": "false",
 }
@@ -334,7 +334,7 @@ def _integral(value: float) -> str:
 
 
 def check_same(
-    service: Service, caller: Caller, name: str, queue: Queue, attributes: Mapping[str, str]
+    service: Context, caller: Caller, name: str, queue: Queue, attributes: Mapping[str, str]
 ) -> None:
     """CreateQueue of an existing queue: refuse attributes that differ from its own."""
     if not attributes:
@@ -345,7 +345,7 @@ def check_same(
     for key, value in attributes.items():
         have = current.get(key, "false" if key == "FifoQueue" else None)
         if key == "RedrivePolicy" and value and have:
-            same = json.loads(value) == json.loads(have) or _same_policy(value, have)
+            same = _same_policy(service, value, have)
         else:
             same = have == value
         if not same:
@@ -356,8 +356,15 @@ def check_same(
             )
 
 
-def _same_policy(given: str, have: str) -> bool:
-    a, b = json.loads(given), json.loads(have)
-    return str(a.get("maxReceiveCount")) == str(b.get("maxReceiveCount")) and str(
-        a.get("deadLetterTargetArn", "")
-    ).endswith(":" + str(b.get("deadLetterTargetArn", "")).rsplit(":", 1)[-1])
+def _same_policy(service: Context, given: str, have: str) -> bool:
+    """Whether two redrive policies name the same queue (any ARN prefix) and count."""
+    try:
+        a, b = json.loads(given), json.loads(have)
+        targets = [
+            service.name_of_arn(p.get("deadLetterTargetArn"), "RedrivePolicy") for p in (a, b)
+        ]
+    except (ValueError, AttributeError, SqsError):
+        return False
+    return targets[0] == targets[1] and str(a.get("maxReceiveCount")) == str(
+        b.get("maxReceiveCount")
+    )

@@ -8,7 +8,7 @@ and the client's delayed ACK stall each answer up to 40 ms) is the simplest thin
 that measures well (see the benchmark in the guide).
 
 **Shutting down** (:meth:`Server.shutdown`, and SIGTERM in ``vsqs serve``): no new
-connection is accepted, long polls return empty within a second, requests in flight
+connection is accepted, long polls return empty within half a second, requests in flight
 finish and are answered, then idle keep-alive connections are closed.
 """
 
@@ -16,22 +16,21 @@ from __future__ import annotations
 
 import ipaddress
 import os
-import re
 import socket
 import sys
 import threading
 import time
 import traceback
-import uuid
 from collections.abc import Callable, Mapping
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Final
 
 from .. import QueueRoot
-from . import _sigv4, _wire
+from .._errors import VsqsError
+from . import _dispatch
 from ._credentials import Credentials, load_credentials
 from ._errors import SqsError
-from ._service import DEFAULT_REGION, Caller, Service
+from ._service import Service
 
 __all__ = ["Pages", "Server", "UnsafeAddress", "make_server"]
 
@@ -44,9 +43,9 @@ headers, body)``, or ``None`` for a 404."""
 MAX_BODY: Final = 8 << 20
 """The largest request body read (bytes): ten messages of 256 KiB, escaped, fit."""
 _DRAIN: Final = 30.0
-_SCOPE: Final = re.compile(r"Credential=[^/]*/[0-9]{8}/([^/]+)/")
-
-from .._errors import VsqsError  # noqa: E402 - kept next to the one error it defines
+IDLE_TIMEOUT: Final = 120.0
+"""Seconds a connection may stay idle, or a request take to arrive, before it is closed."""
+_TEXT: Final = {"Content-Type": "text/plain; charset=utf-8"}
 
 
 class UnsafeAddress(VsqsError, PermissionError):
@@ -103,6 +102,7 @@ class Server(ThreadingHTTPServer):
         self._idle = threading.Condition()
         self._connections: set[socket.socket] = set()
         self._closed = False
+        self._serving = False
         super().__init__(address, _Handler)
 
     @property
@@ -131,12 +131,24 @@ class Server(ThreadingHTTPServer):
             else:
                 self._connections.discard(connection)
 
+    def serve_forever(self, poll_interval: float = 0.05) -> None:
+        """Serve until :meth:`shutdown` (which it notices within *poll_interval*); at once
+        after one."""
+        with self._idle:
+            if self.service.stopping.is_set():
+                return
+            self._serving = True
+        super().serve_forever(poll_interval)
+
     def shutdown(self) -> None:
         """Stop serving, gracefully: long polls end at once (empty), requests in flight
         finish (up to 30 s), idle keep-alive connections are closed. Safe to call from
         any thread but the one in ``serve_forever``; idempotent."""
-        self.service.stopping.set()
-        super().shutdown()
+        with self._idle:
+            self.service.stopping.set()
+            serving = self._serving
+        if serving:  # the standard library's shutdown waits for serve_forever to end
+            super().shutdown()
         deadline = time.monotonic() + _DRAIN
         with self._idle:
             while self._busy and time.monotonic() < deadline:
@@ -161,6 +173,10 @@ class Server(ThreadingHTTPServer):
 class _Handler(BaseHTTPRequestHandler):
     server: Server
     protocol_version = "HTTP/1.1"
+    # A connection idle (or a request stalled) this long is closed: no thread is held
+    # for ever by a client that went quiet. Longer than any long poll (20 s).
+    timeout = IDLE_TIMEOUT
+    default_request_version = "HTTP/1.0"  # an unreadable request line still gets a status line
 
     def version_string(self) -> str:
         return "vsqs"
@@ -212,7 +228,7 @@ class _Handler(BaseHTTPRequestHandler):
         error = SqsError("MalformedRequest" if code < 500 else "InternalFailure", message or "")
         error.status = code
         self.close_connection = True
-        self._send_error(error, json_protocol=False, request_id=str(uuid.uuid4()))
+        self._send_error(error, json_protocol=False)
 
     def log_message(self, format: str, *args: Any) -> None:
         self.server.log(
@@ -220,6 +236,7 @@ class _Handler(BaseHTTPRequestHandler):
         )
 
     def log_request(self, code: int | str = "-", size: int | str = "-") -> None:
+        size = getattr(self, "_size", size)
         action = getattr(self, "_action", "-")
         took = (time.monotonic() - getattr(self, "_began", time.monotonic())) * 1000
         self.log_message('"%s" %s %s %s %.1fms', self.requestline, code, size, action, took)
@@ -273,7 +290,7 @@ class _Handler(BaseHTTPRequestHandler):
     def _refuse(self, error: SqsError) -> None:
         self.close_connection = True  # the rest of the body is not read
         json_protocol = "x-amz-target" in {k.lower() for k in self.headers}
-        self._send_error(error, json_protocol=json_protocol, request_id=str(uuid.uuid4()))
+        self._send_error(error, json_protocol=json_protocol)
 
     def _headers(self) -> dict[str, str]:
         joined: dict[str, str] = {}
@@ -285,50 +302,28 @@ class _Handler(BaseHTTPRequestHandler):
     def _serve(self) -> None:
         self._began = time.monotonic()
         self._action = "-"
+        self._size = 0
         body = self._body()
         if body is None:
             return
         target = self.path
         path, _, query = target.partition("?")
         headers = self._headers()
-        if self._is_page(path, query):
+        if _dispatch.is_page(self.command, path, query):
             self._page(target, headers, body)
             return
-        request_id = str(uuid.uuid4())
-        json_protocol = "x-amz-target" in headers
-        try:
-            caller = self._caller(path, query, headers, body)
-            request = _wire.parse(self.command, headers, query, body)
-            self._action = request.action
-            json_protocol = request.json
-            if not request.json and "QueueUrl" not in request.params and path.count("/") >= 2:
-                request.params["QueueUrl"] = path  # the query protocol posts to the queue's URL
-            result = self.server.service.handle(caller, request)
-            content_type, payload = _wire.render(request, result, request_id)
-        except SqsError as error:
-            self._send_error(error, json_protocol=json_protocol, request_id=request_id)
-            return
-        except Exception:  # noqa: BLE001 - the one place a failure becomes an answer
-            self.server.log(traceback.format_exc().rstrip())
-            failure = SqsError("InternalFailure", "The request failed on the server.", sender=False)
-            failure.status = 500
-            self._send_error(failure, json_protocol=json_protocol, request_id=request_id)
-            return
-        self._send(200, content_type, payload, {"x-amzn-RequestId": request_id})
-
-    def _caller(self, path: str, query: str, headers: Mapping[str, str], body: bytes) -> Caller:
-        host = headers.get("host") or self.server.url.partition("://")[2]
-        credentials = self.server.credentials
-        if credentials is None:
-            match = _SCOPE.search(headers.get("authorization", ""))
-            return Caller(None, match.group(1) if match else DEFAULT_REGION, host)
-        key, region = _sigv4.verify(credentials, self.command, path, query, headers, body)
-        return Caller(key, region, host)
-
-    def _is_page(self, path: str, query: str) -> bool:
-        if path == "/ui" or path.startswith("/ui/"):
-            return True
-        return self.command in ("GET", "HEAD") and path == "/" and "Action=" not in query
+        done = _dispatch.answer(
+            self.server.service,
+            self.server.credentials,
+            self.command,
+            target,
+            headers,
+            body,
+            self.server.url.partition("://")[2],
+            self.server.log,
+        )
+        self._action = done.action
+        self._send(done.status, done.headers, done.body)
 
     def _page(self, target: str, headers: Mapping[str, str], body: bytes) -> None:
         self._action = "page"
@@ -339,13 +334,14 @@ class _Handler(BaseHTTPRequestHandler):
                 answer = pages(self.command, target, headers, body)
             except Exception:  # noqa: BLE001 - a page that fails is the dashboard's bug
                 self.server.log(traceback.format_exc().rstrip())
-                self._send(500, "text/plain; charset=utf-8", b"the page failed\n", {})
+                self._send(500, _TEXT, b"the page failed\n")
                 return
         if answer is None:
             text = b"Not found. This is the SQS API of vsqs; the dashboard is not on.\n"
-            self._send(404, "text/plain; charset=utf-8", text, {})
+            self._send(404, _TEXT, text)
             return
         status, extra, payload = answer
+        self._size = len(payload)
         self.send_response(status)
         for name, value in extra:
             self.send_header(name, value)
@@ -355,19 +351,15 @@ class _Handler(BaseHTTPRequestHandler):
         if self.command != "HEAD":
             self.wfile.write(payload)
 
-    def _send_error(self, error: SqsError, *, json_protocol: bool, request_id: str) -> None:
-        content_type, payload, extra = _wire.error_body(
-            error, json_protocol=json_protocol, request_id=request_id
-        )
-        self._send(error.status, content_type, payload, {**extra, "x-amzn-RequestId": request_id})
+    def _send_error(self, error: SqsError, *, json_protocol: bool) -> None:
+        done = _dispatch.error_answer(error, json_protocol=json_protocol)
+        self._send(done.status, done.headers, done.body)
 
-    def _send(
-        self, status: int, content_type: str, payload: bytes, extra: Mapping[str, str]
-    ) -> None:
+    def _send(self, status: int, headers: Mapping[str, str], payload: bytes) -> None:
+        self._size = len(payload)
         self.send_response(status)
-        self.send_header("Content-Type", content_type)
         self.send_header("Content-Length", str(len(payload)))
-        for name, value in extra.items():
+        for name, value in headers.items():
             self.send_header(name, value)
         if self.close_connection:
             self.send_header("Connection", "close")

@@ -16,19 +16,19 @@ from __future__ import annotations
 import base64
 import binascii
 import re
+import stat
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any, Final
 
-from .. import InvalidName, NotAQueue, Queue, QueueNotFound, QueueRoot, validate_name
+from .. import InvalidName, NotAQueue, Queue, QueueNotFound, QueueRoot, _host, validate_name
 from .._layout import SETTINGS
 from . import _messages, _moves, _queue_attrs, _sidecar
-from ._credentials import Credential
+from ._context import AttemptCache, Caller
 from ._errors import SqsError, invalid, missing, no_queue
 from ._wire import Request
 
-__all__ = ["ACCOUNT", "Caller", "Service"]
+__all__ = ["ACCOUNT", "Service"]
 
 ACCOUNT: Final = "000000000000"
 """The account id in the queue URLs and ARNs the server makes (any is accepted)."""
@@ -39,16 +39,7 @@ _ARN: Final = re.compile(r"arn:[a-z-]*:sqs:[^:]*:[^:]*:([^:]+)")
 _TAG_KEY: Final = re.compile(r"[\w.:/=+@ -]{1,128}", re.UNICODE)
 _LABEL: Final = re.compile(r"[A-Za-z0-9_-]{1,80}")
 MAX_TAGS: Final = 50
-
-
-@dataclass(frozen=True)
-class Caller:
-    """Who asks: the key that signed the request (``None`` without credentials), the
-    region it signed for, and the ``host[:port]`` its queue URLs should name."""
-
-    key: Credential | None
-    region: str
-    host: str
+_TOKEN: Final = "after:"  # noqa: S105 - not a secret: a NextToken is the base64 of this and the last name given
 
 
 class Service:
@@ -64,7 +55,7 @@ class Service:
         self.stopping = stopping or threading.Event()
         self._handles: dict[str, tuple[Queue, object]] = {}
         self._lock = threading.Lock()
-        self.attempts = _messages.AttemptCache()
+        self.attempts = AttemptCache()
         self._actions: dict[str, Callable[[Caller, dict[str, Any]], dict[str, Any]]] = {
             "CreateQueue": self.create_queue,
             "DeleteQueue": self.delete_queue,
@@ -143,18 +134,29 @@ class Service:
         return name, self.open(name)
 
     def open(self, name: str) -> Queue:
-        """A handle on the existing queue *name*, reopened if its settings changed.
+        """A handle on the existing queue *name*: the cached one, unless the queue's
+        directory was replaced (deleted and made again) or its stored settings changed.
+
+        Two ``stat`` calls; a new handle when something changed.
 
         :raises SqsError: ``QueueDoesNotExist``.
         """
-        path = f"{self.root.path}/{name}"
         try:
-            stamp = _queue_attrs.settings_stamp(path, SETTINGS)
+            path = f"{self.root.path}/{validate_name(name)}"
+            info = _host.lstatus(path)
+        except (InvalidName, FileNotFoundError, NotADirectoryError):
+            self.forget(name)
+            raise no_queue() from None
+        if not stat.S_ISDIR(info.st_mode):
+            raise no_queue()  # a symlink or a file under a queue's name is not a queue
+        try:
+            settings = _queue_attrs.settings_stamp(path, SETTINGS)
         except OSError:
-            stamp = None
+            settings = None  # RACE: deleted meanwhile; root.get below says so
+        stamp = (info.st_dev, info.st_ino, settings)
         with self._lock:
             cached = self._handles.get(name)
-        if cached is not None and cached[1] == stamp and name in self.root:
+        if cached is not None and cached[1] == stamp:
             return cached[0]
         try:
             queue = self.root.get(name)
@@ -344,6 +346,8 @@ class Service:
         label = params.get("Label")
         if label is None:
             raise missing("Label")
+        if not isinstance(label, str):
+            raise invalid("Label", label, "must be a string.")
 
         def change(record: dict[str, Any]) -> None:
             permissions = record.get("permissions", {})
@@ -390,11 +394,14 @@ def _page(names: list[str], params: dict[str, Any], *, default: int) -> tuple[li
     token = params.get("NextToken")
     if token:
         try:
-            after = base64.urlsafe_b64decode(str(token).encode()).decode()
+            decoded = base64.b64decode(str(token), altchars=b"-_", validate=True).decode()
         except (binascii.Error, ValueError, UnicodeDecodeError):
-            raise invalid("NextToken", token, "It is not a token this server gave.") from None
+            decoded = ""
+        if not decoded.startswith(_TOKEN):
+            raise invalid("NextToken", token, "It is not a token this server gave.")
+        after = decoded[len(_TOKEN) :]
         names = [n for n in names if n > after]
     size = limit or default
     page = names[:size]
     more = limit is not None and len(names) > size
-    return page, base64.urlsafe_b64encode(page[-1].encode()).decode() if more else ""
+    return page, base64.urlsafe_b64encode(f"{_TOKEN}{page[-1]}".encode()).decode() if more else ""

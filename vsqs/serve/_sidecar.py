@@ -44,7 +44,7 @@ def read(queue_dir: str) -> dict[str, Any]:
     try:
         raw = layout.read(ROOT, SQS_STATE)
     except OSError:
-        return {}  # a planted non-file, or a queue deleted meanwhile: nothing of ours
+        return {}  # RACE: the queue was deleted meanwhile (or a non-file was planted there)
     finally:
         layout.close()
     if raw is None:

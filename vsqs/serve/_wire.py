@@ -43,6 +43,9 @@ XML_TYPE: Final = "text/xml"
 _NAMESPACE: Final = "http://queue.amazonaws.com/doc/2012-11-05/"
 _TARGET: Final = re.compile(r"AmazonSQS\.([A-Za-z]+)")
 _INDEX: Final = re.compile(r"[1-9][0-9]{0,5}")
+_DOT: Final = re.compile(r"\.")
+_MAX_DEPTH: Final = 8  # SendMessageBatchRequestEntry.1.MessageAttribute.1.Value.StringValue: 6
+_MAX_FIELDS: Final = 10_000  # ten entries of ten attributes need a few hundred
 
 # A query list or map (its query name) -> (its JSON name, "list" | "map" | "entries",
 # the key's and the value's names in a map's entries).
@@ -83,6 +86,10 @@ _XML_MAPS: Final = {
     "Tags": ("Tag", "Key", "Value"),
 }
 _XML_ESCAPES: Final = {'"': "&quot;", "\r": "&#xD;"}
+# What the query protocol says instead, where it says something else (as SQS does).
+_QUERY_MESSAGES: Final = {
+    "QueueDoesNotExist": "The specified queue does not exist for this wsdl version.",
+}
 
 
 class Request:
@@ -102,7 +109,9 @@ def _tree(pairs: list[tuple[str, str]]) -> dict[str, Any]:
     root: dict[str, Any] = {}
     for key, value in pairs:
         node = root
-        *path, last = key.split(".") if key else [""]
+        *path, last = _DOT.split(key, _MAX_DEPTH)  # a parameter's name, not a message's
+        if len(path) >= _MAX_DEPTH:
+            raise SqsError("MalformedQueryString", f"parameter {key[:80]!r} is nested too deep")
         for part in path:
             child = node.setdefault(part, {})
             if not isinstance(child, dict):
@@ -180,18 +189,29 @@ def parse(method: str, headers: Mapping[str, str], query: str, body: bytes) -> R
             raise SqsError("InvalidAction", "The JSON protocol needs a POST.")
         try:
             params = json.loads(body) if body.strip() else {}
-        except (ValueError, UnicodeDecodeError):
+        except (ValueError, UnicodeDecodeError, RecursionError):  # RecursionError: [[[[...
             raise SqsError("SerializationException", "The body is not valid JSON.") from None
         if not isinstance(params, dict):
             raise SqsError("SerializationException", "The body must be a JSON object.")
         return Request(match.group(1), params, json=True)
     pairs: list[tuple[str, str]] = []
     try:
-        pairs.extend(parse_qsl(query, keep_blank_values=True, strict_parsing=bool(query)))
+        pairs.extend(
+            parse_qsl(
+                query,
+                keep_blank_values=True,
+                strict_parsing=bool(query),
+                max_num_fields=_MAX_FIELDS,
+            )
+        )
         content_type = headers.get("content-type", "")
         if method == "POST" and body and "json" not in content_type:
             text = body.decode("utf-8")
-            pairs.extend(parse_qsl(text, keep_blank_values=True, strict_parsing=True))
+            pairs.extend(
+                parse_qsl(
+                    text, keep_blank_values=True, strict_parsing=True, max_num_fields=_MAX_FIELDS
+                )
+            )
     except (ValueError, UnicodeDecodeError):
         raise SqsError("MalformedQueryString", "The form data cannot be read.") from None
     fields = dict(pairs)
@@ -263,10 +283,11 @@ def error_body(
     if json_protocol:
         body = {"__type": f"com.amazonaws.sqs#{error.code}", "message": error.text}
         return JSON_TYPE, json.dumps(body).encode(), headers
+    message = _QUERY_MESSAGES.get(error.code, error.text)
     text = (
         f'<?xml version="1.0"?><ErrorResponse xmlns="{_NAMESPACE}"><Error>'
         f"<Type>{fault}</Type><Code>{escape(error.query_code)}</Code>"
-        f"<Message>{escape(error.text, _XML_ESCAPES)}</Message><Detail/></Error>"
+        f"<Message>{escape(message, _XML_ESCAPES)}</Message><Detail/></Error>"
         f"<RequestId>{request_id}</RequestId></ErrorResponse>"
     )
     return XML_TYPE, text.encode(), headers

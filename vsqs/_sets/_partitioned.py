@@ -2,96 +2,35 @@
 
 A queue created with ``partitions=N`` (N > 1) stores the count in its settings and keeps
 its messages in ``partition-0`` ... ``partition-<N-1>``, each an ordinary queue directory
-(the same state machine, every arrow one rename there; vsqs 0.3 reads one on its own).
-Nothing is shared per message between partitions: each publish, claim and delete is one
-operation in one partition's directory, so N consumers on N partitions take N directory
-locks in the kernel, not one.
-
-* **Publishing.** A message with a ``group`` goes to the partition of the group: the
-  CRC-32 of its UTF-8 bytes modulo N, the same in every process and on every host, so a
-  group's messages keep their order. Without a group, one with a ``dedup_id`` goes to the
-  partition of that id (so a ``dedup_id`` is unique across the whole queue), and the
-  others to the publisher's *sticky* partition: each handle (in each thread) starts at
-  its own partition and moves to the next after :data:`STICKY_RUN` messages, as Kafka's
-  sticky partitioner does, so one publisher's messages spread over every partition in
-  runs that each keep their order.
-* **Receiving.** Each handle (in each thread) has a *home* partition, spread by process
-  id and a per-process count of handles, and claims there first (strictly FIFO in the
-  partition, exactly as a plain queue: a lost race moves to the next message of that
-  partition, never further); when home is empty it takes from the others in turn, and
-  every :data:`VISIT_EVERY` calls it looks at another partition first, so no partition
-  starves however the homes fall. A blocked receive waits on every partition at once
-  (one :class:`~vsqs.MultiWaiter`).
-* **Order.** FIFO per partition, so per group; across partitions, messages are taken in
-  roughly publish order (each consumer drains its home oldest first).
-* ``fifo=True``: each partition delivers nothing while one of its messages is held, so a
-  group's next message waits until the earlier one is deleted or its lease ends (SQS
-  FIFO's one in flight per group). Unrelated groups that share a partition wait behind
-  each other; a ``fifo=True`` queue created without a count has
-  :data:`~vsqs._options.FIFO_PARTITIONS` partitions so that this is rare.
-
-Capacity is a total (one lock and counter in the queue directory, counting every
-partition); ``shutdown()`` marks every partition and then the queue, and the queue is
-drained when every partition is. Messages found in the queue directory itself (written
-there by a vsqs 0.3 producer, or by a handle opened before the queue was partitioned)
-are delivered too, after the partitions'.
+(the same state machine; vsqs 0.3 reads one on its own). Nothing is shared per message
+between partitions: each publish, claim and delete is one operation in one partition's
+directory. How messages and consumers spread over them: :mod:`vsqs._sets._spread`.
 """
 
 from __future__ import annotations
 
 import heapq
-import itertools
-import math
 import os
-import threading
-import zlib
 from collections.abc import Iterable, Iterator, Mapping
 from contextlib import nullcontext
 from typing import Final
 
-from . import _fs
-from ._capacity import Capacity
-from ._errors import InvalidId, QueueDrained
-from ._history import History
-from ._ids import parse_id
-from ._message import Counts, Message
-from ._meta import check_group
-from ._options import UNSET, Unset
-from ._options import seconds as _seconds
-from ._queue import Queue
-from ._renewal import Lease
-from ._stats import Stats
-from ._stored import Settings
-from ._waiters import RECHECK, MultiWaiter
-
-STICKY_RUN: Final = 100
-"""Messages a publisher sends to one partition before it moves to the next."""
-VISIT_EVERY: Final = 16
-"""A receiving handle looks at a partition other than its home first once in this many calls."""
-
-_handles = itertools.count()  # spreads the homes of the handles (and threads) of a process
-
-
-def partition_name(index: int) -> str:
-    """The directory name of partition *index* inside the queue directory."""
-    return f"partition-{index}"
-
-
-def group_partition(group: str, partitions: int) -> int:
-    """The partition of *group*: CRC-32 of its UTF-8 bytes modulo *partitions* (stable
-    across processes, hosts and Python versions, unlike ``hash()``)."""
-    return zlib.crc32(group.encode()) % partitions
-
-
-class _Spread(threading.local):
-    """Where this thread's use of one handle is: its home and its sticky partition."""
-
-    def __init__(self, partitions: int) -> None:
-        start = (os.getpid() + next(_handles)) % partitions
-        self.home = start
-        self.sticky = start
-        self.run = 0
-        self.calls = 0
+from .. import _fs
+from .._capacity import Capacity
+from .._errors import InvalidId, QueueDrained
+from .._history import History
+from .._ids import parse_id
+from .._message import Counts, Message
+from .._meta import check_group
+from .._options import UNSET, Unset, batch_size
+from .._options import seconds as _seconds
+from .._queue import Queue
+from .._renewal import Lease
+from .._stats import Stats
+from .._stored import Settings
+from .._waiters import RECHECK, MultiWaiter
+from ._spread import Spread, add_counts, add_stats, group_partition, partition_name
+from ._wait import receive_until
 
 
 class PartitionedQueue(Queue, partitioned=True):
@@ -134,7 +73,7 @@ class PartitionedQueue(Queue, partitioned=True):
         if config.capacity is not None:  # one bound for the whole queue
             counted = tuple(part.path for part in self._parts)
             self._capacity = Capacity(self.layout, self.clock, config.capacity, counted)
-        self._spread = _Spread(config.partitions)
+        self._spread = Spread(config.partitions)
 
     def _adopt(self, shape: dict[str, object]) -> None:
         """Refuse to partition a queue that already holds messages (its order would be
@@ -168,12 +107,7 @@ class PartitionedQueue(Queue, partitioned=True):
             return parts[group_partition(check_group(group), len(parts))]
         if isinstance(key, str):  # anything else is refused by the publish itself
             return parts[group_partition(key, len(parts))]
-        spread = self._spread
-        if spread.run >= STICKY_RUN:
-            spread.sticky = (spread.sticky + 1) % len(parts)
-            spread.run = 0
-        spread.run += 1
-        return parts[spread.sticky]
+        return parts[self._spread.sticky_partition()]
 
     def _owner(self, message: Message | str) -> Queue | None:
         """The partition that holds *message*; ``None`` for the queue's own directory."""
@@ -313,38 +247,24 @@ class PartitionedQueue(Queue, partitioned=True):
 
         :raises QueueDrained: the queue is shut down and every partition is empty.
         """
-        if isinstance(max_messages, bool) or not isinstance(max_messages, int) or max_messages < 1:
-            raise ValueError(f"max_messages must be a positive int, not {max_messages!r}")
+        batch_size(max_messages)
         if visibility_timeout is not None:
             _seconds(visibility_timeout, "visibility_timeout")
-        clock = self.clock
-        deadline = None if timeout is None else clock.monotonic() + _seconds(timeout, "timeout")
-        waiter = None if timeout == 0 else self.waiter()
-        while True:
-            token = waiter.token() if waiter is not None else 0
-            got, drained = self._gather(max_messages, visibility_timeout)
-            if got:
-                return got
-            if drained:
-                raise QueueDrained(self.path)
-            remaining = math.inf if deadline is None else deadline - clock.monotonic()
-            if waiter is None or remaining <= 0:
-                return []
-            waiter.wait(token, self.next_look(None if deadline is None else deadline))
+        return receive_until(
+            lambda: self._gather(max_messages, visibility_timeout),
+            self.waiter,
+            clock=self.clock,
+            timeout=None if timeout is None else _seconds(timeout, "timeout"),
+            next_look=self.next_look,
+            drained=lambda: QueueDrained(self.path),
+        )
 
     def _gather(self, limit: int, visibility_timeout: float | None) -> tuple[list[Message], bool]:
         """One pass without waiting: the messages, and whether the whole queue is drained."""
         parts = self._parts
-        spread = self._spread
-        spread.calls += 1
-        home = spread.home
-        order = [*range(home, len(parts)), *range(home)]
-        if spread.calls % VISIT_EVERY == 0:  # another partition first, in turn
-            visit = order.pop(1 + (spread.calls // VISIT_EVERY) % (len(parts) - 1))
-            order.insert(0, visit)
         got: list[Message] = []
         drained = 0
-        for index in order:
+        for index in self._spread.order():
             try:
                 got += parts[index].receive_batch(
                     limit - len(got), visibility_timeout=visibility_timeout, timeout=0
@@ -430,13 +350,7 @@ class PartitionedQueue(Queue, partitioned=True):
 
     def counts(self) -> Counts:
         """The counts of every partition (and the queue directory), added up."""
-        every = [part.counts() for part in self._parts] + [Queue.counts(self)]
-        return Counts(
-            ready=sum(c.ready for c in every),
-            held=sum(c.held for c in every),
-            delayed=sum(c.delayed for c in every),
-            new=sum(c.new for c in every),
-        )
+        return add_counts([part.counts() for part in self._parts] + [Queue.counts(self)])
 
     def size(self) -> int:
         """Ready plus held messages of every partition (one listing each)."""
@@ -458,29 +372,7 @@ class PartitionedQueue(Queue, partitioned=True):
 
     def stats(self) -> Stats:
         """The totals of every partition, and each partition's own in ``partitions``."""
-        each = tuple(part.stats() for part in self._parts)
-        own = Queue.stats(self)
-        every = (*each, own)
-        oldest = min(
-            (s for s in every if s.oldest_ready_id is not None),
-            key=lambda s: parse_id(s.oldest_ready_id or "") or 0,
-            default=None,
-        )
-        return Stats(
-            produced_messages=sum(s.produced_messages for s in every),
-            produced_bytes=sum(s.produced_bytes for s in every),
-            consumed_messages=sum(s.consumed_messages for s in every),
-            consumed_bytes=sum(s.consumed_bytes for s in every),
-            ready=sum(s.ready for s in every),
-            held=sum(s.held for s in every),
-            delayed=sum(s.delayed for s in every),
-            new=sum(s.new for s in every),
-            oldest_ready_age=None if oldest is None else oldest.oldest_ready_age,
-            is_shutdown=own.is_shutdown,
-            oldest_ready_id=None if oldest is None else oldest.oldest_ready_id,
-            held_back=sum(s.held_back for s in every),
-            partitions=each,
-        )
+        return add_stats(tuple(part.stats() for part in self._parts), Queue.stats(self))
 
     # -- housekeeping ---------------------------------------------------------------------
 
@@ -495,6 +387,9 @@ class PartitionedQueue(Queue, partitioned=True):
         for part in self._parts:
             part.close()
         super().close()
+
+    detach = close
+    """An alias of :meth:`close` (as :attr:`Queue.detach`)."""
 
     def requeue_expired(self) -> int:
         """:meth:`Queue.requeue_expired` in every partition; how many came back."""
