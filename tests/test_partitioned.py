@@ -421,3 +421,16 @@ def test_fifo_can_be_turned_off_and_on_for_every_partition(fast_tmp_path: Path) 
     reopened.publish_batch([b"1", b"2"], group="g")
     assert len(reopened.receive_batch(1)) == 1
     assert reopened.receive(timeout=0) is not None  # no longer one in flight
+
+
+def test_a_lease_changed_by_its_receipt_alone_names_its_partition(fast_tmp_path: Path) -> None:
+    queue = Queue(fast_tmp_path / "q", partitions=3)
+    queue.publish(b"x", group="g")
+    message = queue.receive(timeout=0)
+    assert message is not None
+    extended = queue.change_visibility(message.receipt, 60)  # a receipt, no Message
+    assert extended.queue == message.queue
+    again = queue.change_visibility(extended, 120)  # the returned message routes
+    bare = vsqs.Message(id=again.id, body=b"", receipt=again.receipt, expires_at=0.0)
+    assert queue.delete(bare)  # a Message that names no directory: found by its receipt
+    assert queue.counts().total == 0

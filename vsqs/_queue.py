@@ -1322,7 +1322,9 @@ class Queue:
         if message_id == receipt:  # no dot: a bare id
             raise InvalidId(receipt, "a receipt (id.expiry) is needed, not a bare id")
         if not isinstance(message, Message):
-            message = Message(id=message_id, body=b"", receipt=receipt, expires_at=0.0)
+            message = Message(
+                id=message_id, body=b"", receipt=receipt, expires_at=0.0, queue=self.path
+            )
         if duration == 0:  # release: a hold, then ready (as a requeue, counting the receive)
             now_us = self.clock.time_us()
             outcome = self._return(receipt, released=True)

@@ -111,13 +111,15 @@ class PartitionedQueue(Queue, partitioned=True):
 
     def _owner(self, message: Message | str) -> Queue | None:
         """The partition that holds *message*; ``None`` for the queue's own directory."""
-        if isinstance(message, Message):
+        if isinstance(message, Message) and message.queue:  # else: found by its receipt
             if message.queue == self.path:
                 return None
             part = self._by_path.get(message.queue)
             if part is None:
                 raise InvalidId(message.receipt, f"the message belongs to {message.queue!r}")
             return part
+        if isinstance(message, Message):
+            message = message.receipt
         if not isinstance(message, str) or "/" in message or "\0" in message:
             raise InvalidId(message, "expected a Message, a receipt or an id")
         for part in self._parts:  # a bare receipt: the partition that has that name
