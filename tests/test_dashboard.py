@@ -454,3 +454,23 @@ def test_a_round_keeps_no_descriptor_open(root: vsqs.QueueRoot) -> None:
     assert len(os.listdir("/proc/self/fd")) <= before + 5  # not one (or three) per queue
     assert len(sampler.snapshot.rows if sampler.snapshot else ()) == 50
     sampler.close()
+
+
+def test_a_broken_queue_is_shown_broken_and_the_others_still(
+    admin_url: tuple[str, Dashboard],
+) -> None:
+    url, dashboard = admin_url
+    dashboard.root.create("good").publish(b"x")
+    bad = dashboard.root.create("bad", visibility_timeout=10)  # a settings file
+    (Path(bad.path) / ".vsqs" / "settings.json").write_text("{not json", encoding="utf-8")
+    dashboard.sampler.refresh_soon()
+    dashboard.sampler.sample_round()
+    status, _, data = request(url + "/ui/api/overview")
+    assert status == 200
+    rows = {row["name"]: row for row in json.loads(data)["queues"]}
+    assert rows["good"]["ready"] == 1 and rows["good"]["error"] is None
+    assert rows["bad"]["error"].startswith("InvalidSettings")
+    status, _, page = request(url + "/")
+    assert status == 200 and b'<span class="error">InvalidSettings' in page
+    status, _, page = request(url + "/ui/queue/bad")
+    assert status == 500 and b"InvalidSettings" in page and b"Traceback" not in page
