@@ -24,7 +24,7 @@ import pytest
 
 import vsqs
 from vsqs.dashboard import CSP, Dashboard
-from vsqs.dashboard._sampler import Sampler, count_redelivered
+from vsqs.dashboard._sampler import Receives, Sampler, count_redelivered
 from vsqs.serve import Credential, Credentials
 
 from .dashboard_http import request, serving
@@ -171,6 +171,7 @@ def test_a_dead_letter_queue_shows_each_message_source(admin_url: tuple[str, Das
     assert page.count(b'<a href="/ui/queue/orders">orders</a> <code>') == 2
     assert page.count(b"<td>max_receives</td>") == 2
     assert b"Dead-letter queue of" in page
+    assert "2 received 1×".encode() in page  # the receive-count histogram
     _, _, source_page = request(url + "/ui/queue/orders")
     assert b'Dead letters go to <a href="/ui/queue/orders.dlq">' in source_page
     del orders
@@ -372,11 +373,21 @@ def test_the_sampler_keeps_an_hour_of_depth_and_rates(root: vsqs.QueueRoot) -> N
 
 def test_redelivered_counts_stop_at_the_budget(root: vsqs.QueueRoot) -> None:
     _, dlq = _dead_letters(root, 5)
-    assert count_redelivered(dlq) == (5, False)
-    assert count_redelivered(dlq, budget=3) == (3, True)
+    assert count_redelivered(dlq) == Receives(5, False, (5, 0, 0, 0, 0))
+    capped = count_redelivered(dlq, budget=3)
+    assert (capped.redelivered, capped.capped) == (3, True)
     plain = root.create("plain")
     plain.publish(b"x", attributes={"a": "b"})  # metadata, but never received
-    assert count_redelivered(plain) == (0, False)
+    assert count_redelivered(plain) == Receives(0, False, (0, 0, 0, 0, 0))
+    # A histogram: one message received twice before, one once.
+    again = root.create("again")
+    again.publish_batch([b"a", b"b"])
+    for message in again.receive_batch(2, timeout=0):
+        again.change_visibility(message, 0)  # released: a receive that ended, counted
+    first = again.receive(timeout=0)
+    assert first is not None and first.body == b"a"
+    again.change_visibility(first, 0)
+    assert count_redelivered(again) == Receives(2, False, (1, 1, 0, 0, 0))
 
 
 def test_close_stops_the_sampler_thread(root: vsqs.QueueRoot) -> None:

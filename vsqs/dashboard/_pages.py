@@ -15,6 +15,7 @@ from typing import Any, Final
 from urllib.parse import quote
 
 from . import _format
+from ._sampler import BUCKETS
 
 # (key, heading, kind, title): the overview's columns; the script formats each kind alike.
 COLUMNS: Final = (
@@ -150,6 +151,11 @@ def _stats_table(row: Mapping[str, Any]) -> str:
     redelivered = _format.count(row.get("redelivered"))
     if row.get("redelivered_capped"):
         redelivered = "\u2265 " + redelivered
+    histogram = ", ".join(
+        f"{count:,} received {bucket}\u00d7" if bucket != "5+" else f"{count:,} 5 times or more"
+        for bucket, count in zip(BUCKETS, row.get("receive_histogram") or (), strict=False)
+        if count
+    )
     return _table([
         ("Ready", _field("ready", _format.count(row.get("ready")))),
         ("Held (in flight)", _field("held", _format.count(row.get("held")))),
@@ -158,6 +164,7 @@ def _stats_table(row: Mapping[str, Any]) -> str:
         ("Oldest ready message", _field("oldest_age", _format.age(row.get("oldest_age")))),
         ("Redelivered (received before, back without a delete)",
          _field("redelivered", redelivered)),
+        ("By receives so far", escape(histogram or "-")),
         ("Published (all time)", _field("produced", _format.count(row.get("produced")))),
         ("Consumed (all time)", _field("consumed", _format.count(row.get("consumed")))),
         ("Published bytes", escape(_format.size(row.get("produced_bytes") or 0))),

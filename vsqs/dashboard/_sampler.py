@@ -62,6 +62,8 @@ class Row:
     ``None`` until first counted."""
     redelivered_capped: bool = False
     """Whether the count stopped at the budget (then it is a lower bound)."""
+    receive_histogram: tuple[int, ...] = ()
+    """Of the redelivered, how many have each receive count of :data:`BUCKETS`."""
     in_rate: float | None = None
     """Messages published per second between the last two samples."""
     out_rate: float | None = None
@@ -119,29 +121,49 @@ class Snapshot:
     """How long the round took (the sampler thread's CPU, mostly)."""
 
 
-def count_redelivered(queue: Queue, budget: int = REDELIVERED_BUDGET) -> tuple[int, bool]:
-    """How many messages of *queue* were received before without a delete, and whether
-    the count stopped at *budget* (messages examined).
+BUCKETS: Final = ("1", "2", "3", "4", "5+")
+"""The receive-count histogram's buckets: receives before the current delivery."""
+
+
+@dataclass(frozen=True, slots=True)
+class Receives:
+    """How many messages of a queue came back after a receive, and how often."""
+
+    redelivered: int
+    """Messages with a receive count of 1 or more."""
+    capped: bool
+    """Whether the count stopped at the budget (then it is a lower bound)."""
+    histogram: tuple[int, ...]
+    """Of those, how many have each receive count of :data:`BUCKETS`."""
+
+
+def count_redelivered(queue: Queue, budget: int = REDELIVERED_BUDGET) -> Receives:
+    """How many messages of *queue* were received before without a delete, by receive
+    count, reading at most *budget* messages' metadata.
 
     Only messages that have metadata (``meta/<id>`` under the queue's metadata
     directory: the on-disk format of ``docs/concepts``) can have a receive count, so
     only those are read, through :meth:`vsqs.Queue.history`: a queue of plain messages
     none of which came back costs one listing of that directory.
     """
-    found = examined = 0
+    histogram = [0] * len(BUCKETS)
+    examined = 0
+    capped = False
     for part in queue.partition_queues:
         for message_id in part.layout.names("meta"):
             if message_id.startswith("."):
                 continue  # a writer's temporary file
             if examined >= budget:
-                return found, True
+                capped = True
+                break
             examined += 1
             try:
-                if part.history(message_id).receive_count >= 1:
-                    found += 1
+                count = part.history(message_id).receive_count
             except _FAULTS:
                 continue  # RACE: deleted meanwhile (or a planted name): not a message of ours
-    return found, False
+            if count >= 1:
+                histogram[min(count, len(BUCKETS)) - 1] += 1
+    return Receives(sum(histogram), capped, tuple(histogram))
 
 
 class Sampler:
@@ -171,7 +193,7 @@ class Sampler:
         self._series: dict[str, _Series] = {}
         self._rows: dict[str, Row] = {}
         self._due: dict[str, float] = {}
-        self._redelivered: dict[str, tuple[float, int, bool]] = {}
+        self._redelivered: dict[str, tuple[float, Receives]] = {}
         self._version = 0
         self.snapshot: Snapshot | None = None
         self._ready = threading.Event()
@@ -327,8 +349,9 @@ class Sampler:
             partitions=queue.partitions,
             fifo=queue.fifo,
             parts=_parts(stats),
-            redelivered=redelivered[0],
-            redelivered_capped=redelivered[1],
+            redelivered=redelivered.redelivered,
+            redelivered_capped=redelivered.capped,
+            receive_histogram=redelivered.histogram,
             in_rate=in_rate,
             out_rate=out_rate,
             sampled_at=now,
@@ -341,15 +364,15 @@ class Sampler:
                 series.add(now, row.depth, row.produced, row.consumed)
         return row
 
-    def _redelivered_of(self, name: str, queue: Queue, now: float) -> tuple[int, bool]:
+    def _redelivered_of(self, name: str, queue: Queue, now: float) -> Receives:
         with self._lock:
             kept = self._redelivered.get(name)
         if kept is not None and now - kept[0] < REDELIVERED_EVERY:
-            return kept[1], kept[2]
-        found, capped = count_redelivered(queue)
+            return kept[1]
+        receives = count_redelivered(queue)
         with self._lock:
-            self._redelivered[name] = (now, found, capped)
-        return found, capped
+            self._redelivered[name] = (now, receives)
+        return receives
 
     def chart(self, name: str) -> list[list[float]]:
         """The last hour of *name*: ``[time, depth, published/s, consumed/s]`` per point
