@@ -120,8 +120,28 @@ class Dashboard:
     def handle(
         self, method: str, target: str, headers: Mapping[str, str], body: bytes
     ) -> Response | None:
-        """Answer one request for ``/``, ``/ui`` or anything under ``/ui/``; ``None``
-        for any other path (the server answers 404)."""
+        """Answer one request for ``/``, ``/ui`` or anything under ``/ui/``.
+
+        Safe from any number of threads at once: a page or refresh reads the latest
+        round of samples (a snapshot, never a half-made one); an action is exactly as
+        atomic as the queue method it calls (:meth:`~vsqs.Queue.purge`,
+        :meth:`~vsqs.Queue.redrive`, :meth:`~vsqs.Queue.shutdown`,
+        :meth:`~vsqs.Queue.configure`). Never raises for bad input: a refusal is an
+        error page with its status (401, 403, 404, 405, 413, 415 or 400).
+
+        :param method: the request's method (``GET``, ``HEAD``, ``POST``...).
+        :param target: the request's path and query string.
+        :param headers: the request's headers (any case).
+        :param body: the request's body (a POSTed form).
+        :returns: ``(status, headers, body)``, or ``None`` for a path that is not the
+            dashboard's (the server answers 404).
+
+        >>> import tempfile, vsqs
+        >>> with Dashboard(vsqs.QueueRoot(tempfile.mkdtemp())) as dashboard:
+        ...     status, headers, body = dashboard.handle("GET", "/ui/api/overview", {}, b"")
+        >>> status, body.count(b'"queues":[]')
+        (200, 1)
+        """
         path = urlsplit(target).path
         if path in ("/", "/ui"):
             path = "/ui/"
