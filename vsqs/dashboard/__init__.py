@@ -137,6 +137,7 @@ class Dashboard:
             dashboard's (the server answers 404).
 
         >>> import tempfile, vsqs
+        >>> from vsqs.dashboard import Dashboard
         >>> with Dashboard(vsqs.QueueRoot(tempfile.mkdtemp())) as dashboard:
         ...     status, headers, body = dashboard.handle("GET", "/ui/api/overview", {}, b"")
         >>> status, body.count(b'"queues":[]')
