@@ -24,7 +24,8 @@ import pytest
 
 import vsqs
 from vsqs.dashboard import CSP, Dashboard
-from vsqs.dashboard._sampler import Receives, Sampler, count_redelivered
+from vsqs.dashboard._receives import Receives, count_redelivered
+from vsqs.dashboard._sampler import Sampler
 from vsqs.serve import Credential, Credentials
 
 from .dashboard_http import request, serving

@@ -15,7 +15,7 @@ from typing import Any, Final
 from urllib.parse import quote
 
 from . import _format
-from ._sampler import BUCKETS
+from ._receives import BUCKETS
 
 # (key, heading, kind, title): the overview's columns; the script formats each kind alike.
 COLUMNS: Final = (

@@ -23,6 +23,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Final
 
 from .. import Queue, QueueNotFound, QueueRoot, Stats, VsqsError
+from ._receives import Receives, count_redelivered
 
 _log = logging.getLogger("vsqs.dashboard")
 
@@ -33,8 +34,6 @@ DUTY: Final = 10.0
 """A queue whose sample took *d* seconds is sampled again ``DUTY * d`` seconds later at
 the soonest (a million messages: about 1 s to list, so one sample every ~10 s)."""
 REDELIVERED_EVERY: Final = 60.0
-REDELIVERED_BUDGET: Final = 1000
-"""At most this many messages' metadata read per queue per :data:`REDELIVERED_EVERY`."""
 _FAULTS: Final = (VsqsError, OSError, ValueError)
 
 
@@ -63,7 +62,7 @@ class Row:
     redelivered_capped: bool = False
     """Whether the count stopped at the budget (then it is a lower bound)."""
     receive_histogram: tuple[int, ...] = ()
-    """Of the redelivered, how many have each receive count of :data:`BUCKETS`."""
+    """Of the redelivered, how many have each receive count of ``_receives.BUCKETS``."""
     in_rate: float | None = None
     """Messages published per second between the last two samples."""
     out_rate: float | None = None
@@ -119,51 +118,6 @@ class Snapshot:
     """The overview as JSON (what ``/ui/api/overview`` sends)."""
     round_seconds: float
     """How long the round took (the sampler thread's CPU, mostly)."""
-
-
-BUCKETS: Final = ("1", "2", "3", "4", "5+")
-"""The receive-count histogram's buckets: receives before the current delivery."""
-
-
-@dataclass(frozen=True, slots=True)
-class Receives:
-    """How many messages of a queue came back after a receive, and how often."""
-
-    redelivered: int
-    """Messages with a receive count of 1 or more."""
-    capped: bool
-    """Whether the count stopped at the budget (then it is a lower bound)."""
-    histogram: tuple[int, ...]
-    """Of those, how many have each receive count of :data:`BUCKETS`."""
-
-
-def count_redelivered(queue: Queue, budget: int = REDELIVERED_BUDGET) -> Receives:
-    """How many messages of *queue* were received before without a delete, by receive
-    count, reading at most *budget* messages' metadata.
-
-    Only messages that have metadata (``meta/<id>`` under the queue's metadata
-    directory: the on-disk format of ``docs/concepts``) can have a receive count, so
-    only those are read, through :meth:`vsqs.Queue.history`: a queue of plain messages
-    none of which came back costs one listing of that directory.
-    """
-    histogram = [0] * len(BUCKETS)
-    examined = 0
-    capped = False
-    for part in queue.partition_queues:
-        for message_id in part.layout.names("meta"):
-            if message_id.startswith("."):
-                continue  # a writer's temporary file
-            if examined >= budget:
-                capped = True
-                break
-            examined += 1
-            try:
-                count = part.history(message_id).receive_count
-            except _FAULTS:
-                continue  # RACE: deleted meanwhile (or a planted name): not a message of ours
-            if count >= 1:
-                histogram[min(count, len(BUCKETS)) - 1] += 1
-    return Receives(sum(histogram), capped, tuple(histogram))
 
 
 class Sampler:
