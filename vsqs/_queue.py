@@ -74,7 +74,7 @@ from ._ids import State as _State
 from ._layout import FIFO_LOCK, Layout, UnsafeEntry
 from ._message import NO_ATTRIBUTES, Counts, Message, received
 from ._meta import Meta, MetaStore, report_once, split_group, validate_attributes, with_group
-from ._options import UNSET, Config, Unset, batch_size, queue_path
+from ._options import UNSET, Config, QueueOptions, Unset, batch_size, queue_path
 from ._options import seconds as _seconds
 from ._renewal import Lease, Renewer, until_entered
 from ._shutdown import ShutdownWatch
@@ -265,6 +265,14 @@ class Queue:
     def _adopt(self, shape: dict[str, object]) -> None:
         """Store the shape this handle creates the queue with (see ``_stored.shape``)."""
         _stored.adopt(self.layout, self.clock, shape)
+
+    def _partition(self, path: str, options: QueueOptions) -> Queue:
+        """A plain queue on the partition directory *path* of this (partitioned) queue,
+        keeping its deduplication markers with this queue's (one set for every
+        partition, so a ``dedup_id`` is unique across the whole queue)."""
+        part: Queue = Queue(path, **options)
+        part._dedup = self._dedup
+        return part
 
     @classmethod
     def from_config(cls, path: str | os.PathLike[str], config: Config) -> Queue:
@@ -2035,9 +2043,11 @@ class Queue:
             "fifo": fifo,
             "partitions": partitions,
         }
-        return _stored.update(
-            self.layout, self.clock, {k: v for k, v in changes.items() if v is not UNSET}
-        )
+        return self._store({k: v for k, v in changes.items() if v is not UNSET})
+
+    def _store(self, changes: dict[str, object]) -> _stored.Settings:
+        """Apply checked *changes* to the stored settings (see :meth:`configure`)."""
+        return _stored.update(self.layout, self.clock, changes)
 
     def settings(self) -> _stored.Settings:
         """The settings stored with the queue (``dead_letter`` by name); one read.
