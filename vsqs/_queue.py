@@ -1393,12 +1393,19 @@ class Queue:
         if held:
             ours = parse_name(receipt)
             meta = self._meta.read(message_id)
-            hold = parse_name(f"{message_id}.{meta.lease}") if meta and meta.lease else None
-            returned_since = (
-                hold is not None
-                and hold.expires is not None
-                and (ours is None or ours.expires is None or hold.expires > ours.expires)
-            )
+            # The lease that last ended undeleted (recorded since 1.0; before, its hold,
+            # which a lease extended past the hold's length outlives).
+            last = (meta.ended or meta.lease) if meta else ""
+            ended = parse_name(f"{message_id}.{last}") if last else None
+            if ended is None or ended.expires is None:
+                returned_since = False
+            elif ours is None or ours.expires is None:
+                returned_since = True
+            elif meta is not None and meta.ended:
+                # Ours, or a lease extended from ours, ended: it was returned since.
+                returned_since = ended.expires >= ours.expires
+            else:
+                returned_since = ended.expires > ours.expires
             if not returned_since:
                 return LeaseLost(receipt, reason="superseded", current=held[0])
             return LeaseLost(receipt, reason="expired")
