@@ -28,6 +28,7 @@ test: $(STAMP)
 	sh tests/reliability/setup-filesystems.sh
 	sh tests/multihost/setup-sshfs.sh
 	sh tests/setup-java.sh
+	sh tests/setup-browser.sh
 	PYTHON=$(PYTHON) sh tests/setup-sqs-clients.sh
 	$(BIN)/ruff check vsqs tests benchmarks examples docs
 	$(BIN)/ruff format --check vsqs tests benchmarks examples docs

@@ -31,7 +31,7 @@ def test_a_fifo_queue_is_a_partitioned_vsqs_queue(sqs: Any, root: vsqs.QueueRoot
     attributes = sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["All"])["Attributes"]
     assert attributes["FifoQueue"] == "true"
     assert attributes["ContentBasedDeduplication"] == "false"
-    assert attributes["DeduplicationScope"] == "messageGroup"
+    assert attributes["DeduplicationScope"] == "queue"  # SQS's default
     assert attributes["FifoThroughputLimit"] == "perQueue"
     for name, attrs in [
         ("jobs", {"FifoQueue": "true"}),  # a FIFO queue's name ends with .fifo
@@ -124,7 +124,14 @@ def test_deduplication(sqs: Any, root: vsqs.QueueRoot) -> None:
     assert again["MessageId"] == first["MessageId"]
     assert again["SequenceNumber"] == first["SequenceNumber"]
     assert root.get("jobs.fifo").counts().ready == 1
-    # Deduplication is per message group (DeduplicationScope=messageGroup).
+    # By default a deduplication id is the whole queue's, whatever the group...
+    other_group = sqs.send_message(
+        QueueUrl=url, MessageBody="x", MessageGroupId="h", MessageDeduplicationId="d1"
+    )
+    assert other_group["MessageId"] == first["MessageId"]
+    assert root.get("jobs.fifo").counts().ready == 1
+    # ...and with DeduplicationScope=messageGroup, each group's.
+    sqs.set_queue_attributes(QueueUrl=url, Attributes={"DeduplicationScope": "messageGroup"})
     other = sqs.send_message(
         QueueUrl=url, MessageBody="x", MessageGroupId="h", MessageDeduplicationId="d1"
     )
@@ -236,9 +243,16 @@ def test_the_library_deduplicates_against_the_api_with_the_documented_id(
     sqs: Any, root: vsqs.QueueRoot
 ) -> None:
     url = _fifo(sqs)
-    first = root.get("jobs.fifo").publish(b"from the library", group="g", dedup_id="g\nd1")
+    first = root.get("jobs.fifo").publish(b"from the library", group="g", dedup_id="d1")
     sent = sqs.send_message(
         QueueUrl=url, MessageBody="from the API", MessageGroupId="g", MessageDeduplicationId="d1"
     )
     assert sent["MessageId"] == first
-    assert root.get("jobs.fifo").counts().ready == 1
+    # Per message group: the group, a newline and the id.
+    sqs.set_queue_attributes(QueueUrl=url, Attributes={"DeduplicationScope": "messageGroup"})
+    second = root.get("jobs.fifo").publish(b"library", group="h", dedup_id="h\nd2")
+    sent = sqs.send_message(
+        QueueUrl=url, MessageBody="API", MessageGroupId="h", MessageDeduplicationId="d2"
+    )
+    assert sent["MessageId"] == second
+    assert root.get("jobs.fifo").counts().ready == 2

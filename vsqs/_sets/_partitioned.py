@@ -17,6 +17,7 @@ from typing import Final
 
 from .. import _fs
 from .._capacity import Capacity
+from .._dedup import Deduplicator
 from .._errors import InvalidId, QueueDrained
 from .._history import History
 from .._ids import parse_id
@@ -65,9 +66,17 @@ class PartitionedQueue(Queue, partitioned=True):
             "dead_letter": dead_letter,
             "max_receives": config.max_receives if dead_letter is not None else None,
         }
+        paths = [os.path.join(self.path, partition_name(i)) for i in range(config.partitions)]
+        # One set of deduplication markers (this directory's) for every partition.
+        self._dedup = Deduplicator(
+            self.layout,
+            self.clock,
+            config.dedup_window,
+            lambda name: any(_fs.exists(os.path.join(path, name)) for path in (*paths, self.path)),
+        )
         self._parts: Final = tuple(
-            Queue(os.path.join(self.path, partition_name(index)), **shared)  # type: ignore[arg-type]
-            for index in range(config.partitions)
+            self._partition(path, shared)  # type: ignore[arg-type]
+            for path in paths
         )
         self._by_path: Final = {part.path: part for part in self._parts}
         if config.capacity is not None:  # one bound for the whole queue
@@ -419,26 +428,10 @@ class PartitionedQueue(Queue, partitioned=True):
         left = None if limit is None else limit - moved
         return moved + (Queue.redrive(self, to, left) if left is None or left > 0 else 0)
 
-    def configure(
-        self,
-        *,
-        visibility_timeout: float | Unset | None = UNSET,
-        delay: float | Unset | None = UNSET,
-        capacity: int | Unset | None = UNSET,
-        dead_letter: Queue | str | os.PathLike[str] | Unset | None = UNSET,
-        max_receives: int | Unset | None = UNSET,
-        retention: float | Unset | None = UNSET,
-        dedup_window: float | Unset | None = UNSET,
-        fifo: bool | Unset | None = UNSET,
-        partitions: int | Unset | None = UNSET,
-    ) -> Settings:
-        """:meth:`Queue.configure`; a change of ``fifo`` is stored in every partition
-        first (a partition directory also works on its own)."""
-        if fifo is not UNSET:
+    def _store(self, changes: dict[str, object]) -> Settings:
+        """As a plain queue's; a change of ``fifo`` is stored in every partition first
+        (a partition directory also works on its own)."""
+        if "fifo" in changes:
             for part in self._parts:
-                part.configure(fifo=fifo)
-        return super().configure(
-            visibility_timeout=visibility_timeout, delay=delay, capacity=capacity,
-            dead_letter=dead_letter, max_receives=max_receives, retention=retention,
-            dedup_window=dedup_window, fifo=fifo, partitions=partitions,
-        )  # fmt: skip
+                part.configure(fifo=changes["fifo"])  # type: ignore[arg-type]
+        return super()._store(changes)

@@ -7,11 +7,10 @@ kernel, not one.
 * **Publishing.** A message with a ``group`` goes to the partition of the group: the
   CRC-32 of its UTF-8 bytes modulo N, the same in every process and on every host, so a
   group's messages keep their order. Without a group, one with a ``dedup_id`` goes to the
-  partition of that id (so a ``dedup_id`` is unique across the whole queue), and the
-  others to the publisher's *sticky* partition: each handle (in each thread) starts at
-  its own partition and moves to the next after :data:`STICKY_RUN` messages, as Kafka's
-  sticky partitioner does, so one publisher's messages spread over every partition in
-  runs that each keep their order.
+  partition of that id, and the others to the publisher's *sticky* partition: each
+  handle (in each thread) starts at its own partition and moves to the next after
+  :data:`STICKY_RUN` messages, as Kafka's sticky partitioner does, so one publisher's
+  messages spread over every partition in runs that each keep their order.
 * **Receiving.** Each handle (in each thread) has a *home* partition, spread by process
   id and a per-process count of handles, and claims there first (strictly FIFO in the
   partition, exactly as a plain queue: a lost race moves to the next message of that
@@ -28,10 +27,13 @@ kernel, not one.
   :data:`~vsqs._options.FIFO_PARTITIONS` partitions so that this is rare.
 
 Capacity is a total (one lock and counter in the queue directory, counting every
-partition); ``shutdown()`` marks every partition and then the queue, and the queue is
-drained when every partition is. Messages found in the queue directory itself (written
-there by a vsqs 0.3 producer, or by a handle opened before the queue was partitioned)
-are delivered too, after the partitions'.
+partition); the deduplication markers are one set, in the queue directory, so a
+``dedup_id`` (or ``batch_dedup_id``) is unique across the whole queue, whatever the
+groups (publish through the partitioned queue: a handle on one partition directory
+alone keeps markers of its own); ``shutdown()`` marks every partition and then the
+queue, and the queue is drained when every partition is. Messages found in the queue
+directory itself (written there by a vsqs 0.3 producer, or by a handle opened before the
+queue was partitioned) are delivered too, after the partitions'.
 
 The functions and the class here make those decisions; :mod:`vsqs._sets._partitioned`
 carries them out.

@@ -7,15 +7,9 @@ import threading
 import click
 
 from .. import QueueRoot
-from ..serve import Credentials, Pages, load_credentials, make_server
+from ..dashboard import Dashboard
+from ..serve import load_credentials, make_server
 from ._common import CliError, Stopped
-
-
-def dashboard_pages(root: QueueRoot, admin: bool, credentials: Credentials | None) -> Pages | None:
-    """The ``pages`` callback of the dashboard (``--admin``: its admin actions); ``None``
-    while there is no dashboard (then ``/`` answers 404)."""
-    del root, admin, credentials
-    return None
 
 
 @click.command()
@@ -42,6 +36,9 @@ def serve(
     """
     credentials = None if credentials_file is None else load_credentials(credentials_file)
     queue_root = QueueRoot(root)
+    # The dashboard at / and /ui/ (read-only unless --admin); its sampler thread stops
+    # with the server.
+    dashboard = Dashboard(queue_root, admin=admin, credentials=credentials)
     try:
         server = make_server(
             queue_root,
@@ -49,9 +46,10 @@ def serve(
             port,
             credentials=credentials,
             quiet=quiet,
-            pages=dashboard_pages(queue_root, admin, credentials),
+            pages=dashboard.handle,
         )
     except OSError as exc:  # EADDRINUSE, EACCES (a port below 1024), EADDRNOTAVAIL
+        dashboard.close()
         if isinstance(exc, PermissionError) and not exc.errno:
             raise CliError(str(exc)) from None  # UnsafeAddress: no credentials off loopback
         raise CliError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
@@ -65,4 +63,5 @@ def serve(
         click.echo("vsqs serve: stopping (requests in flight finish)", err=True)
     finally:
         server.shutdown()
+        dashboard.close()
     click.echo("vsqs serve: stopped", err=True)

@@ -17,8 +17,7 @@ Only the standard library is used.
 * ``MessageId`` is the vsqs id (the publish time in digits), not a UUID; the account id
   in URLs and ARNs is ``000000000000`` (any is accepted), the region the one a request
   was signed for (``us-east-1`` unsigned).
-* FIFO queues: deduplication is per message group (``DeduplicationScope`` is recorded,
-  ``messageGroup`` is what happens); at most
+* FIFO queues: at most
   :data:`~vsqs.serve._queue_attrs.FIFO_PARTITIONS` message groups are in flight at once
   (one per partition); the ``ReceiveRequestAttemptId`` answer is kept by the server
   that gave it, in memory, for five minutes.

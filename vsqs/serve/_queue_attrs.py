@@ -21,9 +21,9 @@ the others                                kept in the SQS record; enforced by th
                                           ``ReceiveMessageWaitTimeSeconds``,
                                           ``ContentBasedDeduplication``), recorded only
                                           otherwise (``Policy``, ``RedriveAllowPolicy``,
-                                          the KMS ones, ``FifoThroughputLimit``, and
-                                          ``DeduplicationScope``: deduplication is always
-                                          per message group, SQS's ``messageGroup``)
+                                          the KMS ones, ``FifoThroughputLimit``);
+                                          ``DeduplicationScope`` is honoured (``queue``,
+                                          the default, or ``messageGroup``)
 ========================================  =============================================
 """
 
@@ -317,7 +317,7 @@ _DEFAULTS: Final = {
     "MaximumMessageSize": str(DEFAULT_MAX_SIZE),
     "ReceiveMessageWaitTimeSeconds": "0",
     "ContentBasedDeduplication": "false",
-    "DeduplicationScope": "messageGroup",  # what the server does, whatever is stored
+    "DeduplicationScope": "queue",  # as SQS; honoured when a message is sent
     "FifoThroughputLimit": "perQueue",
     "SqsManagedSseEnabled": "false",
 }

@@ -7,12 +7,11 @@ share their options (delay, group, attributes) with one :meth:`~vsqs.Queue.publi
 answered in ``Failed`` and the others are sent.
 
 **FIFO queues.** ``MessageGroupId`` is vsqs's ``group``; the vsqs ``dedup_id`` is the
-group, a newline, and the ``MessageDeduplicationId`` (or, with content-based
-deduplication, the SHA-256 of the body in hex). vsqs keeps a dedup id unique within a
-partition, and a group's messages all go to one partition: so deduplication is exactly
-per message group, SQS's ``DeduplicationScope=messageGroup``, whatever the queue's
-``DeduplicationScope`` says. A library publisher that wants its messages deduplicated
-against the API's uses the same ``dedup_id`` (``f"{group}\\n{id}"``).
+``MessageDeduplicationId`` (or, with content-based deduplication, the SHA-256 of the
+body in hex), which vsqs keeps unique across the whole queue: SQS's default
+``DeduplicationScope=queue``. With ``DeduplicationScope=messageGroup`` it is the group,
+a newline and that id, so each group deduplicates on its own. A library publisher that
+wants its messages deduplicated against the API's uses the same ``dedup_id``.
 """
 
 from __future__ import annotations
@@ -120,9 +119,12 @@ class _Outgoing:
             raise invalid("MessageDeduplicationId", dedup, "1 to 128 printable ASCII characters.")
         self.delay = float(delay or 0)
         self.group: str | None = group
-        # Deduplication is per message group (SQS's DeduplicationScope=messageGroup): a
-        # group's messages share one partition, where vsqs keeps dedup ids unique.
-        self.dedup_id = None if dedup_id is None else f"{group}\n{dedup_id}"
+        # SQS's DeduplicationScope: the whole queue (the default; vsqs keeps a dedup id
+        # unique across every partition), or each message group (the group is part of it).
+        per_group = options.get("DeduplicationScope") == "messageGroup"
+        self.dedup_id = (
+            None if dedup_id is None else f"{group}\n{dedup_id}" if per_group else dedup_id
+        )
         stored = _attributes.encode(self.attributes)
         if dedup is not None:
             stored[DEDUP_KEY] = dedup
