@@ -6,7 +6,7 @@
 #   tests/serve/js/node_modules (npm ci);
 # - the aws cli (awscli from the package index, tests/serve/requirements-awscli.txt) into
 #   .venv-awscli: it pins its own botocore;
-# - boto3 and botocore 1.34.50, the last to speak SQS's query protocol
+# - boto3 1.28.0 with botocore 1.31.0, which speak SQS's query protocol
 #   (tests/serve/requirements-query.txt), into .venv-query.
 # Idempotent and quiet: each part is skipped while its stamp says it is installed from the
 # same pinned file. Where a part cannot be installed it prints one line; the tests of that

@@ -1,7 +1,7 @@
 """Real SQS clients against real ``vsqs serve`` processes (issue 28).
 
 Each test starts ``vsqs serve`` processes (:mod:`tests.serve.clients`) and points a
-client nobody wrote for vsqs at them: boto3 on the query protocol (1.34.50, in
+client nobody wrote for vsqs at them: boto3 on the query protocol (1.28.0 with botocore 1.31.0, in
 ``.venv-query``), the aws cli (``.venv-awscli``), the JavaScript SDK v3 under node, and
 boto3 on the JSON protocol (``.venv``). What the clients did is then read back through
 the library itself, or through another server on the same root: the servers hold no
@@ -80,7 +80,7 @@ def _drain(client: Any, url: str, *, until: int, seconds: float = 60) -> list[st
 
 
 def test_boto3_on_the_query_protocol(tmp_path: Path) -> None:
-    """boto3 1.34.50 speaks the query protocol (form-encoded ``Action=``, XML answers):
+    """boto3 1.28.0 (botocore 1.31.0) speaks the query protocol (form-encoded ``Action=``, XML answers):
     queues, attributes of every type (botocore checks their MD5), batches, visibility,
     deletes, SQS's error code for a missing queue, and a FIFO queue in order."""
     python = need(QUERY_PYTHON, "the query-protocol boto3 (.venv-query)")
@@ -90,7 +90,7 @@ def test_boto3_on_the_query_protocol(tmp_path: Path) -> None:
         # -I: not this directory on sys.path (its http.py would shadow the standard one)
         done = _run([python, "-I", str(HERE / "query_client.py"), server.url, "p"], tmp_path)
     out = json.loads(done.stdout)
-    assert (out["protocol"], out["botocore"]) == ("query", "1.34.50")
+    assert (out["protocol"], out["botocore"]) == ("query", "1.31.0")
     url = f"{server.url}/{ACCOUNT}/p-query"
     assert out["url"] == out["looked_up"] == url
     assert out["listed"] == [url]
