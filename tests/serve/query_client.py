@@ -1,7 +1,7 @@
 """boto3 on SQS's query protocol against ``vsqs serve``, run in ``.venv-query``.
 
 ``python query_client.py ENDPOINT_URL PREFIX`` (tests/serve/test_clients.py runs it with
-the boto3 and botocore 1.28.0 with botocore 1.31.0 that tests/setup-sqs-clients.sh installs there): it
+the boto3 1.28.0 and botocore 1.31.0 that tests/setup-sqs-clients.sh installs there): it
 checks that this botocore speaks the query protocol (form-encoded ``Action=``, XML
 answers), drives the common actions, and prints one JSON object of what it saw. botocore
 checks the MD5 digests of bodies and attributes itself; any error exits non-zero.

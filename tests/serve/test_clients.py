@@ -80,8 +80,8 @@ def _drain(client: Any, url: str, *, until: int, seconds: float = 60) -> list[st
 
 
 def test_boto3_on_the_query_protocol(tmp_path: Path) -> None:
-    """boto3 1.28.0 (botocore 1.31.0) speaks the query protocol (form-encoded ``Action=``, XML answers):
-    queues, attributes of every type (botocore checks their MD5), batches, visibility,
+    """boto3 1.28.0 (botocore 1.31.0) speaks the query protocol (form-encoded ``Action=``,
+    XML answers): queues, attributes of every type (botocore checks their MD5), batches, visibility,
     deletes, SQS's error code for a missing queue, and a FIFO queue in order."""
     python = need(QUERY_PYTHON, "the query-protocol boto3 (.venv-query)")
     root = tmp_path / "root"
