@@ -231,11 +231,15 @@ class _Handler(BaseHTTPRequestHandler):
         self._send_error(error, json_protocol=False)
 
     def log_message(self, format: str, *args: Any) -> None:
+        if self.server.quiet:
+            return  # nothing formatted for a log nobody reads
         self.server.log(
             f"{self.address_string()} - - [{self.log_date_time_string()}] {format % args}"
         )
 
     def log_request(self, code: int | str = "-", size: int | str = "-") -> None:
+        if self.server.quiet:
+            return
         size = getattr(self, "_size", size)
         action = getattr(self, "_action", "-")
         took = (time.monotonic() - getattr(self, "_began", time.monotonic())) * 1000
