@@ -28,6 +28,8 @@ test: $(STAMP)
 	sh tests/reliability/setup-filesystems.sh
 	sh tests/multihost/setup-sshfs.sh
 	sh tests/setup-java.sh
+	sh tests/setup-browser.sh
+	PYTHON=$(PYTHON) sh tests/setup-sqs-clients.sh
 	$(BIN)/ruff check vsqs tests benchmarks examples docs
 	$(BIN)/ruff format --check vsqs tests benchmarks examples docs
 	$(BIN)/mypy
@@ -65,4 +67,4 @@ stress: $(STAMP)
 	$(BIN)/pytest -m stress --stress-long tests
 
 clean:
-	rm -rf $(VENV) docs/_build .pytest_cache .mypy_cache .ruff_cache .coverage*
+	rm -rf $(VENV) .venv-awscli .venv-query tests/serve/js/node_modules docs/_build .pytest_cache .mypy_cache .ruff_cache .coverage*

@@ -29,6 +29,8 @@ OUT = ROOT / "docs" / "_static" / "architecture.svg"
 # The name of each layer of the contract, highest first.
 NAMES = (
     "5  integrations (public API only)",
+    "5  the dashboard (served by vsqs serve)",
+    "5  the SQS server (under the CLI and the dashboard)",
     "4  beside the queue",
     "3  the state machine",
     "2  helpers: decide or remember one thing",

@@ -57,7 +57,11 @@ def test_the_readme_keeps_two_setup_commands_and_says_what_make_test_installs() 
     for package in packages:
         assert f"``{package}``" in setup, package
     makefile = (ROOT / "Makefile").read_text()
-    for script in ("tests/reliability/setup-filesystems.sh", "tests/setup-java.sh"):
+    for script in (
+        "tests/reliability/setup-filesystems.sh",
+        "tests/setup-java.sh",
+        "tests/setup-sqs-clients.sh",
+    ):
         assert f"sh {script}" in makefile
         assert f"``{script}``" in setup
     extras = re.search(r"pip install --quiet -e '\.\[([\w,]+)\]'", makefile)

@@ -333,3 +333,24 @@ def test_a_null_queue_has_the_lease_methods_and_holds_nothing() -> None:
     assert list(null.consume_leases(timeout=0)) == []
     with pytest.raises(vsqs.LeaseLost):
         null.lease(vsqs.Message("1", b"", "1.2", 0.0))
+
+
+def test_a_stale_receipt_of_a_long_lease_that_was_released_is_not_superseded(
+    fast_tmp_path: Path,
+) -> None:
+    """A lease extended past the requeue hold's length and then released: its receipt,
+    used again, says "expired" (returned), never "superseded" with another consumer's
+    lease as ``current`` (which a caller would then act on)."""
+    queue = vsqs.Queue(fast_tmp_path / "q", visibility_timeout=30)
+    queue.publish(b"x")
+    first = queue.receive(timeout=0)
+    assert first is not None
+    extended = queue.change_visibility(first, 3600)
+    queue.change_visibility(extended, 0)  # released: back to the queue
+    other = vsqs.Queue(queue.path)
+    again = other.receive(timeout=0)
+    assert again is not None and again.receive_count == 2
+    with pytest.raises(vsqs.LeaseLost) as lost:
+        vsqs.Queue(queue.path).change_visibility(extended.receipt, 10)
+    assert lost.value.reason == "expired"
+    assert other.delete(again)  # the other consumer's lease was never touched

@@ -14,7 +14,7 @@ import pytest
 
 import vsqs
 from vsqs import PartitionedQueue, Queue, QueueDrained, QueueFull, QueueRoot
-from vsqs._partitioned import STICKY_RUN, VISIT_EVERY, partition_name
+from vsqs._sets._spread import STICKY_RUN, VISIT_EVERY, partition_name
 from vsqs.testing import ManualClock
 
 
@@ -421,3 +421,32 @@ def test_fifo_can_be_turned_off_and_on_for_every_partition(fast_tmp_path: Path) 
     reopened.publish_batch([b"1", b"2"], group="g")
     assert len(reopened.receive_batch(1)) == 1
     assert reopened.receive(timeout=0) is not None  # no longer one in flight
+
+
+def test_a_lease_changed_by_its_receipt_alone_names_its_partition(fast_tmp_path: Path) -> None:
+    queue = Queue(fast_tmp_path / "q", partitions=3)
+    queue.publish(b"x", group="g")
+    message = queue.receive(timeout=0)
+    assert message is not None
+    extended = queue.change_visibility(message.receipt, 60)  # a receipt, no Message
+    assert extended.queue == message.queue
+    again = queue.change_visibility(extended, 120)  # the returned message routes
+    bare = vsqs.Message(id=again.id, body=b"", receipt=again.receipt, expires_at=0.0)
+    assert queue.delete(bare)  # a Message that names no directory: found by its receipt
+    assert queue.counts().total == 0
+
+
+def test_a_dedup_id_is_unique_across_groups_and_partitions(fast_tmp_path: Path) -> None:
+    queue = Queue(fast_tmp_path / "q", partitions=4)
+    groups = [f"g{i}" for i in range(16)]
+    apart = {queue.partition_for(g).path: g for g in groups}
+    assert len(apart) >= 2  # groups that live in different partitions
+    first, second = list(apart.values())[:2]
+    one = queue.publish(b"x", group=first, dedup_id="order-7")
+    assert Queue(queue.path).publish(b"x", group=second, dedup_id="order-7") == one
+    batch = queue.publish_batch([b"a", b"b"], group=first, batch_dedup_id="job")
+    assert (
+        Queue(queue.path).publish_batch([b"a", b"b"], group=second, batch_dedup_id="job") == batch
+    )
+    assert queue.counts().ready == 3
+    assert queue.clean(older_than=0) == 0  # no partition takes the markers for debris

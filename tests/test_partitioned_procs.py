@@ -54,11 +54,16 @@ class Done(NamedTuple):
         return int(self.body.split(":")[2])
 
 
+def _done(line: str, consumer: int) -> Done:
+    body, group, receive_count, start, end = json.loads(line)
+    return Done(body, group, receive_count, start, end, consumer)
+
+
 def _read(records: Sequence[Path]) -> list[list[Done]]:
     found = []
     for consumer, record in enumerate(records):
         lines = record.read_text().splitlines() if record.exists() else []
-        found.append([Done(*json.loads(line), consumer) for line in lines])
+        found.append([_done(line, consumer) for line in lines])
     return found
 
 

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from vsqs import PartitionedQueue, Queue, QueueDrained, _scan
-from vsqs._partitioned import VISIT_EVERY
+from vsqs._sets._spread import VISIT_EVERY
 from vsqs.testing import ManualClock
 
 

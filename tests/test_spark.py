@@ -26,7 +26,7 @@ import vsqs.spark
 from tests import spark_helpers
 from vsqs.spark._options import Planned, SourceOptions
 from vsqs.spark._publish import publish_arrow, publish_rows, resolve_format
-from vsqs.spark._read import read_planned, split
+from vsqs.spark._read import plan_slices, read_planned, split
 from vsqs.spark._stream import StreamReader
 
 pytestmark = pytest.mark.spark
@@ -516,7 +516,7 @@ def test_restarted_reader_replays_logged_and_releases_unlogged(tmp_path: Path) -
     o1 = first.latestOffset(o0, ReadMaxRows(3))
     assert len(first.partitions(o0, o1)) == 2
     o2 = first.latestOffset(o1, ReadMaxRows(3))  # batch 1 completed
-    planned = [m for part in first.partitions(o1, o2) for m in part.value]
+    planned = [m for part in first.partitions(o1, o2) for m in part.value[1]]
     first.stop()  # the driver dies while Spark runs batch 2, which it logged
 
     second = StreamReader(options)
@@ -681,7 +681,7 @@ def test_read_planned_skips_deleted_messages_when_told(tmp_path: Path) -> None:
     queue = vsqs.Queue(tmp_path / "q")
     queue.publish_batch([b"a", b"b"])
     held = queue.receive_batch(2, timeout=0)
-    plan: list[Planned] = [(m.id, m.receipt, {}, 1, m.sent_at) for m in held]
+    plan: list[Planned] = [(m.id, m.receipt, {}, 1, m.sent_at, "") for m in held]
     queue.delete(held[0])
     rows = list(read_planned(queue.path, plan, fail_on_data_loss=False))
     assert [row[1] for row in rows] == [b"b"]
@@ -694,3 +694,171 @@ def test_consume_checks_its_arguments(spark: SparkSession, tmp_path: Path) -> No
         with pytest.raises(ValueError, match=next(iter(bad))):  # noqa: SIM117 (the block is the call)
             with vsqs.spark.consume(spark, queue_path, **bad):
                 pass
+
+
+# -- partitioned queues (issue 27, item 5) ----------------------------------------------
+
+
+def _partitioned(path: Path, groups: int, each: int) -> vsqs.Queue:
+    """A 4-partition queue holding *each* messages of every group ``g<n>``, in rounds."""
+    queue = vsqs.Queue(path, partitions=4, durable=False)
+    for seq in range(each):
+        for g in range(groups):
+            queue.publish(f"g{g}:{seq:03d}".encode(), group=f"g{g}")
+    return queue
+
+
+def _by_input_partition(df: Any) -> dict[int, list[str]]:
+    """The ids each Spark input partition of *df* read, in its order."""
+    return dict(enumerate(df.rdd.map(lambda row: row.id).glom().collect()))
+
+
+def test_batch_read_and_consume_give_one_input_partition_per_queue_partition(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    """Issue 27.5: a 4-partition queue is read in 4 input partitions, each exactly one
+    partition's directory in its FIFO order; every message once, by the browse and by
+    the consume, which deletes them all when its block succeeds."""
+    queue = _partitioned(tmp_path / "q", groups=12, each=10)
+    expected = {
+        index: [m.id for m in part.browse()] for index, part in enumerate(queue.partition_queues)
+    }
+    assert sum(len(ids) for ids in expected.values()) == 120
+    assert sum(1 for ids in expected.values() if ids) >= 2  # the groups really spread
+
+    df = spark.read.format("vsqs").load(queue.path)
+    assert df.rdd.getNumPartitions() == 4
+    assert _by_input_partition(df) == expected
+    assert queue.counts().ready == 120  # browsing claims nothing
+
+    with vsqs.spark.consume(spark, queue.path) as consumed:
+        assert consumed.rdd.getNumPartitions() == 4
+        seen = _by_input_partition(consumed)
+        # A consume claims from every partition: each slice is one directory's messages.
+        assert {i: sorted(ids) for i, ids in seen.items()} == {
+            i: sorted(ids) for i, ids in expected.items()
+        }
+        assert all(ids == sorted(ids) for ids in seen.values())  # FIFO per partition
+        assert queue.counts().held == 120
+    assert queue.counts().total == 0
+
+
+def test_plan_slices_keep_each_directory_to_its_own_input_partitions() -> None:
+    """More parts than partitions split each directory; a 0.3 producer's messages in the
+    queue's own directory get slices of their own; an unpartitioned queue is as before."""
+    names = ["partition-0", "partition-1"]
+    plan: list[Planned] = [
+        (str(i), str(i), {}, 1, float(i), names[i % 2] if i < 8 else "") for i in range(10)
+    ]
+    slices = plan_slices(plan, 4, names)
+    assert [(name, [m[0] for m in part]) for name, part in slices] == [
+        ("partition-0", ["0", "2"]),
+        ("partition-0", ["4", "6"]),
+        ("partition-1", ["1", "3"]),
+        ("partition-1", ["5", "7"]),
+        ("", ["8"]),
+        ("", ["9"]),
+    ]
+    assert plan_slices(plan[:1], 1, names) == [("partition-0", plan[:1]), ("partition-1", [])]
+    flat = [(m[0], m[1], m[2], m[3], m[4], "") for m in plan]
+    assert plan_slices(flat, 3, [""]) == [("", part) for part in split(flat, 3)]
+
+
+def test_stream_over_a_partitioned_queue_delivers_every_message_once(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    """Issue 27.5: a stream from a 4-partition queue moves every message once, in
+    micro-batches of 4 input partitions, and empties the source."""
+    source = _partitioned(tmp_path / "in", groups=8, each=15)
+    query = (
+        spark.readStream.format("vsqs")
+        .option("maxMessagesPerBatch", "80")
+        .load(source.path)
+        .select("body", "attributes")
+        .writeStream.format("vsqs")
+        .option("checkpointLocation", str(tmp_path / "ckpt"))
+        .trigger(availableNow=True)
+        .start(str(tmp_path / "out"))
+    )
+    query.awaitTermination(120)
+    out = [m.body.decode() for m in vsqs.Queue(tmp_path / "out").browse()]
+    assert sorted(out) == sorted(f"g{g}:{s:03d}" for g in range(8) for s in range(15))
+    assert source.counts().total == 0
+    assert [p["numInputRows"] for p in query.recentProgress if p["numInputRows"]] == [80, 40]
+
+
+def test_stream_reader_plans_replays_and_settles_per_partition(tmp_path: Path) -> None:
+    """The stream's plans carry each message's partition: its input partitions each read
+    one directory, a restarted reader serves a logged batch again from the same
+    directories, and the commit deletes in every partition."""
+    queue = _partitioned(tmp_path / "q", groups=8, each=3)
+    options = SourceOptions.parse({"path": queue.path, "maxMessagesPerBatch": "100"})
+    first = StreamReader(options)
+    o0 = first.initialOffset()
+    o1 = first.latestOffset(o0, ReadMaxRows(100))
+    parts = first.partitions(o0, o1)
+    assert len(parts) == 4
+    served = {part.value[0]: [row[0] for row in _rows(first, part)] for part in parts}
+    planned = {part.value[0]: part.value[1] for part in parts}
+    for index, part in enumerate(queue.partition_queues):
+        name = f"partition-{index}"
+        assert sorted(served[name]) == served[name]  # FIFO within the partition
+        assert all(os.path.exists(os.path.join(part.path, m[1])) for m in planned[name])
+    first.stop()  # the driver dies while Spark runs batch 1, which it logged
+
+    second = StreamReader(options)
+    try:
+        again = second.partitions(o0, o1)
+        assert {p.value[0]: [r[0] for r in _rows(second, p)] for p in again} == served
+        assert queue.counts().held == 24
+        second.commit(o1)
+        second.flush()
+        assert queue.counts().total == 0
+    finally:
+        second.stop()
+
+
+def test_publish_dataframe_group_column_keeps_each_groups_order(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    """Issue 27.5: publish_dataframe(group_column=...) (and the format's groupColumn)
+    gives each row the group of its column, like Kafka's key: each group lands in one
+    partition and is received in the order its rows were published; a null group
+    publishes without one."""
+    rows = [Row(group=f"c{g}", seq=s, body=f"c{g}:{s:03d}") for s in range(30) for g in range(6)]
+    # Each group in one Spark partition (3 of them, several groups each), ordered by seq.
+    df = spark.createDataFrame(rows).repartition(3, "group").sortWithinPartitions("seq")
+    queue = vsqs.Queue(tmp_path / "q", partitions=4, durable=False)
+    assert (
+        vsqs.spark.publish_dataframe(
+            df.select("group", "body"),
+            queue.path,
+            group_column="group",
+            queue_options={"durable": False},
+        )
+        == 180
+    )
+    (
+        spark.createDataFrame([Row(g=None, value="loose"), Row(g="c9", value="c9:000")])
+        .write.format("vsqs")
+        .option("groupColumn", "g")
+        .mode("append")
+        .save(queue.path)
+    )
+    received: dict[str | None, list[str]] = {}
+    where: dict[str | None, set[str]] = {}
+    consumer = vsqs.Queue(queue.path, durable=False)
+    while batch := consumer.receive_batch(25, timeout=0):
+        for message in batch:
+            received.setdefault(message.group, []).append(message.body.decode())
+            where.setdefault(message.group, set()).add(message.queue)
+        consumer.delete_batch(batch)
+    assert received.pop(None) == ["loose"]
+    assert received.pop("c9") == ["c9:000"]
+    assert received == {f"c{g}": [f"c{g}:{s:03d}" for s in range(30)] for g in range(6)}
+    assert all(len(where[f"c{g}"]) == 1 for g in range(6))
+    types = {"body": "string", "g": "array<int>"}
+    with pytest.raises(ValueError, match="group column 'g' must be a string"):
+        resolve_format(list(types), types, group_column="g")
+    with pytest.raises(ValueError, match="group column 'h' is not among"):
+        resolve_format(list(types), group_column="h")

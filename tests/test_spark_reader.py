@@ -232,7 +232,7 @@ def test_an_executor_reads_only_names_of_the_grammar(queue: vsqs.Queue) -> None:
     queue.delete(held)
     for foreign in (f"{held.id}.orig", f"0{held.id}", f"0{held.id}.1"):
         Path(queue.path, foreign).write_bytes(b"not the message")
-    plan: list[Planned] = [(held.id, held.receipt, {}, 1, held.sent_at)]
+    plan: list[Planned] = [(held.id, held.receipt, {}, 1, held.sent_at, "")]
     with pytest.raises(MessageGone):
         list(read_planned(queue.path, plan))
 
@@ -348,17 +348,20 @@ def test_state_records_round_trip_and_leave_no_temporary_file(queue: vsqs.Queue)
             state.info()
         state.create("e1", queue.path)
         assert state.info() == {"epoch": "e1", "queue": queue.path, "high": 0}
-        state.save(3, [("17", "17.100", {"k": "v"}, 2, 1.5)])
+        state.save(3, [("17", "17.100", {"k": "v"}, 2, 1.5, "partition-1")])
         with pytest.raises(TypeError):
             state.save(4, [("18", "18.100", {}, 1, object())])  # type: ignore[list-item]
         epoch_dir = Path(state.path)
         (epoch_dir / ".tmp-5.json-1-dead").write_bytes(b"a crashed writer's")
         (epoch_dir / "notes.json").write_bytes(b"not a batch")
-        assert state.load() == {3: [("17", "17.100", {"k": "v"}, 2, 1.5)]}
+        assert state.load() == {3: [("17", "17.100", {"k": "v"}, 2, 1.5, "partition-1")]}
         assert sorted(p.name for p in epoch_dir.iterdir()) == ["3.json", "epoch.json", "notes.json"]
         state.remove(3)
         state.remove(3)  # twice is fine
         assert state.load() == {}
+        # A record of a vsqs before partitions names no directory: the queue's own.
+        state.save(4, [("18", "18.100", {}, 1, 2.5)])  # type: ignore[list-item]
+        assert state.load() == {4: [("18", "18.100", {}, 1, 2.5, "")]}
     finally:
         state.close()
 

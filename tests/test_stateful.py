@@ -446,3 +446,21 @@ def test_the_model_speaks_the_queue_grammar() -> None:
     assert parse_name(format_time(MS_LIMIT, Precision.US)) is not None
     entry = parse_name(f"{MS_LIMIT}.{MS_LIMIT}")
     assert entry is not None and entry.state is State.HELD
+
+
+def test_a_delay_that_ends_never_passes_an_older_message_listed_as_it_was_made() -> None:
+    """Found by the model above: in milliseconds, a message published in the same
+    millisecond as a listing is held back until a second listing confirms it; a delayed
+    message that became due meanwhile was served before it (FIFO broken)."""
+    clock = ManualClock()
+    with tempfile.TemporaryDirectory() as path:
+        queue = vsqs.Queue(path, durable=False, clock=clock, precision=Precision.MS)
+        queue.publish(b"m1")
+        queue.publish(b"m2")
+        clock.advance(0.001)
+        queue.publish(b"m3", delay=0.25)
+        first = queue.receive(timeout=0)
+        assert first is not None and first.body == b"m1"
+        clock.advance(0.25)
+        served = [queue.receive(timeout=0) for _ in range(2)]
+        assert [m.body for m in served if m] == [b"m2", b"m3"]

@@ -32,12 +32,11 @@ from ._history import History
 from ._ids import Precision
 from ._message import Counts, Message
 from ._null import NullQueue
-from ._partitioned import PartitionedQueue
 from ._protocol import QueueLike, Receiver
 from ._queue import Queue
 from ._renewal import Lease
 from ._root import QueueRoot, validate_name
-from ._sets import QueueSet
+from ._sets import PartitionedQueue, QueueSet
 from ._stats import Stats
 from ._waiters import MultiWaiter
 

@@ -90,6 +90,10 @@ class Consumer:
         with self._lock:
             codes, returned = self._codes, self._returned
             if returned and (not codes or returned[0] <= codes[0]):
+                if self._deferred and min(self._deferred) < returned[0]:
+                    # An older message waits for the listing that confirms it (see
+                    # load): list first, or a returned lease or delay would pass it.
+                    return None
                 return heapq.heappop(returned)
             return codes.popleft() if codes else None
 

@@ -47,7 +47,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Final
 
@@ -92,10 +92,22 @@ class Deduplicator:
     """The deduplication markers of one queue.
 
     :param window: seconds a ``dedup_id`` is remembered.
+    :param staged: whether a ``<id>.new`` exists (default: in *layout*'s directory); a
+        partitioned queue keeps one set of markers for all its partitions and looks in
+        each of them.
     """
 
-    def __init__(self, layout: Layout, clock: Clock, window: float) -> None:
+    def __init__(
+        self,
+        layout: Layout,
+        clock: Clock,
+        window: float,
+        staged: Callable[[str], bool] | None = None,
+    ) -> None:
         self._layout = layout
+        # Whether a `<id>.new` is still there: in this queue's directory, or, for the one
+        # set of markers of a partitioned queue, in any of its partitions.
+        self._staged = staged or (lambda name: _fs.exists(layout.message(name)))
         self._clock = clock
         self._window_us = window * 1e6
         self._window = window
@@ -130,7 +142,7 @@ class Deduplicator:
                 if other_id and now_us - created_us > self._window_us:
                     self._expire(marker, created_us)
                     continue
-                if not other_id or _fs.exists(layout.message(other_id + ".new")):
+                if not other_id or self._staged(other_id + ".new"):
                     # The first publisher is still writing (or crashed mid-way). Between
                     # its marker and its rename there are only a few syscalls, so a
                     # marker that old with its `.new` still there belongs to a dead one.
@@ -250,8 +262,7 @@ class Deduplicator:
 
     def pending(self, chunk: Chunk) -> list[tuple[str, int]]:
         """The entries of *chunk* still staged (``<id>.new``), in order."""
-        layout = self._layout
-        return [entry for entry in chunk.entries if _fs.exists(layout.message(entry[0] + ".new"))]
+        return [entry for entry in chunk.entries if self._staged(entry[0] + ".new")]
 
     def await_chunk(self, chunk: Chunk) -> list[tuple[str, int]]:
         """Wait for the writer of *chunk* to finish it; what is left to roll forward.
@@ -364,7 +375,7 @@ class Deduplicator:
             crashed = (
                 bool(other_id)
                 and age_us > IN_PROGRESS_LIMIT * 1e6
-                and _fs.exists(layout.message(other_id + ".new"))
+                and self._staged(other_id + ".new")
             )
             if age_us > self._window_us or crashed:
                 self._expire(name, created_us)

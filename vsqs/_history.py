@@ -81,6 +81,7 @@ def count_ended_lease(
     """
     if meta.lease != lease:
         meta.receive_count += 1
+        meta.ended = lease
         entry = parse_name(f"{message_id}.{lease}")
         if entry is not None and entry.expires is not None:
             # The lease began one visibility timeout before it ended (an estimate when

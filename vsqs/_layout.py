@@ -54,6 +54,10 @@ SETTINGS_LOCK: Final = "settings.lock"
 FIFO_LOCK: Final = "fifo.lock"
 SPARK: Final = "spark"
 """The Spark consumers' state directories, in ``.vsqs`` (see :mod:`vsqs.spark._state`)."""
+SQS_STATE: Final = "sqs.json"
+"""What ``vsqs serve`` keeps for the SQS API alone (tags, permissions, attributes vsqs
+has no setting for, move tasks), in ``.vsqs``: see :mod:`vsqs.serve._sidecar`."""
+SQS_LOCK: Final = "sqs.lock"
 
 READ_LIMITS: Final = {ROOT: 64 << 10, STATS: 64 << 10, META: 1 << 20, DEDUP: 64 << 20}
 """The most vsqs reads of one of its files, by directory (bytes; 1 MiB in any other).

@@ -42,6 +42,9 @@ class Meta:
     """Leases that have ended without a delete (the count of *completed* receives)."""
     lease: str = ""
     """The expiry suffix of the last lease counted, so a repeated requeue counts once."""
+    ended: str = ""
+    """The expiry suffix of the last consumer lease that ended undeleted (what a stale
+    receipt is compared with, to tell a returned lease from an extended one)."""
     last_received_us: int = 0
     history: dict[str, Any] = field(default_factory=dict)
     """Set when dead-lettered: source queue, first sent, last received, receive count."""
@@ -63,6 +66,8 @@ class Meta:
         if self.receive_count or self.lease:  # a lease alone: a hold that counts no receive
             data["receive_count"] = self.receive_count
             data["lease"] = self.lease
+        if self.ended:
+            data["ended"] = self.ended
         if self.last_received_us:
             data["last_received_us"] = self.last_received_us
         if self.history:
@@ -87,6 +92,7 @@ class Meta:
             else {},
             receive_count=_int(data.get("receive_count")),
             lease=str(data.get("lease", "")),
+            ended=str(data.get("ended", "")),
             last_received_us=_int(data.get("last_received_us")),
             history=history if isinstance(history, dict) else {},
             inode=_int(data.get("inode")),

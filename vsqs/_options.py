@@ -100,6 +100,13 @@ def count(value: object, name: str, *, minimum: int = 1) -> int:
     return value
 
 
+def batch_size(value: object, name: str = "max_messages") -> int:
+    """*value* as a number of messages to take at once (a positive ``int``)."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"{name} must be a positive int, not {value!r}")
+    return value
+
+
 def flag(value: object, name: str) -> bool:
     """*value* if it is a ``bool``, or a :class:`TypeError` naming *name*."""
     if not isinstance(value, bool):

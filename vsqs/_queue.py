@@ -74,7 +74,7 @@ from ._ids import State as _State
 from ._layout import FIFO_LOCK, Layout, UnsafeEntry
 from ._message import NO_ATTRIBUTES, Counts, Message, received
 from ._meta import Meta, MetaStore, report_once, split_group, validate_attributes, with_group
-from ._options import UNSET, Config, Unset, queue_path
+from ._options import UNSET, Config, QueueOptions, Unset, batch_size, queue_path
 from ._options import seconds as _seconds
 from ._renewal import Lease, Renewer, until_entered
 from ._shutdown import ShutdownWatch
@@ -265,6 +265,14 @@ class Queue:
     def _adopt(self, shape: dict[str, object]) -> None:
         """Store the shape this handle creates the queue with (see ``_stored.shape``)."""
         _stored.adopt(self.layout, self.clock, shape)
+
+    def _partition(self, path: str, options: QueueOptions) -> Queue:
+        """A plain queue on the partition directory *path* of this (partitioned) queue,
+        keeping its deduplication markers with this queue's (one set for every
+        partition, so a ``dedup_id`` is unique across the whole queue)."""
+        part: Queue = Queue(path, **options)
+        part._dedup = self._dedup
+        return part
 
     @classmethod
     def from_config(cls, path: str | os.PathLike[str], config: Config) -> Queue:
@@ -978,8 +986,7 @@ class Queue:
 
         :raises QueueDrained: the queue is shut down and empty.
         """
-        if isinstance(max_messages, bool) or not isinstance(max_messages, int) or max_messages < 1:
-            raise ValueError(f"max_messages must be a positive int, not {max_messages!r}")
+        batch_size(max_messages)
         vt_us = (
             self._vt_us
             if visibility_timeout is None
@@ -1336,7 +1343,9 @@ class Queue:
         if message_id == receipt:  # no dot: a bare id
             raise InvalidId(receipt, "a receipt (id.expiry) is needed, not a bare id")
         if not isinstance(message, Message):
-            message = Message(id=message_id, body=b"", receipt=receipt, expires_at=0.0)
+            message = Message(
+                id=message_id, body=b"", receipt=receipt, expires_at=0.0, queue=self.path
+            )
         if duration == 0:  # release: a hold, then ready (as a requeue, counting the receive)
             now_us = self.clock.time_us()
             outcome = self._return(receipt, released=True)
@@ -1397,12 +1406,19 @@ class Queue:
         if held:
             ours = parse_name(receipt)
             meta = self._meta.read(message_id)
-            hold = parse_name(f"{message_id}.{meta.lease}") if meta and meta.lease else None
-            returned_since = (
-                hold is not None
-                and hold.expires is not None
-                and (ours is None or ours.expires is None or hold.expires > ours.expires)
-            )
+            # The lease that last ended undeleted (recorded since 1.0; before, its hold,
+            # which a lease extended past the hold's length outlives).
+            last = (meta.ended or meta.lease) if meta else ""
+            ended = parse_name(f"{message_id}.{last}") if last else None
+            if ended is None or ended.expires is None:
+                returned_since = False
+            elif ours is None or ours.expires is None:
+                returned_since = True
+            elif meta is not None and meta.ended:
+                # Ours, or a lease extended from ours, ended: it was returned since.
+                returned_since = ended.expires >= ours.expires
+            else:
+                returned_since = ended.expires > ours.expires
             if not returned_since:
                 return LeaseLost(receipt, reason="superseded", current=held[0])
             return LeaseLost(receipt, reason="expired")
@@ -2047,9 +2063,11 @@ class Queue:
             "fifo": fifo,
             "partitions": partitions,
         }
-        return _stored.update(
-            self.layout, self.clock, {k: v for k, v in changes.items() if v is not UNSET}
-        )
+        return self._store({k: v for k, v in changes.items() if v is not UNSET})
+
+    def _store(self, changes: dict[str, object]) -> _stored.Settings:
+        """Apply checked *changes* to the stored settings (see :meth:`configure`)."""
+        return _stored.update(self.layout, self.clock, changes)
 
     def settings(self) -> _stored.Settings:
         """The settings stored with the queue (``dead_letter`` by name); one read.

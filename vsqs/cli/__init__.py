@@ -32,6 +32,7 @@ from ._load import demo, pump, sink
 from ._messages import delete, peek, publish
 from ._metrics import metrics
 from ._receive import receive
+from ._serve import serve
 
 __all__ = ["cli", "main"]
 
@@ -97,7 +98,7 @@ def cli(debug: bool) -> None:
 
 for _command in (publish, receive, delete, peek, stats, purge, clean, requeue, redrive, shutdown):
     cli.add_command(_command)
-for _command in (create, queues, config, pump, sink, demo, metrics):
+for _command in (create, queues, config, pump, sink, demo, metrics, serve):
     cli.add_command(_command)
 
 

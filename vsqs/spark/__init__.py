@@ -51,6 +51,14 @@ The data source
   served again with the same messages when Spark re-runs a logged batch.
 * ``df.writeStream.format("vsqs")``: each micro-batch is published by its tasks, with ids
   (query id, batch id, partition, index), so a replayed batch publishes nothing new.
+
+Partitioned queues
+------------------
+Reads plan one input partition per queue partition (``queue.partition_queues``); each
+planned message carries the name of its partition's directory
+(:data:`~vsqs.spark._options.Planned`), so a task reads one directory and a restarted
+stream takes its recorded leases over where they are. Writes take a group column
+(``group_column``, the format's ``groupColumn``): each row's ``publish(group=...)``.
 """
 
 from __future__ import annotations
@@ -153,6 +161,7 @@ def publish_partition(
     json_rows: bool = False,
     attributes: Mapping[str, str] | None = None,
     attributes_column: str | None = None,
+    group_column: str | None = None,
     batch_size: int = DEFAULT_BATCH_SIZE,
     run_id: str | None = None,
     queue_options: Mapping[str, Any] | None = None,
@@ -172,6 +181,11 @@ def publish_partition(
     :param json_rows: publish each whole row as a JSON object instead of *column*.
     :param attributes: attributes for every message.
     :param attributes_column: a ``map<string,string>`` column merged over *attributes*.
+    :param group_column: a column whose value is each message's group (as Kafka's
+        ``key`` picks a partition): a group's rows, in the order this task publishes
+        them, keep that order in the queue (one partition of a partitioned queue). A
+        null cell publishes its row without a group. Consecutive rows of one group share
+        a ``publish_batch``: rows clustered by group publish in fewer, larger batches.
     :param batch_size: messages per ``publish_batch`` (one directory fsync each).
     :param run_id: tells this job's ids from another job's; without a key column and
         without it, ids are only unique within one Spark application.
@@ -192,6 +206,7 @@ def publish_partition(
         key_column=key_column,
         attributes_column=attributes_column,
         attributes=attributes,
+        group_column=group_column,
     )
     return _publish(
         itertools.chain([first], iterator),
@@ -245,6 +260,7 @@ def publish_dataframe(
     json_rows: bool = False,
     attributes: Mapping[str, str] | None = None,
     attributes_column: str | None = None,
+    group_column: str | None = None,
     batch_size: int = DEFAULT_BATCH_SIZE,
     run_id: str | None = None,
     queue_options: Mapping[str, Any] | None = None,
@@ -268,6 +284,7 @@ def publish_dataframe(
         key_column=key_column,
         attributes_column=attributes_column,
         attributes=attributes,
+        group_column=group_column,
     )
     # Rows, not Arrow: pyspark's mapInArrow needs pandas, which the extra does not pull in.
     publish = functools.partial(

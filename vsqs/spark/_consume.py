@@ -26,8 +26,8 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from .. import LeaseLost, Message, Queue, QueueDrained
-from ._options import SCHEMA, Planned, existing_queue, planned
-from ._read import read_planned, split
+from ._options import SCHEMA, directory, existing_queue, planned
+from ._read import Slice, partition_names, plan_slices, read_planned
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -37,8 +37,9 @@ log = logging.getLogger("vsqs.spark")
 _CLAIM_CHUNK = 1000
 
 
-def _read_slice(queue_path: str, fail_on_data_loss: bool, messages: list[Planned]) -> Any:
-    return read_planned(queue_path, messages, fail_on_data_loss=fail_on_data_loss)
+def _read_slice(queue_path: str, fail_on_data_loss: bool, part: Slice) -> Any:
+    name, messages = part
+    return read_planned(directory(queue_path, name), messages, fail_on_data_loss=fail_on_data_loss)
 
 
 class _Leases:
@@ -130,6 +131,9 @@ def consume(
 
     :param max_messages: claim at most this many (default: all that are ready).
     :param num_partitions: partitions of the DataFrame (default: Spark's parallelism).
+        On a partitioned queue each Spark partition reads one queue partition's
+        directory: one per queue partition, or ``num_partitions // partitions`` each
+        when that is more.
     :param visibility_timeout: seconds of each lease (renewed while the block runs).
     :param heartbeat_interval: seconds between renewals (default a fifth of the lease).
     :param fail_on_data_loss: a message deleted by someone else before a task read it
@@ -154,8 +158,10 @@ def consume(
     leases = _Leases(queue, held, visibility_timeout, interval)
     try:
         parts = num_partitions or spark.sparkContext.defaultParallelism
-        slices = split([planned(m) for m in held], parts)
+        plan = [planned(m, queue.path) for m in held]
+        slices = plan_slices(plan, parts, partition_names(queue))
         read = functools.partial(_read_slice, queue.path, fail_on_data_loss)
+        # One slice per Spark partition (parallelize cuts a list of n into n single ones).
         rdd = spark.sparkContext.parallelize(slices, max(1, len(slices))).flatMap(read)
         df = spark.createDataFrame(rdd, SCHEMA)
         yield df

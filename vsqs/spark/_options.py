@@ -21,8 +21,10 @@ SCHEMA: Final = (
 
 MessageRow = tuple[str, bytes, dict[str, str], int, datetime]
 
-Planned = tuple[str, str, dict[str, str], int, float]
-"""A claimed message without its body: id, receipt, attributes, receive count, sent at.
+Planned = tuple[str, str, dict[str, str], int, float, str]
+"""A claimed message without its body: id, receipt, attributes, receive count, sent at,
+and where it is: the name of its partition directory inside the queue (``partition-3``),
+``""`` for the queue directory itself (every message of an unpartitioned queue).
 
 What the driver puts into a partition; the executor reads the body from the file."""
 
@@ -42,6 +44,7 @@ KNOWN: Final = (
     "batchSize",
     "durable",
     "failOnDataLoss",
+    "groupColumn",
     "heartbeatInterval",
     "keyColumn",
     "lockTimeout",
@@ -84,15 +87,33 @@ def message_row(message: Message) -> MessageRow:
     )
 
 
-def planned(message: Message) -> Planned:
-    """What a partition carries for a claimed message (everything but the body)."""
+def planned(message: Message, queue: str) -> Planned:
+    """What a partition carries for a message claimed from *queue* (everything but the
+    body); its directory is named relative to *queue*."""
     return (
         message.id,
         message.receipt,
         dict(message.attributes),
         message.receive_count,
         message.sent_at,
+        where(message.queue, queue),
     )
+
+
+def where(directory: str, queue: str) -> str:
+    """*directory* (a partition of *queue*, or *queue* itself) as :data:`Planned` names it."""
+    if os.path.normpath(directory) == os.path.normpath(queue):
+        return ""
+    relative = os.path.relpath(directory, queue)
+    if relative.startswith(".") or os.sep in relative:
+        raise ValueError(f"{directory!r} is not a partition of the queue {queue!r}")
+    return relative
+
+
+def directory(queue: str, name: str) -> str:
+    """The directory a :data:`Planned` message is in, from its *name* (the inverse of
+    :func:`where`)."""
+    return os.path.join(queue, name) if name else queue
 
 
 def _parsed(raw: Mapping[str, str], key: str, convert: Callable[[str], _T], what: str) -> _T | None:
@@ -182,6 +203,7 @@ class SourceOptions:
     durable: bool = True
     batch_size: int = 500
     key_column: str | None = None
+    group_column: str | None = None
     lock_timeout: float = 60.0
     fail_on_data_loss: bool = True
 
@@ -209,6 +231,7 @@ class SourceOptions:
             durable=_flag(raw, "durable", True),
             batch_size=_integer(raw, "batchSize", 500),
             key_column=raw.get("keycolumn"),
+            group_column=raw.get("groupcolumn"),
             lock_timeout=_number(raw, "lockTimeout", 60.0),
             fail_on_data_loss=_flag(raw, "failOnDataLoss", True),
         )

@@ -7,6 +7,8 @@ module can be tested and reasoned about without a running Spark.
 Column conventions (Spark's Kafka sink's): the body is ``value``, else ``body``, else
 the only column of a one-column DataFrame; ``key`` gives the deduplication id;
 ``attributes`` (or Kafka's ``headers``) gives the attributes. Explicit names override.
+A group column (named explicitly, never guessed) gives each message its group, the way
+Kafka's ``key`` picks a partition: a group's rows keep their order in the queue.
 """
 
 from __future__ import annotations
@@ -37,6 +39,8 @@ class RowFormat:
     :param attributes_column: a ``map<string,string>`` column (or Kafka's ``headers``,
         ``array<struct<key,value>>``) merged over *attributes*.
     :param attributes: attributes given to every message.
+    :param group_column: a column whose value is each message's group
+        (``publish(group=...)``); a null cell publishes that row without one.
     """
 
     column: str = "body"
@@ -44,6 +48,7 @@ class RowFormat:
     key_column: str | None = None
     attributes_column: str | None = None
     attributes: Mapping[str, str] | None = None
+    group_column: str | None = None
 
 
 def resolve_format(
@@ -55,6 +60,7 @@ def resolve_format(
     key_column: str | None = None,
     attributes_column: str | None = None,
     attributes: Mapping[str, str] | None = None,
+    group_column: str | None = None,
 ) -> RowFormat:
     """The :class:`RowFormat` for rows with columns *names* (Spark's conventions).
 
@@ -99,9 +105,17 @@ def resolve_format(
         if len(found) == 2:
             raise ValueError("both 'attributes' and 'headers' columns: drop one")
         attrs = found[0] if found else None
+    group = need(group_column, "group") if group_column is not None else None
     if types is not None:
         _check_types(types, body, key, attrs)
-    return RowFormat(body or "body", json_rows, key, attrs, attributes)
+        if group is not None and types[group] not in _GROUP_TYPES:
+            raise ValueError(
+                f"the group column {group!r} must be a string (or an integer), not {types[group]}"
+            )
+    return RowFormat(body or "body", json_rows, key, attrs, attributes, group)
+
+
+_GROUP_TYPES: Final = frozenset({"string", "tinyint", "smallint", "int", "bigint"})
 
 
 def _check_types(types: Mapping[str, str], body: str, key: str | None, attrs: str | None) -> None:
@@ -185,26 +199,31 @@ def publish_rows(
     its key (one marker per row). Otherwise the rows' positions identify them, and each
     batch is published under one id, ``dedup_prefix`` and ``<first index>+<count>``
     (``publish_batch(batch_dedup_id=...)``: one marker per batch, all or nothing under
-    crashes). Consecutive rows with equal attributes share a batch, because
-    ``publish_batch`` takes one attribute mapping; the batches depend only on the rows
-    and *batch_size*, so a retry sees the same ones.
+    crashes). Consecutive rows with equal attributes and equal groups share a batch,
+    because ``publish_batch`` takes one attribute mapping and one group; the batches
+    depend only on the rows and *batch_size*, so a retry sees the same ones.
     """
     if batch_size < 1:
         raise ValueError(f"batch_size must be a positive int, not {batch_size!r}")
-    if not fmt.json_rows and fmt.key_column is None and fmt.attributes_column is None:
+    if is_plain(fmt):
         return _publish_bodies(queue, rows, fmt, dedup_prefix, batch_size)
     count = 0
     start = 0
     bodies: list[bytes] = []
     dedup_ids: list[str | None] = []
     current: dict[str, str] = {}
+    group: str | None = None
 
     def flush() -> None:
         if fmt.key_column is not None:
-            queue.publish_batch(bodies, attributes=current or None, dedup_ids=dedup_ids)
+            queue.publish_batch(
+                bodies, attributes=current or None, dedup_ids=dedup_ids, group=group
+            )
         else:
             batch_id = f"{dedup_prefix}{start}+{len(bodies)}"
-            queue.publish_batch(bodies, attributes=current or None, batch_dedup_id=batch_id)
+            queue.publish_batch(
+                bodies, attributes=current or None, batch_dedup_id=batch_id, group=group
+            )
         bodies.clear()
         dedup_ids.clear()
 
@@ -224,16 +243,26 @@ def publish_rows(
         else:
             dedup_id = None
         attributes = _attributes(row, fmt)
-        if bodies and (len(bodies) >= batch_size or attributes != current):
+        row_group = _group(row, fmt.group_column)
+        if bodies and (len(bodies) >= batch_size or attributes != current or row_group != group):
             flush()
             start = index
         current = attributes
+        group = row_group
         bodies.append(body)
         dedup_ids.append(dedup_id)
         count += 1
     if bodies:
         flush()
     return count
+
+
+def _group(row: Any, column: str | None) -> str | None:
+    """The group of *row*: its *column* as text (``None``: a null cell, or no column)."""
+    if column is None:
+        return None
+    value = field(row, column)
+    return None if value is None else str(value)
 
 
 _BINARY: Final = (bytes, bytearray)
@@ -279,7 +308,12 @@ def _body(value: object, column: str, index: int) -> bytes:
 def is_plain(fmt: RowFormat) -> bool:
     """Whether *fmt* publishes one body column as it is (no key, attribute column or
     JSON): the case that Arrow record batches serve without a Python object per row."""
-    return not fmt.json_rows and fmt.key_column is None and fmt.attributes_column is None
+    return (
+        not fmt.json_rows
+        and fmt.key_column is None
+        and fmt.attributes_column is None
+        and fmt.group_column is None
+    )
 
 
 def publish_arrow(

@@ -13,16 +13,16 @@ unreadable; only a message deleted by someone else is, and ``failOnDataLoss`` de
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from datetime import datetime, timezone
 from typing import Any, Final
 
 import pyarrow as pa
 
-from .. import _fs
+from .. import Queue, _fs
 from .._ids import State, parse_name
 from .._layout import Layout
-from ._options import MessageRow, Planned
+from ._options import MessageRow, Planned, where
 
 log = logging.getLogger("vsqs.spark")
 
@@ -85,7 +85,7 @@ def read_planned(
     """
     names: dict[str, str] | None = None
     layout = Layout(queue)
-    for message_id, receipt, attributes, receive_count, sent_at in messages:
+    for message_id, receipt, attributes, receive_count, sent_at, _ in messages:
         body = _read(layout, receipt)
         if body is None:
             if names is None:
@@ -117,6 +117,45 @@ def split(messages: list[Planned], parts: int) -> list[list[Planned]]:
     parts = max(1, min(parts, len(messages)))
     size = -(-len(messages) // parts)
     return [messages[i : i + size] for i in range(0, len(messages), size)]
+
+
+Slice = tuple[str, list[Planned]]
+"""What one Spark input partition reads: a directory (``""``, the queue's own, or a
+partition's name, as :data:`Planned` names it) and messages planned in it, in order."""
+
+
+def plan_slices(messages: list[Planned], parts: int, directories: Sequence[str]) -> list[Slice]:
+    """*messages* cut into the input partitions of one read, the same cut every time.
+
+    An unpartitioned queue (*directories* ``[""]``) gives at most *parts* consecutive
+    slices, none empty. A partitioned queue gives each of its *directories* (partition
+    names, in order) its own slices, so every task reads one directory: one slice each,
+    or ``parts // len(directories)`` when *parts* asks for more, empty ones included
+    (the count does not depend on where the messages are); messages of the queue's own
+    directory (left there by a vsqs 0.3 producer) come last, in slices of their own.
+    Each slice keeps the planned order, so a partition's FIFO order and each group's.
+    """
+    if list(directories) == [""]:
+        return [("", part) for part in split(messages, parts)]
+    by_dir: dict[str, list[Planned]] = {name: [] for name in directories}
+    for message in messages:
+        by_dir.setdefault(message[5], []).append(message)
+    each = max(1, parts // max(1, len(directories)))
+    slices: list[Slice] = []
+    for name, planned in by_dir.items():
+        if name in directories:
+            slices.extend((name, part) for part in split(planned, each) or [[]])
+        else:
+            slices.extend((name, part) for part in split(planned, each))
+    return slices
+
+
+def partition_names(queue: Queue) -> list[str]:
+    """The directories of *queue* as :func:`plan_slices` takes them: ``[""]`` for an
+    unpartitioned queue, else the names of its partition directories in order."""
+    if queue.partitions <= 1:
+        return [""]
+    return [where(part.path, queue.path) for part in queue.partition_queues]
 
 
 ARROW_ROWS: Final = 1000

@@ -6,6 +6,7 @@ reference and rebuilt on the executors, which therefore need vsqs installed.
 
 from __future__ import annotations
 
+import itertools
 import uuid
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -41,20 +42,32 @@ class Published(WriterCommitMessage):
 class BatchReader(DataSourceReader):
     """``spark.read.format("vsqs")``: a snapshot of the ready messages, nothing claimed.
 
-    One partition, read on an executor. Consuming is :func:`vsqs.spark.consume`, which
-    can wait for the action to succeed before it deletes.
+    One input partition per queue partition, each read on an executor from its own
+    directory (one for an unpartitioned queue); messages a vsqs 0.3 producer left in the
+    directory of a partitioned queue itself are read with partition 0. Each partition's
+    rows are in its FIFO order. Consuming is :func:`vsqs.spark.consume`, which can wait
+    for the action to succeed before it deletes.
     """
 
     def __init__(self, options: SourceOptions) -> None:
         self.options = options
 
     def partitions(self) -> Sequence[InputPartition]:
-        return [InputPartition(0)]
+        with Queue(self.options.path, durable=self.options.durable) as queue:
+            count = queue.partitions
+        return [InputPartition(index) for index in range(count)]
 
     def read(self, partition: InputPartition) -> Iterator[MessageRow]:
         path = existing_queue(self.options.path)  # on this executor's filesystem too
+        index: int = partition.value
         with Queue(path, durable=self.options.durable) as queue:
-            for message in queue.browse():
+            if queue.partitions <= 1:
+                messages = queue.browse()
+            else:
+                # Only this partition's directory; partition 0 also the queue's own.
+                own = Queue.browse(queue) if index == 0 else iter(())
+                messages = itertools.chain(own, queue.partition_queues[index].browse())
+            for message in messages:
                 yield message_row(message)
 
 
@@ -68,7 +81,9 @@ def _task() -> TaskContext:
 def _row_format(options: SourceOptions, schema: StructType) -> RowFormat:
     """The columns to publish, chosen and type-checked on the driver before any task."""
     types = {f.name: f.dataType.simpleString() for f in schema.fields}
-    return resolve_format(list(types), types, key_column=options.key_column)
+    return resolve_format(
+        list(types), types, key_column=options.key_column, group_column=options.group_column
+    )
 
 
 class BatchWriter(DataSourceWriter):

@@ -18,6 +18,7 @@ import errno
 import json
 import os
 import time
+from dataclasses import replace
 from typing import Any, Final
 
 from .. import LeaseLost, Message, Queue, _fs
@@ -168,7 +169,11 @@ class StateDir:
             raw = None if seq is None else self._read(name)
             if seq is not None and raw is not None:
                 rows = json.loads(raw)["messages"]
-                found[seq] = [(r[0], r[1], dict(r[2]), int(r[3]), float(r[4])) for r in rows]
+                # Records of a vsqs before partitions have no directory: the queue's own.
+                found[seq] = [
+                    (r[0], r[1], dict(r[2]), int(r[3]), float(r[4]), str(r[5]) if r[5:] else "")
+                    for r in rows
+                ]
         return found
 
     def remove(self, seq: int) -> None:
@@ -209,18 +214,37 @@ class StateDir:
         self._layout.close()
 
 
-def take_over(queue: Queue, receipt: str, seconds: float) -> Message:
+def take_over(queue: Queue, receipt: str, seconds: float, where: str = "") -> Message:
     """Renew a lease an earlier run of this query recorded, through this handle.
 
+    *where* is the message's directory as :data:`~vsqs.spark._options.Planned` names it
+    (a partition of a partitioned queue, ``""`` for the queue's own); the message
+    returned names that directory, so *queue* routes its delete and renewals there.
     The earlier run may have renewed it once more after its last record (a heartbeat
     that died between the rename and the save): the newer receipt is then used.
     """
+    target = _partition(queue, where)
     try:
-        return queue.change_visibility(receipt, seconds)
+        message = target.change_visibility(receipt, seconds)
     except LeaseLost as exc:
         if exc.reason != "superseded" or not exc.current:
             raise
-        return queue.change_visibility(exc.current, seconds)
+        message = target.change_visibility(exc.current, seconds)
+    # A message renewed by its receipt alone does not say where it is.
+    return message if message.queue else replace(message, queue=target.path)
+
+
+def _partition(queue: Queue, where: str) -> Queue:
+    """The partition of *queue* named *where* (*queue* itself for ``""``)."""
+    if not where:
+        return queue
+    for part in queue.partition_queues:
+        if os.path.basename(part.path) == where:
+            return part
+    raise StateMismatch(
+        f"the recorded stream state names partition {where!r}, which the queue"
+        f" {queue.path!r} does not have: the state belongs to another queue"
+    )
 
 
 class StateMismatch(RuntimeError):

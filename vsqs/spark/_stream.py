@@ -42,8 +42,8 @@ from pyspark.sql.streaming.datasource import (
 )
 
 from .. import LeaseLost, Message, Queue, QueueDrained
-from ._options import Planned, SourceOptions, existing_queue, planned
-from ._read import arrow_batches, read_planned, split
+from ._options import Planned, SourceOptions, directory, existing_queue, planned
+from ._read import Slice, arrow_batches, partition_names, plan_slices, read_planned
 from ._state import StateDir, StateMismatch, take_over
 
 log = logging.getLogger("vsqs.spark")
@@ -66,7 +66,7 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._lock = threading.Lock()
         self._stopping = threading.Event()
         self._heartbeat_thread: threading.Thread | None = None
-        self._deletions: WorkQueue[tuple[int, list[Message | str]] | None] = WorkQueue()
+        self._deletions: WorkQueue[tuple[int, list[Message | tuple[str, str]]] | None] = WorkQueue()
         self._deleter: threading.Thread | None = None
         self._pending: dict[int, list[Message]] = {}
         self._plans: dict[int, list[Planned]] = {}
@@ -228,7 +228,7 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             if self._epoch is None:  # the first claim of a new checkpoint draws its epoch
                 self._bind({"epoch": self._new_epoch, "seq": 0})
             seq = done + 1  # every batch after done was released above, or is pending
-            plan = [planned(m) for m in messages]
+            plan = [planned(m, queue.path) for m in messages]
             # A crash before this record lets the leases expire: redelivered, not lost.
             assert self._state is not None
             assert self._epoch is not None
@@ -294,12 +294,16 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                     )
                 plan.extend(self._plans[seq])
         self.flush()
-        return [InputPartition(part) for part in split(plan, self.options.num_partitions)]
+        slices = plan_slices(plan, self.options.num_partitions, partition_names(queue))
+        return [InputPartition(part) for part in slices]
 
     def read(self, partition: InputPartition) -> Iterator[Any]:
-        messages: list[Planned] = partition.value
+        part: Slice = partition.value
+        name, messages = part
         rows = read_planned(
-            self.options.path, messages, fail_on_data_loss=self.options.fail_on_data_loss
+            directory(self.options.path, name),
+            messages,
+            fail_on_data_loss=self.options.fail_on_data_loss,
         )
         return arrow_batches(rows)
 
@@ -319,7 +323,7 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         renewed: list[Planned] = []
         for entry in plan:
             try:
-                message = take_over(queue, entry[1], self.options.visibility_timeout)
+                message = take_over(queue, entry[1], self.options.visibility_timeout, entry[5])
             except LeaseLost as exc:
                 # Served anyway (the batch must stay the same for the sink), but the
                 # message is no longer ours: it may also come in a later batch.
@@ -333,7 +337,7 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 renewed.append(entry)
                 continue
             held.append(message)
-            renewed.append((entry[0], message.receipt, entry[2], entry[3], entry[4]))
+            renewed.append((*entry[:1], message.receipt, *entry[2:]))
         self._state.save(seq, renewed)
         self._pending[seq] = held
         self._plans[seq] = renewed
@@ -347,7 +351,7 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             self._deletions.put((seq, list(self._pending.pop(seq))))
         for seq in sorted(s for s in self._recorded if s <= done):
             # Completed by an earlier run that died before deleting.
-            receipts = [entry[1] for entry in self._recorded.pop(seq)]
+            receipts = [(entry[1], entry[5]) for entry in self._recorded.pop(seq)]
             self._deletions.put((seq, list(receipts)))
 
     def _delete(self) -> None:
@@ -365,8 +369,8 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 try:
                     # A receipt recorded by an earlier run is taken over first.
                     deleted += deleter.delete(
-                        take_over(deleter, held, self.options.visibility_timeout)
-                        if isinstance(held, str)
+                        take_over(deleter, held[0], self.options.visibility_timeout, held[1])
+                        if isinstance(held, tuple)
                         else held
                     )
                 except LeaseLost:
@@ -441,6 +445,6 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             kept.append(renewed)
             current[renewed.id] = renewed.receipt
         messages[:] = kept
-        plan = [(p[0], current.get(p[0], p[1]), p[2], p[3], p[4]) for p in self._plans[seq]]
+        plan = [(p[0], current.get(p[0], p[1]), *p[2:]) for p in self._plans[seq]]
         self._plans[seq] = plan
         self._state.save(seq, plan)

@@ -2,114 +2,36 @@
 
 A queue created with ``partitions=N`` (N > 1) stores the count in its settings and keeps
 its messages in ``partition-0`` ... ``partition-<N-1>``, each an ordinary queue directory
-(the same state machine, every arrow one rename there; vsqs 0.3 reads one on its own).
-Nothing is shared per message between partitions: each publish, claim and delete is one
-operation in one partition's directory, so N consumers on N partitions take N directory
-locks in the kernel, not one.
-
-* **Publishing.** A message with a ``group`` goes to the partition of the group: the
-  CRC-32 of its UTF-8 bytes modulo N, the same in every process and on every host, so a
-  group's messages keep their order. Without a group, one with a ``dedup_id`` goes to the
-  partition of that id (so a ``dedup_id`` is unique across the whole queue), and the
-  others to the publisher's *sticky* partition: each handle (in each thread) starts at
-  its own partition and moves to the next after :data:`STICKY_RUN` messages, as Kafka's
-  sticky partitioner does, so one publisher's messages spread over every partition in
-  runs that each keep their order.
-* **Receiving.** Each handle (in each thread) has a *home* partition, spread by process
-  id and a per-process count of handles, and claims there first (strictly FIFO in the
-  partition, exactly as a plain queue: a lost race moves to the next message of that
-  partition, never further); when home is empty it takes from the others in turn, and
-  stays with the one it found messages in until that one is empty too (each look at an
-  empty partition lists its directory: looking at an empty home on every call would
-  double the cost of a message; moving to a partition lists it afresh). Every
-  :data:`VISIT_EVERY` calls it looks at another partition first, in turn, home included,
-  so no partition starves however the homes fall; a look gives up at its first lost race
-  there (another consumer serves that partition: walking on past the names it took
-  would cost a failed rename each), and a look that loses a race or finds the partition
-  empty doubles the interval, up to :data:`VISIT_MOST`. A look that finds messages
-  without a lost race brings it back home, or moves it there if its own partition lost
-  races meanwhile (two consumers whose homes fell together: one moves). A blocked
-  receive waits on every partition at once (one :class:`~vsqs.MultiWaiter`).
-* **Order.** FIFO per partition, so per group; across partitions, messages are taken in
-  roughly publish order (each consumer drains its home oldest first).
-* ``fifo=True``: each partition delivers nothing while one of its messages is held, so a
-  group's next message waits until the earlier one is deleted or its lease ends (SQS
-  FIFO's one in flight per group). Unrelated groups that share a partition wait behind
-  each other; a ``fifo=True`` queue created without a count has
-  :data:`~vsqs._options.FIFO_PARTITIONS` partitions so that this is rare.
-
-Capacity is a total (one lock and counter in the queue directory, counting every
-partition); ``shutdown()`` marks every partition and then the queue, and the queue is
-drained when every partition is. Messages found in the queue directory itself (written
-there by a vsqs 0.3 producer, or by a handle opened before the queue was partitioned)
-are delivered too, after the partitions'.
+(the same state machine; vsqs 0.3 reads one on its own). Nothing is shared per message
+between partitions: each publish, claim and delete is one operation in one partition's
+directory. How messages and consumers spread over them: :mod:`vsqs._sets._spread`.
 """
 
 from __future__ import annotations
 
 import heapq
-import itertools
-import math
 import os
-import threading
-import zlib
 from collections.abc import Iterable, Iterator, Mapping
 from contextlib import nullcontext
 from typing import Final
 
-from . import _fs
-from ._capacity import Capacity
-from ._errors import InvalidId, QueueDrained
-from ._history import History
-from ._ids import parse_id
-from ._message import Counts, Message
-from ._meta import check_group
-from ._options import UNSET, Unset
-from ._options import seconds as _seconds
-from ._queue import Queue
-from ._renewal import Lease
-from ._stats import Stats
-from ._stored import Settings
-from ._waiters import RECHECK, MultiWaiter
-
-STICKY_RUN: Final = 100
-"""Messages a publisher sends to one partition before it moves to the next."""
-VISIT_EVERY: Final = 16
-"""A receiving handle looks at a partition other than its own first once in this many calls
-(at first; see :data:`VISIT_MOST`)."""
-VISIT_MOST: Final = 1024
-"""The longest a receiving handle goes between such looks: each look that loses a race in
-the partition looked at (another consumer serves it) doubles the interval, up to this."""
-
-_handles = itertools.count()  # spreads the homes of the handles (and threads) of a process
-
-
-def partition_name(index: int) -> str:
-    """The directory name of partition *index* inside the queue directory."""
-    return f"partition-{index}"
-
-
-def group_partition(group: str, partitions: int) -> int:
-    """The partition of *group*: CRC-32 of its UTF-8 bytes modulo *partitions* (stable
-    across processes, hosts and Python versions, unlike ``hash()``)."""
-    return zlib.crc32(group.encode()) % partitions
-
-
-class _Spread(threading.local):
-    """Where this thread's use of one handle is: its home, the partition it claims from
-    now (its home until that is empty) and its sticky partition."""
-
-    def __init__(self, partitions: int) -> None:
-        start = (os.getpid() + next(_handles)) % partitions
-        self.home = start
-        self.current = start
-        self.sticky = start
-        self.run = 0
-        self.calls = 0
-        self.visits = 0
-        self.interval = VISIT_EVERY  # calls between two looks elsewhere (see _visited)
-        self.next_visit = VISIT_EVERY  # the call that looks elsewhere next
-        self.mark = 0  # the current partition's lost races when last looked at
+from .. import _fs
+from .._capacity import Capacity
+from .._dedup import Deduplicator
+from .._errors import InvalidId, QueueDrained
+from .._history import History
+from .._ids import parse_id
+from .._message import Counts, Message
+from .._meta import check_group
+from .._options import UNSET, Unset, batch_size
+from .._options import seconds as _seconds
+from .._queue import Queue
+from .._renewal import Lease
+from .._stats import Stats
+from .._stored import Settings
+from .._waiters import RECHECK, MultiWaiter
+from ._spread import Spread, add_counts, add_stats, group_partition, partition_name
+from ._wait import receive_until
 
 
 class PartitionedQueue(Queue, partitioned=True):
@@ -144,15 +66,23 @@ class PartitionedQueue(Queue, partitioned=True):
             "dead_letter": dead_letter,
             "max_receives": config.max_receives if dead_letter is not None else None,
         }
+        paths = [os.path.join(self.path, partition_name(i)) for i in range(config.partitions)]
+        # One set of deduplication markers (this directory's) for every partition.
+        self._dedup = Deduplicator(
+            self.layout,
+            self.clock,
+            config.dedup_window,
+            lambda name: any(_fs.exists(os.path.join(path, name)) for path in (*paths, self.path)),
+        )
         self._parts: Final = tuple(
-            Queue(os.path.join(self.path, partition_name(index)), **shared)  # type: ignore[arg-type]
-            for index in range(config.partitions)
+            self._partition(path, shared)  # type: ignore[arg-type]
+            for path in paths
         )
         self._by_path: Final = {part.path: part for part in self._parts}
         if config.capacity is not None:  # one bound for the whole queue
             counted = tuple(part.path for part in self._parts)
             self._capacity = Capacity(self.layout, self.clock, config.capacity, counted)
-        self._spread = _Spread(config.partitions)
+        self._spread = Spread(config.partitions)
 
     def _adopt(self, shape: dict[str, object]) -> None:
         """Refuse to partition a queue that already holds messages (its order would be
@@ -186,22 +116,19 @@ class PartitionedQueue(Queue, partitioned=True):
             return parts[group_partition(check_group(group), len(parts))]
         if isinstance(key, str):  # anything else is refused by the publish itself
             return parts[group_partition(key, len(parts))]
-        spread = self._spread
-        if spread.run >= STICKY_RUN:
-            spread.sticky = (spread.sticky + 1) % len(parts)
-            spread.run = 0
-        spread.run += 1
-        return parts[spread.sticky]
+        return parts[self._spread.sticky_partition()]
 
     def _owner(self, message: Message | str) -> Queue | None:
         """The partition that holds *message*; ``None`` for the queue's own directory."""
-        if isinstance(message, Message):
+        if isinstance(message, Message) and message.queue:  # else: found by its receipt
             if message.queue == self.path:
                 return None
             part = self._by_path.get(message.queue)
             if part is None:
                 raise InvalidId(message.receipt, f"the message belongs to {message.queue!r}")
             return part
+        if isinstance(message, Message):
+            message = message.receipt
         if not isinstance(message, str) or "/" in message or "\0" in message:
             raise InvalidId(message, "expected a Message, a receipt or an id")
         for part in self._parts:  # a bare receipt: the partition that has that name
@@ -346,54 +273,33 @@ class PartitionedQueue(Queue, partitioned=True):
 
         :raises QueueDrained: the queue is shut down and every partition is empty.
         """
-        if isinstance(max_messages, bool) or not isinstance(max_messages, int) or max_messages < 1:
-            raise ValueError(f"max_messages must be a positive int, not {max_messages!r}")
+        batch_size(max_messages)
         if visibility_timeout is not None:
             _seconds(visibility_timeout, "visibility_timeout")
-        clock = self.clock
-        deadline = None if timeout is None else clock.monotonic() + _seconds(timeout, "timeout")
-        waiter = None if timeout == 0 else self.waiter()
-        while True:
-            token = waiter.token() if waiter is not None else 0
-            got, drained = self._gather(max_messages, visibility_timeout)
-            if got:
-                return got
-            if drained:
-                raise QueueDrained(self.path)
-            remaining = math.inf if deadline is None else deadline - clock.monotonic()
-            if waiter is None or remaining <= 0:
-                return []
-            waiter.wait(token, self.next_look(None if deadline is None else deadline))
+        return receive_until(
+            lambda: self._gather(max_messages, visibility_timeout),
+            self.waiter,
+            clock=self.clock,
+            timeout=None if timeout is None else _seconds(timeout, "timeout"),
+            next_look=self.next_look,
+            drained=lambda: QueueDrained(self.path),
+        )
 
     def _gather(
         self, limit: int, visibility_timeout: float | None, *, tried: int = -1
     ) -> tuple[list[Message], bool]:
-        """One pass without waiting: the messages, and whether the whole queue is drained.
-
-        *tried* is a partition the caller has just found empty (not looked at again)."""
+        """One pass without waiting: the messages, and whether the whole queue is drained
+        (*tried*: a partition the caller has just found empty, not looked at again)."""
         parts = self._parts
         spread = self._spread
-        spread.calls += 1
-        home, current = spread.home, spread.current
-        # Where this thread last claimed first, then home, then the others: once home is
-        # empty, it is looked at once per VISIT_EVERY calls (below), not on every call,
-        # each look at an empty partition being a listing of its directory.
-        order = [current, *(i for i in (*range(home, len(parts)), *range(home)) if i != current)]
-        visit = lost = -1
-        if spread.calls >= spread.next_visit:  # another partition first, in turn
-            spread.visits += 1
-            visit = order.pop(1 + spread.visits % (len(parts) - 1))
-            order.insert(0, visit)
-            lost = parts[visit]._claim_misses  # noqa: SLF001  # a Queue's counter, read by Queue
+        order = spread.order()
+        visit = spread.visit
         got: list[Message] = []
         drained = 0
         for index in order:
             if index == tried:
                 continue
-            if index not in (spread.current, visit):
-                # Moving on from an empty partition: list this one afresh rather than walk,
-                # one lost race at a time, every name that others took since this thread
-                # last listed it (a second's worth of another consumer's work).
+            if index not in (spread.current, visit):  # moving on: list afresh, not walk
                 parts[index]._consumer.invalidate()  # noqa: SLF001  # a Queue's view, by Queue
             if index == visit:
                 claimed, done = self._look(index, limit - len(got), visibility_timeout)
@@ -406,11 +312,8 @@ class PartitionedQueue(Queue, partitioned=True):
                 except QueueDrained:
                     drained += 1
                     claimed = []
-            if index == visit:
-                self._visited(index, bool(claimed), lost=lost)
-            elif claimed and index != spread.current:  # the current one was empty: move on
-                spread.current = index
-                spread.mark = parts[index]._claim_misses  # noqa: SLF001  # as above
+                if claimed and index != spread.current:  # the current one was empty: move
+                    spread.move(index, parts[index]._claim_misses)  # noqa: SLF001
             got += claimed
             if len(got) >= limit:
                 return got, False
@@ -424,40 +327,20 @@ class PartitionedQueue(Queue, partitioned=True):
     def _look(
         self, index: int, limit: int, visibility_timeout: float | None
     ) -> tuple[list[Message], bool]:
-        """A look at partition *index* outside the current one: its claims (none once a
-        race there is lost: see :meth:`_visited`), and whether it is drained."""
-        part = self._parts[index]
-        # A Queue's own steps, taken by a Queue: the claim arrow with its look's bound.
-        vt_us = part._vt_us  # noqa: SLF001
+        """A look at partition *index* outside the current one (see Spread.visited): its
+        claims, none once it loses a race there, and whether that partition is drained."""
+        parts, spread = self._parts, self._spread
+        part = parts[index]
+        # A Queue's own steps and counters, used by a Queue: the claim arrow, bounded.
+        lost, vt_us = part._claim_misses, part._vt_us  # noqa: SLF001
         if visibility_timeout is not None:
             vt_us = round(visibility_timeout * 1e6)
         claimed = part._claim(limit, vt_us, looking=True)  # noqa: SLF001
-        return claimed, not claimed and part._is_drained()  # noqa: SLF001
-
-    def _visited(self, index: int, claimed: bool, *, lost: int) -> None:
-        """After a look at partition *index* outside the current one (*lost*: its lost
-        races before the look): when to look elsewhere next, and whether to move there.
-
-        A look gives up at its first lost race, which shows another consumer serving that
-        partition (this thread's view of it is older than the other's progress); one that
-        found the partition empty shows nothing to serve: either way the next look comes
-        twice as late (up to VISIT_MOST calls), so consumers that each serve a partition
-        seldom step on each other's, and empty partitions are seldom listed. A look that
-        claimed without a lost race (a partition nobody serves) brings the interval back to
-        VISIT_EVERY. A look that claimed without
-        a lost race moves this thread there if that is its home, or if its current
-        partition lost races meanwhile (two consumers on one partition: one moves)."""
-        parts, spread = self._parts, self._spread
-        misses = parts[index]._claim_misses  # noqa: SLF001  # a Queue's counter, read by Queue
-        if misses > lost or not claimed:  # served by another consumer, or empty
-            spread.interval = min(2 * spread.interval, VISIT_MOST)
-        else:
-            spread.interval = VISIT_EVERY
-            crowded = parts[spread.current]._claim_misses > spread.mark  # noqa: SLF001
-            if index == spread.home or crowded:
-                spread.current = index
+        lost_race = part._claim_misses > lost  # noqa: SLF001
+        current = parts[spread.current]._claim_misses  # noqa: SLF001
+        spread.visited(index, claimed=bool(claimed), lost_race=lost_race, current_misses=current)
         spread.mark = parts[spread.current]._claim_misses  # noqa: SLF001
-        spread.next_visit = spread.calls + spread.interval
+        return claimed, not claimed and part._is_drained()  # noqa: SLF001
 
     def next_look(self, deadline: float | None = None) -> float:
         """Seconds until a lease or delay this handle knows of ends in any partition."""
@@ -529,13 +412,7 @@ class PartitionedQueue(Queue, partitioned=True):
 
     def counts(self) -> Counts:
         """The counts of every partition (and the queue directory), added up."""
-        every = [part.counts() for part in self._parts] + [Queue.counts(self)]
-        return Counts(
-            ready=sum(c.ready for c in every),
-            held=sum(c.held for c in every),
-            delayed=sum(c.delayed for c in every),
-            new=sum(c.new for c in every),
-        )
+        return add_counts([part.counts() for part in self._parts] + [Queue.counts(self)])
 
     def size(self) -> int:
         """Ready plus held messages of every partition (one listing each)."""
@@ -557,29 +434,7 @@ class PartitionedQueue(Queue, partitioned=True):
 
     def stats(self) -> Stats:
         """The totals of every partition, and each partition's own in ``partitions``."""
-        each = tuple(part.stats() for part in self._parts)
-        own = Queue.stats(self)
-        every = (*each, own)
-        oldest = min(
-            (s for s in every if s.oldest_ready_id is not None),
-            key=lambda s: parse_id(s.oldest_ready_id or "") or 0,
-            default=None,
-        )
-        return Stats(
-            produced_messages=sum(s.produced_messages for s in every),
-            produced_bytes=sum(s.produced_bytes for s in every),
-            consumed_messages=sum(s.consumed_messages for s in every),
-            consumed_bytes=sum(s.consumed_bytes for s in every),
-            ready=sum(s.ready for s in every),
-            held=sum(s.held for s in every),
-            delayed=sum(s.delayed for s in every),
-            new=sum(s.new for s in every),
-            oldest_ready_age=None if oldest is None else oldest.oldest_ready_age,
-            is_shutdown=own.is_shutdown,
-            oldest_ready_id=None if oldest is None else oldest.oldest_ready_id,
-            held_back=sum(s.held_back for s in every),
-            partitions=each,
-        )
+        return add_stats(tuple(part.stats() for part in self._parts), Queue.stats(self))
 
     # -- housekeeping ---------------------------------------------------------------------
 
@@ -594,6 +449,9 @@ class PartitionedQueue(Queue, partitioned=True):
         for part in self._parts:
             part.close()
         super().close()
+
+    detach = close
+    """An alias of :meth:`close` (as :attr:`Queue.detach`)."""
 
     def requeue_expired(self) -> int:
         """:meth:`Queue.requeue_expired` in every partition; how many came back."""
@@ -621,26 +479,10 @@ class PartitionedQueue(Queue, partitioned=True):
         left = None if limit is None else limit - moved
         return moved + (Queue.redrive(self, to, left) if left is None or left > 0 else 0)
 
-    def configure(
-        self,
-        *,
-        visibility_timeout: float | Unset | None = UNSET,
-        delay: float | Unset | None = UNSET,
-        capacity: int | Unset | None = UNSET,
-        dead_letter: Queue | str | os.PathLike[str] | Unset | None = UNSET,
-        max_receives: int | Unset | None = UNSET,
-        retention: float | Unset | None = UNSET,
-        dedup_window: float | Unset | None = UNSET,
-        fifo: bool | Unset | None = UNSET,
-        partitions: int | Unset | None = UNSET,
-    ) -> Settings:
-        """:meth:`Queue.configure`; a change of ``fifo`` is stored in every partition
-        first (a partition directory also works on its own)."""
-        if fifo is not UNSET:
+    def _store(self, changes: dict[str, object]) -> Settings:
+        """As a plain queue's; a change of ``fifo`` is stored in every partition first
+        (a partition directory also works on its own)."""
+        if "fifo" in changes:
             for part in self._parts:
-                part.configure(fifo=fifo)
-        return super().configure(
-            visibility_timeout=visibility_timeout, delay=delay, capacity=capacity,
-            dead_letter=dead_letter, max_receives=max_receives, retention=retention,
-            dedup_window=dedup_window, fifo=fifo, partitions=partitions,
-        )  # fmt: skip
+                part.configure(fifo=changes["fifo"])  # type: ignore[arg-type]
+        return super()._store(changes)

@@ -1,4 +1,5 @@
-"""Several queues read as one (dirq's QueueSet).
+"""Several queue directories read as one: a set of queues (dirq's QueueSet), and a
+partitioned queue (one queue in N directories: :mod:`vsqs._sets._partitioned`).
 
 A :class:`QueueSet` adds no state on disk: each message is claimed from its own queue by
 that queue's atomic rename, and deleted or extended there, routed by ``Message.queue``.
@@ -11,12 +12,17 @@ import threading
 from collections.abc import Iterable, Iterator
 from typing import Final
 
-from . import _scan
-from ._errors import InvalidId, QueueDrained
-from ._ids import parse_id, parse_name
-from ._message import Message
-from ._queue import Queue
-from ._waiters import RECHECK, MultiWaiter
+from .. import _scan
+from .._errors import InvalidId, QueueDrained
+from .._ids import parse_id, parse_name
+from .._message import Message
+from .._options import batch_size
+from .._queue import Queue
+from .._waiters import RECHECK, MultiWaiter
+from ._partitioned import PartitionedQueue
+from ._wait import receive_until
+
+__all__ = ["PartitionedQueue", "QueueSet"]
 
 ORDERS: Final = ("oldest", "priority")
 
@@ -90,26 +96,21 @@ class QueueSet:
 
         :raises QueueDrained: every queue of the set is shut down and drained.
         """
-        if isinstance(max_messages, bool) or not isinstance(max_messages, int) or max_messages < 1:
-            raise ValueError(f"max_messages must be a positive int, not {max_messages!r}")
+        batch_size(max_messages)
         if timeout is not None and (math.isnan(timeout) or timeout < 0):
             raise ValueError(f"timeout must be >= 0 or None, not {timeout!r}")
         first = self.queues[0]
-        clock = first.clock
-        deadline = None if timeout is None else clock.monotonic() + timeout
-        waiter = None if timeout == 0 else self.waiter()
-        while True:
-            token = waiter.token() if waiter is not None else 0
-            got, drained = self._claim(max_messages, visibility_timeout)
-            if got:
-                return got
-            if drained == len(self.queues):
-                raise QueueDrained(first.path, "every queue of the set is shut down and drained")
-            remaining = math.inf if deadline is None else deadline - clock.monotonic()
-            if waiter is None or remaining <= 0:
-                return []
+        return receive_until(
+            lambda: self._claim(max_messages, visibility_timeout),
+            self.waiter,
+            clock=first.clock,
+            timeout=timeout,
             # Each queue knows when its own leases, delays and grace end (no I/O).
-            waiter.wait(token, min(remaining, *(queue.next_look() for queue in self.queues)))
+            next_look=lambda: min(queue.next_look() for queue in self.queues),
+            drained=lambda: QueueDrained(
+                first.path, "every queue of the set is shut down and drained"
+            ),
+        )
 
     def waiter(self) -> MultiWaiter:
         """What a blocked receive of the set waits on: every queue's directory, with each
@@ -145,8 +146,8 @@ class QueueSet:
                 return
             yield message
 
-    def _claim(self, limit: int, visibility_timeout: float | None) -> tuple[list[Message], int]:
-        """One non-blocking pass; returns the messages and how many queues are drained."""
+    def _claim(self, limit: int, visibility_timeout: float | None) -> tuple[list[Message], bool]:
+        """One non-blocking pass; returns the messages and whether every queue is drained."""
         plan: list[tuple[Queue, int]]
         if self.order == "oldest":
             plan = self._oldest_plan(limit)
@@ -164,7 +165,7 @@ class QueueSet:
                 drained += 1
         if self.order == "oldest":
             got.sort(key=lambda message: parse_id(message.id) or 0)
-        return got, drained
+        return got, drained == len(self.queues)
 
     def _oldest_plan(self, limit: int) -> list[tuple[Queue, int]]:
         """How many to take from which queue: the *limit* oldest candidates across all."""

@@ -1,0 +1,411 @@
+"""``vsqs serve`` next to the HTTP floor and moto's server, with boto3 clients.
+
+Method: each server runs in its own process on 127.0.0.1; the clients are C = 1, 4 and
+16 processes, each with one boto3 client (the JSON protocol, one keep-alive connection,
+no retries), all released together by a barrier. Per server and per C, two phases on a
+fresh standard queue:
+
+* ``send``: every client loops ``SendMessageBatch`` of 10 bodies of 100 bytes for
+  *seconds*; the figure is messages sent (answered with success) over the time from the
+  release to the last answer;
+* ``receive``: every client loops ``ReceiveMessage(MaxNumberOfMessages=10)`` and
+  ``DeleteMessageBatch`` of what came until a receive comes back empty: it drains what
+  the send phase left; the figure is messages deleted over the time from the release to
+  the last delete.
+
+Each figure is the best of *rounds* rounds (interference on a shared machine only ever
+adds time); within a round the servers take turns. The servers, side by side in one
+run on the same machine:
+
+* ``floor``: a do-nothing server on the same stack as ``vsqs serve`` (the standard
+  library's ``ThreadingHTTPServer``, HTTP/1.1 keep-alive, ``TCP_NODELAY``), which parses
+  each request as JSON and answers it with canned data (the MD5 digests botocore checks
+  included); its receive phase runs for *seconds* (it never drains);
+* ``moto``: moto's server (``moto[server]``, in memory; ``ThreadedMotoServer``);
+* ``vsqs shm`` and ``vsqs disk``: ``vsqs serve`` on a root on ``/dev/shm`` and on
+  ``/var/tmp``, durable writes on (every send answered after its data is flushed).
+
+Usage::
+
+    python -m benchmarks.bench_serve [--seconds 3] [--rounds 3] [--clients 1,4,16] [--servers ...]
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import hashlib
+import json
+import multiprocessing as mp
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from multiprocessing.connection import Connection
+from typing import Any, Final
+
+from benchmarks.report import table
+
+SERVERS: Final = ("floor", "moto", "vsqs shm", "vsqs disk")
+ROOTS: Final = {"vsqs shm": "/dev/shm", "vsqs disk": "/var/tmp"}
+BODY: Final = "x" * 100
+ACCOUNT: Final = "000000000000"
+_BARRIER_WAIT: Final = 120.0
+# The floors of issue 28: vsqs serve >= 0.6x the floor's messages/s and >= 20x moto's.
+FLOOR_AT_LEAST: Final = 0.6
+MOTO_AT_LEAST: Final = 20.0
+
+
+def _md5(text: str) -> str:
+    return hashlib.md5(text.encode(), usedforsecurity=False).hexdigest()
+
+
+# The floor: canned answers over the same HTTP stack -----------------------------------
+
+
+class _FloorHandler(BaseHTTPRequestHandler):
+    """Answers the JSON protocol's actions the benchmark uses with canned data."""
+
+    protocol_version = "HTTP/1.1"  # keep-alive
+    _RECEIVED: Final = json.dumps(
+        {
+            "Messages": [
+                {
+                    "MessageId": str(uuid.UUID(int=n)),
+                    "ReceiptHandle": f"canned-{n}",
+                    "MD5OfBody": _md5(BODY),
+                    "Body": BODY,
+                }
+                for n in range(10)
+            ]
+        }
+    ).encode()
+
+    def setup(self) -> None:
+        super().setup()
+        # Without it, Nagle and the client's delayed ACK stall each answer ~40 ms.
+        self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass
+
+    def do_POST(self) -> None:
+        length = int(self.headers.get("Content-Length", "0"))
+        request = json.loads(self.rfile.read(length) or b"{}")
+        action = self.headers.get("X-Amz-Target", "").rpartition(".")[2]
+        host = self.headers.get("Host", "localhost")
+        answer: bytes
+        if action in ("CreateQueue", "GetQueueUrl"):
+            url = f"http://{host}/{ACCOUNT}/{request['QueueName']}"
+            answer = json.dumps({"QueueUrl": url}).encode()
+        elif action == "SendMessageBatch":
+            entries = request["Entries"]
+            answer = json.dumps(
+                {
+                    "Successful": [
+                        {
+                            "Id": e["Id"],
+                            "MessageId": str(uuid.uuid4()),
+                            "MD5OfMessageBody": _md5(e["MessageBody"]),
+                        }
+                        for e in entries
+                    ],
+                    "Failed": [],
+                }
+            ).encode()
+        elif action == "ReceiveMessage":
+            answer = self._RECEIVED
+        elif action == "DeleteMessageBatch":
+            done = [{"Id": e["Id"]} for e in request["Entries"]]
+            answer = json.dumps({"Successful": done, "Failed": []}).encode()
+        else:
+            answer = b"{}"
+        self.send_response(200)
+        self.send_header("Content-Type", "application/x-amz-json-1.0")
+        self.send_header("Content-Length", str(len(answer)))
+        self.end_headers()
+        self.wfile.write(answer)
+
+
+class _FloorServer(ThreadingHTTPServer):
+    daemon_threads = True
+
+
+def floor_main(port: int) -> None:
+    """Serve the floor on 127.0.0.1:*port* until killed."""
+    _FloorServer(("127.0.0.1", port), _FloorHandler).serve_forever()
+
+
+def moto_main(port: int) -> None:
+    """Serve moto (in memory) on 127.0.0.1:*port* until killed."""
+    from moto.server import ThreadedMotoServer
+
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
+    server.start()
+    while True:
+        time.sleep(3600)
+
+
+# The servers as processes -------------------------------------------------------------
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def _wait_listening(process: subprocess.Popen[bytes], port: int) -> None:
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise RuntimeError(f"the server exited with {process.returncode}")
+        with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port)):
+            return
+        time.sleep(0.05)
+    raise RuntimeError(f"nothing listens on port {port}")
+
+
+@contextlib.contextmanager
+def server(name: str) -> Iterator[str]:
+    """Start server *name* in a process of its own; yield its endpoint URL."""
+    port = _free_port()
+    root = None
+    if name == "floor":
+        args = ["-m", "benchmarks.bench_serve", "--serve-floor", str(port)]
+    elif name == "moto":
+        args = ["-m", "benchmarks.bench_serve", "--serve-moto", str(port)]
+    else:
+        root = tempfile.mkdtemp(prefix="vsqs-bench-serve-", dir=ROOTS[name])
+        args = ["-m", "vsqs", "serve", root, "--port", str(port), "--quiet"]
+    # The servers' own lines (moto logs every request) go to a file, shown on failure.
+    with tempfile.TemporaryFile() as log:
+        process = subprocess.Popen([sys.executable, *args], stdout=log, stderr=log)
+        try:
+            _wait_listening(process, port)
+            yield f"http://127.0.0.1:{port}"
+        except BaseException:
+            log.seek(0)
+            sys.stderr.write(log.read()[-4000:].decode(errors="replace"))
+            raise
+        finally:
+            process.terminate()
+            try:
+                process.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+    if root is not None:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+# The clients --------------------------------------------------------------------------
+
+
+def _client(endpoint: str) -> Any:
+    import boto3
+    from botocore.config import Config
+
+    return boto3.client(
+        "sqs",
+        endpoint_url=endpoint,
+        region_name="us-east-1",
+        aws_access_key_id="bench",
+        aws_secret_access_key="bench",  # noqa: S106 (dummy: the server checks no signature)
+        config=Config(retries={"total_max_attempts": 1}, read_timeout=120, connect_timeout=30),
+    )
+
+
+def _send(sqs: Any, url: str, seconds: float, start: float) -> int:
+    sent = 0
+    entries = [{"Id": str(i), "MessageBody": BODY} for i in range(10)]
+    while time.perf_counter() - start < seconds:
+        answer = sqs.send_message_batch(QueueUrl=url, Entries=entries)
+        sent += len(answer.get("Successful", []))
+    return sent
+
+
+def _receive(sqs: Any, url: str, seconds: float | None, start: float) -> int:
+    """Receive and delete until empty (or for *seconds*, when given: the floor)."""
+    deleted = 0
+    while seconds is None or time.perf_counter() - start < seconds:
+        messages = sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=10).get("Messages", [])
+        if not messages:
+            break
+        entries = [
+            {"Id": str(i), "ReceiptHandle": m["ReceiptHandle"]} for i, m in enumerate(messages)
+        ]
+        answer = sqs.delete_message_batch(QueueUrl=url, Entries=entries)
+        deleted += len(answer.get("Successful", []))
+    return deleted
+
+
+def _warm(sqs: Any, url: str) -> None:
+    """One request on the client's connection before the release (a few tries: a
+    server just started may drop a connection or two while 16 arrive at once)."""
+    for attempt in range(5):
+        try:
+            sqs.get_queue_url(QueueName=url.rpartition("/")[2])
+        except Exception:
+            if attempt == 4:
+                raise
+            time.sleep(0.2 * (attempt + 1))
+        else:
+            return
+
+
+def _worker(conn: Connection, barrier: Any) -> None:
+    """One client process: runs the phases the parent sends, reports (count, end time),
+    or ("error", text) after breaking the barrier so that nobody waits for it."""
+    clients: dict[str, Any] = {}
+    while True:
+        command = conn.recv()
+        if command is None:
+            return
+        phase, endpoint, url, seconds = command
+        try:
+            sqs = clients.get(endpoint) or clients.setdefault(endpoint, _client(endpoint))
+            _warm(sqs, url)
+            barrier.wait(timeout=_BARRIER_WAIT)
+            start = time.perf_counter()
+            if phase == "send":
+                count = _send(sqs, url, seconds, start)
+            else:
+                count = _receive(sqs, url, seconds, start)
+        except Exception as exc:  # noqa: BLE001 - reported to the parent, which stops
+            barrier.abort()
+            conn.send(("error", f"{type(exc).__name__}: {exc}"))
+            continue
+        conn.send((count, time.perf_counter()))
+
+
+class Clients:
+    """C client processes, kept across servers (boto3 takes a while to import)."""
+
+    def __init__(self, count: int) -> None:
+        ctx = mp.get_context("spawn")
+        self.barrier = ctx.Barrier(count + 1)
+        self.conns: list[Connection] = []
+        self.processes = []
+        for _ in range(count):
+            parent, child = ctx.Pipe()
+            process = ctx.Process(target=_worker, args=(child, self.barrier), daemon=True)
+            process.start()
+            self.conns.append(parent)
+            self.processes.append(process)
+
+    def run(self, phase: str, endpoint: str, url: str, seconds: float | None) -> float:
+        """Messages per second of one phase, all clients together."""
+        for conn in self.conns:
+            conn.send((phase, endpoint, url, seconds))
+        try:
+            self.barrier.wait(timeout=_BARRIER_WAIT)
+        except threading.BrokenBarrierError:
+            pass  # a client failed: its error is among the results
+        start = time.perf_counter()
+        results = [conn.recv() for conn in self.conns]
+        self.barrier.reset()
+        errors = [text for first, text in results if first == "error"]
+        if errors:
+            raise RuntimeError(f"{phase} on {endpoint}: {errors[0]}")
+        total = sum(count for count, _ in results)
+        elapsed = max(end for _, end in results) - start
+        return total / elapsed if elapsed > 0 else 0.0
+
+    def close(self) -> None:
+        for conn in self.conns:
+            conn.send(None)
+        for process in self.processes:
+            process.join(timeout=30)
+
+
+def measure(servers: list[str], clients: list[int], seconds: float, rounds: int) -> dict[str, Any]:
+    """{server: {C: {"send": msg/s, "receive": msg/s}}}, the best of *rounds* rounds;
+    within a round the servers take turns, so that a busy spell of the machine falls on
+    all of them alike."""
+    results: dict[str, Any] = {name: {} for name in servers}
+    for count in clients:
+        pool = Clients(count)
+        try:
+            for round_ in range(rounds):
+                for name in servers:
+                    with server(name) as endpoint:
+                        queue = f"bench-{count}-{round_}"
+                        url = _client(endpoint).create_queue(QueueName=queue)["QueueUrl"]
+                        send = pool.run("send", endpoint, url, seconds)
+                        receive = pool.run(
+                            "receive", endpoint, url, seconds if name == "floor" else None
+                        )
+                    best = results[name].setdefault(count, {"send": 0.0, "receive": 0.0})
+                    best["send"] = max(best["send"], send)
+                    best["receive"] = max(best["receive"], receive)
+                    print(f"  {name:9} C={count:<2} round {round_ + 1}: send {send:8.0f}/s  "
+                          f"receive {receive:8.0f}/s", file=sys.stderr, flush=True)  # fmt: skip
+        finally:
+            pool.close()
+    return results
+
+
+def report(results: dict[str, Any], servers: list[str], clients: list[int]) -> str:
+    """The reST table: messages/s per server, then vsqs's ratios to the floor and moto."""
+    headers = ["phase", "C", *servers]
+    vsqs_names = [n for n in servers if n.startswith("vsqs")]
+    for name in vsqs_names:
+        if "floor" in servers:
+            headers.append(f"{name} / floor")
+        if "moto" in servers:
+            headers.append(f"{name} / moto")
+    rows = []
+    for phase in ("send", "receive"):
+        for count in clients:
+            figures = {n: results[n][count][phase] for n in servers}
+            row = [phase, str(count), *(f"{figures[n]:,.0f}" for n in servers)]
+            for name in vsqs_names:
+                for peer in ("floor", "moto"):
+                    if peer in servers:
+                        ratio = figures[name] / figures[peer] if figures[peer] else float("inf")
+                        row.append(f"{ratio:.2f}x")
+            rows.append(row)
+    return table(headers, rows)
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--seconds", type=float, default=3.0, help="length of a send phase")
+    parser.add_argument("--clients", default="1,4,16", help="client processes, comma-separated")
+    parser.add_argument("--servers", default=",".join(SERVERS), help="comma-separated")
+    parser.add_argument("--rounds", type=int, default=3, help="the best of this many rounds")
+    parser.add_argument("--json", help="also write the figures to this file")
+    parser.add_argument("--serve-floor", type=int, help=argparse.SUPPRESS)
+    parser.add_argument("--serve-moto", type=int, help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.serve_floor:
+        floor_main(args.serve_floor)
+        return
+    if args.serve_moto:
+        moto_main(args.serve_moto)
+        return
+    servers = [s.strip() for s in args.servers.split(",") if s.strip()]
+    unknown = set(servers) - set(SERVERS)
+    if unknown:
+        parser.error(f"unknown servers {sorted(unknown)}; choose from {', '.join(SERVERS)}")
+    clients = [int(c) for c in args.clients.split(",")]
+    cores, load = len(os.sched_getaffinity(0)), os.getloadavg()[0]
+    print(f"bench_serve: {cores} cores, load {load:.1f}, {args.seconds} s send phases, "
+          f"best of {args.rounds} rounds", file=sys.stderr)  # fmt: skip
+    results = measure(servers, clients, args.seconds, args.rounds)
+    if args.json:
+        with open(args.json, "w", encoding="utf-8") as out:
+            json.dump(results, out, indent=1)
+    print(report(results, servers, clients))
+
+
+if __name__ == "__main__":
+    main()

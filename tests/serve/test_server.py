@@ -1,0 +1,284 @@
+"""The HTTP server and ``vsqs serve``: keep-alive, the dashboard's pages hook, the
+access log, graceful shutdown (in a thread and on SIGTERM), the command line."""
+
+from __future__ import annotations
+
+import http.client
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import vsqs
+from vsqs.serve import Server, make_server
+
+from .conftest import Start, client
+from .http import request
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def test_keep_alive_and_no_nagle_stall(server: Server) -> None:
+    """Many requests on one connection, each answered at once: with Nagle's algorithm
+    on, each would wait for the client's delayed ACK (about 40 ms)."""
+    host, port = server.server_address[:2]
+    connection = http.client.HTTPConnection(str(host), port, timeout=10)
+    headers = {"Content-Type": "application/x-amz-json-1.0", "X-Amz-Target": "AmazonSQS.ListQueues"}
+    began = time.monotonic()
+    for _ in range(100):
+        connection.request("POST", "/", body=b"{}", headers=headers)
+        response = connection.getresponse()
+        assert response.status == 200
+        response.read()
+    took = time.monotonic() - began
+    connection.close()
+    assert took < 2.0, f"{took:.2f}s for 100 requests on one connection"
+
+
+def test_pages_hook(start: Start) -> None:
+    calls: list[tuple[str, str, bytes]] = []
+
+    def pages(
+        method: str, target: str, headers: Mapping[str, str], body: bytes
+    ) -> tuple[int, list[tuple[str, str]], bytes] | None:
+        calls.append((method, target, body))
+        if target.startswith("/ui/missing"):
+            return None
+        return 200, [("Content-Type", "text/html")], b"<h1>dashboard</h1>"
+
+    server = start(pages=pages)
+    assert request(server.url, "GET", "/")[2] == b"<h1>dashboard</h1>"
+    status, headers, body = request(server.url, "HEAD", "/ui/queue/x?y=1")
+    assert (status, body, headers["content-length"]) == (200, b"", "18")
+    assert request(server.url, "POST", "/ui/act", b"csrf=1")[0] == 200
+    status, _, body = request(server.url, "GET", "/ui/missing")
+    assert status == 404 and b"Not found" in body
+    assert calls == [
+        ("GET", "/", b""),
+        ("HEAD", "/ui/queue/x?y=1", b""),
+        ("POST", "/ui/act", b"csrf=1"),
+        ("GET", "/ui/missing", b""),
+    ]
+    # The SQS API is not a page: a GET with Action, and every POST outside /ui.
+    assert b"<ListQueuesResponse" in request(server.url, "GET", "/?Action=ListQueues")[2]
+    assert request(server.url, "POST", "/", b"Action=ListQueues")[0] == 200
+    assert len(calls) == 4
+    # Without a hook, / is a plain 404.
+    bare = start()
+    status, headers, body = request(bare.url, "GET", "/")
+    assert status == 404 and headers["content-type"].startswith("text/plain")
+
+
+def test_a_failing_page_is_a_500_and_the_server_goes_on(start: Start) -> None:
+    def pages(*args: Any) -> None:
+        raise RuntimeError("dashboard bug")
+
+    server = start(pages=pages)
+    status, _, body = request(server.url, "GET", "/ui/")
+    assert status == 500 and b"dashboard bug" not in body
+    assert request(server.url, "GET", "/?Action=ListQueues")[0] == 200
+
+
+def test_shutdown_waits_for_requests_in_flight_and_ends_long_polls(start: Start) -> None:
+    entered, release = threading.Event(), threading.Event()
+
+    def pages(*args: Any) -> tuple[int, list[tuple[str, str]], bytes]:
+        entered.set()
+        assert release.wait(10)
+        return 200, [], b"finished"
+
+    server = start(pages=pages)
+    sqs = client(server.url)
+    url = sqs.create_queue(QueueName="q")["QueueUrl"]
+    answers: dict[str, Any] = {}
+    slow = threading.Thread(target=lambda: answers.update(page=request(server.url, "GET", "/")))
+    poll = threading.Thread(
+        target=lambda: answers.update(poll=sqs.receive_message(QueueUrl=url, WaitTimeSeconds=20))
+    )
+    slow.start()
+    poll.start()
+    assert entered.wait(10)
+    time.sleep(0.2)  # the long poll is waiting (nothing to wait on but time here)
+    began = time.monotonic()
+    stopper = threading.Thread(target=server.shutdown)
+    stopper.start()
+    poll.join(5)
+    assert not poll.is_alive() and "Messages" not in answers["poll"]
+    assert time.monotonic() - began < 3  # the long poll ended at once, not after 20 s
+    assert stopper.is_alive()  # still waiting for the page in flight
+    release.set()
+    stopper.join(10)
+    slow.join(10)
+    assert answers["page"][0] == 200 and answers["page"][2] == b"finished"
+
+
+def _serve(root: Path, *args: str) -> tuple[subprocess.Popen[str], str]:
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    child = subprocess.Popen(
+        [sys.executable, "-m", "vsqs", "serve", str(root), "--port", "0", *args],
+        stderr=subprocess.PIPE,
+        stdout=subprocess.DEVNULL,
+        text=True,
+        env=env,
+    )
+    assert child.stderr is not None
+    line = child.stderr.readline()
+    match = re.search(r"at (http://\S+)", line)
+    assert match, line
+    return child, match.group(1)
+
+
+def test_the_command_serves_logs_and_stops_gracefully_on_sigterm(tmp_path: Path) -> None:
+    child, url = _serve(tmp_path / "root")
+    try:
+        sqs = client(url)
+        queue_url = sqs.create_queue(QueueName="cli")["QueueUrl"]
+        sqs.send_message(QueueUrl=queue_url, MessageBody="through the command")
+        assert vsqs.QueueRoot(tmp_path / "root").get("cli").receive(timeout=5) is not None
+        answers: dict[str, Any] = {}
+        poll = threading.Thread(
+            target=lambda: answers.update(
+                poll=sqs.receive_message(QueueUrl=queue_url, WaitTimeSeconds=20)
+            )
+        )
+        poll.start()
+        time.sleep(0.3)  # the poll is in flight
+        began = time.monotonic()
+        child.send_signal(signal.SIGTERM)
+        poll.join(10)
+        assert "Messages" not in answers["poll"]
+        assert child.wait(10) == 0
+        assert time.monotonic() - began < 5
+    finally:
+        if child.poll() is None:
+            child.kill()
+            child.wait()
+            assert child.stderr is not None
+            child.stderr.close()
+    assert child.stderr is not None
+    log = child.stderr.read()
+    child.stderr.close()
+    assert re.search(r'"POST / HTTP/1.1" 200 \d+ SendMessage', log), log
+    assert "stopped" in log
+
+
+def test_quiet_and_refusals(tmp_path: Path) -> None:
+    child, url = _serve(tmp_path / "root", "--quiet")
+    try:
+        client(url).list_queues()
+        child.send_signal(signal.SIGINT)
+        assert child.wait(10) == 0
+    finally:
+        if child.poll() is None:
+            child.kill()
+            child.wait()
+            assert child.stderr is not None
+            child.stderr.close()
+    assert child.stderr is not None
+    assert "ListQueues" not in child.stderr.read()
+    child.stderr.close()
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    refused = subprocess.run(
+        [sys.executable, "-m", "vsqs", "serve", str(tmp_path), "--host", "0.0.0.0", "--port", "0"],  # noqa: S104
+        capture_output=True, text=True, env=env, timeout=60, check=False,
+    )  # fmt: skip
+    assert refused.returncode != 0
+    assert "without --credentials" in refused.stderr
+    assert "Traceback" not in refused.stderr
+    bad = tmp_path / "keys.json"
+    bad.write_text('{"keys": [{"access_key": "A"}]}')
+    refused = subprocess.run(
+        [sys.executable, "-m", "vsqs", "serve", str(tmp_path), "--credentials", str(bad)],
+        capture_output=True, text=True, env=env, timeout=60, check=False,
+    )  # fmt: skip
+    assert refused.returncode != 0 and "keys[0].secret_key" in refused.stderr
+
+
+def test_the_access_log(start: Start, capsys: pytest.CaptureFixture[str]) -> None:
+    server = start(quiet=False)
+    client(server.url).list_queues()
+    request(server.url, "POST", "/", b"Action=Fly")
+    err = capsys.readouterr().err
+    line = r'127\.0\.0\.1 - - \[.*\] "POST / HTTP/1.1" 200 \d+ ListQueues [\d.]+ms'
+    assert re.search(line, err), err
+    assert '" 400 ' in err
+
+
+def test_idle_and_stalled_connections_are_closed(
+    start: Start, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from vsqs.serve._server import IDLE_TIMEOUT, _Handler
+
+    assert _Handler.timeout == IDLE_TIMEOUT > 20  # longer than any long poll
+    monkeypatch.setattr(_Handler, "timeout", 0.3)  # the same mechanism, sooner
+    server = start()
+    host, port = server.server_address[:2]
+    for opening in (b"", b"POST / HTTP/1.1\r\nContent-Length: 100\r\n\r\n{"):
+        with socket.create_connection((str(host), port), timeout=5) as sock:
+            sock.sendall(opening)
+            began = time.monotonic()
+            while sock.recv(4096):
+                pass  # whatever is said before the close
+            assert time.monotonic() - began < 3
+    assert request(server.url, "GET", "/?Action=ListQueues")[0] == 200
+
+
+def test_shutdown_without_serving_and_twice(tmp_path: Path) -> None:
+    server = make_server(tmp_path, port=0, quiet=True)
+    stopper = threading.Thread(target=server.shutdown)
+    stopper.start()
+    stopper.join(5)
+    assert not stopper.is_alive()  # it did not wait for a serve_forever that never ran
+    server.serve_forever()  # returns at once after a shutdown
+    server.shutdown()
+
+
+def test_concurrent_clients_get_each_message_exactly_once(server: Server) -> None:
+    """Senders and receivers in threads, one server (its queue handle shared by every
+    request thread): each message is received and deleted exactly once."""
+    url = client(server.url).create_queue(QueueName="busy")["QueueUrl"]
+    senders, per_sender = 4, 40
+    received: list[str] = []
+    lock = threading.Lock()
+    done = threading.Event()
+
+    def send(who: int) -> None:
+        sqs = client(server.url)
+        for start_at in range(0, per_sender, 10):
+            entries = [{"Id": str(i), "MessageBody": f"{who}-{start_at + i}"} for i in range(10)]
+            assert not sqs.send_message_batch(QueueUrl=url, Entries=entries).get("Failed")
+
+    def receive() -> None:
+        sqs = client(server.url)
+        while not done.is_set():
+            got = sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=10, WaitTimeSeconds=1)
+            messages = got.get("Messages", [])
+            if not messages:
+                continue
+            with lock:
+                received.extend(m["Body"] for m in messages)
+            entries = [
+                {"Id": str(i), "ReceiptHandle": m["ReceiptHandle"]} for i, m in enumerate(messages)
+            ]
+            assert not sqs.delete_message_batch(QueueUrl=url, Entries=entries).get("Failed")
+
+    threads = [threading.Thread(target=send, args=(i,)) for i in range(senders)]
+    threads += [threading.Thread(target=receive) for _ in range(4)]
+    for thread in threads:
+        thread.start()
+    deadline = time.monotonic() + 60
+    while len(received) < senders * per_sender and time.monotonic() < deadline:
+        time.sleep(0.05)
+    done.set()
+    for thread in threads:
+        thread.join(30)
+    assert sorted(received) == sorted(f"{w}-{i}" for w in range(senders) for i in range(per_sender))

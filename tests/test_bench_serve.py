@@ -1,0 +1,31 @@
+"""benchmarks/bench_serve.py runs and prints its table (no timing is asserted).
+
+moto is not in ``make test``'s venv (it is a peer of ``make bench``), so this runs the
+floor and ``vsqs serve`` on tmpfs: the clients, the barrier, both phases, the table.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def test_bench_serve_smoke() -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "benchmarks.bench_serve", "--seconds", "0.3", "--rounds", "1",
+         "--clients", "1,2", "--servers", "floor,vsqs shm"],
+        cwd=ROOT, capture_output=True, text=True, timeout=240, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert "vsqs shm / floor" in lines[1], done.stdout
+    rows = [line.split() for line in lines[3:-1]]
+    assert [row[:2] for row in rows] == [["send", "1"], ["send", "2"], ["receive", "1"],
+                                         ["receive", "2"]]  # fmt: skip
+    for row in rows:
+        floor, served = (float(cell.replace(",", "")) for cell in row[2:4])
+        assert floor > 0
+        assert served > 0  # vsqs serve sent, received and deleted messages

@@ -1,0 +1,192 @@
+"""How a partitioned queue spreads its work: pure decisions, no I/O.
+
+Nothing is shared per message between partitions (no global lock, counter or listing of
+all partitions per call), so N consumers on N partitions take N directory locks in the
+kernel, not one.
+
+* **Publishing.** A message with a ``group`` goes to the partition of the group: the
+  CRC-32 of its UTF-8 bytes modulo N, the same in every process and on every host, so a
+  group's messages keep their order. Without a group, one with a ``dedup_id`` goes to the
+  partition of that id, and the others to the publisher's *sticky* partition: each
+  handle (in each thread) starts at its own partition and moves to the next after
+  :data:`STICKY_RUN` messages, as Kafka's sticky partitioner does, so one publisher's
+  messages spread over every partition in runs that each keep their order.
+* **Receiving.** Each handle (in each thread) has a *home* partition, spread by process
+  id and a per-process count of handles, and claims there first (strictly FIFO in the
+  partition, exactly as a plain queue: a lost race moves to the next message of that
+  partition, never further); when home is empty it takes from the others in turn, and
+  stays with the one it found messages in until that one is empty too (each look at an
+  empty partition lists its directory: looking at an empty home on every call would
+  double the cost of a message; moving to a partition lists it afresh). Every
+  :data:`VISIT_EVERY` calls it looks at another partition first, in turn, home included,
+  so no partition starves however the homes fall; a look gives up at its first lost race
+  there (another consumer serves that partition: walking on past the names it took
+  would cost a failed rename each), and a look that loses a race or finds the partition
+  empty doubles the interval, up to :data:`VISIT_MOST`. A look that finds messages
+  without a lost race brings it back home, or moves it there if its own partition lost
+  races meanwhile (two consumers whose homes fell together: one moves). A blocked
+  receive waits on every partition at once (one :class:`~vsqs.MultiWaiter`).
+* **Order.** FIFO per partition, so per group; across partitions, messages are taken in
+  roughly publish order (each consumer drains its home oldest first).
+* ``fifo=True``: each partition delivers nothing while one of its messages is held, so a
+  group's next message waits until the earlier one is deleted or its lease ends (SQS
+  FIFO's one in flight per group). Unrelated groups that share a partition wait behind
+  each other; a ``fifo=True`` queue created without a count has
+  :data:`~vsqs._options.FIFO_PARTITIONS` partitions so that this is rare.
+
+Capacity is a total (one lock and counter in the queue directory, counting every
+partition); the deduplication markers are one set, in the queue directory, so a
+``dedup_id`` (or ``batch_dedup_id``) is unique across the whole queue, whatever the
+groups (publish through the partitioned queue: a handle on one partition directory
+alone keeps markers of its own); ``shutdown()`` marks every partition and then the
+queue, and the queue is drained when every partition is. Messages found in the queue
+directory itself (written there by a vsqs 0.3 producer, or by a handle opened before the
+queue was partitioned) are delivered too, after the partitions'.
+
+The functions and the class here make those decisions; :mod:`vsqs._sets._partitioned`
+carries them out.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import threading
+import zlib
+from typing import Final
+
+from .._ids import parse_id
+from .._message import Counts
+from .._stats import Stats
+
+STICKY_RUN: Final = 100
+"""Messages a publisher sends to one partition before it moves to the next."""
+VISIT_EVERY: Final = 16
+"""A receiving handle looks at a partition other than its own first once in this many calls
+(at first; see :data:`VISIT_MOST`)."""
+VISIT_MOST: Final = 1024
+"""The longest a receiving handle goes between such looks: each look that loses a race in
+the partition looked at (another consumer serves it), or finds it empty, doubles the
+interval, up to this."""
+
+_handles = itertools.count()  # spreads the homes of the handles (and threads) of a process
+
+
+def partition_name(index: int) -> str:
+    """The directory name of partition *index* inside the queue directory."""
+    return f"partition-{index}"
+
+
+def group_partition(group: str, partitions: int) -> int:
+    """The partition of *group*: CRC-32 of its UTF-8 bytes modulo *partitions* (stable
+    across processes, hosts and Python versions, unlike ``hash()``)."""
+    return zlib.crc32(group.encode()) % partitions
+
+
+class Spread(threading.local):
+    """Where one thread's use of one handle is: its home, the partition it claims from
+    now (its home until that is empty), when it looks elsewhere next, and its sticky
+    partition.
+
+    A ``threading.local``: each thread of a shared handle has its own, so threads spread
+    as handles do, and no lock is needed.
+    """
+
+    def __init__(self, partitions: int) -> None:
+        start = (os.getpid() + next(_handles)) % partitions
+        self.partitions = partitions
+        self.home = start
+        self.current = start
+        self.sticky = start
+        self.run = 0
+        self.calls = 0
+        self.visits = 0
+        self.visit = -1  # the partition this call looks at first, outside the current one
+        self.interval = VISIT_EVERY  # calls between two looks elsewhere (see visited)
+        self.next_visit = VISIT_EVERY  # the call that looks elsewhere next
+        self.mark = 0  # the current partition's lost races when last looked at
+
+    def sticky_partition(self) -> int:
+        """The partition of the next message without a group or key: the same one for
+        :data:`STICKY_RUN` messages, then the next."""
+        if self.run >= STICKY_RUN:
+            self.sticky = (self.sticky + 1) % self.partitions
+            self.run = 0
+        self.run += 1
+        return self.sticky
+
+    def order(self) -> list[int]:
+        """The partitions in the order the next receive looks at them: where this thread
+        claimed last, then home, then the following ones; on a call that looks elsewhere
+        (:attr:`visit`), another one first, in turn."""
+        self.calls += 1
+        home, current, count = self.home, self.current, self.partitions
+        order = [current, *(i for i in (*range(home, count), *range(home)) if i != current)]
+        self.visit = -1
+        if self.calls >= self.next_visit and count > 1:
+            self.visits += 1
+            self.visit = order.pop(1 + self.visits % (count - 1))
+            order.insert(0, self.visit)
+        return order
+
+    def move(self, index: int, misses: int) -> None:
+        """This thread's current partition was empty and it claimed from *index* (whose
+        lost races so far are *misses*): claim there from now on."""
+        self.current = index
+        self.mark = misses
+
+    def visited(self, index: int, *, claimed: bool, lost_race: bool, current_misses: int) -> None:
+        """After a look at partition *index*: when to look elsewhere next, and whether to
+        move there (*current_misses*: the current partition's lost races so far).
+
+        A look gives up at its first lost race, which shows another consumer serving that
+        partition; one that found the partition empty shows nothing to serve: either way
+        the next look comes twice as late (up to :data:`VISIT_MOST` calls), so consumers
+        that each serve a partition seldom step on each other's, and empty partitions
+        are seldom listed. A look that claimed without a lost race (a partition nobody
+        serves) brings the interval back to :data:`VISIT_EVERY`, and moves this thread
+        there if that is its home, or if its current partition lost races since the last
+        look (two consumers on one partition: one moves)."""
+        if lost_race or not claimed:
+            self.interval = min(2 * self.interval, VISIT_MOST)
+        else:
+            self.interval = VISIT_EVERY
+            if index == self.home or current_misses > self.mark:
+                self.current = index
+        self.next_visit = self.calls + self.interval
+
+
+def add_counts(every: list[Counts]) -> Counts:
+    """The sum of several partitions' counts."""
+    return Counts(
+        ready=sum(c.ready for c in every),
+        held=sum(c.held for c in every),
+        delayed=sum(c.delayed for c in every),
+        new=sum(c.new for c in every),
+    )
+
+
+def add_stats(each: tuple[Stats, ...], own: Stats) -> Stats:
+    """The totals of the partitions' stats (*each*) and of the queue directory's (*own*),
+    with *each* kept as the breakdown; the oldest ready message is the oldest of all."""
+    every = (*each, own)
+    oldest = min(
+        (s for s in every if s.oldest_ready_id is not None),
+        key=lambda s: parse_id(s.oldest_ready_id or "") or 0,
+        default=None,
+    )
+    return Stats(
+        produced_messages=sum(s.produced_messages for s in every),
+        produced_bytes=sum(s.produced_bytes for s in every),
+        consumed_messages=sum(s.consumed_messages for s in every),
+        consumed_bytes=sum(s.consumed_bytes for s in every),
+        ready=sum(s.ready for s in every),
+        held=sum(s.held for s in every),
+        delayed=sum(s.delayed for s in every),
+        new=sum(s.new for s in every),
+        oldest_ready_age=None if oldest is None else oldest.oldest_ready_age,
+        is_shutdown=own.is_shutdown,
+        oldest_ready_id=None if oldest is None else oldest.oldest_ready_id,
+        held_back=sum(s.held_back for s in every),
+        partitions=each,
+    )

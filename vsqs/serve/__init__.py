@@ -1,0 +1,58 @@
+"""``vsqs serve``: the SQS API over HTTP on a vsqs root (issue 28).
+
+Every SQS client (boto3, the aws cli, the Java/JS/Go SDKs) can use the queues of a
+:class:`~vsqs.QueueRoot` through this server: each directory of the root is a queue,
+its URL ``http://HOST:PORT/000000000000/NAME``. Both wire protocols (AWS JSON 1.0 and
+query) are answered on one port. The server keeps no state of its own beyond short
+caches, so any number of servers, on any hosts, may serve one root; a message sent
+through one is received through another, or through the library.
+
+>>> server = make_server("/var/lib/queues", port=0)  # doctest: +SKIP
+>>> server.serve_forever()  # doctest: +SKIP
+
+Only the standard library is used.
+
+**Differences from SQS**, each stated where it is made:
+
+* ``MessageId`` is the vsqs id (the publish time in digits), not a UUID; the account id
+  in URLs and ARNs is ``000000000000`` (any is accepted), the region the one a request
+  was signed for (``us-east-1`` unsigned).
+* FIFO queues: at most
+  :data:`~vsqs.serve._queue_attrs.FIFO_PARTITIONS` message groups are in flight at once
+  (one per partition); the ``ReceiveRequestAttemptId`` answer is kept by the server
+  that gave it, in memory, for five minutes.
+* A message keeps at most 10 stored attributes of at most 8 KiB in all: 10 message
+  attributes *and* an explicit deduplication id or a trace header are refused.
+* ``Policy``, ``RedriveAllowPolicy``, ``FifoThroughputLimit``, the KMS attributes and
+  the permissions of ``AddPermission`` are recorded and listed, never enforced (access
+  is the credentials file's business).
+* No 60-second wait before a deleted queue's name is free again, no 60-second limit
+  between two purges.
+* ``SenderId`` is the key that signed the *receive* (senders are not recorded);
+  ``ApproximateFirstReceiveTimestamp`` of a message received more than once is its
+  last counted receive.
+* A queue the library made without a retention keeps its messages for ever and shows
+  ``MessageRetentionPeriod`` 1209600; one made through the API gets SQS's 4 days.
+* ``MaximumMessageSize`` goes up to 1 MiB; a request body up to 8 MiB is read.
+"""
+
+from __future__ import annotations
+
+from ._asgi import ASGIApp, asgi_app
+from ._credentials import Credential, Credentials, CredentialsError, load_credentials
+from ._errors import SqsError
+from ._server import Pages, Server, UnsafeAddress, make_server
+
+__all__ = [
+    "ASGIApp",
+    "Credential",
+    "Credentials",
+    "CredentialsError",
+    "Pages",
+    "Server",
+    "SqsError",
+    "UnsafeAddress",
+    "asgi_app",
+    "load_credentials",
+    "make_server",
+]

@@ -1,0 +1,127 @@
+"""One SQS request in, one answer out: what every front end (the threading HTTP
+server, the ASGI app) calls, so both answer alike.
+
+:func:`answer` checks the signature (with credentials), parses the request in either
+wire protocol, runs the action, and renders the result or the error. It never raises:
+an unexpected failure is a 500 ``InternalFailure`` (its traceback goes to the *log*
+callable, never to the client).
+"""
+
+from __future__ import annotations
+
+import re
+import traceback
+import uuid
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Final
+
+from .. import QueueNotFound
+from . import _sigv4, _wire
+from ._context import Caller
+from ._credentials import Credentials
+from ._errors import SqsError
+from ._service import DEFAULT_REGION, Service
+
+__all__ = ["Answer", "answer", "is_page"]
+
+_SCOPE: Final = re.compile(r"Credential=[^/]*/[0-9]{8}/([^/]+)/")
+_HOST: Final = re.compile(
+    r"[A-Za-z0-9.-]{1,253}(?::[0-9]{1,5})?|\[[0-9A-Fa-f:.]{2,45}\](?::[0-9]{1,5})?"
+)
+
+
+@dataclass(frozen=True)
+class Answer:
+    """An HTTP answer: status, headers, body, and the action (for the access log)."""
+
+    status: int
+    headers: dict[str, str]
+    body: bytes
+    action: str = "-"
+
+
+def is_page(method: str, path: str, query: str) -> bool:
+    """Whether a request is the dashboard's: ``/ui`` and under it, and ``GET``/``HEAD /``
+    without an ``Action``."""
+    if path == "/ui" or path.startswith("/ui/"):
+        return True
+    return method in ("GET", "HEAD") and path == "/" and "Action=" not in query
+
+
+def error_answer(error: SqsError, *, json_protocol: bool, action: str = "-") -> Answer:
+    """The answer for *error*, in the request's protocol."""
+    request_id = str(uuid.uuid4())
+    content_type, body, extra = _wire.error_body(
+        error, json_protocol=json_protocol, request_id=request_id
+    )
+    headers = {"Content-Type": content_type, **extra, "x-amzn-RequestId": request_id}
+    return Answer(error.status, headers, body, action)
+
+
+def _caller(
+    credentials: Credentials | None,
+    method: str,
+    target: tuple[str, str],
+    *,
+    headers: Mapping[str, str],
+    body: bytes,
+    default_host: str,
+) -> Caller:
+    host = headers.get("host", "")
+    if not _HOST.fullmatch(host):  # reflected in queue URLs: only a host[:port]
+        host = default_host
+    if credentials is None:
+        match = _SCOPE.search(headers.get("authorization", ""))
+        return Caller(None, match.group(1) if match else DEFAULT_REGION, host)
+    key, region = _sigv4.verify(credentials, method, target[0], target[1], headers, body)
+    return Caller(key, region, host)
+
+
+def answer(  # noqa: PLR0917 - the parts of one request, as a front end has them
+    service: Service,
+    credentials: Credentials | None,
+    method: str,
+    target: str,
+    headers: Mapping[str, str],
+    body: bytes,
+    default_host: str,
+    log: Callable[[str], None],
+) -> Answer:
+    """The answer to one SQS request (see the module's docstring).
+
+    :param target: the path and query, as received.
+    :param headers: names in lower case (repeated ones joined with ``,``).
+    :param default_host: ``host:port`` for queue URLs when the Host header is unusable.
+    """
+    path, _, query = target.partition("?")
+    json_protocol = "x-amz-target" in headers
+    action = "-"
+    try:
+        caller = _caller(
+            credentials,
+            method,
+            (path, query),
+            headers=headers,
+            body=body,
+            default_host=default_host,
+        )
+        request = _wire.parse(method, headers, query, body)
+        action, json_protocol = request.action, request.json
+        if not request.json and "QueueUrl" not in request.params and path.count("/") >= 2:
+            request.params["QueueUrl"] = path  # the query protocol posts to the queue's URL
+        result = service.handle(caller, request)
+        request_id = str(uuid.uuid4())
+        content_type, payload = _wire.render(request, result, request_id)
+    except SqsError as error:
+        return error_answer(error, json_protocol=json_protocol, action=action)
+    except (QueueNotFound, FileNotFoundError):
+        # RACE: another server (or the library) deleted the queue during the request.
+        gone = SqsError("QueueDoesNotExist", "The specified queue does not exist.")
+        return error_answer(gone, json_protocol=json_protocol, action=action)
+    except Exception:  # noqa: BLE001 - the one place a failure becomes an answer
+        log(traceback.format_exc().rstrip())
+        failure = SqsError("InternalFailure", "The request failed on the server.", sender=False)
+        return error_answer(failure, json_protocol=json_protocol, action=action)
+    headers_out = {"Content-Type": content_type, "x-amzn-RequestId": request_id}
+    return Answer(200, headers_out, payload, action)

@@ -1,0 +1,380 @@
+"""The message actions of the SQS API: receive, delete, change visibility (sending is
+in :mod:`vsqs.serve._sending`).
+
+Each maps onto one :class:`vsqs.Queue` operation and keeps its guarantee: a
+``ReceiveMessage`` claims each message with one rename, so a message goes to one
+receiver whichever server it asks; ``DeleteMessage`` unlinks exactly the held file;
+``ChangeMessageVisibility`` is one rename of it.
+
+**Receipt handles** are the vsqs receipt (``id.expiry``), ``~`` and the receive count
+of that delivery; on a partitioned (FIFO) queue, ``p<index>-`` first, naming the
+partition. As in SQS, a handle stays valid when ``ChangeMessageVisibility`` extends its
+message, through any server: the server that extended it remembers the receipts it
+replaced, and any other follows the lease to its current name (see
+:func:`_superseded`), never to a later delivery of the message.
+
+**System attributes.** ``SentTimestamp`` is the vsqs id's time;
+``ApproximateReceiveCount`` vsqs's receive count; ``ApproximateFirstReceiveTimestamp``
+the start of this receive for a first receive, and otherwise the earliest receive
+vsqs remembers (its last counted one); ``SenderId`` the access key that signed the
+receive (``AIDAVSQSSERVE`` without credentials: senders are not recorded);
+``SequenceNumber`` the id as 20 digits; ``MessageDeduplicationId`` the explicit id, or
+the SHA-256 of the body (content-based).
+
+**ReceiveRequestAttemptId** (FIFO queues): the answer of a receive is kept by this
+server for five minutes under its attempt id, and a retry with the same id gets the
+same messages and handles. The cache is in memory: a retry through another server, or
+after a restart, receives afresh (the messages of the first attempt come back when
+their visibility timeout ends).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, Final
+
+from .. import (
+    InvalidId,
+    LeaseLost,
+    Message,
+    Queue,
+    QueueDrained,
+)
+from . import _attributes, _queue_attrs
+from ._attributes import DEDUP_KEY, TRACE_KEY, Attribute
+from ._errors import SqsError, invalid, missing
+from ._sending import (
+    MAX_BATCH,
+    PRINTABLE,
+    entries,
+    failure,
+    integer,
+    send_message,
+    send_message_batch,
+    sequence_number,
+)
+
+if TYPE_CHECKING:
+    from ._context import Caller, Context
+
+__all__ = ["ACTIONS"]
+
+MAX_WAIT: Final = 20
+_SLICE: Final = 0.5  # a long poll re-checks the server's shutdown this often
+_FOLLOW: Final = 3  # newer receipts of one lease followed before giving up
+_PROBE: Final = 1.0  # seconds of an extension that cannot happen (see _superseded)
+_HANDLE: Final = re.compile(r"(?:p([0-9]{1,4})-)?([0-9]{1,40}\.[0-9]{1,40})(?:~([1-9][0-9]{0,9}))?")
+_SYSTEM: Final = (
+    "SenderId", "SentTimestamp", "ApproximateReceiveCount", "ApproximateFirstReceiveTimestamp",
+    "SequenceNumber", "MessageDeduplicationId", "MessageGroupId", "AWSTraceHeader",
+    "DeadLetterQueueSourceArn",
+)  # fmt: skip
+
+
+# -- receiving --------------------------------------------------------------------------
+
+
+def _names(params: dict[str, Any], key: str) -> list[str]:
+    value = params.get(key) or []
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise invalid(key, value, "must be a list of names.")
+    return value
+
+
+def _handle(queue: Queue, message: Message) -> str:
+    """``[p<partition>-]<receipt>~<receive count>`` (see the module's docstring)."""
+    partitions = queue.partition_queues
+    for index, partition in enumerate(partitions):
+        if len(partitions) > 1 and partition.path == message.queue:
+            return f"p{index}-{message.receipt}~{message.receive_count}"
+    return f"{message.receipt}~{message.receive_count}"
+
+
+def _system_attributes(  # noqa: PLR0912 - one branch per system attribute
+    service: Context, caller: Caller, queue: Queue, message: Message, wanted: set[str]
+) -> dict[str, str]:
+    every = "All" in wanted
+    values: dict[str, str] = {}
+
+    def want(name: str) -> bool:
+        return every or name in wanted
+
+    if want("SenderId"):
+        values["SenderId"] = caller.key.access_key if caller.key else "AIDAVSQSSERVE"
+    if want("SentTimestamp"):
+        values["SentTimestamp"] = str(int(message.sent_at * 1000))
+    if want("ApproximateReceiveCount"):
+        values["ApproximateReceiveCount"] = str(message.receive_count)
+    history = None
+    if want("ApproximateFirstReceiveTimestamp") or want("DeadLetterQueueSourceArn"):
+        try:
+            history = queue.history(message)
+        except (InvalidId, OSError):
+            history = None  # RACE: deleted meanwhile; the fields are approximate anyway
+    if want("ApproximateFirstReceiveTimestamp"):
+        first = message.expires_at - queue.visibility_timeout
+        if history is not None and history.last_received is not None and message.receive_count > 1:
+            first = min(first, history.last_received)
+        values["ApproximateFirstReceiveTimestamp"] = str(int(first * 1000))
+    if want("DeadLetterQueueSourceArn") and history is not None and history.source:
+        values["DeadLetterQueueSourceArn"] = service.arn(caller, history.source.rsplit("/", 1)[-1])
+    if want("MessageGroupId") and message.group is not None:
+        values["MessageGroupId"] = message.group  # a standard queue's (fair queues) too
+    if queue.fifo:
+        if want("SequenceNumber"):
+            values["SequenceNumber"] = sequence_number(message.id)
+        if want("MessageDeduplicationId"):
+            dedup = message.attributes.get(DEDUP_KEY)
+            values["MessageDeduplicationId"] = dedup or hashlib.sha256(message.body).hexdigest()
+    if want("AWSTraceHeader") and TRACE_KEY in message.attributes:
+        values["AWSTraceHeader"] = message.attributes[TRACE_KEY]
+    return values
+
+
+def _outgoing_message(
+    service: Context,
+    caller: Caller,
+    queue: Queue,
+    message: Message,
+    *,
+    system: set[str],
+    names: list[str],
+) -> dict[str, Any]:
+    body = message.body.decode("utf-8", errors="replace")
+    body = _attributes.BAD_CHAR.sub("\ufffd", body)
+    result: dict[str, Any] = {
+        "MessageId": message.id,
+        "ReceiptHandle": _handle(queue, message),
+        "MD5OfBody": _attributes.md5_of_body(body),
+        "Body": body,
+    }
+    attributes = _system_attributes(service, caller, queue, message, system) if system else {}
+    if attributes:
+        result["Attributes"] = attributes
+    chosen: dict[str, Attribute] = (
+        _attributes.select(_attributes.decode(message.attributes), names) if names else {}
+    )
+    if chosen:
+        result["MD5OfMessageAttributes"] = _attributes.md5_of_attributes(chosen)
+        result["MessageAttributes"] = {
+            name: _attribute_value(kind, value) for name, (kind, value) in chosen.items()
+        }
+    return result
+
+
+def _attribute_value(kind: str, value: str | bytes) -> dict[str, str]:
+    if isinstance(value, bytes):
+        import base64  # noqa: PLC0415 - only binary attributes need it
+
+        return {"DataType": kind, "BinaryValue": base64.b64encode(value).decode()}
+    return {"DataType": kind, "StringValue": value}
+
+
+def receive_message(
+    service: Context, caller: Caller, name: str, queue: Queue, params: dict[str, Any]
+) -> dict[str, Any]:
+    count = integer(params, "MaxNumberOfMessages", 1, MAX_BATCH) or 1
+    visibility = integer(params, "VisibilityTimeout", 0, 43200)
+    wait = integer(params, "WaitTimeSeconds", 0, MAX_WAIT)
+    if wait is None:
+        wait = int(_queue_attrs.sqs_options(queue)["ReceiveMessageWaitTimeSeconds"])
+    system = set(_names(params, "AttributeNames")) | set(
+        _names(params, "MessageSystemAttributeNames")
+    )
+    for attribute in system:
+        if attribute != "All" and attribute not in _SYSTEM and attribute not in _queue_attrs.ALL:
+            raise SqsError("InvalidAttributeName", f"Unknown Attribute {attribute}.")
+    names = _names(params, "MessageAttributeNames")
+    attempt = params.get("ReceiveRequestAttemptId")
+    if attempt is not None:
+        if not isinstance(attempt, str) or not PRINTABLE.fullmatch(attempt):
+            raise invalid("ReceiveRequestAttemptId", attempt, "1 to 128 printable characters.")
+        if queue.fifo:
+            again = service.attempts.get(name, attempt)
+            if again is not None:
+                return {"Messages": again} if again else {}
+    messages = _receive(service, queue, count, visibility, wait)
+    answer = [
+        _outgoing_message(service, caller, queue, m, system=system, names=names) for m in messages
+    ]
+    if attempt is not None and queue.fifo:
+        service.attempts.put(name, attempt, answer)
+    return {"Messages": answer} if answer else {}
+
+
+def _receive(
+    service: Context, queue: Queue, count: int, visibility: int | None, wait: int
+) -> list[Message]:
+    """Up to *count* messages, waiting up to *wait* seconds on the queue's own waiting,
+    in slices so that a shutdown of the server ends the wait within :data:`_SLICE`."""
+    deadline = time.monotonic() + wait
+    while True:
+        remaining = deadline - time.monotonic()
+        timeout = 0.0 if service.stopping.is_set() else max(0.0, min(remaining, _SLICE))
+        try:
+            got = queue.receive_batch(count, visibility_timeout=visibility, timeout=timeout)
+        except QueueDrained:
+            return []
+        if got or timeout == 0 or remaining <= _SLICE:
+            return got
+
+
+# -- deleting and changing visibility ---------------------------------------------------
+
+
+def _target(queue: Queue, handle: object) -> tuple[Queue, str, int | None]:
+    """The (partition) queue, vsqs receipt and receive count of a receipt handle."""
+    match = _HANDLE.fullmatch(handle) if isinstance(handle, str) else None
+    partitions = queue.partition_queues
+    index = int(match.group(1) or 0) if match else 0
+    if (
+        match is None
+        or (match.group(1) is None) != (len(partitions) == 1)
+        or index >= len(partitions)
+    ):
+        raise _invalid_handle(handle)
+    count = match.group(3)
+    return partitions[index], match.group(2), None if count is None else int(count)
+
+
+def _invalid_handle(handle: object) -> SqsError:
+    return SqsError("ReceiptHandleIsInvalid", f'The input receipt handle "{handle}" is not valid.')
+
+
+def _superseded(target: Queue, receipt: str, count: int | None) -> str | None:
+    """The receipt a lease lives on under, if *receipt* (which names no file now) was
+    extended through another handle: another server, or this one before a restart.
+
+    In SQS a receipt handle stays valid when ChangeMessageVisibility extends its
+    message; in vsqs the extension renames the held file. vsqs's diagnosis of a lost
+    lease (:class:`~vsqs.LeaseLost` ``superseded``, with the current receipt) is asked
+    for by an extension that cannot succeed (the name is gone, and no rename ever makes a
+    name again), so the probe changes nothing. The lease is followed only if no lease of
+    the message ended since the handle's receive: its count of ended receives is still
+    the one before that receive (the handle carries the receive's count).
+    """
+    if count is None:
+        return None  # a handle without its receive's count is never followed
+    try:
+        target.change_visibility(receipt, _PROBE)
+    except LeaseLost as lost:
+        if lost.reason != "superseded" or not lost.current:
+            return None
+        try:
+            ended = target.history(lost.current).receive_count
+        except (InvalidId, OSError):
+            return None  # RACE: deleted meanwhile
+        return lost.current if ended == count - 1 else None
+    return None  # RACE: unreachable unless the name came back (then it was extended now)
+
+
+def _delete(queue: Queue, handle: object) -> None:
+    target, receipt, count = _target(queue, handle)
+    try:
+        for _ in range(_FOLLOW):
+            if target.delete(receipt):
+                return
+            # Deleting a receipt whose lease has ended is no error (as in SQS); one whose
+            # lease lives on under a newer receipt deletes the message.
+            current = _superseded(target, receipt, count)
+            if current is None:
+                return
+            receipt = current  # RACE: extended again meanwhile: follow it, a few times
+    except InvalidId:
+        raise _invalid_handle(handle) from None
+
+
+def _change(queue: Queue, handle: object, seconds: object) -> None:
+    if seconds is None:
+        raise missing("VisibilityTimeout")
+    if isinstance(seconds, bool) or not isinstance(seconds, int) or not 0 <= seconds <= 43200:
+        raise invalid("VisibilityTimeout", seconds, "must be an integer from 0 to 43200.")
+    target, receipt, count = _target(queue, handle)
+    for attempt in range(_FOLLOW):
+        try:
+            target.change_visibility(receipt, seconds)
+        except InvalidId:
+            raise _invalid_handle(handle) from None
+        except LeaseLost as exc:
+            current = _superseded(target, receipt, count) if attempt + 1 < _FOLLOW else None
+            if current is not None:
+                receipt = current  # extended through another server: the lease lives on
+                continue
+            raise SqsError(
+                "MessageNotInflight",
+                f"Message does not exist or is not available for visibility timeout change "
+                f"({exc.reason or 'gone'}).",
+            ) from None
+        return
+
+
+def delete_message(
+    service: Context, caller: Caller, name: str, queue: Queue, params: dict[str, Any]
+) -> dict[str, Any]:
+    del service, caller, name
+    if "ReceiptHandle" not in params:
+        raise missing("ReceiptHandle")
+    _delete(queue, params["ReceiptHandle"])
+    return {}
+
+
+def change_message_visibility(
+    service: Context, caller: Caller, name: str, queue: Queue, params: dict[str, Any]
+) -> dict[str, Any]:
+    del service, caller, name
+    if "ReceiptHandle" not in params:
+        raise missing("ReceiptHandle")
+    _change(queue, params["ReceiptHandle"], params.get("VisibilityTimeout"))
+    return {}
+
+
+def _batch(
+    queue: Queue, params: dict[str, Any], one: Callable[[dict[str, Any]], None]
+) -> dict[str, Any]:
+    successful: list[dict[str, Any]] = []
+    failed: list[dict[str, Any]] = []
+    for entry in entries(params):
+        try:
+            if "ReceiptHandle" not in entry:
+                raise missing("ReceiptHandle")
+            one(entry)
+        except SqsError as exc:
+            failed.append(failure(entry["Id"], exc))
+        else:
+            successful.append({"Id": entry["Id"]})
+    del queue
+    return {"Successful": successful, "Failed": failed}
+
+
+def delete_message_batch(
+    service: Context, caller: Caller, name: str, queue: Queue, params: dict[str, Any]
+) -> dict[str, Any]:
+    del service, caller, name
+    return _batch(queue, params, lambda entry: _delete(queue, entry["ReceiptHandle"]))
+
+
+def change_message_visibility_batch(
+    service: Context, caller: Caller, name: str, queue: Queue, params: dict[str, Any]
+) -> dict[str, Any]:
+    del service, caller, name
+    return _batch(
+        queue,
+        params,
+        lambda entry: _change(queue, entry["ReceiptHandle"], entry.get("VisibilityTimeout")),
+    )
+
+
+ACTIONS: Final[
+    dict[str, Callable[[Context, Caller, str, Queue, dict[str, Any]], dict[str, Any]]]
+] = {
+    "SendMessage": send_message,
+    "SendMessageBatch": send_message_batch,
+    "ReceiveMessage": receive_message,
+    "DeleteMessage": delete_message,
+    "DeleteMessageBatch": delete_message_batch,
+    "ChangeMessageVisibility": change_message_visibility,
+    "ChangeMessageVisibilityBatch": change_message_visibility_batch,
+}

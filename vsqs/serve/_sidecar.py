@@ -1,0 +1,94 @@
+"""What the SQS API keeps about a queue that vsqs itself does not: one small JSON file.
+
+``.vsqs/sqs.json`` in the queue's directory (the name is :data:`vsqs._layout.SQS_STATE`)
+holds a JSON object::
+
+    {"created": 1732257000.1, "modified": 1732257000.1,
+     "attributes": {"ReceiveMessageWaitTimeSeconds": "20", "MaximumMessageSize": "262144"},
+     "tags": {"team": "orders"},
+     "permissions": {"label": {"accounts": ["123456789012"], "actions": ["SendMessage"]}},
+     "tasks": [{"handle": "...", "status": "RUNNING", ...}]}
+
+``attributes`` are the queue attributes that have no vsqs setting (the others are
+vsqs's stored settings: ``VisibilityTimeout`` is ``visibility_timeout``, and so on).
+Permissions are recorded and listed, never enforced (access is the credentials
+file's business). A queue without the file (made by the library) has none of these.
+
+Written as the settings are: a whole new file renamed over the old one (readers see one
+or the other), under an ``flock`` on ``.vsqs/sqs.lock`` so that two servers changing
+one queue's tags at once both land. A file that is not a JSON object is treated as
+absent when read and replaced by the next change.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any, Final
+
+from .. import _fs
+from .._layout import ROOT, SQS_LOCK, SQS_STATE, Layout
+
+__all__ = ["read", "update"]
+
+_LOCK_POLL: Final = 0.005
+_threads = threading.Lock()  # flock is per open file: threads of one process queue here first
+
+
+def read(queue_dir: str) -> dict[str, Any]:
+    """The queue's SQS record (an empty one if it has none, or an unreadable one)."""
+    layout = Layout(queue_dir)
+    try:
+        raw = layout.read(ROOT, SQS_STATE)
+    except OSError:
+        return {}  # RACE: the queue was deleted meanwhile (or a non-file was planted there)
+    finally:
+        layout.close()
+    if raw is None:
+        return {}
+    try:
+        document = json.loads(raw)
+    except ValueError:
+        return {}
+    return document if isinstance(document, dict) else {}
+
+
+@contextmanager
+def _locked(layout: Layout) -> Iterator[None]:
+    with _threads:
+        fd = layout.open_lock(SQS_LOCK)
+        try:
+            while not _fs.try_lock(fd):
+                time.sleep(_LOCK_POLL)  # another server is changing this queue's record
+            yield
+        finally:
+            _fs.close(fd)  # closing releases the flock
+
+
+def update(
+    queue_dir: str, change: Callable[[dict[str, Any]], object], *, touch: bool = False
+) -> dict[str, Any]:
+    """Apply *change* (which edits the record in place) and store the result; return it.
+
+    Atomic (one rename) and serialised with every other update of the queue, by any
+    process on any host whose filesystem honours ``flock``. With *touch*, ``modified``
+    (the queue's ``LastModifiedTimestamp``) is set to now. An exception raised by
+    *change* leaves the record as it was.
+    """
+    layout = Layout(queue_dir)
+    try:
+        with _locked(layout):
+            document = read(queue_dir)
+            change(document)
+            now = time.time()
+            document.setdefault("created", now)
+            if touch or "modified" not in document:
+                document["modified"] = now
+            layout.write(ROOT, SQS_STATE, json.dumps(document).encode(), durable=True)
+            layout.fsync(ROOT)
+    finally:
+        layout.close()
+    return document

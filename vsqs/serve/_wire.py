@@ -1,0 +1,293 @@
+"""The two wire protocols of SQS, both ways: requests in, responses and errors out.
+
+* **AWS JSON 1.0**: ``POST`` with ``X-Amz-Target: AmazonSQS.<Action>`` and a JSON
+  object body; the answer is JSON (``application/x-amz-json-1.0``), an error
+  ``{"__type": "com.amazonaws.sqs#<Code>", "message": ...}`` with the
+  ``x-amzn-query-error: <query code>;Sender`` header (current boto3, aws cli v2, the
+  SDKs v3).
+* **Query**: ``Action=<Action>&...`` form-encoded in a ``POST`` body or in a ``GET``
+  query; lists and maps spelled ``AttributeName.1``, ``Attribute.1.Name`` /
+  ``Attribute.1.Value``, ``SendMessageBatchRequestEntry.1.Id`` and so on; the answer
+  is XML ``<ActionResponse><ActionResult>...`` and an error ``<ErrorResponse>`` (boto3
+  before 1.34.90, the Java SDK v1).
+
+Both are turned into one shape, the JSON protocol's (a dict of parameters named as in
+botocore's service model), so each action is written once. Pure functions, no I/O.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping
+from typing import Any, Final
+from urllib.parse import parse_qsl
+from xml.sax.saxutils import escape
+
+from ._errors import SqsError, invalid
+
+__all__ = ["ACTIONS", "Request", "error_body", "parse", "render"]
+
+ACTIONS: Final = frozenset({
+    "CreateQueue", "DeleteQueue", "GetQueueUrl", "ListQueues", "GetQueueAttributes",
+    "SetQueueAttributes", "PurgeQueue", "SendMessage", "SendMessageBatch", "ReceiveMessage",
+    "DeleteMessage", "DeleteMessageBatch", "ChangeMessageVisibility",
+    "ChangeMessageVisibilityBatch", "ListDeadLetterSourceQueues", "TagQueue", "UntagQueue",
+    "ListQueueTags", "AddPermission", "RemovePermission", "StartMessageMoveTask",
+    "ListMessageMoveTasks", "CancelMessageMoveTask",
+})  # fmt: skip
+"""The 23 actions of the SQS API (2012-11-05)."""
+
+JSON_TYPE: Final = "application/x-amz-json-1.0"
+XML_TYPE: Final = "text/xml"
+_NAMESPACE: Final = "http://queue.amazonaws.com/doc/2012-11-05/"
+_TARGET: Final = re.compile(r"AmazonSQS\.([A-Za-z]+)")
+_INDEX: Final = re.compile(r"[1-9][0-9]{0,5}")
+_DOT: Final = re.compile(r"\.")
+_MAX_DEPTH: Final = 8  # SendMessageBatchRequestEntry.1.MessageAttribute.1.Value.StringValue: 6
+_MAX_FIELDS: Final = 10_000  # ten entries of ten attributes need a few hundred
+
+# A query list or map (its query name) -> (its JSON name, "list" | "map" | "entries",
+# the key's and the value's names in a map's entries).
+_QUERY_FIELDS: Final[dict[str, tuple[str, str, str, str]]] = {
+    "Attribute": ("Attributes", "map", "Name", "Value"),
+    "AttributeName": ("AttributeNames", "list", "", ""),
+    "MessageSystemAttributeName": ("MessageSystemAttributeNames", "list", "", ""),
+    "MessageAttributeName": ("MessageAttributeNames", "list", "", ""),
+    "MessageAttribute": ("MessageAttributes", "map", "Name", "Value"),
+    "MessageSystemAttribute": ("MessageSystemAttributes", "map", "Name", "Value"),
+    "Tag": ("Tags", "map", "Key", "Value"),
+    "TagKey": ("TagKeys", "list", "", ""),
+    "AWSAccountId": ("AWSAccountIds", "list", "", ""),
+    "ActionName": ("Actions", "list", "", ""),
+    "SendMessageBatchRequestEntry": ("Entries", "entries", "", ""),
+    "DeleteMessageBatchRequestEntry": ("Entries", "entries", "", ""),
+    "ChangeMessageVisibilityBatchRequestEntry": ("Entries", "entries", "", ""),
+    "StringListValue": ("StringListValues", "list", "", ""),
+    "BinaryListValue": ("BinaryListValues", "list", "", ""),
+}
+_INTEGERS: Final = frozenset({
+    "DelaySeconds", "MaxNumberOfMessages", "VisibilityTimeout", "WaitTimeSeconds",
+    "MaxResults", "MaxNumberOfMessagesPerSecond",
+})  # fmt: skip
+# A JSON list or map of a result -> the element name each item gets in XML.
+_XML_ITEMS: Final = {
+    "QueueUrls": "QueueUrl",
+    "queueUrls": "QueueUrl",
+    "Messages": "Message",
+    "Failed": "BatchResultErrorEntry",
+    "Results": "ListMessageMoveTasksResultEntry",
+    "StringListValues": "StringListValue",
+    "BinaryListValues": "BinaryListValue",
+}
+_XML_MAPS: Final = {
+    "Attributes": ("Attribute", "Name", "Value"),
+    "MessageAttributes": ("MessageAttribute", "Name", "Value"),
+    "Tags": ("Tag", "Key", "Value"),
+}
+_XML_ESCAPES: Final = {'"': "&quot;", "\r": "&#xD;"}
+# What the query protocol says instead, where it says something else (as SQS does).
+_QUERY_MESSAGES: Final = {
+    "QueueDoesNotExist": "The specified queue does not exist for this wsdl version.",
+}
+
+
+class Request:
+    """One request in the JSON protocol's shape: the action, its parameters, and which
+    protocol to answer in."""
+
+    __slots__ = ("action", "json", "params")
+
+    def __init__(self, action: str, params: dict[str, Any], *, json: bool) -> None:
+        self.action = action
+        self.params = params
+        self.json = json
+
+
+def _tree(pairs: list[tuple[str, str]]) -> dict[str, Any]:
+    """``A.1.B=v`` pairs as nested dicts ``{"A": {"1": {"B": "v"}}}``."""
+    root: dict[str, Any] = {}
+    for key, value in pairs:
+        node = root
+        *path, last = _DOT.split(key, _MAX_DEPTH)  # a parameter's name, not a message's
+        if len(path) >= _MAX_DEPTH:
+            raise SqsError("MalformedQueryString", f"parameter {key[:80]!r} is nested too deep")
+        for part in path:
+            child = node.setdefault(part, {})
+            if not isinstance(child, dict):
+                raise SqsError("MalformedQueryString", f"parameter {key!r} is given twice")
+            node = child
+        if last in node:
+            raise SqsError("MalformedQueryString", f"parameter {key!r} is given twice")
+        node[last] = value
+    return root
+
+
+def _indexed(node: object, name: str) -> list[Any]:
+    """The items of a query list ``{"1": a, "2": b}``, in index order."""
+    if not isinstance(node, dict) or not all(_INDEX.fullmatch(k) for k in node):
+        raise SqsError("MalformedQueryString", f"{name} must be numbered {name}.1, {name}.2...")
+    return [node[k] for k in sorted(node, key=int)]
+
+
+def _from_query(node: dict[str, Any]) -> dict[str, Any]:
+    """A query tree as JSON-protocol parameters (lists, maps and batch entries)."""
+    params: dict[str, Any] = {}
+    for name, value in node.items():
+        field = _QUERY_FIELDS.get(name)
+        if field is None:
+            if isinstance(value, dict):
+                params[name] = _from_query(value)
+            else:
+                params[name] = _integer(name, value) if name in _INTEGERS else value
+            continue
+        target, kind, key_name, value_name = field
+        items = _indexed(value, name)
+        if kind == "list":
+            if not all(isinstance(item, str) for item in items):
+                raise SqsError("MalformedQueryString", f"{name}.N must be a value")
+            params[target] = items
+        elif kind == "entries":
+            if not all(isinstance(item, dict) for item in items):
+                raise SqsError("MalformedQueryString", f"{name}.N must have fields")
+            params[target] = [_from_query(item) for item in items]
+        else:
+            mapping: dict[str, Any] = {}
+            for item in items:
+                if not isinstance(item, dict) or key_name not in item or value_name not in item:
+                    raise SqsError(
+                        "MalformedQueryString", f"{name}.N needs .{key_name} and .{value_name}"
+                    )
+                inner = item[value_name]
+                mapping[item[key_name]] = _from_query(inner) if isinstance(inner, dict) else inner
+            params[target] = mapping
+    return params
+
+
+def _integer(name: str, value: str) -> int:
+    try:
+        return int(value, 10)
+    except ValueError:
+        raise invalid(name, value, "must be an integer.") from None
+
+
+def parse(method: str, headers: Mapping[str, str], query: str, body: bytes) -> Request:
+    """The request in one shape.
+
+    :param headers: names in lower case.
+    :raises SqsError: not an SQS request (``InvalidAction``, ``MissingAction``),
+        malformed JSON or form data (``MalformedQueryString``, ``SerializationException``).
+    """
+    target = headers.get("x-amz-target")
+    if target is not None:
+        match = _TARGET.fullmatch(target.strip())
+        if match is None or match.group(1) not in ACTIONS:
+            raise SqsError(
+                "InvalidAction", f"The action {target!r} is not valid for this endpoint."
+            )
+        if method != "POST":
+            raise SqsError("InvalidAction", "The JSON protocol needs a POST.")
+        try:
+            params = json.loads(body) if body.strip() else {}
+        except (ValueError, UnicodeDecodeError, RecursionError):  # RecursionError: [[[[...
+            raise SqsError("SerializationException", "The body is not valid JSON.") from None
+        if not isinstance(params, dict):
+            raise SqsError("SerializationException", "The body must be a JSON object.")
+        return Request(match.group(1), params, json=True)
+    pairs: list[tuple[str, str]] = []
+    try:
+        pairs.extend(
+            parse_qsl(
+                query,
+                keep_blank_values=True,
+                strict_parsing=bool(query),
+                max_num_fields=_MAX_FIELDS,
+            )
+        )
+        content_type = headers.get("content-type", "")
+        if method == "POST" and body and "json" not in content_type:
+            text = body.decode("utf-8")
+            pairs.extend(
+                parse_qsl(
+                    text, keep_blank_values=True, strict_parsing=True, max_num_fields=_MAX_FIELDS
+                )
+            )
+    except (ValueError, UnicodeDecodeError):
+        raise SqsError("MalformedQueryString", "The form data cannot be read.") from None
+    fields = dict(pairs)
+    action = fields.get("Action")
+    if action is None:
+        raise SqsError("MissingAction", "The request must contain the parameter Action.")
+    if action not in ACTIONS:
+        raise SqsError("InvalidAction", f"The action {action[:80]} is not valid for this endpoint.")
+    skip = ("Action", "Version", "AWSAccessKeyId", "Signature", "SignatureMethod",
+            "SignatureVersion", "Timestamp", "Expires")  # fmt: skip
+    kept = [(k, v) for k, v in pairs if k not in skip and not k.startswith("X-Amz-")]
+    return Request(action, _from_query(_tree(kept)), json=False)
+
+
+def _xml(name: str, value: object, out: list[str], action: str) -> None:
+    if value is None:
+        return
+    if isinstance(value, bool):
+        out.append(f"<{name}>{'true' if value else 'false'}</{name}>")
+    elif isinstance(value, list):
+        item = _XML_ITEMS.get(name)
+        if item is None and name == "Successful":
+            item = f"{action}ResultEntry"
+        for element in value:
+            _xml(item or name, element, out, action)
+    elif isinstance(value, dict) and name in _XML_MAPS:
+        item, key_name, value_name = _XML_MAPS[name]
+        for key, inner in value.items():
+            out.append(f"<{item}><{key_name}>{escape(str(key), _XML_ESCAPES)}</{key_name}>")
+            _xml(value_name, inner, out, action)
+            out.append(f"</{item}>")
+    elif isinstance(value, dict):
+        out.append(f"<{name}>")
+        for key, inner in value.items():
+            _xml(key, inner, out, action)
+        out.append(f"</{name}>")
+    else:
+        out.append(f"<{name}>{escape(str(value), _XML_ESCAPES)}</{name}>")
+
+
+def render(request: Request, result: dict[str, Any], request_id: str) -> tuple[str, bytes]:
+    """(content type, body) of a successful answer."""
+    if request.json:
+        return JSON_TYPE, json.dumps(result, separators=(",", ":")).encode()
+    action = request.action
+    out = [f'<?xml version="1.0"?><{action}Response xmlns="{_NAMESPACE}">']
+    if result or action not in _NO_RESULT:
+        out.append(f"<{action}Result>")
+        for key, value in result.items():
+            _xml(key, value, out, action)
+        out.append(f"</{action}Result>")
+    out.append(f"<ResponseMetadata><RequestId>{request_id}</RequestId></ResponseMetadata>")
+    out.append(f"</{action}Response>")
+    return XML_TYPE, "".join(out).encode()
+
+
+_NO_RESULT: Final = frozenset({
+    "DeleteQueue", "SetQueueAttributes", "PurgeQueue", "DeleteMessage",
+    "ChangeMessageVisibility", "TagQueue", "UntagQueue", "AddPermission", "RemovePermission",
+})  # fmt: skip
+
+
+def error_body(
+    error: SqsError, *, json_protocol: bool, request_id: str
+) -> tuple[str, bytes, dict[str, str]]:
+    """(content type, body, extra headers) of an error answer, in the request's protocol."""
+    fault = "Sender" if error.sender else "Receiver"
+    headers = {"x-amzn-query-error": f"{error.query_code};{fault}"}
+    if json_protocol:
+        body = {"__type": f"com.amazonaws.sqs#{error.code}", "message": error.text}
+        return JSON_TYPE, json.dumps(body).encode(), headers
+    message = _QUERY_MESSAGES.get(error.code, error.text)
+    text = (
+        f'<?xml version="1.0"?><ErrorResponse xmlns="{_NAMESPACE}"><Error>'
+        f"<Type>{fault}</Type><Code>{escape(error.query_code)}</Code>"
+        f"<Message>{escape(message, _XML_ESCAPES)}</Message><Detail/></Error>"
+        f"<RequestId>{request_id}</RequestId></ErrorResponse>"
+    )
+    return XML_TYPE, text.encode(), headers
