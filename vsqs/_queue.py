@@ -1074,8 +1074,8 @@ class Queue:
         moves on to the next one, never further: each consumer claims in id order.
         *looking* (a partitioned queue's look at a partition other than the one it
         claims from): give up at the first lost race instead, which shows that another
-        consumer serves this directory (the caller then forgets the view, so that its
-        next look lists afresh rather than walking past every name taken meanwhile).
+        consumer serves this directory, rather than walk past every name taken since
+        this handle listed it (a failed rename each).
 
         *made_ready* (consumed) are the messages made ready since a look that found
         nothing ready, as the waiter saw them (packed ids, and announcements:
