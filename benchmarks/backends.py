@@ -191,7 +191,7 @@ class VsqsAdapter:
 
 def claim_misses(q: object) -> int | None:
     """Failed claims (renames that lost a race) so far, where the queue counts them."""
-    for owner, attr in ((q, "_claim_misses"), (getattr(q, "_consumer", None), "claim_misses")):
+    for owner, attr in ((q, "claim_misses"), (getattr(q, "_consumer", None), "claim_misses")):
         value = getattr(owner, attr, None)
         if isinstance(value, int):
             return value

@@ -69,7 +69,7 @@ def _consumer(path: str, policy: str, start_at: float) -> None:
         got.append(int(message.body))
         queue.delete(message)
     elapsed = time.perf_counter() - began
-    misses = queue._claim_misses  # a benchmark may read the counter
+    misses = queue.claim_misses
     print(json.dumps({"got": got, "misses": misses, "elapsed": elapsed}))
 
 

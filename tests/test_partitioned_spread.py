@@ -99,7 +99,7 @@ def test_consumers_that_each_serve_a_partition_seldom_look_at_each_others(
     # time, past the names the other consumer had taken since this one listed.
     for consumer, home in ((a, homes[0]), (b, homes[1])):
         other = consumer.partition_queues[1 - home]
-        assert other._claim_misses <= 8, other._claim_misses
+        assert other.claim_misses <= 8, other.claim_misses
 
 
 def test_empty_partitions_are_looked_at_less_and_less_often(

@@ -374,14 +374,21 @@ class Queue:
         """A plain queue on each partition directory (this queue itself, unpartitioned)."""
         return (self,)
 
-    def partition_for(self, group: str | None = None) -> Queue:
-        """The partition a message of *group* is published to (this queue, unpartitioned)."""
+    def partition_for(self, group: str | None = None, *, key: str | None = None) -> Queue:
+        """The partition a message of *group* (or, without one, of dedup *key*) is
+        published to: this queue itself, unpartitioned."""
         return self
 
     @property
-    def _claim_misses(self) -> int:
-        """Claims this object lost to another consumer (for benchmarks and tests)."""
+    def claim_misses(self) -> int:
+        """Claims this handle lost to another consumer (the message was gone when it
+        renamed it): a count that rises means other consumers serve this queue too."""
         return self._consumer.claim_misses
+
+    def refresh(self) -> None:
+        """Forget this handle's view of the directory: its next receive lists it afresh
+        (after other consumers took many of the messages it knew of). No I/O."""
+        self._consumer.invalidate()
 
     # -- publishing: create and commit --------------------------------------------------
 
@@ -855,6 +862,11 @@ class Queue:
         :raises QueueClosed: the queue was shut down.
         """
         attrs, delay_us = self._check_extras(attributes, delay, dedup_id, group)
+        target = self.partition_for(group, key=dedup_id)
+        if target is not self:  # a partitioned queue: the message's partition publishes it
+            return target.publish_file(
+                path, attributes=attributes, delay=delay, dedup_id=dedup_id, group=group
+            )
         source = _ingest.Linked.of(os.fspath(path))
         self._shutdown.check_open()  # fail before touching anything
         staged: list[str] = []
@@ -892,6 +904,12 @@ class Queue:
         :raises InvalidPayload: the stream returns text.
         """
         attrs, delay_us = self._check_extras(attributes, delay, dedup_id, group)
+        target = self.partition_for(group, key=dedup_id)
+        if target is not self:  # a partitioned queue: the message's partition publishes it
+            return target.publish_stream(
+                readable, attributes=attributes, delay=delay, dedup_id=dedup_id, group=group,
+                chunk_size=chunk_size,
+            )  # fmt: skip
         copy = _ingest.stream_writer(readable, chunk_size)
         self._shutdown.check_open()
         staged: list[str] = []
@@ -1021,6 +1039,28 @@ class Queue:
             # waiter takes the next token and the names under one lock, so every event the
             # token counts is in the names, and any later one wakes the next wait.
             token, made_ready = waiter.wait_ready(token, self._pause(now, deadline))
+
+    def try_receive(
+        self, max_messages: int = 1, *, visibility_timeout: float | None = None
+    ) -> list[Message]:
+        """Claim up to *max_messages* without waiting, as :meth:`receive_batch` with
+        ``timeout=0``, but stop at the first race lost to another consumer (where a
+        receive moves on to the next message): a look at a queue that others may be
+        serving, which takes what nobody else is taking and little time where others
+        are. Each claim is atomic, oldest first.
+
+        :raises QueueDrained: the queue is shut down and empty.
+        """
+        batch_size(max_messages)
+        vt_us = (
+            self._vt_us
+            if visibility_timeout is None
+            else round(_seconds(visibility_timeout, "visibility_timeout") * 1e6)
+        )
+        got = self._claim(max_messages, vt_us, looking=True)
+        if not got and self._is_drained():
+            raise QueueDrained(self.path)
+        return got
 
     def next_look(self, deadline: float | None = None) -> float:
         """Seconds until something this handle knows of may change the queue without a

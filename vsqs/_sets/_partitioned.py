@@ -201,40 +201,6 @@ class PartitionedQueue(Queue, partitioned=True):
                     ids[index] = message_id
             return ids
 
-    def publish_file(
-        self,
-        path: str | os.PathLike[str],
-        *,
-        attributes: Mapping[str, str] | None = None,
-        delay: float = 0.0,
-        dedup_id: str | None = None,
-        group: str | None = None,
-    ) -> str:
-        """:meth:`Queue.publish_file` into the message's partition."""
-        if self._capacity is not None:
-            raise ValueError("publish_file and publish_stream do not support bounded queues")
-        return self.partition_for(group, key=dedup_id).publish_file(
-            path, attributes=attributes, delay=delay, dedup_id=dedup_id, group=group
-        )
-
-    def publish_stream(
-        self,
-        readable: object,
-        *,
-        attributes: Mapping[str, str] | None = None,
-        delay: float = 0.0,
-        dedup_id: str | None = None,
-        group: str | None = None,
-        chunk_size: int = 1 << 20,
-    ) -> str:
-        """:meth:`Queue.publish_stream` into the message's partition."""
-        if self._capacity is not None:
-            raise ValueError("publish_file and publish_stream do not support bounded queues")
-        return self.partition_for(group, key=dedup_id).publish_stream(
-            readable, attributes=attributes, delay=delay, dedup_id=dedup_id, group=group,
-            chunk_size=chunk_size,
-        )  # fmt: skip
-
     # -- receiving ------------------------------------------------------------------------
 
     def receive(
@@ -300,7 +266,7 @@ class PartitionedQueue(Queue, partitioned=True):
             if index == tried:
                 continue
             if index not in (spread.current, visit):  # moving on: list afresh, not walk
-                parts[index]._consumer.invalidate()  # noqa: SLF001  # a Queue's view, by Queue
+                parts[index].refresh()
             if index == visit:
                 claimed, done = self._look(index, limit - len(got), visibility_timeout)
                 drained += done
@@ -313,7 +279,7 @@ class PartitionedQueue(Queue, partitioned=True):
                     drained += 1
                     claimed = []
                 if claimed and index != spread.current:  # the current one was empty: move
-                    spread.move(index, parts[index]._claim_misses)  # noqa: SLF001
+                    spread.move(index, parts[index].claim_misses)
             got += claimed
             if len(got) >= limit:
                 return got, False
@@ -331,16 +297,19 @@ class PartitionedQueue(Queue, partitioned=True):
         claims, none once it loses a race there, and whether that partition is drained."""
         parts, spread = self._parts, self._spread
         part = parts[index]
-        # A Queue's own steps and counters, used by a Queue: the claim arrow, bounded.
-        lost, vt_us = part._claim_misses, part._vt_us  # noqa: SLF001
-        if visibility_timeout is not None:
-            vt_us = round(visibility_timeout * 1e6)
-        claimed = part._claim(limit, vt_us, looking=True)  # noqa: SLF001
-        lost_race = part._claim_misses > lost  # noqa: SLF001
-        current = parts[spread.current]._claim_misses  # noqa: SLF001
-        spread.visited(index, claimed=bool(claimed), lost_race=lost_race, current_misses=current)
-        spread.mark = parts[spread.current]._claim_misses  # noqa: SLF001
-        return claimed, not claimed and part._is_drained()  # noqa: SLF001
+        lost = part.claim_misses
+        try:
+            claimed = part.try_receive(limit, visibility_timeout=visibility_timeout)
+        except QueueDrained:
+            claimed, drained = [], True
+        else:
+            drained = False
+        current = parts[spread.current].claim_misses
+        spread.visited(
+            index, claimed=bool(claimed), lost_race=part.claim_misses > lost, current_misses=current
+        )
+        spread.mark = parts[spread.current].claim_misses
+        return claimed, drained
 
     def next_look(self, deadline: float | None = None) -> float:
         """Seconds until a lease or delay this handle knows of ends in any partition."""
@@ -373,10 +342,6 @@ class PartitionedQueue(Queue, partitioned=True):
         owner = self._owner(message)
         return Queue.delete(self, message) if owner is None else owner.delete(message)
 
-    def delete_batch(self, messages: Iterable[Message | str]) -> int:
-        """Delete several messages, each in its partition; how many this call deleted."""
-        return sum(self.delete(message) for message in messages)
-
     def change_visibility(self, message: Message | str, seconds: float) -> Message:
         """:meth:`Queue.change_visibility` in the message's partition."""
         owner = self._owner(message)
@@ -392,15 +357,9 @@ class PartitionedQueue(Queue, partitioned=True):
         visibility_timeout: float | None = None,
     ) -> Lease:
         """:meth:`Queue.lease` by the message's partition."""
-        if not isinstance(message, Message):
-            raise InvalidId(message, "lease() takes a received Message")
-        owner = self._owner(message)
-        if owner is None:
-            return Queue.lease(
-                self, message, max_duration=max_duration, visibility_timeout=visibility_timeout
-            )
-        return owner.lease(
-            message, max_duration=max_duration, visibility_timeout=visibility_timeout
+        owner = self._owner(message) if isinstance(message, Message) else None
+        return Queue.lease(  # a plain queue's lease, in the partition (or this directory)
+            owner or self, message, max_duration=max_duration, visibility_timeout=visibility_timeout
         )
 
     def history(self, message: Message | str) -> History:
