@@ -23,7 +23,7 @@ from .._history import History
 from .._ids import parse_id
 from .._message import Counts, Message
 from .._meta import check_group
-from .._options import UNSET, Unset, batch_size
+from .._options import batch_size
 from .._options import seconds as _seconds
 from .._queue import Queue
 from .._renewal import Lease
@@ -49,14 +49,8 @@ class PartitionedQueue(Queue, partitioned=True):
     messages to a new queue (``old.redrive(to=new)``), which keeps each group's order.
     """
 
-    def __init__(
-        self,
-        path: str | os.PathLike[str],
-        *,
-        capacity: int | Unset | None = UNSET,
-        **options: object,
-    ) -> None:
-        super().__init__(path, capacity=capacity, **options)  # type: ignore[arg-type]
+    def __init__(self, path: str | os.PathLike[str], **options: object) -> None:
+        super().__init__(path, **options)  # type: ignore[arg-type]
         config = self.config
         dead_letter = self.dead_letter
         shared = {
@@ -152,6 +146,11 @@ class PartitionedQueue(Queue, partitioned=True):
 
         Atomic in that partition, as :meth:`Queue.publish`."""
         part = self.partition_for(group, key=dedup_id)
+        if self._capacity is None:  # nothing to hold: the partition's publish, as it is
+            return part.publish(
+                data, delay=delay, attributes=attributes, dedup_id=dedup_id, timeout=timeout,
+                group=group,
+            )  # fmt: skip
         with self._room(1, timeout):
             return part.publish(
                 data, delay=delay, attributes=attributes, dedup_id=dedup_id, group=group
