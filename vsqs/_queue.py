@@ -1005,11 +1005,7 @@ class Queue:
         :raises QueueDrained: the queue is shut down and empty.
         """
         batch_size(max_messages)
-        vt_us = (
-            self._vt_us
-            if visibility_timeout is None
-            else round(_seconds(visibility_timeout, "visibility_timeout") * 1e6)
-        )
+        vt_us = self._lease_us(visibility_timeout)
         if timeout == 0:  # the non-blocking fast path
             got = self._claim(max_messages, vt_us)
             if not got and self._is_drained():
@@ -1040,6 +1036,12 @@ class Queue:
             # token counts is in the names, and any later one wakes the next wait.
             token, made_ready = waiter.wait_ready(token, self._pause(now, deadline))
 
+    def _lease_us(self, visibility_timeout: float | None) -> int:
+        """A receive's lease in µs: its own *visibility_timeout* (checked), or the queue's."""
+        if visibility_timeout is None:
+            return self._vt_us
+        return round(_seconds(visibility_timeout, "visibility_timeout") * 1e6)
+
     def try_receive(
         self, max_messages: int = 1, *, visibility_timeout: float | None = None
     ) -> list[Message]:
@@ -1052,11 +1054,7 @@ class Queue:
         :raises QueueDrained: the queue is shut down and empty.
         """
         batch_size(max_messages)
-        vt_us = (
-            self._vt_us
-            if visibility_timeout is None
-            else round(_seconds(visibility_timeout, "visibility_timeout") * 1e6)
-        )
+        vt_us = self._lease_us(visibility_timeout)
         got = self._claim(max_messages, vt_us, looking=True)
         if not got and self._is_drained():
             raise QueueDrained(self.path)
