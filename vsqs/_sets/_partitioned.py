@@ -66,7 +66,7 @@ class PartitionedQueue(Queue, partitioned=True):
             self.layout,
             self.clock,
             config.dedup_window,
-            lambda name: any(_fs.exists(os.path.join(path, name)) for path in (*paths, self.path)),
+            lambda name: any(_fs.exists(q.layout.message(name)) for q in (*self._parts, self)),
         )
         self._parts: Final = tuple(
             self._partition(path, shared)  # type: ignore[arg-type]
@@ -126,7 +126,7 @@ class PartitionedQueue(Queue, partitioned=True):
         if not isinstance(message, str) or "/" in message or "\0" in message:
             raise InvalidId(message, "expected a Message, a receipt or an id")
         for part in self._parts:  # a bare receipt: the partition that has that name
-            if _fs.exists(os.path.join(part.path, message)):
+            if _fs.exists(part.layout.message(message)):
                 return part
         return None
 
@@ -146,15 +146,12 @@ class PartitionedQueue(Queue, partitioned=True):
 
         Atomic in that partition, as :meth:`Queue.publish`."""
         part = self.partition_for(group, key=dedup_id)
-        if self._capacity is None:  # nothing to hold: the partition's publish, as it is
+        # A bound is the whole queue's (held here); the partition itself has none.
+        with nullcontext() if self._capacity is None else self._room(1, timeout):
             return part.publish(
                 data, delay=delay, attributes=attributes, dedup_id=dedup_id, timeout=timeout,
                 group=group,
             )  # fmt: skip
-        with self._room(1, timeout):
-            return part.publish(
-                data, delay=delay, attributes=attributes, dedup_id=dedup_id, group=group
-            )
 
     def publish_batch(
         self,
