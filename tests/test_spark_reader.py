@@ -4,6 +4,8 @@ Trigger.AvailableNow's budget, byte limits and the progress report."""
 
 from __future__ import annotations
 
+import errno
+import os
 import re
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -14,12 +16,15 @@ from hypothesis import strategies as st
 from pyspark.sql.streaming.datasource import ReadMaxBytes, ReadMaxRows
 
 import vsqs
+from vsqs import _fs
 from vsqs._ids import State, parse_name
 from vsqs._layout import Layout, UnsafeEntry
 from vsqs.spark._options import Planned, SourceOptions
 from vsqs.spark._read import MessageGone, current_names, read_planned
 from vsqs.spark._state import StateDir
 from vsqs.spark._stream import StreamReader
+
+from .fixtures_core import patch_fs
 
 pytestmark = pytest.mark.spark
 
@@ -94,6 +99,31 @@ def test_progress_reports_the_backlog(queue: vsqs.Queue, reader: StreamReader) -
     assert (final["ready"], final["held"], final["oldestReadyAgeMs"], final["shutdown"]) == (
         0, 0, -1, True,
     )  # fmt: skip
+
+
+def test_a_failed_delete_is_raised_by_the_commit_and_the_deleter_goes_on(
+    queue: vsqs.Queue, reader: StreamReader, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A fault while deleting a completed batch reaches Spark's commit (it used to kill
+    the delete thread, and the commit then waited forever); the batch keeps its record
+    and its messages; the next batch is deleted as usual."""
+    queue.publish_batch([b"a", b"b"])
+    first = reader.latestOffset(reader.initialOffset(), ReadMaxRows(2))
+    real = _fs.unlink
+
+    def failing(path: str) -> bool:
+        raise OSError(errno.EIO, os.strerror(errno.EIO), path)
+
+    patch_fs(monkeypatch, "unlink", failing)
+    with pytest.raises(OSError) as raised:
+        reader.commit(first)
+    assert raised.value.errno == errno.EIO
+    assert queue.counts().held == 2  # nothing deleted: held until the lease ends
+    patch_fs(monkeypatch, "unlink", real)
+    queue.publish(b"c")
+    second = reader.latestOffset(first, ReadMaxRows(2))
+    reader.commit(second)  # the thread is alive: this batch is deleted
+    assert queue.counts().held == 2 and queue.counts().ready == 0
 
 
 # -- options and rows: every error names what is wrong, and nothing is published -------

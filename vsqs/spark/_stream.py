@@ -68,6 +68,7 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._heartbeat_thread: threading.Thread | None = None
         self._deletions: WorkQueue[tuple[int, list[Message | tuple[str, str]]] | None] = WorkQueue()
         self._deleter: threading.Thread | None = None
+        self._delete_failure: Exception | None = None  # the deleter's, for flush()
         self._pending: dict[int, list[Message]] = {}
         self._plans: dict[int, list[Planned]] = {}
         self._recorded: dict[int, list[Planned]] = {}
@@ -359,40 +360,72 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
         Its own handle: the messages of a completed batch are no longer renewed, so
         their receipts are current. A crash before a record is removed repeats its
-        deletes on the restart, which then find nothing or a lease that ended.
+        deletes on the restart, which then find nothing or a lease that ended. A batch
+        whose deletes fail (a fault of the filesystem) keeps its record, so the restart
+        repeats them too; the failure is raised by the next :meth:`flush` (Spark's
+        commit), and this thread goes on with the next batches: it never dies leaving a
+        commit to wait for it forever.
         """
-        deleter = Queue(self.options.path, durable=self.options.durable)
+        deleter: Queue | None = None
+        try:
+            deleter = Queue(self.options.path, durable=self.options.durable)
+        except Exception as exc:  # noqa: BLE001 - raised by flush(), in the driver
+            self._failed(exc, "cannot open the queue to delete completed batches")
         while (item := self._deletions.get()) is not None:
-            seq, messages = item
-            deleted = 0
-            for held in messages:
-                try:
-                    # A receipt recorded by an earlier run is taken over first.
-                    deleted += deleter.delete(
-                        take_over(deleter, held[0], self.options.visibility_timeout, held[1])
-                        if isinstance(held, tuple)
-                        else held
-                    )
-                except LeaseLost:
-                    pass  # the lease ended: counted below
-            if deleted != len(messages):
-                log.warning(
-                    "batch %d: %d of %d leases had ended before the commit; those"
-                    " messages may be delivered again",
-                    seq,
-                    len(messages) - deleted,
-                    len(messages),
-                )
-            assert self._state is not None
-            self._state.remove(seq)
-            self._deletions.task_done()
+            try:
+                if deleter is not None:
+                    self._delete_batch(deleter, *item)
+            except Exception as exc:  # noqa: BLE001 - raised by flush(), in the driver
+                self._failed(exc, f"batch {item[0]}: deleting its messages failed")
+            finally:
+                self._deletions.task_done()
         self._deletions.task_done()
-        deleter.close()
+        if deleter is not None:
+            deleter.close()
+
+    def _delete_batch(
+        self, deleter: Queue, seq: int, messages: list[Message | tuple[str, str]]
+    ) -> None:
+        """Delete the messages of the completed batch *seq*, then its record."""
+        deleted = 0
+        for held in messages:
+            try:
+                # A receipt recorded by an earlier run is taken over first.
+                deleted += deleter.delete(
+                    take_over(deleter, held[0], self.options.visibility_timeout, held[1])
+                    if isinstance(held, tuple)
+                    else held
+                )
+            except LeaseLost:
+                pass  # the lease ended: counted below
+        if deleted != len(messages):
+            log.warning(
+                "batch %d: %d of %d leases had ended before the commit; those"
+                " messages may be delivered again",
+                seq,
+                len(messages) - deleted,
+                len(messages),
+            )
+        assert self._state is not None
+        self._state.remove(seq)
+
+    def _failed(self, exc: Exception, what: str) -> None:
+        """Keep the deleter's first failure for the next :meth:`flush` to raise."""
+        log.error("%s: %s", what, exc)
+        if self._delete_failure is None:
+            self._delete_failure = exc
 
     def flush(self) -> None:
-        """Wait until the batches completed so far are deleted."""
+        """Wait until the batches completed so far are deleted.
+
+        :raises OSError: (or whatever the deletes raised) a completed batch could not be
+            deleted; its record is kept, so a restart deletes it again.
+        """
         if self._deleter is not None:
             self._deletions.join()
+        failure, self._delete_failure = self._delete_failure, None
+        if failure is not None:
+            raise failure
 
     def _release_unlogged(self, queue: Queue, done: int) -> None:
         """Release batches an earlier run claimed after *done*: Spark never logged them."""
