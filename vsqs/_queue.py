@@ -1134,7 +1134,7 @@ class Queue:
         suffix = "." + format_time(expiry, self.precision)
         got: list[Message] = []
         listed = relisted = False
-        named: list[int] = []  # the messages made ready, newest first, when the view is empty
+        named: list[int] | None = None  # made ready, newest first, when the view is empty
         # Woken with the names made ready (none: the events were this handle's own claim
         # and delete, or a spurious wake), they stand for a listing; with none, only while
         # the view is fresh (a dead consumer's ended lease shows only in a listing).
