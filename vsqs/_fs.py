@@ -60,17 +60,6 @@ _FS_ENCODING: Final = sys.getfilesystemencoding()
 _COPY_CHUNK: Final = 1 << 20
 
 
-def create_exclusive(path: str, mode: int = 0o666) -> int:
-    """Create *path* and return a write-only fd; :class:`FileExistsError` if it exists.
-
-    :func:`create_at` without a directory descriptor, in one call: every publish's."""
-    try:
-        return os.open(path, _CREATE_FLAGS, mode)
-    except BaseException as exc:
-        _create_failed(exc, path, None)
-        raise
-
-
 def write_all(fd: int, data: bytes | memoryview) -> None:
     """Write every byte of *data*, looping on short writes (signals, pipes, full quotas)."""
     written = os.write(fd, data)
@@ -249,25 +238,25 @@ def fchmod_dir_at(name: str, mode: int, dir_fd: int) -> None:
         os.close(fd)
 
 
-def create_at(name: str, mode: int, dir_fd: int | None) -> int:
-    """Create *name* in *dir_fd* exclusively; a write-only fd (``FileExistsError`` if taken)."""
+def create_at(name: str, mode: int = 0o666, dir_fd: int | None = None) -> int:
+    """Create *name* (in *dir_fd*, if given) exclusively; a write-only fd
+    (``FileExistsError`` if taken)."""
     try:
         return os.open(name, _CREATE_FLAGS, mode, dir_fd=dir_fd)
     except BaseException as exc:
-        _create_failed(exc, name, dir_fd)
+        if isinstance(exc, PermissionError):
+            _raise_if_taken(name, dir_fd)
+        elif not isinstance(exc, OSError):
+            # Ctrl-C raised as the open returned: the file is ours (O_EXCL), its fd lost, so
+            # no caller could remove it. RACE: after an EINTR instead (no local filesystem)
+            # it may be another process's same-microsecond name: that publish fails loudly.
+            with contextlib.suppress(OSError):
+                os.unlink(name, dir_fd=dir_fd)
         raise
 
 
-def _create_failed(exc: BaseException, name: str, dir_fd: int | None) -> None:
-    """After an exclusive create of *name* raised *exc* (which the caller re-raises)."""
-    if isinstance(exc, PermissionError):
-        _raise_if_taken(name, dir_fd)
-    elif not isinstance(exc, OSError):
-        # Ctrl-C raised as the open returned: the file is ours (O_EXCL), its fd lost, so
-        # no caller could remove it. RACE: after an EINTR instead (no local filesystem)
-        # it may be another process's same-microsecond name: that publish fails loudly.
-        with contextlib.suppress(OSError):
-            os.unlink(name, dir_fd=dir_fd)
+create_exclusive: Final = create_at  # itself, not a call in front of it: every publish's
+"""Create *path* and return a write-only fd; :class:`FileExistsError` if it exists."""
 
 
 def _raise_if_taken(name: str, dir_fd: int | None) -> None:

@@ -30,7 +30,7 @@ from .._renewal import Lease
 from .._stats import Stats
 from .._stored import Settings
 from .._waiters import RECHECK, MultiWaiter
-from ._spread import PerThread, Spread, add_counts, add_stats, group_partition, partition_name
+from ._spread import PerThread, add_counts, add_stats, group_partition, partition_name
 from ._wait import receive_until
 
 
@@ -94,11 +94,6 @@ class PartitionedQueue(Queue, partitioned=True):
     def __repr__(self) -> str:
         return f"PartitionedQueue({self.path!r}, partitions={self.partitions})"
 
-    @property
-    def _spread(self) -> Spread:
-        """This thread's :class:`~vsqs._sets._spread.Spread` of this handle."""
-        return self._threads.spread
-
     # -- partitions -----------------------------------------------------------------------
 
     @property
@@ -151,13 +146,8 @@ class PartitionedQueue(Queue, partitioned=True):
 
         Atomic in that partition, as :meth:`Queue.publish`."""
         part = self.partition_for(group, key=dedup_id)
-        if self._capacity is None:
-            return part.publish(
-                data, delay=delay, attributes=attributes, dedup_id=dedup_id, timeout=timeout,
-                group=group,
-            )  # fmt: skip
         # A bound is the whole queue's (held here); the partition itself has none.
-        with self._room(1, timeout):
+        with nullcontext() if self._capacity is None else self._room(1, timeout):
             return part.publish(
                 data, delay=delay, attributes=attributes, dedup_id=dedup_id, timeout=timeout,
                 group=group,
