@@ -81,7 +81,7 @@ def test_consumers_that_each_serve_a_partition_seldom_look_at_each_others(
     once per VISIT_EVERY receives (each such look walks past the names the other took)."""
     queue = Queue(fast_tmp_path / "q", partitions=2, durable=False)
     a, b = PartitionedQueue(queue.path, durable=False), PartitionedQueue(queue.path, durable=False)
-    homes = a._spread.home, b._spread.home  # (looking: a receive would move them)
+    homes = a._threads.spread.home, b._threads.spread.home  # (looking: a receive would move them)
     assert homes[0] != homes[1]  # two handles of one process: two homes
     per_partition = 2000
     for part in queue.partition_queues:
@@ -110,7 +110,7 @@ def test_empty_partitions_are_looked_at_less_and_less_often(
     three empty partitions of its queue a dozen times or so, not once per 16 receives."""
     queue = Queue(fast_tmp_path / "q", partitions=4, durable=False)
     consumer = PartitionedQueue(queue.path, durable=False)
-    home = consumer.partition_queues[consumer._spread.home]
+    home = consumer.partition_queues[consumer._threads.spread.home]
     count = 2000
     home.publish_batch([b"x"] * count)
     listed: Counter[str] = Counter()

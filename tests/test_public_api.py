@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import pickle
 import subprocess
 import sys
 import types
@@ -105,6 +106,11 @@ def test_the_receive_paths_constructor_makes_the_same_message() -> None:
     made, fast = vsqs.Message(*values), received(*values)
     assert [getattr(fast, name) for name in fields] == [getattr(made, name) for name in fields]
     assert fast == made and hash(fast) == hash(made) and repr(fast) == repr(made)
+    # Made as an unfrozen twin and then given the class: a Message in every respect.
+    assert type(fast) is vsqs.Message and isinstance(fast, vsqs.Message)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        fast.id = "2"  # type: ignore[misc]
+    assert pickle.loads(pickle.dumps(fast)) == made  # noqa: S301 - our own bytes
 
 
 @pytest.mark.parametrize(

@@ -250,6 +250,7 @@ class Queue:
         self._ids = source_for(self.clock)
         self._ms = self.precision is Precision.MS
         self._vt_us = config.vt_us
+        self._file_mode = config.file_mode  # a property of the config: read once, not per publish
         self._meta = MetaStore(self.layout)
         self._counters = Counters(self.layout)
         self._dedup = Deduplicator(self.layout, self.clock, config.dedup_window)
@@ -699,7 +700,7 @@ class Queue:
         between this return and the caller's next line) can discard what it staged and
         never leaves an unfinished publish behind.
         """
-        file_mode = self.config.file_mode
+        file_mode = self._file_mode
         while True:
             new = self._new_id() + ".new"
             where = new if dir_fd is not None else self.layout.message(new)
@@ -1133,7 +1134,7 @@ class Queue:
         suffix = "." + format_time(expiry, self.precision)
         got: list[Message] = []
         listed = relisted = False
-        named: list[int] = []  # the messages made ready, newest first, when the view is empty
+        named: list[int] | None = None  # made ready, newest first, when the view is empty
         # Woken with the names made ready (none: the events were this handle's own claim
         # and delete, or a spurious wake), they stand for a listing; with none, only while
         # the view is fresh (a dead consumer's ended lease shows only in a listing).
@@ -1220,8 +1221,9 @@ class Queue:
     def _claim_one(self, message_id: str, receipt: str) -> bool:
         """The *claim* arrow: ``<id>`` to ``<id>.<expiry>`` (*receipt*), one no-replace
         rename; ``False`` if the message was not there to take."""
+        message = self.layout.message
         try:
-            _fs.rename_noreplace(self.layout.message(message_id), self.layout.message(receipt))
+            _fs.rename_noreplace(message(message_id), message(receipt))
         except FileNotFoundError:
             # RACE: another consumer claimed it first, or it was deleted or purged.
             return False
@@ -2236,12 +2238,12 @@ class _Claim:
 
 def _write_body(fd: int, body: bytes | memoryview | Callable[[int], int] | _ingest.Linked) -> int:
     """Fill a new message file open as *fd* with *body* (see ``Queue._stage``); its size."""
+    if isinstance(body, (bytes, bytearray, memoryview)):  # every publish's: first
+        _fs.write_all(fd, body)
+        return len(body)
     if isinstance(body, _ingest.Linked):
         return body.size  # the file is the body already
-    if callable(body):
-        return body(fd)
-    _fs.write_all(fd, body)
-    return len(body)
+    return body(fd)
 
 
 def _check_dedup_id(key: object, name: str = "dedup_id") -> None:

@@ -88,7 +88,10 @@ def test_attributes_are_durable_before_the_message_is_visible(
     """Metadata is written (and synced) before the rename that makes the message visible."""
     q = vsqs.Queue(tmp_path / "q", clock=ManualClock())
     q.publish(b"m", attributes={"k": "v"})
-    rename = next(i for i, c in enumerate(trace) if c.startswith("rename_noreplace"))
+    # The message's commit (its `.new` renamed), not a wake-up poke's rename before it.
+    rename = next(
+        i for i, c in enumerate(trace) if c.startswith("rename_noreplace:") and c.endswith(".new")
+    )
     before = trace[:rename]
     # Metadata is created relative to the descriptor of .vsqs/meta (create_at).
     meta_create = next(i for i, c in enumerate(before) if c.startswith("create_at:"))

@@ -30,7 +30,7 @@ from .._renewal import Lease
 from .._stats import Stats
 from .._stored import Settings
 from .._waiters import RECHECK, MultiWaiter
-from ._spread import Spread, add_counts, add_stats, group_partition, partition_name
+from ._spread import PerThread, add_counts, add_stats, group_partition, partition_name
 from ._wait import receive_until
 
 
@@ -76,7 +76,7 @@ class PartitionedQueue(Queue, partitioned=True):
         if config.capacity is not None:  # one bound for the whole queue
             counted = tuple(part.path for part in self._parts)
             self._capacity = Capacity(self.layout, self.clock, config.capacity, counted)
-        self._spread = Spread(config.partitions)
+        self._threads = PerThread(config.partitions)
 
     def _adopt(self, shape: dict[str, object]) -> None:
         """Refuse to partition a queue that already holds messages (its order would be
@@ -110,7 +110,7 @@ class PartitionedQueue(Queue, partitioned=True):
             return parts[group_partition(check_group(group), len(parts))]
         if isinstance(key, str):  # anything else is refused by the publish itself
             return parts[group_partition(key, len(parts))]
-        return parts[self._spread.sticky_partition()]
+        return parts[self._threads.spread.sticky_partition()]
 
     def _owner(self, message: Message | str) -> Queue | None:
         """The partition that holds *message*; ``None`` for the queue's own directory."""
@@ -204,7 +204,7 @@ class PartitionedQueue(Queue, partitioned=True):
     ) -> Message | None:
         """Claim one message: from this handle's home partition first (see the class)."""
         if timeout == 0 and visibility_timeout is None:  # the polling fast path
-            spread = self._spread
+            spread = self._threads.spread
             if spread.calls + 1 < spread.next_visit:  # not a visit: the current one first
                 tried = spread.current
                 try:
@@ -253,7 +253,7 @@ class PartitionedQueue(Queue, partitioned=True):
         """One pass without waiting: the messages, and whether the whole queue is drained
         (*tried*: a partition the caller has just found empty, not looked at again)."""
         parts = self._parts
-        spread = self._spread
+        spread = self._threads.spread
         order = spread.order()
         visit = spread.visit
         got: list[Message] = []
@@ -291,7 +291,7 @@ class PartitionedQueue(Queue, partitioned=True):
     ) -> tuple[list[Message], bool]:
         """A look at partition *index* outside the current one (see Spread.visited): its
         claims, none once it loses a race there, and whether that partition is drained."""
-        parts, spread = self._parts, self._spread
+        parts, spread = self._parts, self._threads.spread
         part = parts[index]
         lost = part.claim_misses
         try:
@@ -335,6 +335,10 @@ class PartitionedQueue(Queue, partitioned=True):
 
     def delete(self, message: Message | str) -> bool:
         """:meth:`Queue.delete` in the message's partition."""
+        if isinstance(message, Message):  # the common case first: one dictionary lookup
+            part = self._by_path.get(message.queue)
+            if part is not None:
+                return part.delete(message)
         owner = self._owner(message)
         return Queue.delete(self, message) if owner is None else owner.delete(message)
 

@@ -83,12 +83,12 @@ def group_partition(group: str, partitions: int) -> int:
     return zlib.crc32(group.encode()) % partitions
 
 
-class Spread(threading.local):
+class Spread:
     """Where one thread's use of one handle is: its home, the partition it claims from
     now (its home until that is empty), when it looks elsewhere next, and its sticky
     partition.
 
-    A ``threading.local``: each thread of a shared handle has its own, so threads spread
+    Each thread of a shared handle has its own (:class:`PerThread`), so threads spread
     as handles do, and no lock is needed.
     """
 
@@ -154,6 +154,18 @@ class Spread(threading.local):
             if index == self.home or current_misses > self.mark:
                 self.current = index
         self.next_visit = self.calls + self.interval
+
+
+class PerThread(threading.local):
+    """Each thread's own :class:`Spread` of one handle.
+
+    The fields live on a plain object reached by one thread-local lookup per call: each
+    attribute of a ``threading.local`` costs a lookup of the thread's dictionary, and a
+    receive reads and writes five (about 0.15 µs a call).
+    """
+
+    def __init__(self, partitions: int) -> None:
+        self.spread = Spread(partitions)
 
 
 def add_counts(every: list[Counts]) -> Counts:
