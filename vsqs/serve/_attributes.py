@@ -44,6 +44,7 @@ __all__ = [
     "encode",
     "md5_of_attributes",
     "md5_of_body",
+    "md5_of_data",
     "parse_attributes",
     "select",
 ]
@@ -227,6 +228,11 @@ def select(attributes: Mapping[str, Attribute], names: list[str]) -> dict[str, A
 def md5_of_body(body: str) -> str:
     """``MD5OfMessageBody``: the MD5 of the body's UTF-8, in hex."""
     return hashlib.md5(body.encode(), usedforsecurity=False).hexdigest()
+
+
+def md5_of_data(data: bytes) -> str:
+    """:func:`md5_of_body` of a body already in UTF-8."""
+    return hashlib.md5(data, usedforsecurity=False).hexdigest()
 
 
 def md5_of_attributes(attributes: Mapping[str, Attribute]) -> str | None:

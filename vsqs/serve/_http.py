@@ -40,6 +40,7 @@ MAX_FIELDS: Final = 100
 # RFC 9110's token for the name; the value: no NUL, CR or LF (CR LF or LF ends the line),
 # the optional whitespace on both sides stripped (a greedy match: a lazy one was slow).
 _FIELD: Final = re.compile(rb"([!#$%&'*+.^_`|~0-9A-Za-z-]+):([^\x00\r\n]*)\r?\n")
+_VERSION: Final = re.compile(r"HTTP/([0-9]{1,10})\.([0-9]{1,10})")  # leading zeros allowed
 _END: Final = frozenset({b"\r\n", b"\n"})
 _REASONS: Final = {status.value: status.phrase for status in HTTPStatus}
 
@@ -138,13 +139,11 @@ class Handler(BaseHTTPRequestHandler):
             if version == "HTTP/1.1":
                 self.close_connection = False
             else:
-                number = version[5:].split(".") if version.startswith("HTTP/") else []
-                if len(number) != 2 or not all(
-                    part.isdigit() and len(part) <= 10 for part in number
-                ):
+                number = _VERSION.fullmatch(version)
+                if number is None:
                     self.send_error(HTTPStatus.BAD_REQUEST, f"Bad request version ({version!r})")
                     return False
-                major, minor = int(number[0]), int(number[1])
+                major, minor = int(number.group(1)), int(number.group(2))
                 if (major, minor) >= (1, 1):
                     self.close_connection = False
                 if major >= 2:

@@ -55,7 +55,9 @@ def integer(params: dict[str, Any], name: str, low: int, high: int) -> int | Non
 class _Outgoing:
     """One message to send, checked: what ``publish`` needs and what the answer says."""
 
-    __slots__ = ("attributes", "body", "data", "dedup_id", "delay", "group", "stored", "system")
+    __slots__ = (
+        "attributes", "body", "data", "dedup_id", "delay", "group", "key", "stored", "system",
+    )  # fmt: skip
 
     def __init__(  # noqa: PLR0912 - one check per SQS rule, in SQS order
         self, queue: Queue, options: dict[str, str], params: dict[str, Any]
@@ -131,15 +133,17 @@ class _Outgoing:
         if "AWSTraceHeader" in self.system:
             stored[TRACE_KEY] = str(self.system["AWSTraceHeader"][1])
         self.stored = stored
-
-    def key(self) -> tuple[object, ...]:
-        """Entries with equal keys may share one publish_batch."""
-        return (self.delay, self.group, tuple(sorted(self.stored.items())))
+        # Entries with equal keys may share one publish_batch.
+        self.key: tuple[object, ...] = (
+            self.delay,
+            self.group,
+            tuple(sorted(stored.items())) if stored else (),
+        )
 
     def answer(self, message_id: str, queue: Queue) -> dict[str, Any]:
         result: dict[str, Any] = {
             "MessageId": message_id,
-            "MD5OfMessageBody": _attributes.md5_of_body(self.body),
+            "MD5OfMessageBody": _attributes.md5_of_data(self.data),
         }
         digest = _attributes.md5_of_attributes(self.attributes)
         if digest:
@@ -247,7 +251,7 @@ def send_message_batch(
     start = 0
     while start < len(checked):
         end = start + 1
-        while end < len(checked) and checked[end][1].key() == checked[start][1].key():
+        while end < len(checked) and checked[end][1].key == checked[start][1].key:
             end += 1
         run = checked[start:end]
         first = run[0][1]

@@ -105,6 +105,8 @@ class Server(ThreadingHTTPServer):
         self._closed = False
         self._serving = False
         super().__init__(address, _Handler)
+        self.host_port = self.url.partition("://")[2]
+        """``host:port`` for queue URLs when a request's Host header is unusable."""
 
     @property
     def url(self) -> str:
@@ -123,7 +125,8 @@ class Server(ThreadingHTTPServer):
     def end(self) -> None:
         with self._idle:
             self._busy -= 1
-            self._idle.notify_all()
+            if self.service.stopping.is_set():  # only shutdown waits for _busy to fall
+                self._idle.notify_all()
 
     def track(self, connection: socket.socket, *, add: bool) -> None:
         with self._idle:
@@ -313,7 +316,7 @@ class _Handler(Handler):
             target,
             headers,
             body,
-            self.server.url.partition("://")[2],
+            self.server.host_port,
             self.server.log,
         )
         self._action = done.action

@@ -252,10 +252,13 @@ def _xml(name: str, value: object, out: list[str], action: str) -> None:
         out.append(f"<{name}>{escape(str(value), _XML_ESCAPES)}</{name}>")
 
 
+_COMPACT: Final = json.JSONEncoder(separators=(",", ":"))  # one encoder, not one a request
+
+
 def render(request: Request, result: dict[str, Any], request_id: str) -> tuple[str, bytes]:
     """(content type, body) of a successful answer."""
     if request.json:
-        return JSON_TYPE, json.dumps(result, separators=(",", ":")).encode()
+        return JSON_TYPE, _COMPACT.encode(result).encode()
     action = request.action
     out = [f'<?xml version="1.0"?><{action}Response xmlns="{_NAMESPACE}">']
     if result or action not in _NO_RESULT:
