@@ -30,10 +30,11 @@ run on the same machine:
 ``--cpu`` measures instead the server's CPU time a request, read from ``/proc`` (its
 ``utime`` + ``stime``) around *requests* requests of one client after a warm-up:
 ``SendMessageBatch`` of 10, then ``ReceiveMessage(10)`` with its ``DeleteMessageBatch``
-(one request of the table: the pair); the least of *rounds* rounds, each on a fresh
-server. Steadier than throughput on a shared machine: it counts the server's work, not
-its share of the cores. ``--baseline DIR`` adds ``vsqs serve`` run from the source tree
-*DIR* on ``/dev/shm`` (``baseline shm``), e.g. a ``git worktree`` of an older commit.
+(one request of the table: the pair), on a queue created 3 s before; the least of
+*rounds* rounds, each on a fresh server. Steadier than throughput on a shared machine:
+it counts the server's work, not its share of the cores. ``--baseline DIR`` adds
+``vsqs serve`` run from the source tree *DIR* on ``/dev/shm`` (``baseline shm``), e.g.
+a ``git worktree`` of an older commit.
 
 Usage::
 
@@ -380,6 +381,7 @@ def measure(servers: list[str], clients: list[int], seconds: float, rounds: int)
 # The server's CPU time a request ------------------------------------------------------
 
 _WARM_BATCHES: Final = 50
+_SETTLED: Final = 3.0  # seconds from CreateQueue to the measure: a queue as in steady state
 
 
 def _cpu_seconds(pid: int) -> float:
@@ -393,9 +395,10 @@ def _cpu_seconds(pid: int) -> float:
 def cpu_per_request(endpoint: str, requests: int) -> dict[str, float]:
     """{"send": ms, "receive": ms}: the server's CPU time a ``SendMessageBatch`` of 10,
     and a ``ReceiveMessage(10)`` with its ``DeleteMessageBatch``, over *requests* of each
-    from one client, after a warm-up."""
+    from one client, after a warm-up, on a queue created 3 s before."""
     pid = PIDS[endpoint]
     sqs = _client(endpoint)
+    created = time.monotonic()
     url = sqs.create_queue(QueueName=f"cpu-{uuid.uuid4().hex[:8]}")["QueueUrl"]
     entries = [{"Id": str(i), "MessageBody": BODY} for i in range(10)]
 
@@ -410,6 +413,9 @@ def cpu_per_request(endpoint: str, requests: int) -> dict[str, float]:
         sqs.send_message_batch(QueueUrl=url, Entries=entries)
     for _ in range(_WARM_BATCHES // 2):
         receive_and_delete()
+    # vsqs serve reads a queue's SQS record again while it is young (2 s): measure the
+    # steady state of a queue that has been there a while.
+    time.sleep(max(0.0, created + _SETTLED - time.monotonic()))
     before = _cpu_seconds(pid)
     for _ in range(requests):
         sqs.send_message_batch(QueueUrl=url, Entries=entries)
@@ -453,7 +459,9 @@ def report_cpu(results: dict[str, dict[str, float]], servers: list[str]) -> str:
     }
     for phase, label in labels.items():
         row = [label, *(f"{results[n][phase]:.3f}" for n in servers)]
-        row += [f"{results[n][phase] / results['floor'][phase]:.2f}x" for n in others]
+        floor = results["floor"][phase] if others else 0.0
+        # A few requests may take less than one clock tick of the floor's time: no ratio.
+        row += [f"{results[n][phase] / floor:.2f}x" if floor else "n/a" for n in others]
         rows.append(row)
     return table(headers, rows)
 

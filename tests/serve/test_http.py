@@ -186,3 +186,18 @@ def test_the_record_is_read_again_whenever_it_changed(tmp_path: Path) -> None:
     # Gone (the queue deleted): an empty record, never the remembered one.
     record.unlink()
     assert _sidecar.read_cached(queue.path) == {}
+
+
+def test_on_a_filesystem_other_hosts_write_the_record_is_always_read(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """NFS or FUSE: a stat may answer from the attribute cache; opening revalidates."""
+    queue = vsqs.QueueRoot(tmp_path / "root").create("q")
+    record = Path(queue.path) / ".vsqs" / "sqs.json"
+    record.parent.mkdir(exist_ok=True)
+    record.write_text('{"attributes": {"DelaySeconds": "1"}}')
+    _age(record)
+    assert _sidecar.read_cached(queue.path) is _sidecar.read_cached(queue.path)
+    monkeypatch.setitem(_sidecar._local, record.stat().st_dev, False)  # as if NFS
+    assert _sidecar.read_cached(queue.path) is not _sidecar.read_cached(queue.path)
+    assert _sidecar.read_cached(queue.path) == {"attributes": {"DelaySeconds": "1"}}

@@ -21,10 +21,11 @@ absent when read and replaced by the next change.
 
 :func:`read_cached` is :func:`read` for the request path (every send and receive asks
 for the queue's SQS attributes): the record is read again only when one ``lstat`` of
-the file shows it changed (another inode, size, modification or change time) or while
+the file shows it changed (another inode, size, modification or change time), while
 it is young (written in the last :data:`TRUST_AFTER` seconds, by this host's clock: a
-filesystem whose timestamps are coarse, as sshfs's whole seconds, cannot tell two
-changes within one tick apart).
+filesystem whose timestamps are coarse cannot tell two changes within one tick apart),
+and always on a filesystem other hosts write (NFS, FUSE...: there a ``stat`` may answer
+from the client's attribute cache, where opening the file revalidates it).
 """
 
 from __future__ import annotations
@@ -37,7 +38,7 @@ from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any, Final
 
-from .. import _fs, _host
+from .. import _fs, _host, _mountinfo
 from .._layout import ROOT, SQS_LOCK, SQS_STATE, Layout
 
 __all__ = ["read", "read_cached", "update"]
@@ -50,6 +51,14 @@ _CACHE_SIZE: Final = 4096  # queues remembered; beyond, the memory is dropped an
 _Stamp = tuple[int, int, int, int, int]
 _cache: dict[str, tuple[str, _Stamp | None, Mapping[str, Any]]] = {}
 _cache_lock = threading.Lock()
+_local: dict[int, bool] = {}  # device -> whether only this kernel writes it (looked up once)
+
+
+def _only_this_host(device: int, path: str) -> bool:
+    local = _local.get(device)
+    if local is None:
+        local = _local[device] = not _mountinfo.polls(_host.filesystem_type(path))
+    return local
 
 
 def read(queue_dir: str) -> dict[str, Any]:
@@ -85,8 +94,10 @@ def read_cached(queue_dir: str) -> Mapping[str, Any]:
     stamp: _Stamp | None = None
     if info is not None and stat.S_ISREG(info.st_mode):
         stamp = (info.st_dev, info.st_ino, info.st_size, info.st_mtime_ns, info.st_ctime_ns)
-        if time.time() - info.st_mtime_ns / 1e9 < TRUST_AFTER:
-            stamp = None  # young: re-read every time
+        if time.time() - info.st_mtime_ns / 1e9 < TRUST_AFTER or not _only_this_host(
+            info.st_dev, path
+        ):
+            stamp = None  # young, or on a shared filesystem: read every time
     if entry is not None and stamp is not None and entry[1] == stamp:
         return entry[2]
     # The status was taken before the read: a change in between is newer than the stamp
