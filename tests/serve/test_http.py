@@ -8,6 +8,7 @@ import json
 import os
 import socket
 import time
+import uuid
 from pathlib import Path
 from urllib.parse import urlsplit
 
@@ -16,6 +17,7 @@ import pytest
 import vsqs
 from vsqs.serve import Server, _sidecar
 from vsqs.serve._context import Caller
+from vsqs.serve._dispatch import request_id
 from vsqs.serve._service import Service
 
 from .conftest import Start
@@ -201,3 +203,11 @@ def test_on_a_filesystem_other_hosts_write_the_record_is_always_read(
     monkeypatch.setitem(_sidecar._local, record.stat().st_dev, False)  # as if NFS
     assert _sidecar.read_cached(queue.path) is not _sidecar.read_cached(queue.path)
     assert _sidecar.read_cached(queue.path) == {"attributes": {"DelaySeconds": "1"}}
+
+
+def test_request_ids_are_distinct_version_4_uuids() -> None:
+    ids = [request_id() for _ in range(2000)]
+    assert len(set(ids)) == len(ids)
+    for text in ids:
+        parsed = uuid.UUID(text)
+        assert (parsed.version, parsed.variant, str(parsed)) == (4, uuid.RFC_4122, text)

@@ -9,7 +9,7 @@ callable, never to the client).
 
 from __future__ import annotations
 
-import os
+import random
 import re
 import traceback
 from collections.abc import Callable, Mapping
@@ -25,6 +25,8 @@ from ._service import DEFAULT_REGION, Service
 __all__ = ["Answer", "answer", "is_page"]
 
 _SCOPE: Final = re.compile(r"Credential=[^/]*/[0-9]{8}/([^/]+)/")
+_RANDOM_BITS: Final = ~(0xF000 << 64 | 0xC000 << 48)  # all but the version and variant
+_VERSION_4: Final = 0x4000 << 64 | 0x8000 << 48
 _HOST: Final = re.compile(
     r"[A-Za-z0-9.-]{1,253}(?::[0-9]{1,5})?|\[[0-9A-Fa-f:.]{2,45}\](?::[0-9]{1,5})?"
 )
@@ -48,12 +50,13 @@ def is_page(method: str, path: str, query: str) -> bool:
 
 
 def request_id() -> str:
-    """A random (version 4) UUID, as ``str(uuid.uuid4())`` spells it, made with fewer
-    steps: one a request."""
-    raw = bytearray(os.urandom(16))
-    raw[6] = (raw[6] & 0x0F) | 0x40  # version 4
-    raw[8] = (raw[8] & 0x3F) | 0x80  # the RFC 4122 variant
-    text = raw.hex()
+    """A random (version 4) UUID, as ``str(uuid.uuid4())`` spells it, one a request.
+
+    An id to match a log line with an answer, never a secret: from :mod:`random` (no
+    system call, unlike ``os.urandom``; reseeded in a forked child by the standard library).
+    """
+    # The version (4) and the RFC 4122 variant (binary 10), as uuid4 sets them.
+    text = f"{random.getrandbits(128) & _RANDOM_BITS | _VERSION_4:032x}"
     return f"{text[:8]}-{text[8:12]}-{text[12:16]}-{text[16:20]}-{text[20:]}"
 
 
