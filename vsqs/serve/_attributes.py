@@ -66,6 +66,8 @@ def check_body(body: str, where: str = "MessageBody") -> None:
     """Refuse a body SQS would refuse: empty, or with characters outside XML 1.0's."""
     if not body:
         raise invalid(where, "", "The message body must be non-empty.")
+    if body.isascii() and body.isprintable():
+        return  # " " to "~" only: all allowed (the common case, without the pattern)
     bad = BAD_CHAR.search(body)
     if bad is not None:
         raise SqsError(

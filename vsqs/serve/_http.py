@@ -39,7 +39,7 @@ MAX_FIELDS: Final = 100
 """The most header fields a request may have, as in the standard library."""
 # RFC 9110's token for the name; the value: no NUL, CR or LF (CR LF or LF ends the line),
 # the optional whitespace on both sides stripped (a greedy match: a lazy one was slow).
-_FIELD: Final = re.compile(rb"([!#$%&'*+.^_`|~0-9A-Za-z-]+):([^\x00\r\n]*)\r?\n")
+_FIELD: Final = re.compile(r"([!#$%&'*+.^_`|~0-9A-Za-z-]+):([^\x00\r\n]*)\r?\n")
 _VERSION: Final = re.compile(r"HTTP/([0-9]{1,10})\.([0-9]{1,10})")  # leading zeros allowed
 _END: Final = frozenset({b"\r\n", b"\n"})
 _REASONS: Final = {status.value: status.phrase for status in HTTPStatus}
@@ -102,14 +102,14 @@ class Handler(BaseHTTPRequestHandler):
             if count > MAX_FIELDS:
                 self.send_error(HTTPStatus.REQUEST_HEADER_FIELDS_TOO_LARGE, "Too many headers")
                 return False
-            match = _FIELD.fullmatch(line)
+            match = _FIELD.fullmatch(line.decode("iso-8859-1"))
             if match is None:
                 # A folded line, "name :", no colon, a stray CR or NUL, or the end of the
                 # stream before the blank line: refused rather than guessed at.
                 self.send_error(HTTPStatus.BAD_REQUEST, "Bad header field")
                 return False
-            name = match.group(1).decode("ascii").lower()
-            value = match.group(2).strip(b" \t").decode("iso-8859-1")
+            name, value = match.groups()
+            name, value = name.lower(), value.strip(" \t")
             fields[name] = f"{fields[name]},{value}" if name in fields else value
         connection = fields.get("connection", "").lower()
         if connection == "close":
