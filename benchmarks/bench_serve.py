@@ -32,9 +32,10 @@ run on the same machine:
 ``SendMessageBatch`` of 10, then ``ReceiveMessage(10)`` with its ``DeleteMessageBatch``
 (one request of the table: the pair), on a queue created 3 s before; the least of
 *rounds* rounds, each on a fresh server. Steadier than throughput on a shared machine:
-it counts the server's work, not its share of the cores. ``--baseline DIR`` adds
-``vsqs serve`` run from the source tree *DIR* on ``/dev/shm`` (``baseline shm``), e.g.
-a ``git worktree`` of an older commit.
+it counts the server's work, not its share of the cores. In either mode, ``--baseline
+DIR`` adds ``vsqs serve`` run from the source tree *DIR* on ``/dev/shm`` (``baseline
+shm``), e.g. a ``git worktree`` of an older commit, so that old and new code are
+measured side by side.
 
 Usage::
 
@@ -351,7 +352,9 @@ class Clients:
             process.join(timeout=30)
 
 
-def measure(servers: list[str], clients: list[int], seconds: float, rounds: int) -> dict[str, Any]:
+def measure(
+    servers: list[str], clients: list[int], seconds: float, rounds: int, baseline: str | None = None
+) -> dict[str, Any]:
     """{server: {C: {"send": msg/s, "receive": msg/s}}}, the best of *rounds* rounds;
     within a round the servers take turns, so that a busy spell of the machine falls on
     all of them alike."""
@@ -361,7 +364,7 @@ def measure(servers: list[str], clients: list[int], seconds: float, rounds: int)
         try:
             for round_ in range(rounds):
                 for name in servers:
-                    with server(name) as endpoint:
+                    with server(name, baseline) as endpoint:
                         queue = f"bench-{count}-{round_}"
                         url = _client(endpoint).create_queue(QueueName=queue)["QueueUrl"]
                         send = pool.run("send", endpoint, url, seconds)
@@ -469,7 +472,7 @@ def report_cpu(results: dict[str, dict[str, float]], servers: list[str]) -> str:
 def report(results: dict[str, Any], servers: list[str], clients: list[int]) -> str:
     """The reST table: messages/s per server, then vsqs's ratios to the floor and moto."""
     headers = ["phase", "C", *servers]
-    vsqs_names = [n for n in servers if n.startswith("vsqs")]
+    vsqs_names = [n for n in servers if n.startswith("vsqs") or n == BASELINE]
     for name in vsqs_names:
         if "floor" in servers:
             headers.append(f"{name} / floor")
@@ -525,7 +528,7 @@ def main(argv: list[str] | None = None) -> None:
     cores, load = len(os.sched_getaffinity(0)), os.getloadavg()[0]
     print(f"bench_serve: {cores} cores, load {load:.1f}, {args.seconds} s send phases, "
           f"best of {args.rounds} rounds", file=sys.stderr)  # fmt: skip
-    results = measure(servers, clients, args.seconds, args.rounds)
+    results = measure(servers, clients, args.seconds, args.rounds, args.baseline)
     if args.json:
         with open(args.json, "w", encoding="utf-8") as out:
             json.dump(results, out, indent=1)
