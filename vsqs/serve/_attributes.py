@@ -39,6 +39,7 @@ __all__ = [
     "DEDUP_KEY",
     "TRACE_KEY",
     "Attribute",
+    "allowed",
     "check_body",
     "decode",
     "encode",
@@ -62,12 +63,18 @@ Attribute = tuple[str, "str | bytes"]
 """A message attribute: its data type and its value (bytes for binary types)."""
 
 
+def allowed(text: str) -> bool:
+    """Whether every character of *text* is one SQS allows (XML 1.0's)."""
+    # " " to "~" only, the common case, is allowed without running the pattern.
+    return (text.isascii() and text.isprintable()) or BAD_CHAR.search(text) is None
+
+
 def check_body(body: str, where: str = "MessageBody") -> None:
     """Refuse a body SQS would refuse: empty, or with characters outside XML 1.0's."""
     if not body:
         raise invalid(where, "", "The message body must be non-empty.")
-    if body.isascii() and body.isprintable():
-        return  # " " to "~" only: all allowed (the common case, without the pattern)
+    if allowed(body):
+        return
     bad = BAD_CHAR.search(body)
     if bad is not None:
         raise SqsError(

@@ -146,7 +146,7 @@ def _outgoing_message(
     raw = message.body
     try:
         body = raw.decode("utf-8")
-        exact = _attributes.BAD_CHAR.search(body) is None
+        exact = _attributes.allowed(body)
     except UnicodeDecodeError:
         body, exact = raw.decode("utf-8", errors="replace"), False
     if not exact:  # what SQS could not have stored is replaced: the digest is of what is sent
