@@ -48,21 +48,19 @@ _REASONS: Final = {status.value: status.phrase for status in HTTPStatus}
 class _Date:
     """The ``Date`` field's value, formatted at most once a second."""
 
-    __slots__ = ("text", "when")
+    __slots__ = ("stamp",)
 
     def __init__(self) -> None:
-        self.when = 0
-        self.text = ""
+        self.stamp = (0, "")  # (second, text): one reference, replaced whole
 
     def now(self) -> str:
         second = int(time.time())
-        if second != self.when:
-            # Threads that race here each format the same second; the two fields are
-            # read by the thread that set them (a stale pair only costs a reformat).
+        when, text = self.stamp
+        if second != when:
+            # Threads that race here each format the same second and store equal pairs.
             text = formatdate(second, usegmt=True)
-            self.when, self.text = second, text
-            return text
-        return self.text
+            self.stamp = (second, text)
+        return text
 
 
 _DATE: Final = _Date()
