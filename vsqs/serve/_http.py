@@ -9,8 +9,9 @@ server's CPU time a request:
   :mod:`email.parser`: each line must be ``name: value`` (RFC 9112), the name a token,
   the value without NUL or a bare CR; a folded line (obs-fold), a name followed by a
   space, a line without a colon, or the end of the stream among the fields is a ``400``
-  (the standard library would have taken the rest as a body). Up to 100 fields of up to
-  64 KiB each, or a ``431``, as in the standard library. The fields are in
+  (the standard library took the rest as a body, or the fields read so far). Up to 100
+  fields of up to 64 KiB each, or a ``431`` (the standard library's limits, but that it
+  counts the blank line among its 100). The fields are in
   :attr:`Handler.fields`: names in lower case, repeated ones joined with ``,``;
 * **the answer** (:meth:`Handler.reply`): the status line, ``Server``, ``Date``
   (formatted once a second), ``Content-Length``, the given fields and the body in one
@@ -36,7 +37,7 @@ __all__ = ["Handler"]
 MAX_LINE: Final = 65536
 """The longest request line or header field line (bytes), as in the standard library."""
 MAX_FIELDS: Final = 100
-"""The most header fields a request may have, as in the standard library."""
+"""The most header fields a request may have (the standard library: 99, and the blank line)."""
 # RFC 9110's token for the name; the value: no NUL, CR or LF (CR LF or LF ends the line),
 # the optional whitespace on both sides stripped (a greedy match: a lazy one was slow).
 _FIELD: Final = re.compile(r"([!#$%&'*+.^_`|~0-9A-Za-z-]+):([^\x00\r\n]*)\r?\n")
