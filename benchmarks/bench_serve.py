@@ -18,16 +18,29 @@ adds time); within a round the servers take turns. The servers, side by side in 
 run on the same machine:
 
 * ``floor``: a do-nothing server on the same stack as ``vsqs serve`` (the standard
-  library's ``ThreadingHTTPServer``, HTTP/1.1 keep-alive, ``TCP_NODELAY``), which parses
-  each request as JSON and answers it with canned data (the MD5 digests botocore checks
-  included); its receive phase runs for *seconds* (it never drains);
+  library's ``ThreadingHTTPServer`` with the request handler of ``vsqs serve``,
+  ``vsqs.serve._http.Handler``: HTTP/1.1 keep-alive, ``TCP_NODELAY``, its header
+  parsing and its one-write answers), which parses each request as JSON and answers it
+  with canned data (the MD5 digests botocore checks included); its receive phase runs
+  for *seconds* (it never drains);
 * ``moto``: moto's server (``moto[server]``, in memory; ``ThreadedMotoServer``);
 * ``vsqs shm`` and ``vsqs disk``: ``vsqs serve`` on a root on ``/dev/shm`` and on
   ``/var/tmp``, durable writes on (every send answered after its data is flushed).
 
+``--cpu`` measures instead the server's CPU time a request, read from ``/proc`` (its
+``utime`` + ``stime``) around *requests* requests of one client after a warm-up:
+``SendMessageBatch`` of 10, then ``ReceiveMessage(10)`` with its ``DeleteMessageBatch``
+(one request of the table: the pair), on a queue created 3 s before; the least of
+*rounds* rounds, each on a fresh server. Steadier than throughput on a shared machine:
+it counts the server's work, not its share of the cores. In either mode, ``--baseline
+DIR`` adds ``vsqs serve`` run from the source tree *DIR* on ``/dev/shm`` (``baseline
+shm``), e.g. a ``git worktree`` of an older commit, so that old and new code are
+measured side by side.
+
 Usage::
 
     python -m benchmarks.bench_serve [--seconds 3] [--rounds 3] [--clients 1,4,16] [--servers ...]
+    python -m benchmarks.bench_serve --cpu [--requests 2000] [--baseline DIR] [--servers ...]
 """
 
 from __future__ import annotations
@@ -47,14 +60,16 @@ import threading
 import time
 import uuid
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import ThreadingHTTPServer
 from multiprocessing.connection import Connection
 from typing import Any, Final
 
 from benchmarks.report import table
+from vsqs.serve._http import Handler
 
 SERVERS: Final = ("floor", "moto", "vsqs shm", "vsqs disk")
-ROOTS: Final = {"vsqs shm": "/dev/shm", "vsqs disk": "/var/tmp"}
+BASELINE: Final = "baseline shm"
+ROOTS: Final = {"vsqs shm": "/dev/shm", "vsqs disk": "/var/tmp", BASELINE: "/dev/shm"}
 BODY: Final = "x" * 100
 ACCOUNT: Final = "000000000000"
 _BARRIER_WAIT: Final = 120.0
@@ -70,10 +85,10 @@ def _md5(text: str) -> str:
 # The floor: canned answers over the same HTTP stack -----------------------------------
 
 
-class _FloorHandler(BaseHTTPRequestHandler):
-    """Answers the JSON protocol's actions the benchmark uses with canned data."""
+class _FloorHandler(Handler):
+    """Answers the JSON protocol's actions the benchmark uses with canned data, on the
+    request handler of ``vsqs serve`` (its parsing, its answers)."""
 
-    protocol_version = "HTTP/1.1"  # keep-alive
     _RECEIVED: Final = json.dumps(
         {
             "Messages": [
@@ -88,19 +103,14 @@ class _FloorHandler(BaseHTTPRequestHandler):
         }
     ).encode()
 
-    def setup(self) -> None:
-        super().setup()
-        # Without it, Nagle and the client's delayed ACK stall each answer ~40 ms.
-        self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-
     def log_message(self, format: str, *args: Any) -> None:
         pass
 
-    def do_POST(self) -> None:
-        length = int(self.headers.get("Content-Length", "0"))
+    def do_POST(self) -> None:  # noqa: N802 - the standard library's name for POST
+        length = int(self.fields.get("content-length", "0"))
         request = json.loads(self.rfile.read(length) or b"{}")
-        action = self.headers.get("X-Amz-Target", "").rpartition(".")[2]
-        host = self.headers.get("Host", "localhost")
+        action = self.fields.get("x-amz-target", "").rpartition(".")[2]
+        host = self.fields.get("host", "localhost")
         answer: bytes
         if action in ("CreateQueue", "GetQueueUrl"):
             url = f"http://{host}/{ACCOUNT}/{request['QueueName']}"
@@ -127,11 +137,10 @@ class _FloorHandler(BaseHTTPRequestHandler):
             answer = json.dumps({"Successful": done, "Failed": []}).encode()
         else:
             answer = b"{}"
-        self.send_response(200)
-        self.send_header("Content-Type", "application/x-amz-json-1.0")
-        self.send_header("Content-Length", str(len(answer)))
-        self.end_headers()
-        self.wfile.write(answer)
+        self.reply(200, _FLOOR_FIELDS, answer)
+
+
+_FLOOR_FIELDS: Final = (("Content-Type", "application/x-amz-json-1.0"),)
 
 
 class _FloorServer(ThreadingHTTPServer):
@@ -155,6 +164,9 @@ def moto_main(port: int) -> None:
 
 # The servers as processes -------------------------------------------------------------
 
+PIDS: dict[str, int] = {}
+"""The process id of each running server, by its endpoint URL."""
+
 
 def _free_port() -> int:
     with socket.socket() as probe:
@@ -174,9 +186,18 @@ def _wait_listening(process: subprocess.Popen[bytes], port: int) -> None:
 
 
 @contextlib.contextmanager
-def server(name: str) -> Iterator[str]:
-    """Start server *name* in a process of its own; yield its endpoint URL."""
+def server(name: str, baseline: str | None = None) -> Iterator[str]:
+    """Start server *name* in a process of its own; yield its endpoint URL (and set
+    :data:`PIDS` [URL] to its process id). ``baseline shm`` runs ``vsqs`` from the
+    source tree *baseline*."""
     port = _free_port()
+    env = cwd = None
+    if name == BASELINE:
+        if baseline is None:
+            raise ValueError("the baseline server needs --baseline DIR")
+        # In the tree itself too: "python -m" puts the working directory first on the path.
+        cwd = os.path.abspath(baseline)
+        env = {**os.environ, "PYTHONPATH": cwd}
     root = None
     if name == "floor":
         args = ["-m", "benchmarks.bench_serve", "--serve-floor", str(port)]
@@ -187,15 +208,20 @@ def server(name: str) -> Iterator[str]:
         args = ["-m", "vsqs", "serve", root, "--port", str(port), "--quiet"]
     # The servers' own lines (moto logs every request) go to a file, shown on failure.
     with tempfile.TemporaryFile() as log:
-        process = subprocess.Popen([sys.executable, *args], stdout=log, stderr=log)
+        process = subprocess.Popen(
+            [sys.executable, *args], stdout=log, stderr=log, env=env, cwd=cwd
+        )
+        endpoint = f"http://127.0.0.1:{port}"
         try:
             _wait_listening(process, port)
-            yield f"http://127.0.0.1:{port}"
+            PIDS[endpoint] = process.pid
+            yield endpoint
         except BaseException:
             log.seek(0)
             sys.stderr.write(log.read()[-4000:].decode(errors="replace"))
             raise
         finally:
+            PIDS.pop(endpoint, None)
             process.terminate()
             try:
                 process.wait(timeout=30)
@@ -326,7 +352,9 @@ class Clients:
             process.join(timeout=30)
 
 
-def measure(servers: list[str], clients: list[int], seconds: float, rounds: int) -> dict[str, Any]:
+def measure(
+    servers: list[str], clients: list[int], seconds: float, rounds: int, baseline: str | None = None
+) -> dict[str, Any]:
     """{server: {C: {"send": msg/s, "receive": msg/s}}}, the best of *rounds* rounds;
     within a round the servers take turns, so that a busy spell of the machine falls on
     all of them alike."""
@@ -336,7 +364,7 @@ def measure(servers: list[str], clients: list[int], seconds: float, rounds: int)
         try:
             for round_ in range(rounds):
                 for name in servers:
-                    with server(name) as endpoint:
+                    with server(name, baseline) as endpoint:
                         queue = f"bench-{count}-{round_}"
                         url = _client(endpoint).create_queue(QueueName=queue)["QueueUrl"]
                         send = pool.run("send", endpoint, url, seconds)
@@ -353,10 +381,98 @@ def measure(servers: list[str], clients: list[int], seconds: float, rounds: int)
     return results
 
 
+# The server's CPU time a request ------------------------------------------------------
+
+_WARM_BATCHES: Final = 50
+_SETTLED: Final = 3.0  # seconds from CreateQueue to the measure: a queue as in steady state
+
+
+def _cpu_seconds(pid: int) -> float:
+    """User + system CPU time of process *pid* so far (all its threads, live or ended)."""
+    with open(f"/proc/{pid}/stat", encoding="ascii") as stat:
+        fields = stat.read().rpartition(")")[2].split()
+    # Fields 14 and 15 of proc(5) (utime, stime); the split starts at field 3.
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def cpu_per_request(endpoint: str, requests: int) -> dict[str, float]:
+    """{"send": ms, "receive": ms}: the server's CPU time a ``SendMessageBatch`` of 10,
+    and a ``ReceiveMessage(10)`` with its ``DeleteMessageBatch``, over *requests* of each
+    from one client, after a warm-up, on a queue created 3 s before."""
+    pid = PIDS[endpoint]
+    sqs = _client(endpoint)
+    created = time.monotonic()
+    url = sqs.create_queue(QueueName=f"cpu-{uuid.uuid4().hex[:8]}")["QueueUrl"]
+    entries = [{"Id": str(i), "MessageBody": BODY} for i in range(10)]
+
+    def receive_and_delete() -> None:
+        messages = sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=10)["Messages"]
+        handles = [
+            {"Id": str(i), "ReceiptHandle": m["ReceiptHandle"]} for i, m in enumerate(messages)
+        ]
+        sqs.delete_message_batch(QueueUrl=url, Entries=handles)
+
+    for _ in range(_WARM_BATCHES):
+        sqs.send_message_batch(QueueUrl=url, Entries=entries)
+    for _ in range(_WARM_BATCHES // 2):
+        receive_and_delete()
+    # vsqs serve reads a queue's SQS record again while it is young (2 s): measure the
+    # steady state of a queue that has been there a while.
+    time.sleep(max(0.0, created + _SETTLED - time.monotonic()))
+    before = _cpu_seconds(pid)
+    for _ in range(requests):
+        sqs.send_message_batch(QueueUrl=url, Entries=entries)
+    sent = _cpu_seconds(pid)
+    for _ in range(requests):
+        receive_and_delete()
+    received = _cpu_seconds(pid)
+    return {
+        "send": (sent - before) * 1000 / requests,
+        "receive": (received - sent) * 1000 / requests,
+    }
+
+
+def measure_cpu(
+    servers: list[str], requests: int, rounds: int, baseline: str | None
+) -> dict[str, dict[str, float]]:
+    """{server: {"send": ms, "receive": ms}}, the least of *rounds* rounds (each on a
+    fresh server; within a round the servers take turns)."""
+    results: dict[str, dict[str, float]] = {}
+    for round_ in range(rounds):
+        for name in servers:
+            with server(name, baseline) as endpoint:
+                got = cpu_per_request(endpoint, requests)
+            best = results.setdefault(name, dict(got))
+            for phase, ms in got.items():
+                best[phase] = min(best[phase], ms)
+            line = f"send {got['send']:.3f} ms, receive+delete {got['receive']:.3f} ms"
+            print(f"  {name:12} round {round_ + 1}: {line}", file=sys.stderr, flush=True)
+    return results
+
+
+def report_cpu(results: dict[str, dict[str, float]], servers: list[str]) -> str:
+    """The reST table: the server's CPU ms a request, and each to the floor's."""
+    headers = ["request", *(f"{n} (ms)" for n in servers)]
+    others = [n for n in servers if n != "floor"] if "floor" in servers else []
+    headers += [f"{n} / floor" for n in others]
+    rows = []
+    labels = {
+        "send": "SendMessageBatch (10)",
+        "receive": "ReceiveMessage (10) + DeleteMessageBatch",
+    }
+    for phase, label in labels.items():
+        row = [label, *(f"{results[n][phase]:.3f}" for n in servers)]
+        floor = results["floor"][phase] if others else 0.0
+        # A few requests may take less than one clock tick of the floor's time: no ratio.
+        row += [f"{results[n][phase] / floor:.2f}x" if floor else "n/a" for n in others]
+        rows.append(row)
+    return table(headers, rows)
+
+
 def report(results: dict[str, Any], servers: list[str], clients: list[int]) -> str:
     """The reST table: messages/s per server, then vsqs's ratios to the floor and moto."""
     headers = ["phase", "C", *servers]
-    vsqs_names = [n for n in servers if n.startswith("vsqs")]
+    vsqs_names = [n for n in servers if n.startswith("vsqs") or n == BASELINE]
     for name in vsqs_names:
         if "floor" in servers:
             headers.append(f"{name} / floor")
@@ -383,6 +499,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--servers", default=",".join(SERVERS), help="comma-separated")
     parser.add_argument("--rounds", type=int, default=3, help="the best of this many rounds")
     parser.add_argument("--json", help="also write the figures to this file")
+    parser.add_argument("--cpu", action="store_true", help="the server's CPU time a request")
+    parser.add_argument("--requests", type=int, default=2000, help="requests a --cpu round")
+    parser.add_argument("--baseline", help="add 'baseline shm': vsqs serve from this source tree")
     parser.add_argument("--serve-floor", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--serve-moto", type=int, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -393,14 +512,23 @@ def main(argv: list[str] | None = None) -> None:
         moto_main(args.serve_moto)
         return
     servers = [s.strip() for s in args.servers.split(",") if s.strip()]
-    unknown = set(servers) - set(SERVERS)
+    if args.baseline:
+        servers.append(BASELINE)
+    unknown = set(servers) - {*SERVERS, BASELINE}
     if unknown:
         parser.error(f"unknown servers {sorted(unknown)}; choose from {', '.join(SERVERS)}")
     clients = [int(c) for c in args.clients.split(",")]
+    if args.cpu:
+        cpu = measure_cpu(servers, args.requests, args.rounds, args.baseline)
+        if args.json:
+            with open(args.json, "w", encoding="utf-8") as out:
+                json.dump(cpu, out, indent=1)
+        print(report_cpu(cpu, servers))
+        return
     cores, load = len(os.sched_getaffinity(0)), os.getloadavg()[0]
     print(f"bench_serve: {cores} cores, load {load:.1f}, {args.seconds} s send phases, "
           f"best of {args.rounds} rounds", file=sys.stderr)  # fmt: skip
-    results = measure(servers, clients, args.seconds, args.rounds)
+    results = measure(servers, clients, args.seconds, args.rounds, args.baseline)
     if args.json:
         with open(args.json, "w", encoding="utf-8") as out:
             json.dump(results, out, indent=1)

@@ -29,3 +29,23 @@ def test_bench_serve_smoke() -> None:
         floor, served = (float(cell.replace(",", "")) for cell in row[2:4])
         assert floor > 0
         assert served > 0  # vsqs serve sent, received and deleted messages
+
+
+def test_bench_serve_cpu_smoke() -> None:
+    """``--cpu``: the server's CPU time a request, for the floor and vsqs serve, and
+    their ratio (a few requests: no figure is asserted beyond being one)."""
+    done = subprocess.run(
+        [sys.executable, "-m", "benchmarks.bench_serve", "--cpu", "--requests", "100",
+         "--rounds", "1", "--servers", "floor,vsqs shm"],
+        cwd=ROOT, capture_output=True, text=True, timeout=240, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert lines[1].split() == ["request", "floor", "(ms)", "vsqs", "shm", "(ms)", "vsqs", "shm",
+                                "/", "floor"], done.stdout  # fmt: skip
+    assert lines[3].startswith("SendMessageBatch (10)")
+    assert lines[4].startswith("ReceiveMessage (10) + DeleteMessageBatch")
+    for line in lines[3:5]:
+        *_, floor, served, ratio = line.split()
+        assert float(floor) >= 0 and float(served) > 0, line
+        assert ratio == "n/a" or float(ratio.removesuffix("x")) > 0, line

@@ -239,6 +239,27 @@ def test_library_messages_are_served_and_served_messages_reach_the_library(
     assert queue.delete(got)
 
 
+def test_library_bodies_sqs_could_not_hold_are_served_replaced_with_their_digest(
+    sqs: Any, root: vsqs.QueueRoot
+) -> None:
+    """Bytes that are not UTF-8, or characters outside XML 1.0's, come out as U+FFFD, and
+    MD5OfBody is of what is sent (botocore checks it, and raises if it differs)."""
+    url = sqs.create_queue(QueueName="q")["QueueUrl"]
+    bodies = {
+        b"\xff\xfe not utf-8": "\ufffd\ufffd not utf-8",
+        b"nul \x00 and escape \x1b": "nul \ufffd and escape \ufffd",
+        "h\u00e9llo \u2713 \U0001f600".encode(): "h\u00e9llo \u2713 \U0001f600",
+        b"plain ascii ~": "plain ascii ~",
+        b"tab\tand\nnewline\r": "tab\tand\nnewline\r",
+    }
+    root.get("q").publish_batch(list(bodies))
+    got = sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=10)["Messages"]
+    assert [m["Body"] for m in got] == list(bodies.values())
+    for message in got:
+        digest = hashlib.md5(message["Body"].encode(), usedforsecurity=False).hexdigest()
+        assert message["MD5OfBody"] == digest
+
+
 def test_batches(sqs: Any, root: vsqs.QueueRoot) -> None:
     url = sqs.create_queue(QueueName="q")["QueueUrl"]
     entries: list[dict[str, Any]] = [{"Id": f"m{i}", "MessageBody": f"body {i}"} for i in range(9)]

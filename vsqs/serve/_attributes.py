@@ -39,11 +39,13 @@ __all__ = [
     "DEDUP_KEY",
     "TRACE_KEY",
     "Attribute",
+    "allowed",
     "check_body",
     "decode",
     "encode",
     "md5_of_attributes",
     "md5_of_body",
+    "md5_of_data",
     "parse_attributes",
     "select",
 ]
@@ -61,10 +63,18 @@ Attribute = tuple[str, "str | bytes"]
 """A message attribute: its data type and its value (bytes for binary types)."""
 
 
+def allowed(text: str) -> bool:
+    """Whether every character of *text* is one SQS allows (XML 1.0's)."""
+    # " " to "~" only, the common case, is allowed without running the pattern.
+    return (text.isascii() and text.isprintable()) or BAD_CHAR.search(text) is None
+
+
 def check_body(body: str, where: str = "MessageBody") -> None:
     """Refuse a body SQS would refuse: empty, or with characters outside XML 1.0's."""
     if not body:
         raise invalid(where, "", "The message body must be non-empty.")
+    if allowed(body):
+        return
     bad = BAD_CHAR.search(body)
     if bad is not None:
         raise SqsError(
@@ -227,6 +237,11 @@ def select(attributes: Mapping[str, Attribute], names: list[str]) -> dict[str, A
 def md5_of_body(body: str) -> str:
     """``MD5OfMessageBody``: the MD5 of the body's UTF-8, in hex."""
     return hashlib.md5(body.encode(), usedforsecurity=False).hexdigest()
+
+
+def md5_of_data(data: bytes) -> str:
+    """:func:`md5_of_body` of a body already in UTF-8."""
+    return hashlib.md5(data, usedforsecurity=False).hexdigest()
 
 
 def md5_of_attributes(attributes: Mapping[str, Attribute]) -> str | None:

@@ -9,12 +9,11 @@ callable, never to the client).
 
 from __future__ import annotations
 
+import random
 import re
 import traceback
-import uuid
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
-from typing import Final
+from typing import Final, NamedTuple
 
 from .. import QueueNotFound
 from . import _sigv4, _wire
@@ -26,13 +25,14 @@ from ._service import DEFAULT_REGION, Service
 __all__ = ["Answer", "answer", "is_page"]
 
 _SCOPE: Final = re.compile(r"Credential=[^/]*/[0-9]{8}/([^/]+)/")
+_RANDOM_BITS: Final = ~(0xF000 << 64 | 0xC000 << 48)  # all but the version and variant
+_VERSION_4: Final = 0x4000 << 64 | 0x8000 << 48
 _HOST: Final = re.compile(
     r"[A-Za-z0-9.-]{1,253}(?::[0-9]{1,5})?|\[[0-9A-Fa-f:.]{2,45}\](?::[0-9]{1,5})?"
 )
 
 
-@dataclass(frozen=True)
-class Answer:
+class Answer(NamedTuple):
     """An HTTP answer: status, headers, body, and the action (for the access log)."""
 
     status: int
@@ -49,13 +49,24 @@ def is_page(method: str, path: str, query: str) -> bool:
     return method in ("GET", "HEAD") and path == "/" and "Action=" not in query
 
 
+def request_id() -> str:
+    """A random (version 4) UUID, as ``str(uuid.uuid4())`` spells it, one a request.
+
+    An id to match a log line with an answer, never a secret: from :mod:`random` (no
+    system call, unlike ``os.urandom``; reseeded in a forked child by the standard library).
+    """
+    # The version (4) and the RFC 4122 variant (binary 10), as uuid4 sets them.
+    text = f"{random.getrandbits(128) & _RANDOM_BITS | _VERSION_4:032x}"
+    return f"{text[:8]}-{text[8:12]}-{text[12:16]}-{text[16:20]}-{text[20:]}"
+
+
 def error_answer(error: SqsError, *, json_protocol: bool, action: str = "-") -> Answer:
     """The answer for *error*, in the request's protocol."""
-    request_id = str(uuid.uuid4())
+    request_id_ = request_id()
     content_type, body, extra = _wire.error_body(
-        error, json_protocol=json_protocol, request_id=request_id
+        error, json_protocol=json_protocol, request_id=request_id_
     )
-    headers = {"Content-Type": content_type, **extra, "x-amzn-RequestId": request_id}
+    headers = {"Content-Type": content_type, **extra, "x-amzn-RequestId": request_id_}
     return Answer(error.status, headers, body, action)
 
 
@@ -111,8 +122,8 @@ def answer(  # noqa: PLR0917 - the parts of one request, as a front end has them
         if not request.json and "QueueUrl" not in request.params and path.count("/") >= 2:
             request.params["QueueUrl"] = path  # the query protocol posts to the queue's URL
         result = service.handle(caller, request)
-        request_id = str(uuid.uuid4())
-        content_type, payload = _wire.render(request, result, request_id)
+        answered_as = request_id()
+        content_type, payload = _wire.render(request, result, answered_as)
     except SqsError as error:
         return error_answer(error, json_protocol=json_protocol, action=action)
     except (QueueNotFound, FileNotFoundError):
@@ -123,5 +134,5 @@ def answer(  # noqa: PLR0917 - the parts of one request, as a front end has them
         log(traceback.format_exc().rstrip())
         failure = SqsError("InternalFailure", "The request failed on the server.", sender=False)
         return error_answer(failure, json_protocol=json_protocol, action=action)
-    headers_out = {"Content-Type": content_type, "x-amzn-RequestId": request_id}
+    headers_out = {"Content-Type": content_type, "x-amzn-RequestId": answered_as}
     return Answer(200, headers_out, payload, action)

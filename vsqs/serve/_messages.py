@@ -143,12 +143,18 @@ def _outgoing_message(
     system: set[str],
     names: list[str],
 ) -> dict[str, Any]:
-    body = message.body.decode("utf-8", errors="replace")
-    body = _attributes.BAD_CHAR.sub("\ufffd", body)
+    raw = message.body
+    try:
+        body = raw.decode("utf-8")
+        exact = _attributes.allowed(body)
+    except UnicodeDecodeError:
+        body, exact = raw.decode("utf-8", errors="replace"), False
+    if not exact:  # what SQS could not have stored is replaced: the digest is of what is sent
+        body = _attributes.BAD_CHAR.sub("\ufffd", body)
     result: dict[str, Any] = {
         "MessageId": message.id,
         "ReceiptHandle": _handle(queue, message),
-        "MD5OfBody": _attributes.md5_of_body(body),
+        "MD5OfBody": _attributes.md5_of_data(raw) if exact else _attributes.md5_of_body(body),
         "Body": body,
     }
     attributes = _system_attributes(service, caller, queue, message, system) if system else {}

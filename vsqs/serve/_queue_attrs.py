@@ -29,6 +29,7 @@ the others                                kept in the SQS record; enforced by th
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 from collections.abc import Mapping
@@ -89,10 +90,15 @@ _STORED_AS: Final = {
 }
 
 
+@functools.lru_cache(maxsize=4096)
+def _under_root(queue_dir: str, name: str) -> str:
+    return f"{Layout(queue_dir).root}/{name}"  # one Layout a queue, not one a request
+
+
 def settings_stamp(queue_dir: str, name: str = SETTINGS) -> int | None:
     """When the queue's stored settings last changed (``None``: it has none)."""
     try:
-        return _host.status(f"{Layout(queue_dir).root}/{name}").st_mtime_ns
+        return _host.status(_under_root(queue_dir, name)).st_mtime_ns
     except FileNotFoundError:
         return None
 
@@ -324,8 +330,9 @@ _DEFAULTS: Final = {
 
 
 def sqs_options(queue: Queue) -> dict[str, str]:
-    """The SQS-only attributes of a queue, defaults included (one read)."""
-    stored = _sidecar.read(queue.path).get("attributes") or {}
+    """The SQS-only attributes of a queue, defaults included (one ``lstat`` while the
+    queue's SQS record is unchanged, one read when it changed)."""
+    stored = _sidecar.read_cached(queue.path).get("attributes") or {}
     return {**_DEFAULTS, **stored}
 
 

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 from .. import InvalidAttributes, Queue, QueueClosed, QueueFull
 from . import _attributes, _queue_attrs
-from ._attributes import DEDUP_KEY, TRACE_KEY
+from ._attributes import DEDUP_KEY, TRACE_KEY, Attribute
 from ._errors import SqsError, invalid, missing
 
 if TYPE_CHECKING:
@@ -52,14 +52,30 @@ def integer(params: dict[str, Any], name: str, low: int, high: int) -> int | Non
     return value
 
 
+_PLAIN: Final = frozenset({"Id", "MessageBody", "QueueUrl"})
+_PLAIN_KEY: Final = (0.0, None, ())
+
+
+def _too_long(size: int, limit: int) -> SqsError:
+    return invalid("MessageBody", f"{size} bytes", f"Message must be shorter than {limit} bytes.")
+
+
 class _Outgoing:
     """One message to send, checked: what ``publish`` needs and what the answer says."""
 
-    __slots__ = ("attributes", "body", "data", "dedup_id", "delay", "group", "stored", "system")
+    __slots__ = (
+        "attributes", "body", "data", "dedup_id", "delay", "group", "key", "stored", "system",
+    )  # fmt: skip
+    attributes: dict[str, Attribute]
+    system: dict[str, Attribute]
+    delay: float
+    group: str | None
+    dedup_id: str | None
+    stored: dict[str, str]
+    key: tuple[object, ...]
+    """Entries with equal keys may share one publish_batch."""
 
-    def __init__(  # noqa: PLR0912 - one check per SQS rule, in SQS order
-        self, queue: Queue, options: dict[str, str], params: dict[str, Any]
-    ) -> None:
+    def __init__(self, queue: Queue, options: dict[str, str], params: dict[str, Any]) -> None:
         body = params.get("MessageBody")
         if body is None:
             raise missing("MessageBody")
@@ -68,18 +84,28 @@ class _Outgoing:
         _attributes.check_body(body)
         self.body = body
         self.data = body.encode()
+        limit = int(options["MaximumMessageSize"])
+        fifo = queue.fifo
+        if not fifo and params.keys() <= _PLAIN:
+            # A body alone on a standard queue (the common case): nothing else to check,
+            # the outcome of the checks below without their steps.
+            if len(self.data) > limit:
+                raise _too_long(len(self.data), limit)
+            self.attributes, self.system, self.stored = {}, {}, {}
+            self.delay, self.group, self.dedup_id = 0.0, None, None
+            self.key = _PLAIN_KEY
+            return
+        self._check(fifo, options, params, limit)
+
+    def _check(  # noqa: PLR0912 - one check per SQS rule, in SQS order
+        self, fifo: bool, options: dict[str, str], params: dict[str, Any], limit: int
+    ) -> None:
         self.attributes = _attributes.parse_attributes(params.get("MessageAttributes"))
         self.system = _attributes.parse_attributes(
             params.get("MessageSystemAttributes"), system=True
         )
-        limit = int(options["MaximumMessageSize"])
         if len(self.data) + _attributes.size(self.attributes) > limit:
-            raise invalid(
-                "MessageBody",
-                f"{len(self.data)} bytes",
-                f"Message must be shorter than {limit} bytes.",
-            )
-        fifo = queue.fifo
+            raise _too_long(len(self.data), limit)
         delay = integer(params, "DelaySeconds", 0, 900)
         group = params.get("MessageGroupId")
         dedup = params.get("MessageDeduplicationId")
@@ -118,7 +144,7 @@ class _Outgoing:
         if dedup is not None and (not isinstance(dedup, str) or not PRINTABLE.fullmatch(dedup)):
             raise invalid("MessageDeduplicationId", dedup, "1 to 128 printable ASCII characters.")
         self.delay = float(delay or 0)
-        self.group: str | None = group
+        self.group = group
         # SQS's DeduplicationScope: the whole queue (the default; vsqs keeps a dedup id
         # unique across every partition), or each message group (the group is part of it).
         per_group = options.get("DeduplicationScope") == "messageGroup"
@@ -131,22 +157,21 @@ class _Outgoing:
         if "AWSTraceHeader" in self.system:
             stored[TRACE_KEY] = str(self.system["AWSTraceHeader"][1])
         self.stored = stored
-
-    def key(self) -> tuple[object, ...]:
-        """Entries with equal keys may share one publish_batch."""
-        return (self.delay, self.group, tuple(sorted(self.stored.items())))
+        self.key = (
+            self.delay,
+            self.group,
+            tuple(sorted(stored.items())) if stored else (),
+        )
 
     def answer(self, message_id: str, queue: Queue) -> dict[str, Any]:
         result: dict[str, Any] = {
             "MessageId": message_id,
-            "MD5OfMessageBody": _attributes.md5_of_body(self.body),
+            "MD5OfMessageBody": _attributes.md5_of_data(self.data),
         }
-        digest = _attributes.md5_of_attributes(self.attributes)
-        if digest:
-            result["MD5OfMessageAttributes"] = digest
-        system = _attributes.md5_of_attributes(self.system)
-        if system:
-            result["MD5OfMessageSystemAttributes"] = system
+        if self.attributes:
+            result["MD5OfMessageAttributes"] = _attributes.md5_of_attributes(self.attributes)
+        if self.system:
+            result["MD5OfMessageSystemAttributes"] = _attributes.md5_of_attributes(self.system)
         if queue.fifo:
             result["SequenceNumber"] = sequence_number(message_id)
         return result
@@ -247,7 +272,7 @@ def send_message_batch(
     start = 0
     while start < len(checked):
         end = start + 1
-        while end < len(checked) and checked[end][1].key() == checked[start][1].key():
+        while end < len(checked) and checked[end][1].key == checked[start][1].key:
             end += 1
         run = checked[start:end]
         first = run[0][1]

@@ -22,7 +22,7 @@ import threading
 import time
 import traceback
 from collections.abc import Callable, Mapping
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import ThreadingHTTPServer
 from typing import Any, Final
 
 from .. import QueueRoot
@@ -30,6 +30,7 @@ from .._errors import VsqsError
 from . import _dispatch
 from ._credentials import Credentials, load_credentials
 from ._errors import SqsError
+from ._http import Handler
 from ._service import Service
 
 __all__ = ["Pages", "Server", "UnsafeAddress", "make_server"]
@@ -104,6 +105,8 @@ class Server(ThreadingHTTPServer):
         self._closed = False
         self._serving = False
         super().__init__(address, _Handler)
+        self.host_port = self.url.partition("://")[2]
+        """``host:port`` for queue URLs when a request's Host header is unusable."""
 
     @property
     def url(self) -> str:
@@ -122,7 +125,8 @@ class Server(ThreadingHTTPServer):
     def end(self) -> None:
         with self._idle:
             self._busy -= 1
-            self._idle.notify_all()
+            if self.service.stopping.is_set():  # only shutdown waits for _busy to fall
+                self._idle.notify_all()
 
     def track(self, connection: socket.socket, *, add: bool) -> None:
         with self._idle:
@@ -170,9 +174,8 @@ class Server(ThreadingHTTPServer):
             sys.stderr.write(line + "\n")
 
 
-class _Handler(BaseHTTPRequestHandler):
+class _Handler(Handler):
     server: Server
-    protocol_version = "HTTP/1.1"
     # A connection idle (or a request stalled) this long is closed: no thread is held
     # for ever by a client that went quiet. Longer than any long poll (20 s).
     timeout = IDLE_TIMEOUT
@@ -183,8 +186,6 @@ class _Handler(BaseHTTPRequestHandler):
 
     def setup(self) -> None:
         super().setup()
-        # Without it, Nagle's algorithm and the client's delayed ACK stall each answer.
-        self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self.server.track(self.connection, add=True)
 
     def finish(self) -> None:
@@ -249,9 +250,9 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _body(self) -> bytes | None:
         """The request body, or ``None`` after answering an error about it."""
-        if self.headers.get("Transfer-Encoding", "").lower() == "chunked":
+        if self.fields.get("transfer-encoding", "").lower() == "chunked":
             return self._chunked()
-        length_text = self.headers.get("Content-Length")
+        length_text = self.fields.get("content-length")
         if length_text is None:
             return b""
         try:
@@ -293,15 +294,7 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _refuse(self, error: SqsError) -> None:
         self.close_connection = True  # the rest of the body is not read
-        json_protocol = "x-amz-target" in {k.lower() for k in self.headers}
-        self._send_error(error, json_protocol=json_protocol)
-
-    def _headers(self) -> dict[str, str]:
-        joined: dict[str, str] = {}
-        for name, value in self.headers.items():
-            key = name.lower()
-            joined[key] = f"{joined[key]},{value}" if key in joined else value
-        return joined
+        self._send_error(error, json_protocol="x-amz-target" in self.fields)
 
     def _serve(self) -> None:
         self._began = time.monotonic()
@@ -312,7 +305,7 @@ class _Handler(BaseHTTPRequestHandler):
             return
         target = self.path
         path, _, query = target.partition("?")
-        headers = self._headers()
+        headers = self.fields
         if _dispatch.is_page(self.command, path, query):
             self._page(target, headers, body)
             return
@@ -323,7 +316,7 @@ class _Handler(BaseHTTPRequestHandler):
             target,
             headers,
             body,
-            self.server.url.partition("://")[2],
+            self.server.host_port,
             self.server.log,
         )
         self._action = done.action
@@ -361,15 +354,7 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _send(self, status: int, headers: Mapping[str, str], payload: bytes) -> None:
         self._size = len(payload)
-        self.send_response(status)
-        self.send_header("Content-Length", str(len(payload)))
-        for name, value in headers.items():
-            self.send_header(name, value)
-        if self.close_connection:
-            self.send_header("Connection", "close")
-        self.end_headers()
-        if self.command != "HEAD":
-            self.wfile.write(payload)
+        self.reply(status, headers.items(), payload, send_body=self.command != "HEAD")
 
 
 def make_server(

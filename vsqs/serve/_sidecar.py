@@ -18,24 +18,47 @@ Written as the settings are: a whole new file renamed over the old one (readers 
 or the other), under an ``flock`` on ``.vsqs/sqs.lock`` so that two servers changing
 one queue's tags at once both land. A file that is not a JSON object is treated as
 absent when read and replaced by the next change.
+
+:func:`read_cached` is :func:`read` for the request path (every send and receive asks
+for the queue's SQS attributes): the record is read again only when one ``lstat`` of
+the file shows it changed (another inode, size, modification or change time), while
+it is young (written in the last :data:`TRUST_AFTER` seconds, by this host's clock: a
+filesystem whose timestamps are coarse cannot tell two changes within one tick apart),
+and always on a filesystem other hosts write (NFS, FUSE...: there a ``stat`` may answer
+from the client's attribute cache, where opening the file revalidates it).
 """
 
 from __future__ import annotations
 
 import json
+import stat
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any, Final
 
-from .. import _fs
+from .. import _fs, _host, _mountinfo
 from .._layout import ROOT, SQS_LOCK, SQS_STATE, Layout
 
-__all__ = ["read", "update"]
+__all__ = ["read", "read_cached", "update"]
 
 _LOCK_POLL: Final = 0.005
 _threads = threading.Lock()  # flock is per open file: threads of one process queue here first
+TRUST_AFTER: Final = 2.0
+"""A record younger than this (seconds since its modification time) is always re-read."""
+_CACHE_SIZE: Final = 4096  # queues remembered; beyond, the memory is dropped and rebuilt
+_Stamp = tuple[int, int, int, int, int]
+_cache: dict[str, tuple[str, _Stamp | None, Mapping[str, Any]]] = {}
+_cache_lock = threading.Lock()
+_local: dict[int, bool] = {}  # device -> whether only this kernel writes it (looked up once)
+
+
+def _only_this_host(device: int, path: str) -> bool:
+    local = _local.get(device)
+    if local is None:
+        local = _local[device] = not _mountinfo.polls(_host.filesystem_type(path))
+    return local
 
 
 def read(queue_dir: str) -> dict[str, Any]:
@@ -54,6 +77,37 @@ def read(queue_dir: str) -> dict[str, Any]:
     except ValueError:
         return {}
     return document if isinstance(document, dict) else {}
+
+
+def read_cached(queue_dir: str) -> Mapping[str, Any]:
+    """The queue's SQS record, as :func:`read` returns it, from memory while the file is
+    unchanged (see the module's docstring). Never older than the file was at the call's
+    ``lstat``. The mapping is shared: read it, never change it.
+    """
+    with _cache_lock:
+        entry = _cache.get(queue_dir)
+    path = entry[0] if entry is not None else f"{Layout(queue_dir).root}/{SQS_STATE}"
+    try:
+        info = _host.lstatus(path)
+    except OSError:
+        info = None  # absent (the queue has no record, or is gone): read says which
+    stamp: _Stamp | None = None
+    if info is not None and stat.S_ISREG(info.st_mode):
+        stamp = (info.st_dev, info.st_ino, info.st_size, info.st_mtime_ns, info.st_ctime_ns)
+        if time.time() - info.st_mtime_ns / 1e9 < TRUST_AFTER or not _only_this_host(
+            info.st_dev, path
+        ):
+            stamp = None  # young, or on a shared filesystem: read every time
+    if entry is not None and stamp is not None and entry[1] == stamp:
+        return entry[2]
+    # The status was taken before the read: a change in between is newer than the stamp
+    # kept with it, so the next call sees another stamp and reads again.
+    document = read(queue_dir)
+    with _cache_lock:
+        if len(_cache) >= _CACHE_SIZE:
+            _cache.clear()
+        _cache[queue_dir] = (path, stamp, document)
+    return document
 
 
 @contextmanager

@@ -252,10 +252,15 @@ def _xml(name: str, value: object, out: list[str], action: str) -> None:
         out.append(f"<{name}>{escape(str(value), _XML_ESCAPES)}</{name}>")
 
 
+# One encoder, not one a request; a result is made of fresh dicts and lists, never a
+# cycle, so the encoder keeps no record of the containers it is inside (a quarter faster).
+_COMPACT: Final = json.JSONEncoder(separators=(",", ":"), check_circular=False)
+
+
 def render(request: Request, result: dict[str, Any], request_id: str) -> tuple[str, bytes]:
     """(content type, body) of a successful answer."""
     if request.json:
-        return JSON_TYPE, json.dumps(result, separators=(",", ":")).encode()
+        return JSON_TYPE, _COMPACT.encode(result).encode()
     action = request.action
     out = [f'<?xml version="1.0"?><{action}Response xmlns="{_NAMESPACE}">']
     if result or action not in _NO_RESULT:

@@ -1,0 +1,213 @@
+"""The HTTP/1.1 layer of ``vsqs serve`` (``vsqs.serve._http``): its strict reading of
+header fields, its limits, keep-alive, and the one-write answers; and the per-queue
+memory of the SQS record (``_sidecar.read_cached``), which must never serve a stale one."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import time
+import uuid
+from pathlib import Path
+from urllib.parse import urlsplit
+
+import pytest
+
+import vsqs
+from vsqs.serve import Server, _sidecar
+from vsqs.serve._context import Caller
+from vsqs.serve._dispatch import request_id
+from vsqs.serve._service import Service
+
+from .conftest import Start
+from .http import json_call, raw
+
+_LIST = (
+    b"POST / HTTP/1.1\r\nHost: x\r\nContent-Type: application/x-amz-json-1.0\r\n"
+    b"X-Amz-Target: AmazonSQS.ListQueues\r\nContent-Length: 2\r\n"
+)
+
+
+def _status(answer: bytes) -> int:
+    return int(answer.split(b" ", 2)[1])
+
+
+def _alive(server: Server) -> None:
+    status, _, answer = json_call(server.url, "ListQueues", {})
+    assert status == 200, answer
+
+
+@pytest.mark.parametrize(
+    "field",
+    [
+        b"X-Folded: a\r\n continued\r\n",  # obs-fold (RFC 9112 5.2): refused, not joined
+        b"X-Spaced : a\r\n",  # whitespace between the name and the colon
+        b"no colon here\r\n",
+        b"X-Bad\x00Name: a\r\n",
+        b"X-Bad-Value: a\x00b\r\n",
+        b"X-Stray-CR: a\rb\r\n",
+        b": no name\r\n",
+    ],
+)
+def test_a_malformed_header_field_is_a_400_and_the_connection_closes(
+    server: Server, field: bytes
+) -> None:
+    answer = raw(server.url, _LIST + field + b"\r\n{}")
+    assert _status(answer) == 400, answer
+    assert b"Connection: close" in answer
+    assert b"MalformedRequest" in answer
+    _alive(server)
+
+
+def test_the_end_of_the_stream_among_the_fields_is_a_400(server: Server) -> None:
+    answer = raw(server.url, b"POST / HTTP/1.1\r\nHost: x\r\nX-Amz-Target: AmazonSQS.Li")
+    assert _status(answer) == 400, answer
+    _alive(server)
+
+
+def test_at_most_100_fields_of_64_kib_each_or_a_431(server: Server) -> None:
+    many = b"".join(b"X-F%d: v\r\n" % n for n in range(101))
+    assert _status(raw(server.url, _LIST + many + b"\r\n{}")) == 431
+    long_line = b"X-Long: " + b"v" * 65536 + b"\r\n"
+    assert _status(raw(server.url, _LIST + long_line + b"\r\n{}")) == 431
+    exactly = b"".join(b"X-F%d: v\r\n" % n for n in range(100 - 4))  # _LIST has 4
+    assert _status(raw(server.url, _LIST + exactly + b"\r\n{}")) == 200
+    _alive(server)
+
+
+def test_field_names_are_case_blind_values_trimmed_and_repeats_joined(server: Server) -> None:
+    body = json.dumps({"QueueName": "q"}).encode()
+    answer = raw(
+        server.url,
+        b"POST / HTTP/1.1\r\nhOST: \t example.test:1 \t\r\n"
+        b"content-type: application/x-amz-json-1.0\r\n"
+        b"x-AMZ-target:AmazonSQS.CreateQueue\r\nCONTENT-LENGTH: %d\r\n"
+        b"Connection: close\r\n\r\n%s" % (len(body), body),
+    )
+    assert _status(answer) == 200, answer
+    assert b'"http://example.test:1/000000000000/q"' in answer
+    # Two Content-Length fields are one "n,n" value: not a length, refused (no smuggling).
+    twice = _LIST.replace(b"Content-Length: 2\r\n", b"Content-Length: 2\r\nContent-Length: 2\r\n")
+    assert _status(raw(server.url, twice + b"\r\n{}")) == 400
+
+
+def test_bare_lf_line_ends_are_read(server: Server) -> None:
+    answer = raw(server.url, _LIST.replace(b"\r\n", b"\n") + b"Connection: close\n\n{}")
+    assert _status(answer) == 200, answer
+
+
+def _exchange(sock: socket.socket, data: bytes) -> bytes:
+    """Send *data*; read one answer (its head and its Content-Length of body)."""
+    sock.sendall(data)
+    received = b""
+    while b"\r\n\r\n" not in received:
+        chunk = sock.recv(65536)
+        assert chunk, received
+        received += chunk
+    head, _, rest = received.partition(b"\r\n\r\n")
+    length = next(
+        int(line.split(b":", 1)[1])
+        for line in head.split(b"\r\n")
+        if line.lower().startswith(b"content-length:")
+    )
+    while len(rest) < length:
+        chunk = sock.recv(65536)
+        assert chunk
+        rest += chunk
+    return head + b"\r\n\r\n" + rest
+
+
+def test_keep_alive_versions_and_expect_continue(server: Server) -> None:
+    parts = urlsplit(server.url)
+    with socket.create_connection((parts.hostname or "", parts.port or 80), timeout=10) as sock:
+        # HTTP/1.1: the connection stays open for the next request, and the answer is
+        # one write with the usual fields.
+        for _ in range(3):
+            answer = _exchange(sock, _LIST + b"\r\n{}")
+            assert answer.startswith(b"HTTP/1.1 200 OK\r\nServer: vsqs\r\nDate: "), answer
+            assert b"Connection: close" not in answer
+            assert b"x-amzn-RequestId: " in answer
+        # Expect: 100-continue gets its interim answer before the body is sent.
+        sock.sendall(_LIST + b"Expect: 100-continue\r\n\r\n")
+        assert sock.recv(65536).startswith(b"HTTP/1.1 100 Continue\r\n\r\n")
+        assert _exchange(sock, b"{}").startswith(b"HTTP/1.1 200")
+    # HTTP/1.0 closes after the answer unless asked to keep the connection alive.
+    answer = raw(server.url, _LIST.replace(b"HTTP/1.1", b"HTTP/1.0") + b"\r\n{}")
+    assert _status(answer) == 200 and b"Connection: close" in answer
+    kept = _LIST.replace(b"HTTP/1.1", b"HTTP/1.0") + b"Connection: keep-alive\r\n\r\n{}"
+    assert b"Connection: close" not in raw(server.url, kept)
+    assert _status(raw(server.url, _LIST.replace(b"HTTP/1.1", b"HTTP/2.0") + b"\r\n{}")) == 505
+    for version in (b"HTTP/1.x", b"HTTP/1", b"HTTP/1.1.1", b"HTTP/1." + b"1" * 11, b"FTP/1.1"):
+        answer = raw(server.url, _LIST.replace(b"HTTP/1.1", version) + b"\r\n{}")
+        assert _status(answer) == 400, (version, answer)
+    assert _status(raw(server.url, _LIST.replace(b"HTTP/1.1", b"HTTP/01.01") + b"\r\n{}")) == 200
+
+
+def test_a_head_request_gets_the_length_without_the_body(start: Start) -> None:
+    server = start(pages=lambda *_: None)
+    answer = raw(server.url, b"HEAD /ui HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+    head, _, body = answer.partition(b"\r\n\r\n")
+    assert _status(answer) == 404 and body == b""
+    assert b"Content-Length: " in head
+
+
+# -- the memory of the SQS record -------------------------------------------------------
+
+
+def _age(path: Path, seconds: float = 60.0) -> None:
+    then = time.time() - seconds
+    os.utime(path, (then, then))
+
+
+def test_the_record_is_read_again_whenever_it_changed(tmp_path: Path) -> None:
+    root = vsqs.QueueRoot(tmp_path / "root")
+    mine, theirs = Service(root), Service(root)  # two servers on one root
+    caller = Caller(None, "us-east-1", "h")
+    mine.create_queue(caller, {"QueueName": "q", "Attributes": {"MaximumMessageSize": "2048"}})
+    queue = mine.open("q")
+    record = Path(queue.path) / ".vsqs" / "sqs.json"
+    _age(record)
+    assert _sidecar.read_cached(queue.path)["attributes"]["MaximumMessageSize"] == "2048"
+    assert _sidecar.read_cached(queue.path) is _sidecar.read_cached(queue.path)  # remembered
+    # Another server changes it (a new file, renamed over): read again at once.
+    theirs.set_queue_attributes(
+        caller, {"QueueUrl": "/0/q", "Attributes": {"MaximumMessageSize": "4096"}}
+    )
+    assert _sidecar.read_cached(queue.path)["attributes"]["MaximumMessageSize"] == "4096"
+    # Changed in place to the same size, its modification time set back: the change
+    # time tells.
+    _age(record)
+    before = _sidecar.read_cached(queue.path)
+    text = record.read_text().replace("4096", "8192")
+    record.write_text(text)
+    _age(record)
+    after = _sidecar.read_cached(queue.path)
+    assert before["attributes"]["MaximumMessageSize"] == "4096"
+    assert after["attributes"]["MaximumMessageSize"] == "8192"
+    # Gone (the queue deleted): an empty record, never the remembered one.
+    record.unlink()
+    assert _sidecar.read_cached(queue.path) == {}
+
+
+def test_on_a_filesystem_other_hosts_write_the_record_is_always_read(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """NFS or FUSE: a stat may answer from the attribute cache; opening revalidates."""
+    queue = vsqs.QueueRoot(tmp_path / "root").create("q")
+    record = Path(queue.path) / ".vsqs" / "sqs.json"
+    record.parent.mkdir(exist_ok=True)
+    record.write_text('{"attributes": {"DelaySeconds": "1"}}')
+    _age(record)
+    assert _sidecar.read_cached(queue.path) is _sidecar.read_cached(queue.path)
+    monkeypatch.setitem(_sidecar._local, record.stat().st_dev, False)  # as if NFS
+    assert _sidecar.read_cached(queue.path) is not _sidecar.read_cached(queue.path)
+    assert _sidecar.read_cached(queue.path) == {"attributes": {"DelaySeconds": "1"}}
+
+
+def test_request_ids_are_distinct_version_4_uuids() -> None:
+    ids = [request_id() for _ in range(2000)]
+    assert len(set(ids)) == len(ids)
+    for text in ids:
+        parsed = uuid.UUID(text)
+        assert (parsed.version, parsed.variant, str(parsed)) == (4, uuid.RFC_4122, text)
