@@ -30,7 +30,6 @@ import threading
 import uuid
 from collections.abc import Iterator, Sequence
 from dataclasses import replace
-from queue import Queue as WorkQueue
 from typing import Any, Final
 
 from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
@@ -42,6 +41,7 @@ from pyspark.sql.streaming.datasource import (
 )
 
 from .. import LeaseLost, Message, Queue, QueueDrained
+from ._deleter import Deleter
 from ._options import Planned, SourceOptions, directory, existing_queue, planned
 from ._read import Slice, arrow_batches, partition_names, plan_slices, read_planned
 from ._state import StateDir, StateMismatch, take_over
@@ -66,9 +66,7 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._lock = threading.Lock()
         self._stopping = threading.Event()
         self._heartbeat_thread: threading.Thread | None = None
-        self._deletions: WorkQueue[tuple[int, list[Message | tuple[str, str]]] | None] = WorkQueue()
-        self._deleter: threading.Thread | None = None
-        self._delete_failure: Exception | None = None  # the deleter's, for flush()
+        self._deleter: Deleter | None = None
         self._pending: dict[int, list[Message]] = {}
         self._plans: dict[int, list[Planned]] = {}
         self._recorded: dict[int, list[Planned]] = {}
@@ -133,8 +131,7 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             target=self._heartbeat, name="vsqs-spark-heartbeat", daemon=True
         )
         self._heartbeat_thread.start()
-        self._deleter = threading.Thread(target=self._delete, name="vsqs-spark-delete", daemon=True)
-        self._deleter.start()
+        self._deleter = Deleter(self.options, state)
         return queue
 
     def _take_state(self, state: StateDir, epoch: str, seq: int) -> dict[str, Any]:
@@ -171,8 +168,7 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         recorded for the next run."""
         self._stopping.set()
         if self._deleter is not None:
-            self._deletions.put(None)
-            self._deleter.join()
+            self._deleter.stop()
         with self._lock:
             if self._queue is not None:
                 self._queue.close()
@@ -345,75 +341,15 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def _settle(self, queue: Queue, done: int) -> None:
         """Hand every batch up to *done* (Spark has completed them) to the deleter."""
-        if self._state is None:
+        deleter = self._deleter
+        if deleter is None:
             return  # no batch claimed yet under this checkpoint
         for seq in sorted(s for s in self._pending if s <= done):
             self._plans.pop(seq, None)
-            self._deletions.put((seq, list(self._pending.pop(seq))))
+            deleter.put(seq, list(self._pending.pop(seq)))
         for seq in sorted(s for s in self._recorded if s <= done):
             # Completed by an earlier run that died before deleting.
-            receipts = [(entry[1], entry[5]) for entry in self._recorded.pop(seq)]
-            self._deletions.put((seq, list(receipts)))
-
-    def _delete(self) -> None:
-        """Delete completed batches while the next one is claimed, then their records.
-
-        Its own handle: the messages of a completed batch are no longer renewed, so
-        their receipts are current. A crash before a record is removed repeats its
-        deletes on the restart, which then find nothing or a lease that ended. A batch
-        whose deletes fail (a fault of the filesystem) keeps its record, so the restart
-        repeats them too; the failure is raised by the next :meth:`flush` (Spark's
-        commit), and this thread goes on with the next batches: it never dies leaving a
-        commit to wait for it forever.
-        """
-        deleter: Queue | None = None
-        try:
-            deleter = Queue(self.options.path, durable=self.options.durable)
-        except Exception as exc:  # noqa: BLE001 - raised by flush(), in the driver
-            self._failed(exc, "cannot open the queue to delete completed batches")
-        while (item := self._deletions.get()) is not None:
-            try:
-                if deleter is not None:
-                    self._delete_batch(deleter, *item)
-            except Exception as exc:  # noqa: BLE001 - raised by flush(), in the driver
-                self._failed(exc, f"batch {item[0]}: deleting its messages failed")
-            finally:
-                self._deletions.task_done()
-        self._deletions.task_done()
-        if deleter is not None:
-            deleter.close()
-
-    def _delete_batch(
-        self, deleter: Queue, seq: int, messages: list[Message | tuple[str, str]]
-    ) -> None:
-        """Delete the messages of the completed batch *seq*, then its record."""
-        deleted = 0
-        for held in messages:
-            try:
-                # A receipt recorded by an earlier run is taken over first.
-                deleted += deleter.delete(
-                    take_over(deleter, held[0], self.options.visibility_timeout, held[1])
-                    if isinstance(held, tuple)
-                    else held
-                )
-            except LeaseLost:
-                pass  # the lease ended: counted below
-        if deleted != len(messages):
-            log.warning(
-                "batch %d: %d of %d leases had ended before the commit; those"
-                " messages may be delivered again",
-                seq,
-                len(messages) - deleted,
-                len(messages),
-            )
-        assert self._state is not None
-        self._state.remove(seq)
-
-    def _failed(self, exc: Exception, what: str) -> None:
-        """Keep the deleter's first failure for the next :meth:`flush` to raise."""
-        log.error("%s: %s", what, exc)
-        if self._delete_failure is None:
-            self._delete_failure = exc
+            deleter.put(seq, [(entry[1], entry[5]) for entry in self._recorded.pop(seq)])
 
     def flush(self) -> None:
         """Wait until the batches completed so far are deleted.
@@ -422,10 +358,7 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             deleted; its record is kept, so a restart deletes it again.
         """
         if self._deleter is not None:
-            self._deletions.join()
-        failure, self._delete_failure = self._delete_failure, None
-        if failure is not None:
-            raise failure
+            self._deleter.flush()
 
     def _release_unlogged(self, queue: Queue, done: int) -> None:
         """Release batches an earlier run claimed after *done*: Spark never logged them."""
