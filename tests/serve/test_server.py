@@ -4,6 +4,7 @@ access log, graceful shutdown (in a thread and on SIGTERM), the command line."""
 from __future__ import annotations
 
 import http.client
+import json
 import os
 import re
 import signal
@@ -16,7 +17,9 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+import boto3
 import pytest
+from botocore.config import Config
 
 import vsqs
 from vsqs.serve import Server, make_server
@@ -230,6 +233,44 @@ def test_idle_and_stalled_connections_are_closed(
                 pass  # whatever is said before the close
             assert time.monotonic() - began < 3
     assert request(server.url, "GET", "/?Action=ListQueues")[0] == 200
+
+
+def test_connections_beyond_the_cap_get_a_retryable_503(start: Start) -> None:
+    """With max_connections served, another connection is answered 503
+    ServiceUnavailable (which SDKs retry) and closed; once one closes, clients are served
+    again, and a boto3 client retrying through the 503 gets its answer."""
+    server = start(max_connections=2)
+    host, port = str(server.server_address[0]), server.server_address[1]
+    held = [socket.create_connection((host, port), timeout=5) for _ in range(2)]
+    try:
+        for sock in held:  # each is served: its thread answers
+            sock.sendall(b"GET /?Action=ListQueues HTTP/1.1\r\nHost: x\r\n\r\n")
+            assert sock.recv(4096).startswith(b"HTTP/1.1 200")
+        with socket.create_connection((host, port), timeout=5) as extra:
+            answer = b""
+            while chunk := extra.recv(4096):
+                answer += chunk
+        head, _, body = answer.partition(b"\r\n\r\n")
+        assert head.startswith(b"HTTP/1.1 503") and b"Retry-After: 1" in head
+        assert b"x-amzn-query-error: ServiceUnavailable;Receiver" in head
+        assert json.loads(body)["__type"] == "ServiceUnavailable"
+        sqs = boto3.client(
+            "sqs",
+            endpoint_url=server.url,
+            region_name="us-east-1",
+            aws_access_key_id="AKIATEST",
+            aws_secret_access_key="secret",  # noqa: S106 - a test key
+            config=Config(retries={"max_attempts": 8, "mode": "standard"}),
+        )
+        closer = threading.Timer(0.3, held.pop().close)
+        closer.start()  # a slot frees while the client retries
+        assert "QueueUrls" not in sqs.list_queues()  # answered (no queues yet)
+        closer.join()
+    finally:
+        for sock in held:
+            sock.close()
+    with pytest.raises(ValueError, match="max_connections"):
+        make_server(server.service.root, port=0, max_connections=0)
 
 
 def test_shutdown_without_serving_and_twice(tmp_path: Path) -> None:

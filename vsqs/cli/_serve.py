@@ -8,7 +8,7 @@ import click
 
 from .. import QueueRoot
 from ..dashboard import Dashboard
-from ..serve import load_credentials, make_server
+from ..serve import MAX_CONNECTIONS, load_credentials, make_server
 from ._common import CliError, Stopped
 
 
@@ -25,8 +25,22 @@ from ._common import CliError, Stopped
 )
 @click.option("--quiet", is_flag=True, help="No access log on stderr.")
 @click.option("--admin", is_flag=True, help="Let the dashboard change queues (purge, redrive...).")
+@click.option(
+    "--max-connections",
+    type=click.IntRange(1),
+    default=MAX_CONNECTIONS,
+    show_default=True,
+    help="Connections served at once (a thread each); more are answered 503 (SDKs retry).",
+)
 def serve(
-    root: str, *, host: str, port: int, credentials_file: str | None, quiet: bool, admin: bool
+    root: str,
+    *,
+    host: str,
+    port: int,
+    credentials_file: str | None,
+    quiet: bool,
+    admin: bool,
+    max_connections: int,
 ) -> None:
     """Serve the queues under ROOT over the SQS API (JSON and query protocols).
 
@@ -47,6 +61,7 @@ def serve(
             credentials=credentials,
             quiet=quiet,
             pages=dashboard.handle,
+            max_connections=max_connections,
         )
     except OSError as exc:  # EADDRINUSE, EACCES (a port below 1024), EADDRNOTAVAIL
         dashboard.close()

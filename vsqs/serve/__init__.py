@@ -41,9 +41,10 @@ from __future__ import annotations
 from ._asgi import ASGIApp, asgi_app
 from ._credentials import Credential, Credentials, CredentialsError, load_credentials
 from ._errors import SqsError
-from ._server import Pages, Server, UnsafeAddress, make_server
+from ._server import MAX_CONNECTIONS, Pages, Server, UnsafeAddress, make_server
 
 __all__ = [
+    "MAX_CONNECTIONS",
     "ASGIApp",
     "Credential",
     "Credentials",

@@ -46,6 +46,17 @@ MAX_BODY: Final = 8 << 20
 _DRAIN: Final = 30.0
 IDLE_TIMEOUT: Final = 120.0
 """Seconds a connection may stay idle, or a request take to arrive, before it is closed."""
+MAX_CONNECTIONS: Final = 512
+"""Connections served at once by default (one thread each); more are answered ``503``."""
+_BUSY_BODY: Final = (
+    b'{"__type":"ServiceUnavailable","message":"too many connections to this server; retry later"}'
+)
+_BUSY: Final = (
+    b"HTTP/1.1 503 Service Unavailable\r\nServer: vsqs\r\nConnection: close\r\n"
+    b"Retry-After: 1\r\nContent-Type: application/x-amz-json-1.0\r\n"
+    b"x-amzn-query-error: ServiceUnavailable;Receiver\r\n"
+    b"Content-Length: %d\r\n\r\n%s" % (len(_BUSY_BODY), _BUSY_BODY)
+)
 _TEXT: Final = {"Content-Type": "text/plain; charset=utf-8"}
 
 
@@ -92,6 +103,7 @@ class Server(ThreadingHTTPServer):
         credentials: Credentials | None,
         quiet: bool,
         pages: Pages | None,
+        max_connections: int = MAX_CONNECTIONS,
     ) -> None:
         if ":" in address[0]:
             self.address_family = socket.AF_INET6
@@ -99,7 +111,9 @@ class Server(ThreadingHTTPServer):
         self.credentials = credentials
         self.quiet = quiet
         self.pages = pages
+        self.max_connections = max_connections
         self._busy = 0
+        self._open = 0  # connections with a thread (at most max_connections)
         self._idle = threading.Condition()
         self._connections: set[socket.socket] = set()
         self._closed = False
@@ -134,6 +148,32 @@ class Server(ThreadingHTTPServer):
                 self._connections.add(connection)
             else:
                 self._connections.discard(connection)
+
+    def process_request(self, request: Any, client_address: Any) -> None:
+        """Serve the connection in a thread of its own, or, with ``max_connections``
+        served already, answer ``503`` (SQS's ``ServiceUnavailable``, which SDKs retry
+        after a pause) and close it: no client can make the server start threads
+        without bound."""
+        with self._idle:
+            full = self._open >= self.max_connections
+            if not full:
+                self._open += 1
+        if not full:
+            super().process_request(request, client_address)
+            return
+        try:
+            request.settimeout(1.0)  # the accepting thread never waits on a slow client
+            request.sendall(_BUSY)
+        except OSError:
+            pass  # RACE: the client went away first
+        self.shutdown_request(request)
+
+    def process_request_thread(self, request: Any, client_address: Any) -> None:
+        try:
+            super().process_request_thread(request, client_address)
+        finally:
+            with self._idle:
+                self._open -= 1
 
     def serve_forever(self, poll_interval: float = 0.05) -> None:
         """Serve until :meth:`shutdown` (which it notices within *poll_interval*); at once
@@ -365,6 +405,7 @@ def make_server(
     credentials: Credentials | str | os.PathLike[str] | None = None,
     quiet: bool = False,
     pages: Pages | None = None,
+    max_connections: int = MAX_CONNECTIONS,
 ) -> Server:
     """A server of the SQS API on the queues of *root*, bound and ready to serve.
 
@@ -379,6 +420,8 @@ def make_server(
     :param quiet: no access log on stderr.
     :param pages: the dashboard's hook, called for ``GET``/``HEAD /`` without an
         ``Action`` and for ``/ui`` and everything under it.
+    :param max_connections: connections served at once (a thread each); a connection
+        beyond them is answered ``503 ServiceUnavailable`` and closed.
     :raises UnsafeAddress: *host* is not a loopback address and no credentials are given.
     :raises CredentialsError: the credentials file cannot be used.
 
@@ -390,6 +433,17 @@ def make_server(
         credentials = load_credentials(credentials)
     if credentials is None and not _loopback(host):
         raise UnsafeAddress(host)
+    if isinstance(max_connections, bool) or not (
+        isinstance(max_connections, int) and max_connections > 0
+    ):
+        raise ValueError(f"max_connections must be a positive integer, not {max_connections!r}")
     queue_root = root if isinstance(root, QueueRoot) else QueueRoot(root)
     service = Service(queue_root)
-    return Server((host, port), service, credentials=credentials, quiet=quiet, pages=pages)
+    return Server(
+        (host, port),
+        service,
+        credentials=credentials,
+        quiet=quiet,
+        pages=pages,
+        max_connections=max_connections,
+    )
