@@ -18,13 +18,11 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import ctypes.util
-import errno
-import functools
 import os
 import re
 import sys
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor, wait
 from typing import Final
 
@@ -76,16 +74,7 @@ def fsync(fd: int) -> None:
 
 
 def fsync_dir(path: str) -> None:
-    """Make the renames and unlinks made in directory *path* before this call durable.
-
-    Shared between threads (group commit, see :class:`_Shared`): of the threads of this
-    process that flush *path* at once, one ``fsync`` that began after all of them called
-    stands for theirs; each returns only once such a flush has succeeded, or raises.
-    """
-    _shared(("dir", path)).flush(functools.partial(_fsync_dir, path))
-
-
-def _fsync_dir(path: str) -> None:
+    """Make the latest renames and unlinks in directory *path* durable."""
     fd = os.open(path, os.O_RDONLY | _O_DIRECTORY | _O_CLOEXEC)
     try:
         os.fsync(fd)
@@ -98,102 +87,17 @@ def sync_filesystem(path: str) -> bool:
     (Linux ``syncfs``); ``False``, doing nothing, where that is not a proven barrier (the
     caller fsyncs each file and directory instead): FUSE, network filesystems, anything
     but those of :data:`vsqs._mountinfo.SYNCFS_FILESYSTEMS`. A failure raises and is never
-    retried: after a failed flush a second one may succeed without the data.
-
-    Shared between threads as :func:`fsync_dir` is: one ``syncfs`` that began after every
-    waiting thread called covers them all (one flush a round instead of one a caller).
-    """
+    retried: after a failed flush a second one may succeed without the data."""
     if _syncfs is None or not syncfs_is_barrier(path):
         return False
-    _shared(("syncfs", path)).flush(functools.partial(_sync_filesystem, path))
-    return True
-
-
-def _sync_filesystem(path: str) -> None:
     fd = os.open(path, os.O_RDONLY | _O_DIRECTORY | _O_CLOEXEC)
     try:
-        if _syncfs is not None and _syncfs(fd) != 0:
+        if _syncfs(fd) != 0:
             code = ctypes.get_errno()
             raise OSError(code, os.strerror(code), path)
     finally:
         os.close(fd)
-
-
-class _Round:
-    """One flush, and the callers who wait for it."""
-
-    __slots__ = ("done", "error")
-
-    def __init__(self) -> None:
-        self.done = False
-        self.error: BaseException | None = None
-
-
-class _Shared:
-    """A flush that threads share: group commit.
-
-    ``fsync`` of a directory and ``syncfs`` each make durable everything done before
-    they *began*. So a caller joins the next round (a flush not begun yet); the first
-    caller to find no flush running makes that round's flush for everyone in it, the
-    others wait for it. With one caller at a time this is one flush a call, as before;
-    with N threads committing at once, about one flush a round instead of N in a row
-    (vsqs serve's concurrent SendMessageBatch requests, a threaded producer). A failed
-    flush fails every caller of its round (each gets an error of its own) and is not
-    retried: the next round is a new flush for new callers.
-    """
-
-    def __init__(self) -> None:
-        self._cond = threading.Condition(threading.Lock())
-        self._next: _Round | None = None  # the round callers join now, not begun
-        self._running = False
-
-    def flush(self, make: Callable[[], None]) -> None:
-        """Return once a flush (*make*) that began after this call succeeded; raise if it
-        failed (the caller who made it gets its own exception, the others an
-        :class:`OSError` with its errno)."""
-        made = False
-        with self._cond:
-            joined = self._next
-            if joined is None:
-                joined = self._next = _Round()
-            while not joined.done:
-                if self._running:  # an earlier round's flush: it began before this call
-                    self._cond.wait()
-                    continue
-                self._running, self._next, made = True, None, True
-                self._cond.release()
-                try:
-                    make()
-                except BaseException as exc:  # noqa: BLE001 - handed to every caller below
-                    joined.error = exc
-                finally:
-                    self._cond.acquire()
-                    self._running = False
-                    joined.done = True
-                    self._cond.notify_all()
-        error = joined.error
-        if error is None:
-            return
-        if made:
-            raise error
-        if isinstance(error, OSError):
-            raise OSError(error.errno, error.strerror, error.filename)
-        raise OSError(errno.EIO, f"the shared flush was cut short ({type(error).__name__})")
-
-
-_flushes: dict[tuple[str, str], _Shared] = {}
-_flushes_lock = threading.Lock()
-
-
-def _shared(key: tuple[str, str]) -> _Shared:
-    """The shared flush of *key* (its kind and directory), made on first use."""
-    with _flushes_lock:
-        found = _flushes.get(key)
-        if found is None:
-            if len(_flushes) >= 1024:  # pragma: no cover - a process that opened that many
-                _flushes.clear()  # a caller still in an old one is served by it
-            found = _flushes[key] = _Shared()
-        return found
+    return True
 
 
 _barriers: dict[str, bool] = {}  # by directory: whether syncfs flushes its files
@@ -269,10 +173,8 @@ def _fsync_pool() -> ThreadPoolExecutor:
 
 def _forget_pool() -> None:
     """In a forked child: the parent's threads (and maybe its lock holder) are not here."""
-    global _pool, _pool_lock, _flushes_lock  # noqa: PLW0603 - reset after fork
+    global _pool, _pool_lock  # reset after fork
     _pool, _pool_lock = None, threading.Lock()
-    _flushes.clear()  # a round the parent was flushing would never end here
-    _flushes_lock = threading.Lock()
 
 
 os.register_at_fork(after_in_child=_forget_pool)
