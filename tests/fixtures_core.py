@@ -9,10 +9,13 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+import subprocess
+import sys
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from multiprocessing.process import BaseProcess
+from pathlib import Path
 from typing import Any, Final
 
 SPAWN: Final = multiprocessing.get_context("spawn")
@@ -118,3 +121,20 @@ def patch_fs(monkeypatch: Any, name: str, value: Callable[..., Any]) -> None:
     monkeypatch.setattr(_fs, name, value)
     if name in _flush.__all__:
         monkeypatch.setattr(_flush, name, value)
+
+
+def run_benchmark(
+    module: str, *args: str, timeout: float = 240
+) -> subprocess.CompletedProcess[str]:
+    """Run ``python -m benchmarks.<module> *args`` from the checkout; assert it exited 0
+    (a benchmark checks its own runs and exits 1 on a lost or doubled message)."""
+    done = subprocess.run(
+        [sys.executable, "-m", f"benchmarks.{module}", *args],
+        cwd=Path(__file__).resolve().parent.parent,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    return done

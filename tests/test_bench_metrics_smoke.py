@@ -2,20 +2,22 @@
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+from .fixtures_core import run_benchmark
 
 
 def test_bench_metrics_smoke(tmp_path: Path) -> None:
-    done = subprocess.run(
-        [sys.executable, "-m", "benchmarks.bench_metrics", "--depths", "0,200",
-         "--shm-dir", str(tmp_path), "--disk-dir", str(tmp_path)],
-        cwd=ROOT, capture_output=True, text=True, timeout=120, check=False,
-    )  # fmt: skip
-    assert done.returncode == 0, done.stderr
+    done = run_benchmark(
+        "bench_metrics",
+        "--depths",
+        "0,200",
+        "--shm-dir",
+        str(tmp_path),
+        "--disk-dir",
+        str(tmp_path),
+        timeout=120,
+    )
     assert "Method" in done.stdout
     assert done.stdout.count("200") == 2  # one row per filesystem
     assert list(tmp_path.iterdir()) == []  # each run removed its queue

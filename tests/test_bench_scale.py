@@ -4,28 +4,27 @@ is asserted: the figures are reported in docs/benchmarks.rst, never tested)."""
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+from .fixtures_core import run_benchmark
 
 
 def test_bench_scale_runs_every_column_and_prints_its_tables(tmp_path: Path) -> None:
     """A tiny run on tmpfs, K = 1 and 2: both roles, the four columns, the one-process
     comparison; every run verified (a lost or doubled message raises, exit status 1)."""
-    done = subprocess.run(
-        [
-            *(sys.executable, "-m", "benchmarks.bench_scale", "--fs", "shm", "--max-k", "2"),
-            *("--messages", "300", "--rounds", "1", "--json", str(tmp_path / "scale.json")),
-        ],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=240,
-        check=False,
+    done = run_benchmark(
+        "bench_scale",
+        "--fs",
+        "shm",
+        "--max-k",
+        "2",
+        "--messages",
+        "300",
+        "--rounds",
+        "1",
+        "--json",
+        str(tmp_path / "scale.json"),
     )
-    assert done.returncode == 0, done.stderr
     for heading in ("Consumers, on tmpfs", "Producers, on tmpfs", "One of the consumers"):
         assert heading in done.stdout
     assert "2 on p=2 / 1 =" in done.stdout  # the issue's floors, with their figures

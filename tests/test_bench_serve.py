@@ -6,20 +6,21 @@ floor and ``vsqs serve`` on tmpfs: the clients, the barrier, both phases, the ta
 
 from __future__ import annotations
 
-import subprocess
-import sys
-from pathlib import Path
-
-ROOT = Path(__file__).resolve().parent.parent
+from .fixtures_core import run_benchmark
 
 
 def test_bench_serve_smoke() -> None:
-    done = subprocess.run(
-        [sys.executable, "-m", "benchmarks.bench_serve", "--seconds", "0.3", "--rounds", "1",
-         "--clients", "1,2", "--servers", "floor,vsqs shm"],
-        cwd=ROOT, capture_output=True, text=True, timeout=240, check=False,
-    )  # fmt: skip
-    assert done.returncode == 0, done.stderr
+    done = run_benchmark(
+        "bench_serve",
+        "--seconds",
+        "0.3",
+        "--rounds",
+        "1",
+        "--clients",
+        "1,2",
+        "--servers",
+        "floor,vsqs shm",
+    )
     lines = done.stdout.splitlines()
     assert "vsqs shm / floor" in lines[1], done.stdout
     rows = [line.split() for line in lines[3:-1]]
@@ -34,12 +35,9 @@ def test_bench_serve_smoke() -> None:
 def test_bench_serve_cpu_smoke() -> None:
     """``--cpu``: the server's CPU time a request, for the floor and vsqs serve, and
     their ratio (a few requests: no figure is asserted beyond being one)."""
-    done = subprocess.run(
-        [sys.executable, "-m", "benchmarks.bench_serve", "--cpu", "--requests", "100",
-         "--rounds", "1", "--servers", "floor,vsqs shm"],
-        cwd=ROOT, capture_output=True, text=True, timeout=240, check=False,
-    )  # fmt: skip
-    assert done.returncode == 0, done.stderr
+    done = run_benchmark(
+        "bench_serve", "--cpu", "--requests", "100", "--rounds", "1", "--servers", "floor,vsqs shm"
+    )
     lines = done.stdout.splitlines()
     assert lines[1].split() == ["request", "floor", "(ms)", "vsqs", "shm", "(ms)", "vsqs", "shm",
                                 "/", "floor"], done.stdout  # fmt: skip

@@ -3,27 +3,27 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+from .fixtures_core import run_benchmark
 
 
 def test_bench_smoke(tmp_path: Path) -> None:
     """``--smoke``: a 200-message backlog, vsqs and the raw floor only, in a few seconds."""
-    done = subprocess.run(
-        [
-            *(sys.executable, "-m", "benchmarks.run", "--smoke", "--no-peers", "--fs", "shm"),
-            *("--shm-dir", str(tmp_path), "--results-dir", str(tmp_path), "--name", "smoke"),
-        ],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
+    done = run_benchmark(
+        "run",
+        "--smoke",
+        "--no-peers",
+        "--fs",
+        "shm",
+        "--shm-dir",
+        str(tmp_path),
+        "--results-dir",
+        str(tmp_path),
+        "--name",
+        "smoke",
         timeout=120,
-        check=False,
     )
-    assert done.returncode == 0, done.stderr
     assert "Method" in done.stdout
     results = json.loads((tmp_path / "smoke.json").read_text())
     backends = {row["backend"] for row in results["depth"]}
