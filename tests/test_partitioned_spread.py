@@ -25,6 +25,19 @@ def _home(consumer: Queue) -> int:
     return [part.path for part in consumer.partition_queues].index(first.queue)
 
 
+def _count_listings(monkeypatch: pytest.MonkeyPatch) -> Counter[str]:
+    """From now on, count each directory listing, by directory."""
+    listed: Counter[str] = Counter()
+    real_scan = _scan.scan
+
+    def counting_scan(path: str, *args: Any, **kwargs: Any) -> Any:
+        listed[path] += 1
+        return real_scan(path, *args, **kwargs)
+
+    monkeypatch.setattr(_scan, "scan", counting_scan)
+    return listed
+
+
 def test_an_empty_home_is_listed_once_per_visit_not_on_every_receive(
     fast_tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -37,14 +50,7 @@ def test_an_empty_home_is_listed_once_per_visit_not_on_every_receive(
     other = consumer.partition_queues[(home + 2) % 4]
     count = 20 * VISIT_EVERY
     other.publish_batch([b"%d" % n for n in range(count)])
-    listed: Counter[str] = Counter()
-    real_scan = _scan.scan
-
-    def counting_scan(path: str, *args: Any, **kwargs: Any) -> Any:
-        listed[path] += 1
-        return real_scan(path, *args, **kwargs)
-
-    monkeypatch.setattr(_scan, "scan", counting_scan)
+    listed = _count_listings(monkeypatch)
     bodies = []
     while (message := consumer.receive(timeout=0)) is not None:
         bodies.append(message.body)
@@ -113,14 +119,7 @@ def test_empty_partitions_are_looked_at_less_and_less_often(
     home = consumer.partition_queues[consumer._threads.spread.home]
     count = 2000
     home.publish_batch([b"x"] * count)
-    listed: Counter[str] = Counter()
-    real_scan = _scan.scan
-
-    def counting_scan(path: str, *args: Any, **kwargs: Any) -> Any:
-        listed[path] += 1
-        return real_scan(path, *args, **kwargs)
-
-    monkeypatch.setattr(_scan, "scan", counting_scan)
+    listed = _count_listings(monkeypatch)
     for _ in range(count):
         message = consumer.receive(timeout=0)
         assert message is not None and message.queue == home.path
