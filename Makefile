@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 PY     := $(BIN)/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test lint typecheck unit docs bench bench-quick stress clean
+.PHONY: demo check test lint typecheck unit integration docs bench bench-quick stress clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -23,6 +23,30 @@ $(STAMP): $(BIN)/python pyproject.toml
 demo: $(VENV)/.core
 	$(PY) -m vsqs._demo
 
+LINTED := vsqs tests benchmarks examples docs
+
+## check: the quick tier, in minutes: ruff, mypy, the import contracts and the tests that
+## need nothing but Python and a local filesystem (tests/conftest.py INTEGRATION lists the
+## rest), on every core; a quick-tier test slower than 15 s fails, so the tier stays quick
+check: $(STAMP)
+	$(BIN)/ruff check $(LINTED)
+	$(BIN)/ruff format --check $(LINTED)
+	$(BIN)/mypy
+	$(BIN)/lint-imports
+	$(BIN)/pytest -q -m "not integration" -n auto --slow-budget 15
+
+## unit: the quick tier's tests alone
+unit: $(STAMP)
+	$(BIN)/pytest -q -m "not integration" -n auto
+
+## integration: the integration tier alone (what make test adds to make check)
+integration: $(STAMP)
+	$(BIN)/pytest -q -m integration
+
+## typecheck: mypy --strict on vsqs and tests
+typecheck: $(STAMP)
+	$(BIN)/mypy
+
 ## test: lint, type-check, the whole suite with coverage, and the docs build
 test: $(STAMP)
 	sh tests/reliability/setup-filesystems.sh
@@ -30,8 +54,8 @@ test: $(STAMP)
 	sh tests/setup-java.sh
 	sh tests/setup-browser.sh
 	PYTHON=$(PYTHON) sh tests/setup-sqs-clients.sh
-	$(BIN)/ruff check vsqs tests benchmarks examples docs
-	$(BIN)/ruff format --check vsqs tests benchmarks examples docs
+	$(BIN)/ruff check $(LINTED)
+	$(BIN)/ruff format --check $(LINTED)
 	$(BIN)/mypy
 	$(BIN)/lint-imports
 	$(BIN)/coverage erase
@@ -40,9 +64,10 @@ test: $(STAMP)
 	$(BIN)/coverage report
 	$(MAKE) docs
 
+## lint: ruff and the import contracts
 lint: $(STAMP)
-	$(BIN)/ruff check vsqs tests benchmarks examples docs
-	$(BIN)/ruff format --check vsqs tests benchmarks examples docs
+	$(BIN)/ruff check $(LINTED)
+	$(BIN)/ruff format --check $(LINTED)
 	$(BIN)/lint-imports
 
 docs: $(STAMP)
