@@ -16,6 +16,8 @@ by ``tests/outside/test_moto.py``. It runs in ``.venv-moto``'s pytest, not in ou
   ARNs, or ask STS for it (the ``account_id`` fixture). Against any endpoint the
   portable meaning is "the account of the endpoint": both are the account of the server
   under test (:envvar:`VSQS_MOTO_ACCOUNT`).
+* **Not yet** (:data:`NOT_YET`): tests vsqs passes in some runs only, an ``xfail`` that
+  is not strict, with the reason.
 * **A clean endpoint**: every queue of the endpoint is deleted before each test (moto's
   own server is reset through its ``/moto-api/reset``, which vsqs has not:
   ``MOTO_CALL_RESET_API=false``).
@@ -58,9 +60,15 @@ NOT_PORTABLE: Final = {
     ),
     "test_create_queues_in_multiple_region": _ENDPOINT,
     "test_get_queue_with_prefix": _ENDPOINT,
+    "test_permissions": "expects moto's default account, 123456789012, written out in ARNs",
 }
 """Test functions (all their parameters) that need moto's internals or endpoint."""
 
+_STALE: Final = (
+    "uses the receipt handle of an earlier receive after the message was received again; "
+    "SQS lets it act on the new delivery, vsqs refuses on purpose: a stale handle never "
+    "deletes or extends a later delivery (docs/sqs-api.rst)"
+)
 _UNKNOWN_NAME: Final = (
     "creates a queue with the attribute 'VisibilityTimeout ' (a trailing space), which "
     "moto ignores; SQS knows no such attribute and answers InvalidAttributeName, as vsqs"
@@ -77,8 +85,46 @@ KNOWN_DIFFERENCES: Final = {
         "creates a queue with MessageRetentionPeriod=1; SQS's least is 60 seconds and "
         "it refuses 1 with InvalidAttributeValue, as vsqs"
     ),
+    "test_change_message_visibility_on_old_message": _STALE,
+    "test_delete_message_using_old_receipt_handle": _STALE,
+    "test_batch_change_message_visibility_on_old_message": _STALE,
+    "test_create_queue_with_different_attributes_fail": (
+        "creates a queue with FifoQueue=tru, which moto reads as false; SQS takes true or "
+        "false (in any case) and refuses anything else, as vsqs"
+    ),
+    "test_create_fifo_queue_with_dlq": (
+        "creates a standard queue with FifoQueue=false; SQS answers InvalidAttributeName "
+        "'Unknown Attribute FifoQueue.' (recorded from SQS), as vsqs"
+    ),
+    "test_remove_permission_errors": (
+        "expects 'can't find label on existing policy.'; SQS says 'Reason: can't find "
+        "label.' (recorded from SQS), as vsqs"
+    ),
+    "test_send_messages_to_fifo_without_message_group_id": (
+        "expects MissingParameter for a FIFO batch entry without MessageGroupId; SQS "
+        "refuses the batch with InvalidParameterValue (recorded from SQS), as vsqs"
+    ),
+    "test_message_delay_is_more_than_15_minutes": (
+        "sends MessageDeduplicationId to a standard queue, which moto ignores; SQS refuses "
+        "it (the parameter is not valid for the queue type), as vsqs"
+    ),
+    "test_get_queue_attributes": (
+        "expects RedrivePolicy back with the spacing it was sent with; SQS answers it "
+        "normalized (compact JSON, maxReceiveCount a number), as vsqs"
+    ),
 }
 """Test functions where vsqs answers as SQS documents and moto otherwise."""
+
+NOT_YET: Final = {
+    "test_receive_messages_with_message_group_id": (
+        "expects two messages of one group from one receive; a vsqs FIFO queue delivers "
+        "one message at a time from each of its partitions (message groups share them), "
+        "so which of the two groups comes with the first depends on the partitions the "
+        "receive tries first: passes or fails from run to run until the core claims per "
+        "group"
+    ),
+}
+"""Tests vsqs does not pass yet, nor always fail: ``xfail`` not strict, with the reason."""
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -109,6 +155,9 @@ def pytest_collection_modifyitems(
         if name in KNOWN_DIFFERENCES:
             _KNOWN[item.nodeid] = KNOWN_DIFFERENCES[name]
             item.add_marker(pytest.mark.xfail(reason=KNOWN_DIFFERENCES[name], strict=True))
+        elif name in NOT_YET:
+            _KNOWN[item.nodeid] = NOT_YET[name]
+            item.add_marker(pytest.mark.xfail(reason=NOT_YET[name], strict=False))
         kept.append(item)
     if dropped:
         config.hook.pytest_deselected(items=dropped)

@@ -24,7 +24,7 @@ from typing import Any, Final
 from urllib.parse import parse_qsl
 from xml.sax.saxutils import escape
 
-from ._errors import SqsError, invalid
+from ._errors import JSON_TYPES, SqsError, invalid
 
 __all__ = ["ACTIONS", "Request", "error_body", "parse", "render"]
 
@@ -286,7 +286,8 @@ def error_body(
     fault = "Sender" if error.sender else "Receiver"
     headers = {"x-amzn-query-error": f"{error.query_code};{fault}"}
     if json_protocol:
-        body = {"__type": f"com.amazonaws.sqs#{error.code}", "message": error.text}
+        kind = JSON_TYPES.get(error.code, error.code)
+        body = {"__type": f"com.amazonaws.sqs#{kind}", "message": error.text}
         return JSON_TYPE, json.dumps(body).encode(), headers
     message = _QUERY_MESSAGES.get(error.code, error.text)
     text = (
