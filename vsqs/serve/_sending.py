@@ -20,7 +20,7 @@ import hashlib
 import re
 from typing import TYPE_CHECKING, Any, Final
 
-from .. import InvalidAttributes, Queue, QueueClosed, QueueFull
+from .. import DurabilityError, InvalidAttributes, Queue, QueueClosed, QueueFull
 from . import _attributes, _queue_attrs
 from ._attributes import DEDUP_KEY, TRACE_KEY, Attribute
 from ._errors import SqsError, invalid, missing
@@ -242,6 +242,16 @@ def _publish_error(exc: Exception) -> SqsError:
     raise exc
 
 
+def _storage_error(exc: OSError) -> SqsError:
+    """A batch entry the server could not store (its fault, not the sender's)."""
+    return SqsError(
+        "InternalError",
+        f"The message could not be stored: {exc.strerror or exc}. It was not sent.",
+        sender=False,
+        status=500,
+    )
+
+
 def send_message(
     service: Context, caller: Caller, name: str, queue: Queue, params: dict[str, Any]
 ) -> dict[str, Any]:
@@ -351,6 +361,19 @@ def send_message_batch(
             )
         except (QueueFull, QueueClosed, InvalidAttributes) as exc:
             error = _publish_error(exc)
+            failed.extend(failure(entry_id, error) for entry_id, _ in run)
+        except DurabilityError as exc:
+            # The first len(exc.ids) of the run are visible (they will be delivered, and
+            # may not survive a power loss); the rest were not published: retried safely.
+            visible = len(exc.ids)
+            for (entry_id, outgoing), message_id in zip(run, exc.ids, strict=False):
+                successful.append({"Id": entry_id, **outgoing.answer(message_id, queue)})
+            error = _storage_error(exc)
+            failed.extend(failure(entry_id, error) for entry_id, _ in run[visible:])
+        except OSError as exc:
+            # A full disk (ENOSPC, EDQUOT), an I/O error: nothing of the run was published;
+            # the runs before it were, so the answer is per entry, never a 500.
+            error = _storage_error(exc)
             failed.extend(failure(entry_id, error) for entry_id, _ in run)
         else:
             for (entry_id, outgoing), message_id in zip(run, ids, strict=True):
