@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, Final
 
@@ -194,7 +193,7 @@ def account_id() -> str:
 
 
 @pytest.fixture(autouse=True)
-def _empty_endpoint() -> Iterator[None]:
+def _empty_endpoint() -> None:
     """Delete every queue of the endpoint before the test (moto resets its own server)."""
     import boto3
 
@@ -204,4 +203,3 @@ def _empty_endpoint() -> Iterator[None]:
     for page in sqs.get_paginator("list_queues").paginate(MaxResults=1000):
         for url in page.get("QueueUrls", []):
             sqs.delete_queue(QueueUrl=url)
-    yield

@@ -26,6 +26,7 @@ def vsqs_id_of(message_id: str) -> str:
     assert len(digits) == 32 and digits[12] == "4" and digits[16] == "8", message_id
     return (digits[:12] + digits[13:16] + digits[17:]).lstrip("0")
 
+
 ARN = "arn:aws:sqs:us-east-1:000000000000:"
 
 

@@ -156,7 +156,8 @@ def test_permission_errors_and_the_policy_they_make(sqs: Any) -> None:
     cases: list[tuple[dict[str, Any], tuple[str, str, int]]] = [
         (
             {"Label": "one", "AWSAccountIds": ["1"], "Actions": ["SendMessage"]},
-            ("InvalidParameterValue", "Value one for parameter Label is invalid. Reason: Already exists.", 400),
+            ("InvalidParameterValue", "Value one for parameter Label is invalid. Reason: Already "
+             "exists.", 400),
         ),
         (
             {"Label": "two", "AWSAccountIds": ["1"], "Actions": ["RemovePermission"]},
@@ -183,7 +184,9 @@ def test_permission_errors_and_the_policy_they_make(sqs: Any) -> None:
         assert _error(caught) == expected
     with pytest.raises(ClientError) as caught:
         sqs.remove_permission(QueueUrl=url, Label="two")
-    assert _error(caught)[1] == "Value two for parameter Label is invalid. Reason: can't find label."
+    assert (
+        _error(caught)[1] == "Value two for parameter Label is invalid. Reason: can't find label."
+    )
     sqs.remove_permission(QueueUrl=url, Label="one")
     assert "Attributes" not in sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["Policy"])
 
@@ -369,7 +372,7 @@ def test_a_full_disk_fails_batch_entries_cleanly(start: Start, tmp_path: Path) -
         failed: list[dict[str, Any]] = []
         for batch in range(40):
             # Two runs a batch (the delay differs), so one may be stored and the next not.
-            entries = [
+            entries: list[dict[str, Any]] = [
                 {"Id": f"e{i}", "MessageBody": f"{batch}-{i}-" + "x" * 12000,
                  **({"DelaySeconds": 0} if i < 5 else {})}
                 for i in range(10)

@@ -260,7 +260,8 @@ def _invalid_handle(handle: object) -> SqsError:
 def _invalid_entry_handle(handle: object) -> SqsError:
     """The same, as SQS words it for one entry of a batch."""
     return SqsError(
-        "ReceiptHandleIsInvalid", f'The input receipt handle "{handle}" is not a valid receipt handle.'
+        "ReceiptHandleIsInvalid",
+        f'The input receipt handle "{handle}" is not a valid receipt handle.',
     )
 
 
@@ -363,7 +364,7 @@ def _batch(
             one(entry)
         except SqsError as exc:
             if exc.code == "ReceiptHandleIsInvalid":
-                exc = _invalid_entry_handle(entry["ReceiptHandle"])  # noqa: PLW2901 - reworded
+                exc = _invalid_entry_handle(entry["ReceiptHandle"])
             failed.append(failure(entry["Id"], exc))
         else:
             successful.append({"Id": entry["Id"]})

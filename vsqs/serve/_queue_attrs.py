@@ -113,15 +113,15 @@ def parse_set(  # noqa: PLR0912 - one check per SQS rule
     if not isinstance(raw, Mapping):
         raise invalid("Attributes", raw, "must be a map of name to value.")
     result: dict[str, str] = {}
-    for name, value in raw.items():
+    for name, given in raw.items():
         if name in _READ_ONLY or (name == "FifoQueue" and not creating):
             raise SqsError("InvalidAttributeName", f"Attribute {name} cannot be set.")
         if name not in _SETTABLE:
             raise SqsError("InvalidAttributeName", f"Unknown Attribute {name}.")
-        if not isinstance(value, str):
+        if not isinstance(given, str):
             raise SqsError("InvalidAttributeValue", f"Invalid value for the parameter {name}.")
-        if name == "FifoQueue":
-            value = value.lower()  # SQS takes True, TRUE... as true
+        # SQS takes True, TRUE... for FifoQueue.
+        value = given.lower() if name == "FifoQueue" else given
         if name in _RANGES:
             low, high = _RANGES[name]
             try:

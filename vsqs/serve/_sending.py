@@ -43,9 +43,7 @@ PRINTABLE: Final = re.compile(r"[!-~]{1,128}")
 """A group id, deduplication id or receive attempt id: 1-128 printable ASCII characters."""
 
 
-def integer(
-    params: dict[str, Any], name: str, low: int, high: int, reason: str = ""
-) -> int | None:
+def integer(params: dict[str, Any], name: str, low: int, high: int, reason: str = "") -> int | None:
     """The integer parameter *name*, if given, checked to be from *low* to *high*."""
     value = params.get(name)
     if value is None:
@@ -83,8 +81,7 @@ def _printable(name: str, value: object) -> None:
         raise invalid(
             name,
             value,
-            f"{name} can only include alphanumeric and punctuation characters. 1 to 128 in "
-            "length.",
+            f"{name} can only include alphanumeric and punctuation characters. 1 to 128 in length.",
         )
 
 
@@ -125,7 +122,7 @@ class _Outgoing:
             return
         self._check(fifo, options, params, limit)
 
-    def _check(  # noqa: PLR0912 - one check per SQS rule, in SQS order
+    def _check(
         self, fifo: bool, options: dict[str, str], params: dict[str, Any], limit: int
     ) -> None:
         self.attributes = _attributes.parse_attributes(params.get("MessageAttributes"))
@@ -282,9 +279,7 @@ def entries(params: dict[str, Any], kind: str) -> list[dict[str, Any]]:
     if not isinstance(given, list) or not all(isinstance(e, dict) for e in given):
         raise invalid("Entries", given, "must be a list of entries.")
     if not given:
-        raise SqsError(
-            "EmptyBatchRequest", f"There should be at least one {kind} in the request."
-        )
+        raise SqsError("EmptyBatchRequest", f"There should be at least one {kind} in the request.")
     if len(given) > MAX_BATCH:
         raise SqsError(
             "TooManyEntriesInBatchRequest",
@@ -312,6 +307,45 @@ def failure(entry_id: str, error: SqsError) -> dict[str, Any]:
         "Code": error.query_code,
         "Message": error.text,
     }
+
+
+def _publish_run(
+    queue: Queue,
+    run: list[tuple[str, _Outgoing]],
+    successful: list[dict[str, Any]],
+    failed: list[dict[str, Any]],
+) -> None:
+    """Publish *run* (entries that share their options) with one ``publish_batch``;
+    answer each entry in *successful* or *failed*, whatever happens to the storage."""
+    first = run[0][1]
+    try:
+        ids = queue.publish_batch(
+            [outgoing.data for _, outgoing in run],
+            delay=first.delay,
+            attributes=first.stored or None,
+            dedup_ids=[outgoing.dedup_id for _, outgoing in run] if queue.fifo else None,
+            timeout=0,
+            **({"group": first.group} if first.group is not None else {}),
+        )
+    except (QueueFull, QueueClosed, InvalidAttributes) as exc:
+        error = _publish_error(exc)
+        failed.extend(failure(entry_id, error) for entry_id, _ in run)
+    except DurabilityError as exc:
+        # The first len(exc.ids) of the run are visible (they will be delivered, and may
+        # not survive a power loss); the rest were not published: retried safely.
+        visible = len(exc.ids)
+        for (entry_id, outgoing), message_id in zip(run, exc.ids, strict=False):
+            successful.append({"Id": entry_id, **outgoing.answer(message_id, queue)})
+        error = _storage_error(exc)
+        failed.extend(failure(entry_id, error) for entry_id, _ in run[visible:])
+    except OSError as exc:
+        # A full disk (ENOSPC, EDQUOT), an I/O error: nothing of the run was published; the
+        # runs before it were, so the answer is per entry, never a 500.
+        error = _storage_error(exc)
+        failed.extend(failure(entry_id, error) for entry_id, _ in run)
+    else:
+        for (entry_id, outgoing), message_id in zip(run, ids, strict=True):
+            successful.append({"Id": entry_id, **outgoing.answer(message_id, queue)})
 
 
 def send_message_batch(
@@ -348,35 +382,6 @@ def send_message_batch(
         end = start + 1
         while end < len(checked) and checked[end][1].key == checked[start][1].key:
             end += 1
-        run = checked[start:end]
-        first = run[0][1]
-        try:
-            ids = queue.publish_batch(
-                [outgoing.data for _, outgoing in run],
-                delay=first.delay,
-                attributes=first.stored or None,
-                dedup_ids=[outgoing.dedup_id for _, outgoing in run] if queue.fifo else None,
-                timeout=0,
-                **({"group": first.group} if first.group is not None else {}),
-            )
-        except (QueueFull, QueueClosed, InvalidAttributes) as exc:
-            error = _publish_error(exc)
-            failed.extend(failure(entry_id, error) for entry_id, _ in run)
-        except DurabilityError as exc:
-            # The first len(exc.ids) of the run are visible (they will be delivered, and
-            # may not survive a power loss); the rest were not published: retried safely.
-            visible = len(exc.ids)
-            for (entry_id, outgoing), message_id in zip(run, exc.ids, strict=False):
-                successful.append({"Id": entry_id, **outgoing.answer(message_id, queue)})
-            error = _storage_error(exc)
-            failed.extend(failure(entry_id, error) for entry_id, _ in run[visible:])
-        except OSError as exc:
-            # A full disk (ENOSPC, EDQUOT), an I/O error: nothing of the run was published;
-            # the runs before it were, so the answer is per entry, never a 500.
-            error = _storage_error(exc)
-            failed.extend(failure(entry_id, error) for entry_id, _ in run)
-        else:
-            for (entry_id, outgoing), message_id in zip(run, ids, strict=True):
-                successful.append({"Id": entry_id, **outgoing.answer(message_id, queue)})
+        _publish_run(queue, checked[start:end], successful, failed)
         start = end
     return {"Successful": successful, "Failed": failed}
