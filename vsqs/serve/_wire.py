@@ -2,7 +2,8 @@
 
 * **AWS JSON 1.0**: ``POST`` with ``X-Amz-Target: AmazonSQS.<Action>`` and a JSON
   object body; the answer is JSON (``application/x-amz-json-1.0``), an error
-  ``{"__type": "com.amazonaws.sqs#<Code>", "message": ...}`` with the
+  ``{"__type": "com.amazonaws.sqs#<Type>", "message": ...}`` (the type SQS sends:
+  :data:`~vsqs.serve._errors.JSON_TYPES`, else the code) with the
   ``x-amzn-query-error: <query code>;Sender`` header (current boto3, aws cli v2, the
   SDKs v3).
 * **Query**: ``Action=<Action>&...`` form-encoded in a ``POST`` body or in a ``GET``
