@@ -54,6 +54,7 @@ test: $(STAMP)
 	sh tests/setup-java.sh
 	sh tests/setup-browser.sh
 	PYTHON=$(PYTHON) sh tests/setup-sqs-clients.sh
+	PYTHON=$(PYTHON) sh tests/outside/setup-moto.sh
 	$(BIN)/ruff check $(LINTED)
 	$(BIN)/ruff format --check $(LINTED)
 	$(BIN)/mypy
@@ -92,4 +93,4 @@ stress: $(STAMP)
 	$(BIN)/pytest -m stress --stress-long tests
 
 clean:
-	rm -rf $(VENV) .venv-awscli .venv-query tests/serve/js/node_modules docs/_build .pytest_cache .mypy_cache .ruff_cache .coverage*
+	rm -rf $(VENV) .venv-awscli .venv-query .venv-moto tests/serve/js/node_modules docs/_build .pytest_cache .mypy_cache .ruff_cache .coverage*

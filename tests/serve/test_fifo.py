@@ -12,6 +12,8 @@ from botocore.exceptions import ClientError
 
 import vsqs
 
+from .test_actions import vsqs_id_of
+
 
 def _code(error: pytest.ExceptionInfo[ClientError]) -> str:
     return str(error.value.response["Error"]["Code"])
@@ -164,12 +166,11 @@ def test_batch_deduplication_and_order(sqs: Any) -> None:
             {"Id": "a", "MessageBody": "1", "MessageGroupId": "g", "MessageDeduplicationId": "x"},
             {"Id": "b", "MessageBody": "2", "MessageGroupId": "g", "MessageDeduplicationId": "y"},
             {"Id": "c", "MessageBody": "3", "MessageGroupId": "g", "MessageDeduplicationId": "x"},
-            {"Id": "d", "MessageBody": "4", "MessageGroupId": "g"},
         ],
     )
     ids = {e["Id"]: e["MessageId"] for e in result["Successful"]}
     assert ids["a"] == ids["c"] != ids["b"]
-    assert [f["Id"] for f in result["Failed"]] == ["d"]
+    assert result["Failed"] == []
     bodies = []
     while True:
         got = sqs.receive_message(QueueUrl=url).get("Messages", [])
@@ -247,12 +248,12 @@ def test_the_library_deduplicates_against_the_api_with_the_documented_id(
     sent = sqs.send_message(
         QueueUrl=url, MessageBody="from the API", MessageGroupId="g", MessageDeduplicationId="d1"
     )
-    assert sent["MessageId"] == first
+    assert vsqs_id_of(sent["MessageId"]) == first
     # Per message group: the group, a newline and the id.
     sqs.set_queue_attributes(QueueUrl=url, Attributes={"DeduplicationScope": "messageGroup"})
     second = root.get("jobs.fifo").publish(b"library", group="h", dedup_id="h\nd2")
     sent = sqs.send_message(
         QueueUrl=url, MessageBody="API", MessageGroupId="h", MessageDeduplicationId="d2"
     )
-    assert sent["MessageId"] == second
+    assert vsqs_id_of(sent["MessageId"]) == second
     assert root.get("jobs.fifo").counts().ready == 2
