@@ -300,7 +300,7 @@ def test_a_listing_sorts_every_name_as_parse_name_does(names: list[str]) -> None
     assert listing.pokes == []  # no name here begins with ".wake-"
 
 
-@pytest.mark.skipif(not _inotify.HAVE_INOTIFY, reason="needs inotify (Linux)")
+@pytest.mark.skipif(not _inotify.have_inotify(), reason="needs inotify (Linux)")
 @settings(max_examples=40, deadline=None)
 @given(st.lists(GRAMMAR_NAMES, max_size=12))
 def test_the_inotify_decoder_names_what_parse_name_calls_ready(names: list[str]) -> None:

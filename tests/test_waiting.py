@@ -30,7 +30,7 @@ from .fixtures_core import (
 
 NO_RECHECK: dict[str, Any] = {"durable": False, "wait": "inotify", "poll_interval": 3600}
 
-needs_inotify = pytest.mark.skipif(not _waiters.HAVE_INOTIFY, reason="inotify is Linux-only")
+needs_inotify = pytest.mark.skipif(not _inotify.have_inotify(), reason="inotify is Linux-only")
 
 
 @pytest.fixture

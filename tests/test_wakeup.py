@@ -19,10 +19,10 @@ import pytest
 
 import vsqs
 from tests.fixtures_core import CHILD_TIMEOUT, children, wait_blocked_in_inotify
-from vsqs import _fs, _ids, _inotify, _inotify_hub, _meta, _queue, _scan
-from vsqs._waiters import HAVE_INOTIFY, MultiWaiter
+from vsqs import _ids, _inotify, _inotify_hub, _libc, _meta, _queue, _scan
+from vsqs._waiters import MultiWaiter
 
-pytestmark = pytest.mark.skipif(not HAVE_INOTIFY, reason="needs inotify (Linux)")
+pytestmark = pytest.mark.skipif(not _inotify.have_inotify(), reason="needs inotify (Linux)")
 
 
 def _publish_raw(qdir: Path, message_id: int, body: bytes) -> None:
@@ -247,7 +247,7 @@ def test_a_commit_by_link_then_unlink_is_not_missed_by_a_woken_receive(
         listing = real_scan(path)  # the blocked receive's look: nothing yet
         if not published:
             with monkeypatch.context() as patched:
-                patched.setattr(_fs, "_renameat2", None)  # as on NFS: link, then unlink
+                patched.setattr(_libc, "renameat2", lambda: None)  # as on NFS: link, unlink
                 published.append(publisher.publish(b"linked"))
             published.append(publisher.publish(b"renamed"))
         return listing

@@ -44,7 +44,6 @@ duplicate or ``clean`` completes: never a half-published batch, never a copy.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 from collections.abc import Callable, Mapping
@@ -58,6 +57,13 @@ from ._layout import DEDUP, READ_LIMITS, Layout
 
 IN_PROGRESS_LIMIT: Final = 30.0
 _POLL: Final = 0.005
+
+
+def _digest(text: str) -> str:
+    """The hex SHA-256 of *text* (lone surrogates kept): a marker's file name."""
+    import hashlib  # noqa: PLC0415 -- OpenSSL's 3 ms at import, for queues that deduplicate
+
+    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
 
 
 @dataclass(frozen=True, slots=True)
@@ -115,7 +121,7 @@ class Deduplicator:
 
     @staticmethod
     def _marker(key: str) -> str:
-        return hashlib.sha256(key.encode("utf-8", "surrogatepass")).hexdigest()
+        return _digest(key)
 
     def claim(self, key: str, message_id: str, *, durable: bool) -> DedupClaim:
         """Record that *message_id* publishes *key*, unless another id did within the window.
@@ -167,7 +173,7 @@ class Deduplicator:
 
     @staticmethod
     def _chunk_marker(key: str) -> str:
-        return hashlib.sha256(("chunk\0" + key).encode("utf-8", "surrogatepass")).hexdigest()
+        return _digest("chunk\0" + key)
 
     def find_chunk(self, key: str) -> Chunk | None:
         """The batch recorded under *key*, if any and within the window (one read)."""

@@ -16,18 +16,17 @@ the kill-point tests reach them as ``_fs.fsync``, ``_fs.sync_files``...). Guaran
 from __future__ import annotations
 
 import contextlib
-import ctypes
-import ctypes.util
 import os
 import re
-import sys
 import threading
 from collections.abc import Iterator
-from concurrent.futures import ThreadPoolExecutor, wait
-from typing import Final
+from typing import TYPE_CHECKING, Final
 
-from . import _host, _mountinfo
+from . import _host, _libc, _mountinfo
 from ._errors import DurabilityError
+
+if TYPE_CHECKING:
+    from concurrent.futures import ThreadPoolExecutor
 
 __all__ = [
     "flush_made",
@@ -47,12 +46,6 @@ _O_NONBLOCK: Final = getattr(os, "O_NONBLOCK", 0)
 _O_DIRECTORY: Final = getattr(os, "O_DIRECTORY", 0)
 _READ_FLAGS: Final = os.O_RDONLY | _O_NOFOLLOW | _O_CLOEXEC | _O_NONBLOCK
 
-_libc = ctypes.CDLL(ctypes.util.find_library("c") or None, use_errno=True)
-_syncfs = getattr(_libc, "syncfs", None) if sys.platform.startswith("linux") else None
-if _syncfs is not None:
-    _syncfs.argtypes = [ctypes.c_int]
-    _syncfs.restype = ctypes.c_int
-
 
 def _kernel_at_least(major: int, minor: int) -> bool:
     """Whether this kernel's release (``6.1.0-13-amd64``...) is *major*.*minor* or later."""
@@ -62,7 +55,7 @@ def _kernel_at_least(major: int, minor: int) -> bool:
 
 # Before Linux 5.8 syncfs returned 0 even when writing a file back failed: an error it
 # cannot report makes it no barrier at all (a failed flush must never pass for a good one).
-_SYNCFS_REPORTS_ERRORS: Final = _syncfs is not None and _kernel_at_least(5, 8)
+_KERNEL_SYNCFS_REPORTS_ERRORS: Final = _kernel_at_least(5, 8)
 # Bodies fsynced at once where there is no filesystem-wide barrier: a network filesystem
 # answers each fsync after a round trip, which threads overlap (fsync releases the GIL).
 _FSYNC_THREADS: Final = 8
@@ -88,12 +81,13 @@ def sync_filesystem(path: str) -> bool:
     caller fsyncs each file and directory instead): FUSE, network filesystems, anything
     but those of :data:`vsqs._mountinfo.SYNCFS_FILESYSTEMS`. A failure raises and is never
     retried: after a failed flush a second one may succeed without the data."""
-    if _syncfs is None or not syncfs_is_barrier(path):
+    syncfs = _libc.syncfs()
+    if syncfs is None or not syncfs_is_barrier(path):
         return False
     fd = os.open(path, os.O_RDONLY | _O_DIRECTORY | _O_CLOEXEC)
     try:
-        if _syncfs(fd) != 0:
-            code = ctypes.get_errno()
+        if syncfs(fd) != 0:
+            code = _libc.errno()
             raise OSError(code, os.strerror(code), path)
     finally:
         os.close(fd)
@@ -109,7 +103,11 @@ def syncfs_is_barrier(directory: str) -> bool:
     found = _barriers.get(directory)
     if found is None:
         fstype = _host.filesystem_type(directory)
-        found = _SYNCFS_REPORTS_ERRORS and _mountinfo.syncfs_flushes(fstype)
+        found = (
+            _libc.syncfs() is not None
+            and _KERNEL_SYNCFS_REPORTS_ERRORS
+            and _mountinfo.syncfs_flushes(fstype)
+        )
         if len(_barriers) >= 1024:  # pragma: no cover - a process that opened that many queues
             _barriers.clear()
         _barriers[directory] = found
@@ -144,6 +142,8 @@ def sync_files(directory: str, names: list[str]) -> None:
         for path in paths:
             _fsync_path(path)
         return
+    from concurrent.futures import wait  # noqa: PLC0415 -- 4 ms of logging and threads at import
+
     futures = [_fsync_pool().submit(_fsync_path, path) for path in paths]
     wait(futures)
     for future in futures:
@@ -167,6 +167,8 @@ def _fsync_pool() -> ThreadPoolExecutor:
     global _pool  # noqa: PLW0603 - one pool per process, made on first use
     with _pool_lock:
         if _pool is None:
+            from concurrent.futures import ThreadPoolExecutor  # noqa: PLC0415 -- see sync_files
+
             _pool = ThreadPoolExecutor(_FSYNC_THREADS, "vsqs-fsync")
         return _pool
 

@@ -16,19 +16,16 @@ no ``errno`` plumbing. Only :mod:`vsqs._host` (other files) and :mod:`vsqs._inot
 from __future__ import annotations
 
 import contextlib
-import ctypes
-import ctypes.util
 import errno
 import fcntl
 import math
 import os
-import shutil
 import stat
 import sys
 from collections.abc import Callable
 from typing import Final
 
-from . import _host
+from . import _host, _libc
 
 # The flushes live in _flush; callers (and the kill-point tests) reach them here.
 from ._flush import *  # noqa: F403
@@ -47,14 +44,6 @@ _S_IFREG: Final = stat.S_IFREG
 _RENAME_NOREPLACE: Final = 1  # linux/fs.h
 _RENAME_EXCL: Final = 0x4  # macOS sys/stdio.h
 _AT_FDCWD: Final = -100
-
-_libc = ctypes.CDLL(ctypes.util.find_library("c") or None, use_errno=True)
-_renameat2 = getattr(_libc, "renameat2", None) if sys.platform.startswith("linux") else None
-_renamex_np = getattr(_libc, "renamex_np", None) if sys.platform == "darwin" else None
-# renameat2 has no argtypes: ctypes passes ints and bytes as they are, a quarter faster.
-if _renamex_np is not None:  # pragma: no cover - macOS only
-    _renamex_np.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_uint]
-    _renamex_np.restype = ctypes.c_int
 
 _FS_ENCODING: Final = sys.getfilesystemencoding()
 _COPY_CHUNK: Final = 1 << 20
@@ -86,8 +75,9 @@ def rename_noreplace(src: str, dst: str, dir_fd: int = _AT_FDCWD) -> None:
     replacing; a crash between leaves two names on one inode, which the state machine
     repairs.
     """
-    if _renameat2 is not None:
-        if not _renameat2(
+    renameat2 = _libc.renameat2()
+    if renameat2 is not None:
+        if not renameat2(
             dir_fd,
             src.encode(_FS_ENCODING, "surrogateescape"),
             dir_fd,
@@ -95,13 +85,13 @@ def rename_noreplace(src: str, dst: str, dir_fd: int = _AT_FDCWD) -> None:
             _RENAME_NOREPLACE,
         ):
             return
-        code = ctypes.get_errno()
+        code = _libc.errno()
         if code not in (errno.EINVAL, errno.ENOSYS, errno.ENOTSUP):
             raise OSError(code, os.strerror(code), src, None, dst)
-    elif _renamex_np is not None and dir_fd == _AT_FDCWD:  # pragma: no cover - macOS only
-        if not _renamex_np(os.fsencode(src), os.fsencode(dst), _RENAME_EXCL):
+    elif (renamex_np := _libc.renamex_np()) is not None and dir_fd == _AT_FDCWD:  # pragma: no cover
+        if not renamex_np(os.fsencode(src), os.fsencode(dst), _RENAME_EXCL):
             return
-        code = ctypes.get_errno()
+        code = _libc.errno()
         if code not in (errno.EINVAL, errno.ENOTSUP):
             raise OSError(code, os.strerror(code), src, None, dst)
     _link_then_unlink(src, dst, None if dir_fd == _AT_FDCWD else dir_fd)
@@ -444,4 +434,6 @@ def is_plain_dir(path: str) -> bool:
 
 def remove_tree(path: str) -> None:
     """Remove a directory tree that vsqs owns (a deleted named queue)."""
+    import shutil  # noqa: PLC0415 -- 2 ms at import, for deleting a queue
+
     shutil.rmtree(path)

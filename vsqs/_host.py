@@ -11,9 +11,7 @@ Nothing here changes a queue.
 from __future__ import annotations
 
 import os
-import shutil
 import stat
-import tempfile
 from typing import BinaryIO, Final
 
 from . import _mountinfo
@@ -78,11 +76,15 @@ def is_dir(path: str) -> bool:
 
 def remove_temp_dir(path: str) -> None:
     """Remove a directory :func:`make_temp_dir` made, and what is in it (best effort)."""
+    import shutil  # noqa: PLC0415 -- shutil and tempfile: 3 ms of every import, for rare calls
+
     shutil.rmtree(path, ignore_errors=True)
 
 
 def make_temp_dir(prefix: str) -> str:
     """A fresh private directory (``mkdtemp``) for the caller to remove."""
+    import tempfile  # noqa: PLC0415 -- see remove_temp_dir
+
     return tempfile.mkdtemp(prefix=prefix)
 
 

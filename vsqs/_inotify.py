@@ -8,15 +8,13 @@ process, generations, who reads) is :mod:`vsqs._waiters`'s.
 
 from __future__ import annotations
 
-import ctypes
-import ctypes.util
 import os
 import select
 import struct
-import sys
 from collections.abc import Collection
 from typing import Final
 
+from . import _libc
 from ._ids import ready_code_of_bytes
 
 # inotify(7) event bits: a message became ready or held (moved in), or left (deleted,
@@ -30,16 +28,6 @@ _IN_NONBLOCK: Final = os.O_NONBLOCK
 _IN_CLOEXEC: Final = getattr(os, "O_CLOEXEC", 0)
 _MASK: Final = _IN_MOVED_FROM | _IN_MOVED_TO | _IN_DELETE | _IN_DELETE_SELF | _IN_MOVE_SELF
 
-_libc = ctypes.CDLL(ctypes.util.find_library("c") or None, use_errno=True)
-_inotify_init1 = getattr(_libc, "inotify_init1", None) if sys.platform.startswith("linux") else None
-_inotify_add_watch = getattr(_libc, "inotify_add_watch", None)
-_inotify_rm_watch = getattr(_libc, "inotify_rm_watch", None)
-if _inotify_add_watch is not None:
-    _inotify_add_watch.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_uint32]
-    _inotify_add_watch.restype = ctypes.c_int
-if _inotify_rm_watch is not None:
-    _inotify_rm_watch.argtypes = [ctypes.c_int, ctypes.c_int]
-    _inotify_rm_watch.restype = ctypes.c_int
 _EVENT: Final = struct.Struct("iIII")  # struct inotify_event: wd, mask, cookie, len
 _IN_Q_OVERFLOW: Final = 0x00004000
 
@@ -51,7 +39,10 @@ ANNOUNCEMENT: Final = -1
 ready (packed ids, never negative)."""
 _WAKE: Final = WAKE.encode("ascii")
 
-HAVE_INOTIFY: Final = _inotify_init1 is not None and _inotify_add_watch is not None
+
+def have_inotify() -> bool:
+    """Whether this system has inotify (Linux, a C library with its calls)."""
+    return _libc.inotify() is not None
 
 
 def init() -> int:
@@ -59,10 +50,11 @@ def init() -> int:
 
     :raises OSError: ``EMFILE`` at the per-user instance limit (128 by default).
     """
-    assert _inotify_init1 is not None
-    fd = int(_inotify_init1(_IN_NONBLOCK | _IN_CLOEXEC))
+    calls = _libc.inotify()
+    assert calls is not None
+    fd = int(calls[0](_IN_NONBLOCK | _IN_CLOEXEC))
     if fd < 0:
-        code = ctypes.get_errno()
+        code = _libc.errno()
         raise OSError(code, f"inotify_init1: {os.strerror(code)}")
     return fd
 
@@ -72,18 +64,20 @@ def add_watch(fd: int, path: str) -> int:
 
     :raises OSError: ``ENOSPC`` at the per-user watch limit (8192 by default).
     """
-    assert _inotify_add_watch is not None
-    wd = int(_inotify_add_watch(fd, os.fsencode(path), _MASK))
+    calls = _libc.inotify()
+    assert calls is not None
+    wd = int(calls[1](fd, os.fsencode(path), _MASK))
     if wd < 0:
-        code = ctypes.get_errno()
+        code = _libc.errno()
         raise OSError(code, f"inotify_add_watch: {os.strerror(code)}", path)
     return wd
 
 
 def rm_watch(fd: int, wd: int) -> None:
     """Remove a watch (an error, such as a directory already gone, is ignored)."""
-    if _inotify_rm_watch is not None:
-        _inotify_rm_watch(fd, wd)
+    calls = _libc.inotify()
+    if calls is not None and calls[2] is not None:
+        calls[2](fd, wd)
 
 
 def close(fd: int) -> None:

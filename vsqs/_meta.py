@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import errno
 import json
-import logging
 import threading
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -170,7 +169,6 @@ _UNREADABLE: Final = frozenset({errno.ELOOP, errno.EINVAL, errno.EISDIR, errno.E
 """What reading a planted non-file gives: a symlink (ELOOP), a FIFO (EINVAL from the
 regular-file check), a directory (EISDIR), a socket (ENXIO); and a file too large to be
 a record (EFBIG: see ``_layout.READ_LIMITS``), never read."""
-_log = logging.getLogger("vsqs")
 _reported: set[tuple[str, str]] = set()
 
 
@@ -178,7 +176,11 @@ def report_once(queue: str, what: str, detail: str) -> None:
     """Log a problem with a queue's metadata once per process and kind."""
     if (queue, what) not in _reported:
         _reported.add((queue, what))
-        _log.warning("queue %s: %s (%s); delivery goes on without it", queue, what, detail)
+        import logging  # noqa: PLC0415 -- 3 ms at import, for a problem that is rare
+
+        logging.getLogger("vsqs").warning(
+            "queue %s: %s (%s); delivery goes on without it", queue, what, detail
+        )
 
 
 class MetaStore:

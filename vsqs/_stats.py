@@ -23,7 +23,6 @@ import atexit
 import errno
 import json
 import os
-import socket
 import sys
 import threading
 import time
@@ -41,6 +40,13 @@ if TYPE_CHECKING:
 FLUSH_INTERVAL: Final = 1.0
 _FIELDS: Final = ("produced_messages", "produced_bytes", "consumed_messages", "consumed_bytes")
 _monotonic = time.monotonic
+
+
+def _writer_name() -> str:
+    """This process's own counters file name: host, pid and a random part."""
+    import socket  # noqa: PLC0415 -- 2 ms at import, for one call per queue opened
+
+    return f"{socket.gethostname()}-{os.getpid()}-{os.urandom(4).hex()}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,7 +96,7 @@ class Counters:
         self.consumed: deque[int] = deque()
         self._last_flush = 0.0
         self._scheduled = False  # handed to the flusher thread, not flushed since
-        self._name = f"{socket.gethostname()}-{os.getpid()}-{os.urandom(4).hex()}"
+        self._name = _writer_name()
         self._pid = os.getpid()
         _live.add(self)
         _flush_at_child_exit()
@@ -164,7 +170,7 @@ class Counters:
             self._values = dict.fromkeys(_FIELDS, 0)
             self.produced.clear()
             self.consumed.clear()
-            self._name = f"{socket.gethostname()}-{os.getpid()}-{os.urandom(4).hex()}"
+            self._name = _writer_name()
             self._pid = os.getpid()
             self._scheduled = False
 

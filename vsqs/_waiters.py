@@ -37,7 +37,6 @@ can be ready.
 from __future__ import annotations
 
 import functools
-import logging
 import os
 import threading
 import time
@@ -52,9 +51,8 @@ from ._inotify_hub import InotifyHub, process_instance
 from ._mountinfo import polls
 from ._options import WAIT_MODES, seconds
 
-__all__ = ["HAVE_INOTIFY", "MultiWaiter", "Waiter", "make_waiter"]
+__all__ = ["MultiWaiter", "Waiter", "make_waiter"]
 
-HAVE_INOTIFY: Final = _inotify.HAVE_INOTIFY
 POLL_INTERVAL: Final = 0.05
 """Seconds between looks where no event can be seen (the default ``poll_interval``)."""
 RECHECK: Final = 1.0
@@ -83,7 +81,6 @@ class Waiter(Protocol):
 
 _hubs: weakref.WeakValueDictionary[tuple[int, int, int], InotifyHub] = weakref.WeakValueDictionary()
 _hubs_lock = threading.Lock()
-_log = logging.getLogger("vsqs")
 _warned = False
 
 
@@ -103,7 +100,9 @@ def _warn_polling(exc: OSError, interval: float) -> None:
     global _warned  # noqa: PLW0603 - one warning per process
     if not _warned:
         _warned = True
-        _log.warning(
+        import logging  # noqa: PLC0415 -- 3 ms at import, for a warning that is rare
+
+        logging.getLogger("vsqs").warning(
             "inotify is unavailable (%s): blocked calls poll every %s s instead; "
             "raise fs.inotify.max_user_instances / max_user_watches to avoid it",
             exc, interval,
@@ -116,7 +115,7 @@ def should_poll(path: str, mode: str) -> bool:
     :param mode: ``"auto"`` (inotify on local Linux filesystems, polling on network
         filesystems, on FUSE and off Linux), ``"inotify"`` or ``"poll"``.
     """
-    if not HAVE_INOTIFY or mode == "poll":
+    if mode == "poll" or not _inotify.have_inotify():
         return True
     return mode == "auto" and polls(filesystem_type(path))
 
