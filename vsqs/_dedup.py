@@ -44,7 +44,6 @@ duplicate or ``clean`` completes: never a half-published batch, never a copy.
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -215,6 +214,8 @@ class Deduplicator:
                 "attributes": chunk.attributes,
                 "delay_us": delay_us,
             }
+            import json  # noqa: PLC0415 -- 2 ms at import: only where records are read or written
+
             content = json.dumps(record, separators=(",", ":")).encode()
             if len(content) > READ_LIMITS[DEDUP]:  # it could never be read back
                 raise ValueError(
@@ -263,6 +264,8 @@ class Deduplicator:
             "attributes": chunk.attributes,
             "delay_us": chunk.delay_us,
         }
+        import json  # noqa: PLC0415 -- see above
+
         content = json.dumps(record, separators=(",", ":")).encode()
         self._layout.write(DEDUP, chunk.marker, content, durable=False)
 
@@ -429,6 +432,8 @@ def _parse_chunk(marker: str, raw: bytes) -> Chunk | None:
     if not raw.startswith(b"{"):
         return None
     try:
+        import json  # noqa: PLC0415 -- see above
+
         record = json.loads(raw)
         ids = [str(i) for i in record["ids"]]
         sizes = [int(n) for n in record["sizes"]]

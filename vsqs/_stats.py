@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import atexit
 import errno
-import json
 import os
 import sys
 import threading
@@ -151,6 +150,8 @@ class Counters:
                     dirty = True
             if not dirty:
                 return
+            import json  # noqa: PLC0415 -- 2 ms at import: only where records are read or written
+
             data = json.dumps(self._values).encode()
             try:
                 self._layout.write(STATS, self._name, data, durable=False)
@@ -187,6 +188,8 @@ def read_totals(layout: Layout) -> dict[str, int]:
             continue  # a writer's temporary file
         try:
             raw = layout.read(STATS, name)
+            import json  # noqa: PLC0415 -- see above
+
             data = json.loads(raw) if raw is not None else {}
         except (OSError, ValueError) as exc:
             if isinstance(exc, OSError) and exc.errno == errno.EFBIG:

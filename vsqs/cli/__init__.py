@@ -10,13 +10,13 @@ Errors are one line on stderr with a documented exit status (see
 
 from __future__ import annotations
 
+import importlib
 import sys
-from typing import Any
+from typing import Any, Final
 
 import click
 
 from .. import __version__, _host
-from ._admin import clean, create, purge, queues, redrive, requeue, shutdown, stats
 from ._common import (
     EXIT_CODES_HELP,
     INTERRUPTED,
@@ -27,14 +27,31 @@ from ._common import (
     install_stop_handlers,
     stopped_line,
 )
-from ._config import config
-from ._load import demo, pump, sink
-from ._messages import delete, peek, publish
-from ._metrics import metrics
-from ._receive import receive
-from ._serve import serve
 
 __all__ = ["cli", "main"]
+
+# Each command's module, imported when the command is run or listed: `vsqs publish`
+# never loads the server (`serve`), the metrics extra or the dashboard.
+_COMMANDS: Final = {
+    "clean": "_admin",
+    "config": "_config",
+    "create": "_admin",
+    "delete": "_messages",
+    "demo": "_load",
+    "metrics": "_metrics",
+    "peek": "_messages",
+    "publish": "_messages",
+    "pump": "_load",
+    "purge": "_admin",
+    "queues": "_admin",
+    "receive": "_receive",
+    "redrive": "_admin",
+    "requeue": "_admin",
+    "serve": "_serve",
+    "shutdown": "_admin",
+    "sink": "_load",
+    "stats": "_admin",
+}
 
 
 def _silence_stdout() -> None:
@@ -47,7 +64,17 @@ def _silence_stdout() -> None:
 
 
 class _Group(click.Group):
-    """Maps every error of a command to one line on stderr and an exit status."""
+    """Maps every error of a command to one line on stderr and an exit status; loads
+    each command's module when the command is first needed (:data:`_COMMANDS`)."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted({*super().list_commands(ctx), *_COMMANDS})
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        if cmd_name not in self.commands and cmd_name in _COMMANDS:
+            module = importlib.import_module(f"{__name__}.{_COMMANDS[cmd_name]}")
+            self.add_command(getattr(module, cmd_name))
+        return super().get_command(ctx, cmd_name)
 
     def invoke(self, ctx: click.Context) -> Any:
         try:
@@ -94,12 +121,6 @@ def cli(debug: bool) -> None:
     A QUEUE argument is the queue's directory; any number of processes and hosts may
     use it at once.
     """
-
-
-for _command in (publish, receive, delete, peek, stats, purge, clean, requeue, redrive, shutdown):
-    cli.add_command(_command)
-for _command in (create, queues, config, pump, sink, demo, metrics, serve):
-    cli.add_command(_command)
 
 
 def main(argv: list[str] | None = None, prog_name: str | None = "vsqs") -> None:
