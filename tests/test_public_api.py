@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import ast
 import json
 import pickle
 import subprocess
 import sys
 import types
+from pathlib import Path
 
 import pytest
 
@@ -61,6 +63,58 @@ def test_import_vsqs_does_not_import_the_optional_extras() -> None:
         [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=120
     )
     assert json.loads(result.stdout) == []
+
+
+# What `import vsqs` must leave for later: every integration, the extras' packages, and
+# the standard library's heavy modules that only some calls need (issue 40: a Spark
+# executor, a Celery worker or a shell loop pays the import each time).
+NOT_ON_IMPORT = (
+    *("vsqs.aio", "vsqs.cli", "vsqs.dashboard", "vsqs.kombu", "vsqs.metrics", "vsqs.serve"),
+    *("vsqs.spark", "vsqs.testing", "vsqs.pytest_plugin", "vsqs._demo"),
+    *("click", "rich", "pyspark", "pyarrow", "kombu", "celery", "prometheus_client"),
+    *("opentelemetry", "asyncio", "http", "ctypes", "logging", "concurrent.futures"),
+    *("hashlib", "subprocess", "socket", "json", "shutil", "tempfile", "inotify"),
+)
+
+
+def imported_by(code: str, *args: str) -> list[str]:
+    """The modules of :data:`NOT_ON_IMPORT` (or their submodules) that *code*, run with
+    arguments *args* in a fresh interpreter, imports: not those there before it runs (a
+    coverage run's start-up imports some of them before any of ours)."""
+    script = (
+        "import sys\nbefore = set(sys.modules)\ntry:\n"
+        + "".join(f"    {line}\n" for line in code.splitlines())
+        + "except SystemExit:\n    pass\nprint(sorted(set(sys.modules) - before))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script, *args],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=120,
+    )
+    new: list[str] = ast.literal_eval(done.stdout.splitlines()[-1])
+    return [m for m in new if any(m == n or m.startswith(f"{n}.") for n in NOT_ON_IMPORT)]
+
+
+def test_import_vsqs_imports_no_integration_and_nothing_heavy() -> None:
+    """``import vsqs`` loads none of :data:`NOT_ON_IMPORT`: each is imported where it is
+    used, so that a process that only publishes never pays for it."""
+    assert imported_by("import vsqs") == []
+
+
+def test_vsqs_publish_imports_only_its_command(tmp_path: Path) -> None:
+    """``vsqs publish`` loads click and its own command's module, never the server, the
+    dashboard, the metrics extra or rich: each command's module is loaded when it runs."""
+    code = "from vsqs.__main__ import main\nmain(prog_name='vsqs')"
+    loaded = imported_by(code, "publish", str(tmp_path / "q"), "x")
+    assert [m for m in loaded if m.startswith("vsqs.")] == [
+        "vsqs.cli",
+        "vsqs.cli._common",
+        "vsqs.cli._messages",
+    ]
+    assert not [m for m in loaded if m.startswith(("rich", "http", "asyncio", "logging"))]
+    assert vsqs.Queue(tmp_path / "q").counts().ready == 1
 
 
 def test_the_testing_module_has_its_own_sorted_all() -> None:
