@@ -2,7 +2,9 @@
 
 Every error vsqs raises on purpose derives from :class:`VsqsError` *and* from the
 builtin exception a caller would naturally catch, so ``except TimeoutError`` works
-for a full queue without importing vsqs::
+for a full queue without importing vsqs. Most live here; the integrations' own live
+beside them (the last column says where), and ``tests/test_error_tree.py`` checks that
+this tree names every one, under its parent, with its builtin base::
 
     VsqsError
     ├── QueueFull            (TimeoutError)        publish() waited for room and gave up
@@ -16,13 +18,28 @@ for a full queue without importing vsqs::
     ├── LeaseLost            (LookupError)         the visibility lease of a receipt has ended
     ├── QueueNotFound        (LookupError)         a named queue that does not exist
     ├── NotAQueue            (NotADirectoryError)  a queue path that exists but is not a directory
-    └── DurabilityError      (OSError)             a flush failed after messages became visible
+    ├── DurabilityError      (OSError)             a flush failed after messages became visible
+    ├── UnsafeEntry          (OSError)             a symlink or file planted where vsqs keeps a
+    │                                              directory; never followed (vsqs._layout)
+    ├── SqsError             (ValueError)          a request the SQS API refuses (vsqs.serve)
+    ├── CredentialsError     (ValueError)          an unusable credentials file (vsqs.serve)
+    ├── UnsafeAddress        (PermissionError)     serving beyond loopback without credentials
+    │                                              (vsqs.serve)
+    ├── MessageGone          (LookupError)         a planned message was deleted before Spark read
+    │                                              it (vsqs.spark)
+    └── StateMismatch        (RuntimeError)        a checkpoint that does not match the stream's
+                                                   recorded state (vsqs.spark)
 
 Any other :class:`OSError` (a full disk, a read-only filesystem, permission denied)
 passes through unchanged, with its ``errno`` and ``filename`` intact.
 
 All errors keep their data as attributes and pickle cleanly, because they cross
 process boundaries (multiprocessing, Spark executors).
+
+Not errors a caller sees, so not in the tree: the command line's ``Stopped`` (a signal,
+ended as an exit status) and ``CliError`` (click's one line on stderr), the dashboard's
+``Refused`` (answered as an HTTP status) and the kombu transport's ``NotKombu`` (a body
+that is not kombu's, handled where it is read).
 """
 
 from __future__ import annotations
@@ -42,7 +59,7 @@ class VsqsError(Exception):
         return (_rebuild, (type(self), self._pickle_args()))
 
     def _pickle_args(self) -> dict[str, Any]:
-        return {"message": str(self)}
+        return {"message": str(self)} if self.args else {}
 
 
 def _rebuild(cls: type[VsqsError], kwargs: dict[str, Any]) -> VsqsError:

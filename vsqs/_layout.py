@@ -29,9 +29,10 @@ import stat
 import sys
 import threading
 from collections.abc import Callable
-from typing import Final
+from typing import Any, Final
 
 from . import _fs, _host
+from ._errors import VsqsError
 from ._inotify import WAKE
 
 DIR: Final = ".vsqs"
@@ -71,11 +72,18 @@ _OTHER_LIMIT: Final = 1 << 20
 _NOT_A_DIR: Final = frozenset({errno.ELOOP, errno.ENOTDIR})
 
 
-class UnsafeEntry(OSError):
+class UnsafeEntry(VsqsError, OSError):
     """A ``.vsqs`` entry of the wrong type (a symlink, a file where a directory belongs).
 
     vsqs never follows it: reads treat what it would hold as absent, writes raise this.
+    ``errno`` is the one opening it gave (``ELOOP``, ``ENOTDIR``), ``filename`` the entry.
     """
+
+    def __init__(self, code: int, reason: str, filename: str) -> None:
+        super().__init__(code, reason, filename)
+
+    def _pickle_args(self) -> dict[str, Any]:
+        return {"code": self.errno, "reason": self.strerror, "filename": self.filename}
 
 
 class Layout:

@@ -19,7 +19,7 @@ from typing import Any, Final
 
 import pyarrow as pa
 
-from .. import Queue, _fs
+from .. import Queue, VsqsError, _fs
 from .._ids import State, parse_name
 from .._layout import Layout
 from ._options import MessageRow, Planned, where
@@ -27,13 +27,16 @@ from ._options import MessageRow, Planned, where
 log = logging.getLogger("vsqs.spark")
 
 
-class MessageGone(LookupError):
+class MessageGone(VsqsError, LookupError):
     """A planned message no longer exists: it was deleted by someone else."""
 
     def __init__(self, queue: str, message_id: str) -> None:
         super().__init__(queue, message_id)
         self.queue = queue
         self.message_id = message_id
+
+    def _pickle_args(self) -> dict[str, Any]:
+        return {"queue": self.queue, "message_id": self.message_id}
 
     def __str__(self) -> str:
         return (

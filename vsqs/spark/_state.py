@@ -21,7 +21,7 @@ import time
 from dataclasses import replace
 from typing import Any, Final
 
-from .. import LeaseLost, Message, Queue, _fs
+from .. import LeaseLost, Message, Queue, VsqsError, _fs
 from .._ids import parse_decimal
 from .._layout import Layout, UnsafeEntry
 from ._options import Planned
@@ -247,5 +247,5 @@ def _partition(queue: Queue, where: str) -> Queue:
     )
 
 
-class StateMismatch(RuntimeError):
+class StateMismatch(VsqsError, RuntimeError):
     """The checkpoint's offsets and the reader's state do not belong together."""
