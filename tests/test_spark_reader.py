@@ -17,8 +17,9 @@ from pyspark.sql.streaming.datasource import ReadMaxBytes, ReadMaxRows
 
 import vsqs
 from vsqs import _fs
+from vsqs._errors import UnsafeEntry
 from vsqs._ids import State, parse_name
-from vsqs._layout import Layout, UnsafeEntry
+from vsqs._layout import Layout
 from vsqs.spark._options import Planned, SourceOptions
 from vsqs.spark._read import MessageGone, current_names, read_planned
 from vsqs.spark._state import StateDir

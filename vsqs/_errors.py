@@ -20,7 +20,7 @@ this tree names every one, under its parent, with its builtin base::
     ├── NotAQueue            (NotADirectoryError)  a queue path that exists but is not a directory
     ├── DurabilityError      (OSError)             a flush failed after messages became visible
     ├── UnsafeEntry          (OSError)             a symlink or file planted where vsqs keeps a
-    │                                              directory; never followed (vsqs._layout)
+    │                                              directory; never followed
     ├── SqsError             (ValueError)          a request the SQS API refuses (vsqs.serve)
     ├── CredentialsError     (ValueError)          an unusable credentials file (vsqs.serve)
     ├── UnsafeAddress        (PermissionError)     serving beyond loopback without credentials
@@ -257,3 +257,17 @@ class DurabilityError(VsqsError, OSError):
 
     def _pickle_args(self) -> dict[str, Any]:
         return {"ids": self.ids, "code": self.errno or 0, "reason": self.strerror or ""}
+
+
+class UnsafeEntry(VsqsError, OSError):
+    """A ``.vsqs`` entry of the wrong type (a symlink, a file where a directory belongs).
+
+    vsqs never follows it: reads treat what it would hold as absent, writes raise this.
+    ``errno`` is the one opening it gave (``ELOOP``, ``ENOTDIR``), ``filename`` the entry.
+    """
+
+    def __init__(self, code: int, reason: str, filename: str) -> None:
+        super().__init__(code, reason, filename)
+
+    def _pickle_args(self) -> dict[str, Any]:
+        return {"code": self.errno, "reason": self.strerror, "filename": self.filename}

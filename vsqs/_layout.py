@@ -29,10 +29,10 @@ import stat
 import sys
 import threading
 from collections.abc import Callable
-from typing import Any, Final
+from typing import Final
 
 from . import _fs, _host
-from ._errors import VsqsError
+from ._errors import UnsafeEntry
 from ._inotify import WAKE
 
 DIR: Final = ".vsqs"
@@ -70,20 +70,6 @@ _OTHER_LIMIT: Final = 1 << 20
 # What opening a planted entry as a directory gives: a symlink (ELOOP, O_NOFOLLOW), a
 # file or FIFO where a directory belongs (ENOTDIR).
 _NOT_A_DIR: Final = frozenset({errno.ELOOP, errno.ENOTDIR})
-
-
-class UnsafeEntry(VsqsError, OSError):
-    """A ``.vsqs`` entry of the wrong type (a symlink, a file where a directory belongs).
-
-    vsqs never follows it: reads treat what it would hold as absent, writes raise this.
-    ``errno`` is the one opening it gave (``ELOOP``, ``ENOTDIR``), ``filename`` the entry.
-    """
-
-    def __init__(self, code: int, reason: str, filename: str) -> None:
-        super().__init__(code, reason, filename)
-
-    def _pickle_args(self) -> dict[str, Any]:
-        return {"code": self.errno, "reason": self.strerror, "filename": self.filename}
 
 
 class Layout:

@@ -18,8 +18,8 @@ from dataclasses import dataclass, field
 from typing import Any, Final
 
 from . import _fs
-from ._errors import InvalidAttributes
-from ._layout import DELAYED, META, Layout, UnsafeEntry
+from ._errors import InvalidAttributes, UnsafeEntry
+from ._layout import DELAYED, META, Layout
 from ._message import NO_ATTRIBUTES
 
 MAX_ATTRIBUTES: Final = 10  # as SQS

@@ -55,6 +55,7 @@ from ._errors import (
     NotAQueue,
     QueueDrained,
     QueueFull,
+    UnsafeEntry,
 )
 from ._history import History
 from ._host import stable_inode
@@ -71,7 +72,7 @@ from ._ids import (
     split_name,
 )
 from ._ids import State as _State
-from ._layout import FIFO_LOCK, Layout, UnsafeEntry
+from ._layout import FIFO_LOCK, Layout
 from ._message import NO_ATTRIBUTES, Counts, Message, received
 from ._meta import Meta, MetaStore, report_once, split_group, validate_attributes, with_group
 from ._options import UNSET, Config, QueueOptions, Unset, batch_size, queue_path

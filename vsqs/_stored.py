@@ -37,8 +37,8 @@ from typing import Final, TypedDict, cast
 
 from . import _fs
 from ._clock import Clock
-from ._errors import InvalidSettings
-from ._layout import READ_LIMITS, ROOT, SETTINGS, SETTINGS_LOCK, Layout, UnsafeEntry
+from ._errors import InvalidSettings, UnsafeEntry
+from ._layout import READ_LIMITS, ROOT, SETTINGS, SETTINGS_LOCK, Layout
 from ._options import FIFO_PARTITIONS, count, flag, partition_count, seconds
 
 STORED: Final = (

@@ -24,9 +24,10 @@ from collections.abc import Callable, Iterator
 from typing import Final, TypeVar
 
 from . import _fs
+from ._errors import UnsafeEntry
 from ._ids import IDS, State, parse_name, source_for
 from ._layout import DIR as META_DIR
-from ._layout import META, UnsafeEntry
+from ._layout import META
 from ._message import Message
 from ._queue import Queue
 

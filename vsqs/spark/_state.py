@@ -22,8 +22,9 @@ from dataclasses import replace
 from typing import Any, Final
 
 from .. import LeaseLost, Message, Queue, VsqsError, _fs
+from .._errors import UnsafeEntry
 from .._ids import parse_decimal
-from .._layout import Layout, UnsafeEntry
+from .._layout import Layout
 from ._options import Planned
 
 EPOCH: Final = "epoch.json"
