@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import errno
+import io
 import os
 import pickle
 import shutil
@@ -276,3 +277,35 @@ def test_other_oserrors_pass_through_unchanged(
         assert info.value is broken
     message = queue.receive(timeout=0)  # nothing was lost on the way
     assert message is not None and message.body == b"m"
+
+
+@pytest.mark.parametrize("path", ["publish", "publish_batch", "publish_file", "publish_stream"])
+def test_a_publish_cut_short_between_create_and_commit_leaves_no_new_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, path: str
+) -> None:
+    """The body is created, then the deduplication marker cannot be (an I/O error),
+    before the commit: each of the four publish paths removes its ``<id>.new`` (never
+    visible), the error reaches the caller as it was, and a retry publishes."""
+    queue = vsqs.Queue(tmp_path / "q", durable=False)
+    source = tmp_path / "file"
+    source.write_bytes(b"f")
+    calls: dict[str, Callable[[], object]] = {
+        "publish": lambda: queue.publish(b"m", dedup_id="k"),
+        "publish_batch": lambda: queue.publish_batch([b"a", b"b"], dedup_ids=["k1", "k2"]),
+        "publish_file": lambda: queue.publish_file(source, dedup_id="k"),
+        "publish_stream": lambda: queue.publish_stream(io.BytesIO(b"s"), dedup_id="k"),
+    }
+    broken = OSError(errno.EIO, "Input/output error")
+
+    def io_error(*args: object, **kwargs: object) -> int:
+        raise broken
+
+    with monkeypatch.context() as patch:
+        patch.setattr(_fs, "create_at", io_error)  # the marker's create, not the body's
+        with pytest.raises(OSError) as info:
+            calls[path]()
+        assert info.value is broken
+    assert [name for name in os.listdir(tmp_path / "q") if name != ".vsqs"] == []
+    assert source.read_bytes() == b"f"  # publish_file: the source is left as it was
+    calls[path]()
+    assert queue.counts().ready >= 1

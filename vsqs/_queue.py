@@ -432,28 +432,22 @@ class Queue:
         '1732257000123456'
         """
         body = data if type(data) is bytes else _as_view(data)
-        staged: list[str] = []
-        try:
+        ids: list[str] = []
+        with self._publishing(ids) as staged:
             if not (
                 delay or attributes or dedup_id is not None or self._capacity or group is not None
             ) and (not self.config.delay):
                 # The common publish, compared with the bare syscalls: create, commit.
                 new, size = self._stage(body, staged=staged, sync=self.durable)
-                message_id = self._commit(new, size)
+                ids.append(self._commit(new, size))
             else:
                 attrs = with_group(validate_attributes(attributes), group)
                 delay_us = self._delay_us(delay)
                 _check_dedup_id(dedup_id)
                 with self._room(1, timeout):
                     new, size = self._stage(body, staged=staged, sync=self.durable)
-                    message_id = self._commit_keyed(new, size, attrs, delay_us, dedup_id)
-        except BaseException:
-            self._discard_all(staged)  # cut short (Ctrl-C too): no `.new` is left behind
-            raise
-        if self.durable:
-            with _fs.flushing_published([message_id]):
-                _fs.fsync_dir(self.path)
-        return message_id
+                    ids.append(self._commit_keyed(new, size, attrs, delay_us, dedup_id))
+        return ids[0]
 
     def publish_batch(
         self,
@@ -515,15 +509,12 @@ class Queue:
             if batch_dedup_id is not None:
                 return self._publish_chunk(views, attrs, delay_us, batch_dedup_id)
             if len(views) == 1 or not durable:  # each body flushed as it is created
-                ids = []
+                ids: list[str] = []
                 for view, key in zip(views, keys, strict=True):
-                    staged: list[str] = []
-                    try:
+                    # The directory is flushed once, below, for the whole batch.
+                    with self._publishing(ids, flush=False) as staged:
                         new, size = self._stage(view, staged=staged, sync=durable)
                         ids.append(self._commit_keyed(new, size, attrs, delay_us, key))
-                    except BaseException:
-                        self._discard_all(staged)  # cut short: this one never visible
-                        raise
             else:
                 ids = self._publish_synced(views, attrs, delay_us, keys)
                 with _fs.flushing_published(ids):
@@ -737,6 +728,15 @@ class Queue:
             _fs.close(fd)
             return new, size
 
+    def _publishing(self, ids: list[str], *, flush: bool = True) -> _Publishing:
+        """Around one message's *create* and *commit* (``with self._publishing(ids) as
+        staged``: the block passes *staged* to :meth:`_stage` and appends the committed id
+        to *ids*). Cut short (an error, Ctrl-C), the block's ``<id>.new`` is discarded:
+        none is left behind, none was visible. Completed, the directory is flushed if the
+        queue is durable and *flush* (a batch flushes once, after its last message): a
+        failure of that flush is a :class:`DurabilityError` naming *ids*."""
+        return _Publishing(self._discard, ids, self.path if flush and self.durable else None)
+
     def _discard_all(self, names: list[str], dir_fd: int | None = None) -> None:
         """:meth:`_discard` each of *names* (a publish cut short: none is visible)."""
         for new in names:
@@ -871,20 +871,15 @@ class Queue:
             )
         source = _ingest.Linked.of(os.fspath(path))
         self._shutdown.check_open()  # fail before touching anything
-        staged: list[str] = []
-        try:
+        ids: list[str] = []
+        with self._publishing(ids) as staged:  # on failure: `<id>.new`, our link, no more
             new, size = self._stage(source, staged=staged, sync=self.durable)
-            message_id = self._commit_keyed(new, size, attrs, delay_us, dedup_id)
-        except BaseException:
-            self._discard_all(staged)  # `<id>.new`, our link, and nothing else
-            raise
-        with _fs.flushing_published([message_id]):
-            if self.durable:
-                _fs.fsync_dir(self.path)
+            ids.append(self._commit_keyed(new, size, attrs, delay_us, dedup_id))
+        with _fs.flushing_published(ids):
             # Published: now drop the original name. A crash before this leaves the file
             # in both places, one inode (at least once, never lost).
             _ingest.unlink_source(source, durable=self.durable)
-        return message_id
+        return ids[0]
 
     def publish_stream(
         self,
@@ -914,17 +909,11 @@ class Queue:
             )  # fmt: skip
         copy = _ingest.stream_writer(readable, chunk_size)
         self._shutdown.check_open()
-        staged: list[str] = []
-        try:
+        ids: list[str] = []
+        with self._publishing(ids) as staged:
             new, size = self._stage(copy, staged=staged, sync=self.durable)
-            message_id = self._commit_keyed(new, size, attrs, delay_us, dedup_id)
-        except BaseException:
-            self._discard_all(staged)  # cut short (Ctrl-C too): no `.new` is left behind
-            raise
-        if self.durable:
-            with _fs.flushing_published([message_id]):
-                _fs.fsync_dir(self.path)
-        return message_id
+            ids.append(self._commit_keyed(new, size, attrs, delay_us, dedup_id))
+        return ids[0]
 
     def _check_extras(
         self,
@@ -2191,6 +2180,34 @@ class Queue:
             self.lease(message, max_duration=max_duration, visibility_timeout=visibility_timeout)
             for message in self.consume(visibility_timeout=visibility_timeout, timeout=timeout)
         )
+
+
+class _Publishing:
+    """The context manager of :meth:`Queue._publishing`: discards what its block staged
+    if the block is cut short, flushes *directory* after it (unless ``None``).
+
+    Discarding is the *discard* arrow, passed in as *discard* (``Queue._discard``). A
+    class, not a generator: every publish enters one, and this costs a third as much.
+    """
+
+    __slots__ = ("_directory", "_discard", "_ids", "staged")
+
+    def __init__(self, discard: Callable[[str], bool], ids: list[str], directory: str | None):
+        self._discard = discard
+        self._ids = ids
+        self._directory = directory
+        self.staged: list[str] = []
+
+    def __enter__(self) -> list[str]:
+        return self.staged
+
+    def __exit__(self, kind: type[BaseException] | None, *_: object) -> None:
+        if kind is not None:
+            for new in self.staged:  # cut short (Ctrl-C too): no `.new` is left behind
+                self._discard(new)
+        elif self._directory is not None:
+            with _fs.flushing_published(self._ids):
+                _fs.fsync_dir(self._directory)
 
 
 class _ClaimLost(Exception):
