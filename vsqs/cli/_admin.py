@@ -12,11 +12,10 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from .. import Queue, QueueRoot, Stats, VsqsError, _host, validate_name
+from .. import Queue, QueueRoot, Stats, VsqsError, _host, _units, validate_name
 from ._common import (
     SECONDS,
     CliError,
-    format_age,
     json_line,
     open_queue,
     progress,
@@ -207,7 +206,7 @@ def _table(rows: list[dict[str, Any]]) -> Table:
         table.add_row(
             row["queue"],
             *(f"{row[key]:,}" for key in ("ready", "held", "delayed", "new")),
-            format_age(row["oldest_ready_age"]),
+            _units.age(row["oldest_ready_age"], second_decimals=1),
             f"{row['produced_messages']:,}",
             f"{row['consumed_messages']:,}",
             "yes" if row["is_shutdown"] else "no",

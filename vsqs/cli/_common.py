@@ -298,24 +298,3 @@ def progress(
     ) as bar:
         task = bar.add_task(description, total=total)
         yield lambda amount: bar.advance(task, amount)
-
-
-def format_age(seconds: float | None) -> str:
-    if seconds is None:
-        return "-"
-    if seconds < 60:
-        return f"{seconds:.1f} s"
-    if seconds < 3600:
-        return f"{seconds / 60:.1f} min"
-    if seconds < 86400:
-        return f"{seconds / 3600:.1f} h"
-    return f"{seconds / 86400:.1f} d"
-
-
-def format_rate(count: int, nbytes: int, elapsed: float) -> str:
-    """``N messages in T s: R messages/s (B MB/s)`` for pump and sink."""
-    elapsed = max(elapsed, 1e-9)
-    return (
-        f"{count:,} messages in {elapsed:.2f} s: {count / elapsed:,.0f} messages/s"
-        f" ({nbytes / elapsed / 1e6:,.2f} MB/s)"
-    )

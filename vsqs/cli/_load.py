@@ -7,11 +7,10 @@ import time
 
 import click
 
-from .. import QueueDrained
+from .. import QueueDrained, _units
 from ._common import (
     EMPTY,
     SECONDS,
-    format_rate,
     open_queue,
     progress,
     publish_batch,
@@ -56,7 +55,7 @@ def pump(queue: str, count: int, size: int, batch: int, durable: bool) -> None:
             published += n
             advance(n)
     elapsed = time.perf_counter() - started
-    click.echo(f"published {format_rate(published, published * size, elapsed)}")
+    click.echo(f"published {_units.throughput(published, published * size, elapsed)}")
 
 
 @click.command()
@@ -101,7 +100,7 @@ def sink(queue: str, count: int, wait: float, batch: int) -> None:
             nbytes += sum(len(message.body) for message in messages)
             advance(len(messages))
     # The throughput is over the time messages were flowing, not the final idle --wait.
-    click.echo(f"consumed {format_rate(consumed, nbytes, last - started)}")
+    click.echo(f"consumed {_units.throughput(consumed, nbytes, last - started)}")
     if not consumed:
         click.get_current_context().exit(EMPTY)
 
