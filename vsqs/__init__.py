@@ -12,9 +12,6 @@ True
 
 from __future__ import annotations
 
-import importlib
-import typing
-
 from ._clock import Clock, SystemClock
 from ._errors import (
     DurabilityError,
@@ -34,37 +31,16 @@ from ._errors import (
 from ._history import History
 from ._ids import Precision
 from ._message import Counts, Message
+from ._null import NullQueue
 from ._protocol import QueueLike, Receiver
 from ._queue import Queue
 from ._renewal import Lease
 from ._root import QueueRoot, validate_name
+from ._sets import PartitionedQueue, QueueSet
 from ._stats import Stats
 from ._waiters import MultiWaiter
 
-if typing.TYPE_CHECKING:
-    from ._null import NullQueue
-    from ._sets import PartitionedQueue, QueueSet
-
 __version__ = "1.0.0.dev0"
-
-# Imported on first use (PEP 562): composites a plain queue's user never pays for.
-_LATER: typing.Final = {"NullQueue": "._null", "PartitionedQueue": "._sets", "QueueSet": "._sets"}
-
-
-def __getattr__(name: str) -> object:
-    """``vsqs.QueueSet`` and the other names of :data:`_LATER`, imported when first asked
-    for (thread-safe: the import lock serialises the import itself)."""
-    module = _LATER.get(name)
-    if module is None:
-        raise AttributeError(f"module 'vsqs' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module, __name__), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted({*globals(), *_LATER})
-
 
 __all__ = [
     "Clock",
