@@ -23,7 +23,6 @@ import pytest
 
 import vsqs
 from vsqs import _fs
-from vsqs.testing import ManualClock
 
 from .fixtures_core import patch_fs
 
@@ -49,63 +48,58 @@ def _names(queue: vsqs.Queue) -> list[str]:
     return sorted(n for n in os.listdir(queue.path) if not n.startswith("."))
 
 
-@pytest.fixture
-def queue(tmp_path: Path) -> vsqs.Queue:
-    return vsqs.Queue(tmp_path / "q", clock=ManualClock())
-
-
 @pytest.mark.parametrize("code", [errno.EIO, errno.ENOSPC])
 def test_a_failed_body_flush_leaves_nothing_visible(
-    queue: vsqs.Queue, monkeypatch: pytest.MonkeyPatch, code: int
+    q: vsqs.Queue, monkeypatch: pytest.MonkeyPatch, code: int
 ) -> None:
     """publish, publish_stream: the body's fsync fails before the commit rename."""
     _failing(monkeypatch, "fsync", code=code)
     with pytest.raises(OSError, match=os.strerror(code)) as info:
-        queue.publish(b"body")
+        q.publish(b"body")
     assert not isinstance(info.value, vsqs.DurabilityError)
     with pytest.raises(OSError, match=os.strerror(code)):
-        queue.publish_stream(io.BytesIO(b"body"))
-    assert _names(queue) == []
+        q.publish_stream(io.BytesIO(b"body"))
+    assert _names(q) == []
 
 
 @pytest.mark.parametrize("batch_key", [None, "job-1"])
 def test_a_failed_batch_flush_leaves_nothing_visible(
-    queue: vsqs.Queue, monkeypatch: pytest.MonkeyPatch, batch_key: str | None
+    q: vsqs.Queue, monkeypatch: pytest.MonkeyPatch, batch_key: str | None
 ) -> None:
     """publish_batch (with and without batch_dedup_id): the bodies' flush fails."""
     _failing(monkeypatch, "sync_files")
     with pytest.raises(OSError, match="Input/output error") as info:
-        queue.publish_batch([b"a", b"b", b"c"], batch_dedup_id=batch_key)
+        q.publish_batch([b"a", b"b", b"c"], batch_dedup_id=batch_key)
     assert not isinstance(info.value, vsqs.DurabilityError)
-    assert _names(queue) == []
+    assert _names(q) == []
     monkeypatch.undo()
-    assert len(queue.publish_batch([b"a", b"b", b"c"], batch_dedup_id=batch_key)) == 3
+    assert len(q.publish_batch([b"a", b"b", b"c"], batch_dedup_id=batch_key)) == 3
 
 
 def test_a_failed_directory_flush_after_publish_names_the_message(
-    queue: vsqs.Queue, monkeypatch: pytest.MonkeyPatch
+    q: vsqs.Queue, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """publish: the directory fsync after the commit rename fails."""
     _failing(monkeypatch, "fsync_dir")
     with pytest.raises(vsqs.DurabilityError) as info:
-        queue.publish(b"plain")
+        q.publish(b"plain")
     assert info.value.errno == errno.EIO
-    assert _names(queue) == info.value.ids
+    assert _names(q) == info.value.ids
     with pytest.raises(vsqs.DurabilityError) as keyed:
-        queue.publish(b"keyed", dedup_id="k")
+        q.publish(b"keyed", dedup_id="k")
     monkeypatch.undo()
-    assert queue.publish(b"keyed", dedup_id="k") == keyed.value.ids[0]  # the retry adds nothing
-    assert _names(queue) == sorted(info.value.ids + keyed.value.ids)
+    assert q.publish(b"keyed", dedup_id="k") == keyed.value.ids[0]  # the retry adds nothing
+    assert _names(q) == sorted(info.value.ids + keyed.value.ids)
 
 
 @pytest.mark.parametrize("barrier", [True, False], ids=["syncfs", "fsync-each"])
 def test_a_failed_flush_after_a_batch_names_every_visible_message(
-    queue: vsqs.Queue, monkeypatch: pytest.MonkeyPatch, barrier: bool
+    q: vsqs.Queue, monkeypatch: pytest.MonkeyPatch, barrier: bool
 ) -> None:
     """publish_batch with dedup ids: the final flush (one syncfs where it is a barrier,
     else the directory fsync) fails; a retry with the same ids adds nothing."""
-    if barrier and not _fs.syncfs_is_barrier(queue.path):
-        pytest.skip(f"syncfs is no barrier on {queue.path}")
+    if barrier and not _fs.syncfs_is_barrier(q.path):
+        pytest.skip(f"syncfs is no barrier on {q.path}")
     patch_fs(monkeypatch, "syncfs_is_barrier", lambda _path: barrier)
     if barrier:
         _failing(monkeypatch, "sync_filesystem", after=1)  # the bodies' flush passes
@@ -113,29 +107,29 @@ def test_a_failed_flush_after_a_batch_names_every_visible_message(
         _failing(monkeypatch, "fsync_dir")
     bodies, keys = [b"a", b"b", b"c"], ["ka", "kb", "kc"]
     with pytest.raises(vsqs.DurabilityError) as info:
-        queue.publish_batch(bodies, dedup_ids=keys)
-    assert _names(queue) == sorted(info.value.ids)
+        q.publish_batch(bodies, dedup_ids=keys)
+    assert _names(q) == sorted(info.value.ids)
     assert len(info.value.ids) == 3
     monkeypatch.undo()
-    assert queue.publish_batch(bodies, dedup_ids=keys) == info.value.ids
-    assert _names(queue) == sorted(info.value.ids)
+    assert q.publish_batch(bodies, dedup_ids=keys) == info.value.ids
+    assert _names(q) == sorted(info.value.ids)
 
 
 def test_a_failed_flush_after_a_recorded_batch_names_it(
-    queue: vsqs.Queue, monkeypatch: pytest.MonkeyPatch
+    q: vsqs.Queue, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """publish_batch with batch_dedup_id: the directory fsync after the renames fails."""
     _failing(monkeypatch, "fsync_dir")
     with pytest.raises(vsqs.DurabilityError) as info:
-        queue.publish_batch([b"a", b"b"], batch_dedup_id="job")
-    assert _names(queue) == sorted(info.value.ids)
+        q.publish_batch([b"a", b"b"], batch_dedup_id="job")
+    assert _names(q) == sorted(info.value.ids)
     monkeypatch.undo()
-    assert queue.publish_batch([b"a", b"b"], batch_dedup_id="job") == info.value.ids
-    assert _names(queue) == sorted(info.value.ids)
+    assert q.publish_batch([b"a", b"b"], batch_dedup_id="job") == info.value.ids
+    assert _names(q) == sorted(info.value.ids)
 
 
 def test_a_failed_record_flush_leaves_nothing_visible_nor_recorded(
-    queue: vsqs.Queue, monkeypatch: pytest.MonkeyPatch
+    q: vsqs.Queue, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """publish_batch with batch_dedup_id: the record's directory flush fails before any
     message is visible: nothing is left that `clean` or a retry would publish."""
@@ -148,49 +142,47 @@ def test_a_failed_record_flush_leaves_nothing_visible_nor_recorded(
 
     patch_fs(monkeypatch, "fsync", fail_on_directories)
     with pytest.raises(OSError, match="Input/output error") as info:
-        queue.publish_batch([b"a", b"b"], batch_dedup_id="job")
+        q.publish_batch([b"a", b"b"], batch_dedup_id="job")
     assert not isinstance(info.value, vsqs.DurabilityError)
     monkeypatch.undo()
-    queue.clean()
-    assert _names(queue) == []
-    assert len(queue.publish_batch([b"a", b"b"], batch_dedup_id="job")) == 2
-    assert len(_names(queue)) == 2
+    q.clean()
+    assert _names(q) == []
+    assert len(q.publish_batch([b"a", b"b"], batch_dedup_id="job")) == 2
+    assert len(_names(q)) == 2
 
 
 def test_a_batch_that_fails_midway_names_the_messages_already_visible(
-    queue: vsqs.Queue, monkeypatch: pytest.MonkeyPatch
+    q: vsqs.Queue, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """publish_batch: the second commit rename fails; the first message is visible and
     not flushed, the rest is gone."""
     _failing(monkeypatch, "rename_noreplace", after=1)
     with pytest.raises(vsqs.DurabilityError) as info:
-        queue.publish_batch([b"a", b"b", b"c"])
+        q.publish_batch([b"a", b"b", b"c"])
     assert len(info.value.ids) == 1
-    assert _names(queue) == info.value.ids
+    assert _names(q) == info.value.ids
     assert isinstance(info.value.__cause__, OSError)
 
 
 def test_publish_file_names_the_message_when_a_flush_after_it_fails(
-    queue: vsqs.Queue, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+    q: vsqs.Queue, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     """publish_file: the directory fsync after the commit fails."""
     source = tmp_path / "in.bin"
     source.write_bytes(b"file body")
     _failing(monkeypatch, "fsync_dir")
     with pytest.raises(vsqs.DurabilityError) as info:
-        queue.publish_file(source)
-    assert _names(queue) == info.value.ids
-    assert queue.receive(timeout=0) is not None
+        q.publish_file(source)
+    assert _names(q) == info.value.ids
+    assert q.receive(timeout=0) is not None
 
 
-def test_a_failed_fsync_is_never_retried(
-    queue: vsqs.Queue, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_a_failed_fsync_is_never_retried(q: vsqs.Queue, monkeypatch: pytest.MonkeyPatch) -> None:
     """Each flush is tried once: after a failure nothing flushes the same file again
     and reports success (fsyncgate)."""
     calls = _failing(monkeypatch, "fsync")
     with pytest.raises(OSError, match="Input/output error"):
-        queue.publish(b"x")
+        q.publish(b"x")
     assert calls == [1]
 
 

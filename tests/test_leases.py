@@ -39,7 +39,7 @@ def path(tmp_path: Path) -> str:
 
 
 @pytest.fixture
-def queue(path: str) -> Iterator[vsqs.Queue]:
+def short_lease_queue(path: str) -> Iterator[vsqs.Queue]:
     q = vsqs.Queue(path, visibility_timeout=0.3, durable=False)
     yield q
     q.close()
@@ -146,13 +146,16 @@ def test_a_lease_lost_while_the_process_was_stopped_raises_and_deletes_nothing(
 
 
 def test_past_max_duration_the_lease_runs_out_and_leaving_raises(
-    queue: vsqs.Queue, path: str
+    short_lease_queue: vsqs.Queue, path: str
 ) -> None:
     """Renewals stop at max_duration: another consumer gets the message; leaving the
     block raises LeaseLost("expired") and does not delete the other consumer's copy."""
     other = vsqs.Queue(path, visibility_timeout=30, durable=False)
-    message = received(queue)
-    with pytest.raises(vsqs.LeaseLost) as raised, queue.lease(message, max_duration=0.6) as lease:
+    message = received(short_lease_queue)
+    with (
+        pytest.raises(vsqs.LeaseLost) as raised,
+        short_lease_queue.lease(message, max_duration=0.6) as lease,
+    ):
         got = other.receive(timeout=10)  # once renewals stopped and the lease ran out
     assert raised.value.reason == "expired" and lease.lost is raised.value
     assert lease.renewals >= 1
@@ -165,13 +168,13 @@ def test_past_max_duration_the_lease_runs_out_and_leaving_raises(
 
 
 def test_many_leases_on_one_handle_share_one_thread_that_ends_with_them(
-    queue: vsqs.Queue,
+    short_lease_queue: vsqs.Queue,
 ) -> None:
     """Fifty leases, one renewal thread; it ends when the last lease does."""
     assert renewer_threads() == []
     for n in range(50):
-        queue.publish(b"%d" % n)
-    leases = [queue.lease(m) for m in queue.receive_batch(50)]
+        short_lease_queue.publish(b"%d" % n)
+    leases = [short_lease_queue.lease(m) for m in short_lease_queue.receive_batch(50)]
     assert len(leases) == 50
     wait_until(lambda: all(lease.renewals >= 2 for lease in leases), "two renewals each")
     assert len(renewer_threads()) == 1
@@ -181,24 +184,24 @@ def test_many_leases_on_one_handle_share_one_thread_that_ends_with_them(
     with leases[-1]:
         pass
     wait_until(lambda: renewer_threads() == [], "the renewal thread to end")
-    assert queue.counts().total == 0
+    assert short_lease_queue.counts().total == 0
 
 
-def test_close_stops_renewing_and_a_later_lease_starts_again(queue: vsqs.Queue) -> None:
-    lease = queue.lease(received(queue))
+def test_close_stops_renewing_and_a_later_lease_starts_again(short_lease_queue: vsqs.Queue) -> None:
+    lease = short_lease_queue.lease(received(short_lease_queue))
     wait_until(lambda: lease.renewals >= 1, "a renewal")
-    queue.close()
+    short_lease_queue.close()
     assert renewer_threads() == []
     renewals = lease.renewals
     time.sleep(0.5)
     assert lease.renewals == renewals  # no longer renewed: it runs out
-    later = queue.lease(received(queue, b"later"))
+    later = short_lease_queue.lease(received(short_lease_queue, b"later"))
     wait_until(lambda: later.renewals >= 1, "a renewal after close")
     later.delete()
 
 
 def test_the_renewal_and_the_user_never_act_on_one_lease_at_once(
-    queue: vsqs.Queue, monkeypatch: pytest.MonkeyPatch
+    short_lease_queue: vsqs.Queue, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """While the renewal thread is inside its rename, a delete from the user's thread
     waits for it, then deletes the renewed lease (no LeaseLost, nothing left)."""
@@ -212,7 +215,7 @@ def test_the_renewal_and_the_user_never_act_on_one_lease_at_once(
         real(src, dst)
 
     monkeypatch.setattr(_fs, "rename_noreplace", rename)
-    lease = queue.lease(received(queue))
+    lease = short_lease_queue.lease(received(short_lease_queue))
     assert inside.wait(10)
     deleting = threading.Thread(target=lease.delete)
     deleting.start()
@@ -222,11 +225,11 @@ def test_the_renewal_and_the_user_never_act_on_one_lease_at_once(
     deleting.join(10)
     assert not deleting.is_alive()
     assert lease.lost is None and lease.renewals >= 1  # (another may follow before it)
-    assert queue.counts().total == 0
+    assert short_lease_queue.counts().total == 0
 
 
 def test_a_renewal_costs_one_rename_and_nothing_else(
-    queue: vsqs.Queue, monkeypatch: pytest.MonkeyPatch
+    short_lease_queue: vsqs.Queue, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Every filesystem call the renewal thread makes goes through _fs (or lists the
     directory through _scan): trace them all; renewals are one rename_noreplace each."""
@@ -244,7 +247,7 @@ def test_a_renewal_costs_one_rename_and_nothing_else(
         for name, function in vars(module).items():
             if isinstance(function, types.FunctionType) and not name.startswith("_"):
                 monkeypatch.setattr(module, name, traced(f"{module.__name__}.{name}", function))
-    leases = [queue.lease(received(queue, b"%d" % n)) for n in range(3)]
+    leases = [short_lease_queue.lease(received(short_lease_queue, b"%d" % n)) for n in range(3)]
     wait_until(lambda: all(lease.renewals >= 3 for lease in leases), "three renewals each")
     for lease in leases:
         lease.delete()  # under the lease's lock: no renewal is half done
@@ -252,17 +255,17 @@ def test_a_renewal_costs_one_rename_and_nothing_else(
 
 
 @pytest.mark.filterwarnings("ignore:This process .* is multi-threaded:DeprecationWarning")
-def test_a_forked_child_starts_its_own_renewal_thread(queue: vsqs.Queue) -> None:
+def test_a_forked_child_starts_its_own_renewal_thread(short_lease_queue: vsqs.Queue) -> None:
     """The child inherits no renewal thread (it did not survive the fork) and no leases
     (they are the parent's): its own first lease starts a thread of its own."""
-    parents = queue.lease(received(queue, b"parent's"))
+    parents = short_lease_queue.lease(received(short_lease_queue, b"parent's"))
     wait_until(lambda: parents.renewals >= 1, "the parent's renewal thread")
     pid = os.fork()
     if pid == 0:  # pragma: no cover - the child reports through its exit status
         status = 1
         try:
             assert renewer_threads() == []
-            mine = queue.lease(received(queue, b"child's"))
+            mine = short_lease_queue.lease(received(short_lease_queue, b"child's"))
             wait_until(lambda: mine.renewals >= 1, "the child's renewal", timeout=10)
             mine.delete()
             status = 0
@@ -272,57 +275,57 @@ def test_a_forked_child_starts_its_own_renewal_thread(queue: vsqs.Queue) -> None
     assert os.waitstatus_to_exitcode(status) == 0
     assert parents.lost is None
     parents.delete()  # still the parent's, renewed all along
-    assert queue.counts().total == 0
+    assert short_lease_queue.counts().total == 0
 
 
 # -- the user's controls ------------------------------------------------------------------
 
 
-def test_release_with_a_delay_is_a_backoff(queue: vsqs.Queue) -> None:
-    with queue.lease(received(queue)) as lease:
+def test_release_with_a_delay_is_a_backoff(short_lease_queue: vsqs.Queue) -> None:
+    with short_lease_queue.lease(received(short_lease_queue)) as lease:
         lease.release(delay=0.4)
         lease.release()  # ended: nothing more happens
     assert lease.ended and lease.lost is None
-    assert queue.receive(timeout=0) is None  # not yet
-    again = queue.receive(timeout=10)
+    assert short_lease_queue.receive(timeout=0) is None  # not yet
+    again = short_lease_queue.receive(timeout=10)
     assert again is not None and again.receive_count == 2
 
 
-def test_delete_inside_the_block_ends_it(queue: vsqs.Queue) -> None:
-    with queue.lease(received(queue)) as lease:
+def test_delete_inside_the_block_ends_it(short_lease_queue: vsqs.Queue) -> None:
+    with short_lease_queue.lease(received(short_lease_queue)) as lease:
         lease.delete()
         lease.delete()  # idempotent
     assert repr(lease).endswith("ended, 0 renewals>")
-    assert queue.counts().total == 0
+    assert short_lease_queue.counts().total == 0
 
 
-def test_the_message_follows_the_renewals(queue: vsqs.Queue) -> None:
-    message = received(queue)
-    with queue.lease(message, visibility_timeout=0.3) as lease:
+def test_the_message_follows_the_renewals(short_lease_queue: vsqs.Queue) -> None:
+    message = received(short_lease_queue)
+    with short_lease_queue.lease(message, visibility_timeout=0.3) as lease:
         wait_until(lambda: lease.renewals >= 1, "a renewal")
         assert lease.message.receipt != message.receipt
         assert lease.message.expires_at > message.expires_at
         assert lease.message.body == message.body
 
 
-def test_consume_leases_yields_leases_until_the_timeout(queue: vsqs.Queue) -> None:
-    queue.publish_batch([b"a", b"b"])
+def test_consume_leases_yields_leases_until_the_timeout(short_lease_queue: vsqs.Queue) -> None:
+    short_lease_queue.publish_batch([b"a", b"b"])
     bodies = []
-    for lease in queue.consume_leases(timeout=0):
+    for lease in short_lease_queue.consume_leases(timeout=0):
         with lease:
             bodies.append(lease.message.body)
     assert bodies == [b"a", b"b"]
-    assert queue.counts().total == 0
+    assert short_lease_queue.counts().total == 0
 
 
-def test_bad_arguments_are_refused(queue: vsqs.Queue, tmp_path: Path) -> None:
-    message = received(queue)
+def test_bad_arguments_are_refused(short_lease_queue: vsqs.Queue, tmp_path: Path) -> None:
+    message = received(short_lease_queue)
     with pytest.raises(ValueError, match="max_duration"):
-        queue.lease(message, max_duration=-1)
+        short_lease_queue.lease(message, max_duration=-1)
     with pytest.raises(ValueError, match="visibility_timeout"):
-        queue.lease(message, visibility_timeout=0)
+        short_lease_queue.lease(message, visibility_timeout=0)
     with pytest.raises(vsqs.InvalidId):
-        queue.lease(message.receipt)  # type: ignore[arg-type]
+        short_lease_queue.lease(message.receipt)  # type: ignore[arg-type]
     with pytest.raises(vsqs.InvalidId):
         vsqs.Queue(tmp_path / "other").lease(message)
     assert renewer_threads() == []  # no lease was made

@@ -31,14 +31,14 @@ pytestmark = pytest.mark.spark
 
 
 @pytest.fixture
-def queue(tmp_path: Path) -> vsqs.Queue:
+def read_queue(tmp_path: Path) -> vsqs.Queue:
     return vsqs.Queue(tmp_path / "q", durable=False)
 
 
 @pytest.fixture
-def reader(queue: vsqs.Queue) -> Iterator[StreamReader]:
+def reader(read_queue: vsqs.Queue) -> Iterator[StreamReader]:
     options = SourceOptions.parse(
-        {"path": queue.path, "maxMessagesPerBatch": "7", "heartbeatInterval": "3600"}
+        {"path": read_queue.path, "maxMessagesPerBatch": "7", "heartbeatInterval": "3600"}
     )
     reader = StreamReader(options)
     yield reader
@@ -51,37 +51,37 @@ def test_the_default_limit_is_max_messages_per_batch(reader: StreamReader) -> No
 
 
 def test_available_now_reads_what_was_ready_when_it_began(
-    queue: vsqs.Queue, reader: StreamReader
+    read_queue: vsqs.Queue, reader: StreamReader
 ) -> None:
-    queue.publish_batch([b"before"] * 5)
+    read_queue.publish_batch([b"before"] * 5)
     reader.prepareForTriggerAvailableNow()
-    queue.publish_batch([b"after"] * 3)  # published after the trigger began: not this run
+    read_queue.publish_batch([b"after"] * 3)  # published after the trigger began: not this run
     start = reader.initialOffset()
     end = reader.latestOffset(start, ReadMaxRows(100))
     assert end["seq"] == 1
     reader.commit(end)
     assert reader.latestOffset(end, ReadMaxRows(100)) == end  # the run's input has ended
-    assert [m.body for m in queue.browse()] == [b"after"] * 3
+    assert [m.body for m in read_queue.browse()] == [b"after"] * 3
 
 
 def test_a_byte_limit_ends_a_batch_and_releases_the_rest(
-    queue: vsqs.Queue, reader: StreamReader
+    read_queue: vsqs.Queue, reader: StreamReader
 ) -> None:
-    queue.publish_batch([b"x" * 1000] * 6)
+    read_queue.publish_batch([b"x" * 1000] * 6)
     start = reader.initialOffset()
     first = reader.latestOffset(start, ReadMaxBytes(3500))
     assert len(reader._plans[1]) == 3  # a fourth 1000-byte body would pass 3500 bytes
-    assert queue.counts().ready == 3 and queue.counts().held == 3  # the rest released
+    assert read_queue.counts().ready == 3 and read_queue.counts().held == 3  # the rest released
     reader.commit(first)
     second = reader.latestOffset(first, ReadMaxBytes(3500))
     assert second["seq"] == 2 and len(reader._plans[2]) == 3
     reader.commit(second)
     reader.flush()
-    assert queue.counts().total == 0
+    assert read_queue.counts().total == 0
 
 
-def test_progress_reports_the_backlog(queue: vsqs.Queue, reader: StreamReader) -> None:
-    queue.publish_batch([b"a", b"b", b"c"])
+def test_progress_reports_the_backlog(read_queue: vsqs.Queue, reader: StreamReader) -> None:
+    read_queue.publish_batch([b"a", b"b", b"c"])
     start = reader.initialOffset()
     end = reader.latestOffset(start, ReadMaxRows(2))
     report = reader.reportLatestOffset()
@@ -91,7 +91,7 @@ def test_progress_reports_the_backlog(queue: vsqs.Queue, reader: StreamReader) -
     assert report["oldestReadyAgeMs"] >= 0 and report["shutdown"] is False
     reader.commit(end)
     reader.flush()
-    queue.shutdown()
+    read_queue.shutdown()
     drained = reader.latestOffset(end, ReadMaxRows(2))
     reader.commit(drained)
     reader.flush()
@@ -103,12 +103,12 @@ def test_progress_reports_the_backlog(queue: vsqs.Queue, reader: StreamReader) -
 
 
 def test_a_failed_delete_is_raised_by_the_commit_and_the_deleter_goes_on(
-    queue: vsqs.Queue, reader: StreamReader, monkeypatch: pytest.MonkeyPatch
+    read_queue: vsqs.Queue, reader: StreamReader, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A fault while deleting a completed batch reaches Spark's commit (it used to kill
     the delete thread, and the commit then waited forever); the batch keeps its record
     and its messages; the next batch is deleted as usual."""
-    queue.publish_batch([b"a", b"b"])
+    read_queue.publish_batch([b"a", b"b"])
     first = reader.latestOffset(reader.initialOffset(), ReadMaxRows(2))
     real = _fs.unlink
 
@@ -119,12 +119,12 @@ def test_a_failed_delete_is_raised_by_the_commit_and_the_deleter_goes_on(
     with pytest.raises(OSError) as raised:
         reader.commit(first)
     assert raised.value.errno == errno.EIO
-    assert queue.counts().held == 2  # nothing deleted: held until the lease ends
+    assert read_queue.counts().held == 2  # nothing deleted: held until the lease ends
     patch_fs(monkeypatch, "unlink", real)
-    queue.publish(b"c")
+    read_queue.publish(b"c")
     second = reader.latestOffset(first, ReadMaxRows(2))
     reader.commit(second)  # the thread is alive: this batch is deleted
-    assert queue.counts().held == 2 and queue.counts().ready == 0
+    assert read_queue.counts().held == 2 and read_queue.counts().ready == 0
 
 
 # -- options and rows: every error names what is wrong, and nothing is published -------
@@ -147,33 +147,33 @@ def test_bad_options_are_named(tmp_path: Path, options: dict[str, str], named: s
         SourceOptions.parse(given)
 
 
-def test_rows_with_bad_cells_publish_nothing_and_say_which(queue: vsqs.Queue) -> None:
+def test_rows_with_bad_cells_publish_nothing_and_say_which(read_queue: vsqs.Queue) -> None:
     from pyspark.sql import Row
 
     from vsqs.spark._publish import publish_rows, resolve_format
 
     fmt = resolve_format(["value", "key"], key_column="key")
     with pytest.raises(ValueError, match="row 1 has a null key column 'key'"):
-        publish_rows(queue, [Row(value=b"a", key="1"), Row(value=b"b", key=None)], fmt, "t:")
+        publish_rows(read_queue, [Row(value=b"a", key="1"), Row(value=b"b", key=None)], fmt, "t:")
     with pytest.raises(ValueError, match="row 0 has a null 'value' column"):
-        publish_rows(queue, [Row(value=None, key="2")], fmt, "t:")
+        publish_rows(read_queue, [Row(value=None, key="2")], fmt, "t:")
     with pytest.raises(TypeError, match="column 'value' must be binary or string, not int"):
-        publish_rows(queue, [Row(value=7, key="3")], fmt, "t:")
+        publish_rows(read_queue, [Row(value=7, key="3")], fmt, "t:")
     with pytest.raises(KeyError, match="the row has no column 'key'"):
-        publish_rows(queue, [Row(value=b"c")], fmt, "t:")
+        publish_rows(read_queue, [Row(value=b"c")], fmt, "t:")
     with pytest.raises(ValueError, match="batch_size must be a positive int"):
-        publish_rows(queue, [], fmt, "t:", batch_size=0)
-    assert queue.counts().total == 0
+        publish_rows(read_queue, [], fmt, "t:", batch_size=0)
+    assert read_queue.counts().total == 0
     body_fmt = resolve_format(["value"])
     cells = [Row(value=bytearray(b"x")), Row(value=memoryview(b"y"))]
-    assert publish_rows(queue, cells, body_fmt, "u:") == 2
-    assert [m.body for m in queue.browse()] == [b"x", b"y"]
+    assert publish_rows(read_queue, cells, body_fmt, "u:") == 2
+    assert [m.body for m in read_queue.browse()] == [b"x", b"y"]
 
 
 # -- the data source's planning side, as Spark's planner process calls it ----------------
 
 
-def test_the_data_source_plans_readers_and_writers(queue: vsqs.Queue) -> None:
+def test_the_data_source_plans_readers_and_writers(read_queue: vsqs.Queue) -> None:
     from pyspark.sql.types import BinaryType, StringType, StructField, StructType
 
     from vsqs.spark._source import (
@@ -185,18 +185,18 @@ def test_the_data_source_plans_readers_and_writers(queue: vsqs.Queue) -> None:
         VsqsDataSource,
     )
 
-    source = VsqsDataSource({"path": queue.path})
+    source = VsqsDataSource({"path": read_queue.path})
     assert source.name() == "vsqs" and "body binary" in source.schema()
     reader = source.reader(StructType())
     assert isinstance(reader, BatchReader) and len(reader.partitions()) == 1
-    queue.publish(b"seen")
+    read_queue.publish(b"seen")
     assert [row[1] for row in reader.read(reader.partitions()[0])] == [b"seen"]
-    assert queue.counts().ready == 1  # a batch read claims nothing
+    assert read_queue.counts().ready == 1  # a batch read claims nothing
     plain = StructType([StructField("value", BinaryType())])
     keyed = StructType([StructField("value", BinaryType()), StructField("key", StringType())])
     assert type(source.writer(plain, False)) is ArrowBatchWriter
     assert type(source.streamWriter(plain, False)) is ArrowStreamWriter
-    with_key = VsqsDataSource({"path": queue.path, "keyColumn": "key"})
+    with_key = VsqsDataSource({"path": read_queue.path, "keyColumn": "key"})
     assert type(with_key.writer(keyed, False)) is BatchWriter
     assert type(with_key.streamWriter(keyed, False)) is StreamWriter
     with pytest.raises(ValueError, match=r"vsqs only appends: use .mode\('append'\)"):
@@ -208,18 +208,18 @@ def test_the_data_source_plans_readers_and_writers(queue: vsqs.Queue) -> None:
         stream.stop()
     with pytest.raises(RuntimeError, match="only inside a Spark task"):
         source.writer(plain, False).write(iter([]))
-    assert queue.counts().total == 1
+    assert read_queue.counts().total == 1
 
 
 # -- offsets that do not belong to the reader are refused, naming what to do -------------
 
 
-def test_offsets_of_another_run_are_refused(queue: vsqs.Queue, tmp_path: Path) -> None:
+def test_offsets_of_another_run_are_refused(read_queue: vsqs.Queue, tmp_path: Path) -> None:
     from vsqs.spark._state import StateMismatch
 
-    queue.publish_batch([b"a", b"b"])
+    read_queue.publish_batch([b"a", b"b"])
     options = SourceOptions.parse(
-        {"path": queue.path, "heartbeatInterval": "3600", "lockTimeout": "0.2"}
+        {"path": read_queue.path, "heartbeatInterval": "3600", "lockTimeout": "0.2"}
     )
     first = StreamReader(options)
     try:
@@ -241,7 +241,11 @@ def test_offsets_of_another_run_are_refused(queue: vsqs.Queue, tmp_path: Path) -
     finally:
         first.stop()
     moved = SourceOptions.parse(
-        {"path": queue.path, "stateDir": str(tmp_path / "elsewhere"), "heartbeatInterval": "3600"}
+        {
+            "path": read_queue.path,
+            "stateDir": str(tmp_path / "elsewhere"),
+            "heartbeatInterval": "3600",
+        }
     )
     third = StreamReader(moved)
     try:
@@ -249,23 +253,23 @@ def test_offsets_of_another_run_are_refused(queue: vsqs.Queue, tmp_path: Path) -
             third.latestOffset(end, ReadMaxRows(1))
     finally:
         third.stop()
-    assert queue.counts().total == 2  # nothing lost by any refusal
+    assert read_queue.counts().total == 2  # nothing lost by any refusal
 
 
 # -- executors find a renamed message by the grammar alone ------------------------------
 
 
-def test_an_executor_reads_only_names_of_the_grammar(queue: vsqs.Queue) -> None:
+def test_an_executor_reads_only_names_of_the_grammar(read_queue: vsqs.Queue) -> None:
     """A planned message deleted meanwhile is gone, even when a foreign file that starts
     with its id (a user's ``<id>.orig`` copy, ``0<id>``) sits in the queue directory."""
-    queue.publish(b"the message")
-    (held,) = queue.receive_batch(1, timeout=0)
-    queue.delete(held)
+    read_queue.publish(b"the message")
+    (held,) = read_queue.receive_batch(1, timeout=0)
+    read_queue.delete(held)
     for foreign in (f"{held.id}.orig", f"0{held.id}", f"0{held.id}.1"):
-        Path(queue.path, foreign).write_bytes(b"not the message")
+        Path(read_queue.path, foreign).write_bytes(b"not the message")
     plan: list[Planned] = [(held.id, held.receipt, {}, 1, held.sent_at, "")]
     with pytest.raises(MessageGone):
-        list(read_planned(queue.path, plan))
+        list(read_planned(read_queue.path, plan))
 
 
 def test_an_executor_reads_the_renewed_name_whatever_the_listing_order() -> None:
@@ -300,18 +304,18 @@ def _snapshot(top: Path) -> dict[str, bytes | None]:
                 "{epoch}/1.json", "{epoch}/lock"],
 )  # fmt: skip
 def test_a_symlink_planted_in_the_spark_state_is_refused(
-    queue: vsqs.Queue, tmp_path: Path, planted: str
+    read_queue: vsqs.Queue, tmp_path: Path, planted: str
 ) -> None:
     """A later run of the query refuses a symlink planted at .vsqs/spark or anywhere in
     its state with an error naming it, and never touches what the link points to (the
     state it would find there is a real copy: following it would work)."""
-    queue.publish_batch([b"a", b"b"])
-    options = SourceOptions.parse({"path": queue.path, "heartbeatInterval": "3600"})
+    read_queue.publish_batch([b"a", b"b"])
+    options = SourceOptions.parse({"path": read_queue.path, "heartbeatInterval": "3600"})
     first = StreamReader(options)
     end = first.latestOffset(first.initialOffset(), ReadMaxRows(1))
     first.stop()
     epoch_dir = f".vsqs/spark/streams/{end['epoch']}"
-    target = Path(queue.path, planted.format(epoch=epoch_dir))
+    target = Path(read_queue.path, planted.format(epoch=epoch_dir))
     assert target.exists()
     outside = tmp_path / "outside"
     outside.mkdir()
@@ -331,15 +335,15 @@ def test_a_symlink_planted_in_the_spark_state_is_refused(
 
 @pytest.mark.parametrize("planted", ["", "epoch.json", "1.json", "lock"])
 def test_a_symlink_planted_in_a_named_state_dir_is_refused(
-    queue: vsqs.Queue, tmp_path: Path, planted: str
+    read_queue: vsqs.Queue, tmp_path: Path, planted: str
 ) -> None:
     """The same below a stateDir the user named outside the queue (the stateDir itself is
     opened as named: it may be a link the user chose)."""
-    queue.publish_batch([b"a", b"b"])
+    read_queue.publish_batch([b"a", b"b"])
     (tmp_path / "real-state").mkdir()
     (tmp_path / "state").symlink_to(tmp_path / "real-state")  # the user's own choice
     options = SourceOptions.parse(
-        {"path": queue.path, "stateDir": str(tmp_path / "state"), "heartbeatInterval": "3600"}
+        {"path": read_queue.path, "stateDir": str(tmp_path / "state"), "heartbeatInterval": "3600"}
     )
     first = StreamReader(options)
     end = first.latestOffset(first.initialOffset(), ReadMaxRows(1))
@@ -369,16 +373,16 @@ def test_the_layout_names_only_directories_inside_vsqs() -> None:
         assert layout.sub_of(elsewhere) is None, elsewhere
 
 
-def test_state_records_round_trip_and_leave_no_temporary_file(queue: vsqs.Queue) -> None:
+def test_state_records_round_trip_and_leave_no_temporary_file(read_queue: vsqs.Queue) -> None:
     """What one run records, the next loads; a record that fails to write leaves nothing,
     and what a crashed writer left is removed by the next run's load."""
-    state = StateDir(queue.path, Layout(queue.path).spark_dir("streams"), "e1")
+    state = StateDir(read_queue.path, Layout(read_queue.path).spark_dir("streams"), "e1")
     try:
         assert not state.exists()
         with pytest.raises(FileNotFoundError, match="no epoch record"):
             state.info()
-        state.create("e1", queue.path)
-        assert state.info() == {"epoch": "e1", "queue": queue.path, "high": 0}
+        state.create("e1", read_queue.path)
+        assert state.info() == {"epoch": "e1", "queue": read_queue.path, "high": 0}
         state.save(3, [("17", "17.100", {"k": "v"}, 2, 1.5, "partition-1")])
         with pytest.raises(TypeError):
             state.save(4, [("18", "18.100", {}, 1, object())])  # type: ignore[list-item]

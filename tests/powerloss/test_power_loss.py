@@ -65,7 +65,7 @@ def test_the_power_fails_while_a_producer_runs(
 
 
 @pytest.fixture
-def queue(lazy: LazyMount) -> Iterator[vsqs.Queue]:
+def lazy_queue(lazy: LazyMount) -> Iterator[vsqs.Queue]:
     """A durable queue on the power-loss filesystem (closed before it is unmounted)."""
     with vsqs.Queue(lazy.mountpoint / "q") as opened:
         yield opened
@@ -103,36 +103,36 @@ PATHS = ["publish", "publish_keyed", "publish_batch", "publish_batch_keys",
 @pytest.mark.parametrize("code", ["EIO", "ENOSPC"])
 @pytest.mark.parametrize("path", PATHS)
 def test_a_failed_body_flush_leaves_nothing_visible(
-    lazy: LazyMount, queue: vsqs.Queue, path: str, code: str
+    lazy: LazyMount, lazy_queue: vsqs.Queue, path: str, code: str
 ) -> None:
     lazy.command(f"fail-fsync {code}")
     with pytest.raises(OSError, match=os.strerror(getattr(errno, code))) as info:
-        _publishes(queue, lazy.mountpoint / "source")[path]()
+        _publishes(lazy_queue, lazy.mountpoint / "source")[path]()
     assert not isinstance(info.value, vsqs.DurabilityError)
     lazy.command("fail-fsync off")
-    queue.clean()  # nothing a crash-repair could roll forward either
-    assert _names(queue.path) == []
+    lazy_queue.clean()  # nothing a crash-repair could roll forward either
+    assert _names(lazy_queue.path) == []
 
 
 @pytest.mark.parametrize("path", PATHS)
 def test_a_failed_directory_flush_names_what_is_visible(
-    lazy: LazyMount, queue: vsqs.Queue, path: str
+    lazy: LazyMount, lazy_queue: vsqs.Queue, path: str
 ) -> None:
     """The directory flush after the commit fails. (A batch with a ``batch_dedup_id``
     flushes its record's directory before any message is visible: nothing is.)"""
-    queue.publish(b"warm-up", dedup_id="warm-up")  # .vsqs/dedup is made (and flushed)
-    before = _names(queue.path)
+    lazy_queue.publish(b"warm-up", dedup_id="warm-up")  # .vsqs/dedup is made (and flushed)
+    before = _names(lazy_queue.path)
     lazy.command("fail-fsyncdir EIO")
     with pytest.raises(OSError, match="Input/output error") as info:
-        _publishes(queue, lazy.mountpoint / "source")[path]()
+        _publishes(lazy_queue, lazy.mountpoint / "source")[path]()
     lazy.command("fail-fsync off")
     if path == "publish_batch_dedup":
         assert not isinstance(info.value, vsqs.DurabilityError)
-        queue.clean()
-        assert _names(queue.path) == before
+        lazy_queue.clean()
+        assert _names(lazy_queue.path) == before
         return
     assert isinstance(info.value, vsqs.DurabilityError)
-    assert sorted(set(_names(queue.path)) - set(before)) == sorted(info.value.ids)
+    assert sorted(set(_names(lazy_queue.path)) - set(before)) == sorted(info.value.ids)
     assert info.value.ids
 
 
@@ -176,16 +176,16 @@ ELSEWHERE: Final = {
 @pytest.mark.parametrize("kind", ["fail-fsync", "fail-fsyncdir"])
 @pytest.mark.parametrize("what", list(ELSEWHERE))
 def test_a_failed_flush_outside_publishing_is_raised_never_hidden(
-    lazy: LazyMount, queue: vsqs.Queue, what: str, kind: str, code: str
+    lazy: LazyMount, lazy_queue: vsqs.Queue, what: str, kind: str, code: str
 ) -> None:
     """Settings, the shutdown marker, a dead-letter move and a redrive: each flushes what
     it wrote; when that flush fails (EIO, ENOSPC, on a file or on a directory), the call
     raises the error (a move that had happened: :class:`vsqs.DurabilityError`) instead of
     returning as if it were durable."""
-    queue.publish(b"warm-up")  # .vsqs and the queue's own directories exist
+    lazy_queue.publish(b"warm-up")  # .vsqs and the queue's own directories exist
     lazy.command(f"{kind} {code}")
     try:
         with pytest.raises(OSError, match=os.strerror(getattr(errno, code))):
-            ELSEWHERE[what](queue)
+            ELSEWHERE[what](lazy_queue)
     finally:
         lazy.command("fail-fsync off")
