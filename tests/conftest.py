@@ -134,6 +134,20 @@ def q(qdir: Path, clock: ManualClock) -> vsqs.Queue:
     return vsqs.Queue(qdir, visibility_timeout=30, clock=clock)
 
 
+@pytest.fixture
+def qpath(qdir: Path) -> str:
+    """The path of a queue made there (not durable), for tests that open their own
+    handles (in other processes too)."""
+    vsqs.Queue(qdir, durable=False)
+    return str(qdir)
+
+
+@pytest.fixture
+def root(tmp_path: Path) -> vsqs.QueueRoot:
+    """A root of named queues, empty (``tests/serve`` has its own: its server's root)."""
+    return vsqs.QueueRoot(tmp_path / "root")
+
+
 def names(path: Path) -> list[str]:
     """The entries of a queue directory, sorted, metadata excluded."""
     return sorted(p.name for p in path.iterdir() if p.name != ".vsqs")

@@ -115,11 +115,6 @@ def _names(q: vsqs.Queue) -> list[str]:
     return [p.name for p in Path(q.path).iterdir() if p.name != ".vsqs"]
 
 
-@pytest.fixture
-def clock() -> ManualClock:
-    return ManualClock(1_700_000_000.0)
-
-
 # -- item 2: clean() removes only vsqs's own pokes ----------------------------------------
 
 

@@ -18,14 +18,6 @@ from vsqs.testing import ManualClock, drain
 from . import procs
 from .fixtures_core import children, wait_blocked_in_inotify
 
-
-@pytest.fixture
-def qpath(tmp_path: Path) -> str:
-    path = str(tmp_path / "q")
-    vsqs.Queue(path, durable=False)
-    return path
-
-
 # -- capacity -------------------------------------------------------------------------
 
 

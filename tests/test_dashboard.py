@@ -34,11 +34,6 @@ XSS = b"<script>alert(1)</script>"
 FORM = {"Content-Type": "application/x-www-form-urlencoded"}
 
 
-@pytest.fixture
-def root(tmp_path: Path) -> vsqs.QueueRoot:
-    return vsqs.QueueRoot(tmp_path / "root")
-
-
 def _dead_letters(root: vsqs.QueueRoot, count: int) -> tuple[vsqs.Queue, vsqs.Queue]:
     """``orders`` whose *count* messages were each received once and dead-lettered
     (``max_receives=1``) to ``orders.dlq``."""

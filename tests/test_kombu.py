@@ -36,7 +36,7 @@ TASKS = KombuQueue("tasks", Exchange("tasks", "direct"), routing_key="tasks")
 
 
 @pytest.fixture
-def root(tmp_path: Path) -> Path:
+def root_path(tmp_path: Path) -> Path:
     return tmp_path / "root"
 
 
@@ -66,73 +66,73 @@ def _tasks(root: Path) -> vsqs.Queue:
     return vsqs.QueueRoot(root).get("tasks")
 
 
-def test_ack_deletes_the_held_message(root: Path) -> None:
-    with _connect(root) as conn:
+def test_ack_deletes_the_held_message(root_path: Path) -> None:
+    with _connect(root_path) as conn:
         _publish(conn, "a")
         message = next(_get(conn))
         assert message.payload == "a"
-        assert _tasks(root).counts().held == 1  # held in a lease, not moved out
+        assert _tasks(root_path).counts().held == 1  # held in a lease, not moved out
         message.ack()
-        assert _tasks(root).counts().total == 0
-    assert _tasks(root).stats().consumed_messages == 1  # the channel's close flushed it
+        assert _tasks(root_path).counts().total == 0
+    assert _tasks(root_path).stats().consumed_messages == 1  # the channel's close flushed it
 
 
-def test_reject_with_requeue_releases_it_at_once(root: Path) -> None:
-    with _connect(root) as conn:
+def test_reject_with_requeue_releases_it_at_once(root_path: Path) -> None:
+    with _connect(root_path) as conn:
         _publish(conn, "a")
         first = next(_get(conn))
         assert not first.delivery_info["redelivered"]
         first.reject(requeue=True)
-        assert _tasks(root).counts().ready == 1  # released, not copied
+        assert _tasks(root_path).counts().ready == 1  # released, not copied
         again = next(_get(conn))
         assert again.payload == "a" and again.delivery_info["redelivered"]
         again.ack()
-    assert _tasks(root).counts().total == 0
+    assert _tasks(root_path).counts().total == 0
 
 
-def test_reject_without_requeue_dead_letters_when_configured(root: Path) -> None:
-    with _connect(root, dead_letter_queue="tasks.dead") as conn:
+def test_reject_without_requeue_dead_letters_when_configured(root_path: Path) -> None:
+    with _connect(root_path, dead_letter_queue="tasks.dead") as conn:
         _publish(conn, "poison", "fine")
         poison, fine = _get(conn)
         poison.reject(requeue=False)
         fine.ack()
-    dead = vsqs.QueueRoot(root).get("tasks.dead")
+    dead = vsqs.QueueRoot(root_path).get("tasks.dead")
     kept = dead.receive(timeout=0)
     assert kept is not None and kept.attributes == {"source": "tasks"}
     assert base64.b64decode(json.loads(kept.body)["body"]) == b"poison"  # kombu's payload
-    assert _tasks(root).counts().total == 0
+    assert _tasks(root_path).counts().total == 0
 
 
-def test_reject_without_requeue_and_no_dead_letter_queue_drops_it(root: Path) -> None:
-    with _connect(root) as conn:
+def test_reject_without_requeue_and_no_dead_letter_queue_drops_it(root_path: Path) -> None:
+    with _connect(root_path) as conn:
         _publish(conn, "a")
         next(_get(conn)).reject(requeue=False)
-    assert _tasks(root).counts().total == 0
-    assert vsqs.QueueRoot(root).list() == ["tasks"]
+    assert _tasks(root_path).counts().total == 0
+    assert vsqs.QueueRoot(root_path).list() == ["tasks"]
 
 
-def test_max_receives_moves_a_message_that_keeps_coming_back(root: Path) -> None:
-    with _connect(root, dead_letter_queue="dead", max_receives=2) as conn:
+def test_max_receives_moves_a_message_that_keeps_coming_back(root_path: Path) -> None:
+    with _connect(root_path, dead_letter_queue="dead", max_receives=2) as conn:
         _publish(conn, "crashes the worker")
         for _ in range(2):
             next(_get(conn)).reject(requeue=True)
         assert list(_get(conn)) == []
-    assert vsqs.QueueRoot(root).get("dead").counts().ready == 1
+    assert vsqs.QueueRoot(root_path).get("dead").counts().ready == 1
 
 
-def test_closing_with_unacknowledged_messages_releases_them_once(root: Path) -> None:
-    with _connect(root) as conn:
+def test_closing_with_unacknowledged_messages_releases_them_once(root_path: Path) -> None:
+    with _connect(root_path) as conn:
         _publish(conn, "a", "b")
         messages = _get(conn)
         next(messages)
         next(messages)
-        assert _tasks(root).counts().held == 2
-    counts = _tasks(root).counts()
+        assert _tasks(root_path).counts().held == 2
+    counts = _tasks(root_path).counts()
     assert (counts.ready, counts.held) == (2, 0)  # back, and not duplicated
 
 
-def test_queue_declare_purge_and_delete(root: Path) -> None:
-    with _connect(root) as conn:
+def test_queue_declare_purge_and_delete(root_path: Path) -> None:
+    with _connect(root_path) as conn:
         channel = conn.default_channel
         _publish(conn, "a", "b")
         assert channel.queue_declare("tasks", passive=True).message_count == 2
@@ -140,11 +140,11 @@ def test_queue_declare_purge_and_delete(root: Path) -> None:
         channel.queue_delete("tasks")
         with pytest.raises(Exception, match="NOT_FOUND"):
             channel.queue_declare("never-made", passive=True)
-        assert Bindings(str(root)).table("tasks") == []
+        assert Bindings(str(root_path)).table("tasks") == []
 
 
-def test_bindings_are_shared_and_collapse_repeats(root: Path) -> None:
-    one, two = Bindings(str(root)), Bindings(str(root))
+def test_bindings_are_shared_and_collapse_repeats(root_path: Path) -> None:
+    one, two = Bindings(str(root_path)), Bindings(str(root_path))
     row = Binding("key", "", "q1")
     one.bind("ex", row)
     two.bind("ex", row)
@@ -159,8 +159,8 @@ def test_a_connection_without_a_root_is_refused() -> None:
         conn.default_channel  # noqa: B018 -- creating the channel is what fails
 
 
-def test_the_transport_says_what_it_is(root: Path) -> None:
-    with _connect(root) as conn:
+def test_the_transport_says_what_it_is(root_path: Path) -> None:
+    with _connect(root_path) as conn:
         assert conn.transport.driver_version() == vsqs.__version__
         assert conn.transport_cls == "vsqs"
 
@@ -180,32 +180,35 @@ def test_a_kombu_name_must_be_a_string() -> None:
         vsqs_name("")
 
 
-def test_basic_get_with_and_without_acknowledgement(root: Path) -> None:
-    with _connect(root) as conn:
+def test_basic_get_with_and_without_acknowledgement(root_path: Path) -> None:
+    with _connect(root_path) as conn:
         _publish(conn, "a", "b")
         channel = conn.default_channel
         auto = channel.basic_get("tasks", no_ack=True)
         assert auto.payload == "a"
-        assert _tasks(root).counts().total == 1  # deleted on delivery, as AMQP's no_ack
+        assert _tasks(root_path).counts().total == 1  # deleted on delivery, as AMQP's no_ack
         manual = channel.basic_get("tasks")
-        assert manual.payload == "b" and _tasks(root).counts().held == 1
+        assert manual.payload == "b" and _tasks(root_path).counts().held == 1
         manual.ack()
         assert channel.basic_get("tasks") is None
-    assert _tasks(root).counts().total == 0
+    assert _tasks(root_path).counts().total == 0
 
 
-def test_an_unknown_delivery_tag_is_ignored(root: Path) -> None:
-    with _connect(root) as conn:
+def test_an_unknown_delivery_tag_is_ignored(root_path: Path) -> None:
+    with _connect(root_path) as conn:
         conn.default_channel.basic_ack("no-such-tag")
         conn.default_channel.basic_reject("no-such-tag", requeue=True)
 
 
 def test_an_ack_after_the_lease_ran_out_deletes_nothing(
-    root: Path, caplog: pytest.LogCaptureFixture
+    root_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     """max_lease 0: no renewal, so the lease runs out after the visibility timeout and
     another consumer takes the message; the late ack must not delete its copy."""
-    with _connect(root, visibility_timeout=0.2, max_lease=0) as slow, _connect(root) as fast:
+    with (
+        _connect(root_path, visibility_timeout=0.2, max_lease=0) as slow,
+        _connect(root_path) as fast,
+    ):
         _publish(slow, "a")
         late = slow.default_channel.basic_get("tasks")
         assert late is not None
@@ -218,15 +221,15 @@ def test_an_ack_after_the_lease_ran_out_deletes_nothing(
         assert again is not None and again.delivery_info["redelivered"]
         late.ack()
         assert "came too late" in caplog.text
-        assert _tasks(root).counts().held == 1  # the second consumer still holds it
+        assert _tasks(root_path).counts().held == 1  # the second consumer still holds it
         again.ack()
-    assert _tasks(root).counts().total == 0
+    assert _tasks(root_path).counts().total == 0
 
 
-def test_fanout_gives_every_bound_queue_one_copy(root: Path) -> None:
+def test_fanout_gives_every_bound_queue_one_copy(root_path: Path) -> None:
     everyone = Exchange("everyone", "fanout")
     queues = [KombuQueue(f"listener-{n}", everyone) for n in range(3)]
-    with _connect(root) as conn:
+    with _connect(root_path) as conn:
         channel = conn.default_channel
         for queue in queues:
             queue(channel).declare()
@@ -243,34 +246,37 @@ def test_fanout_gives_every_bound_queue_one_copy(root: Path) -> None:
         assert queues[1](channel).get(no_ack=True).payload == "again"
 
 
-def test_drain_events_without_consumers_times_out(root: Path) -> None:
-    with _connect(root) as conn, pytest.raises(TimeoutError):
+def test_drain_events_without_consumers_times_out(root_path: Path) -> None:
+    with _connect(root_path) as conn, pytest.raises(TimeoutError):
         conn.drain_events(timeout=0.1)
 
 
-def test_a_stray_message_in_a_binding_table_is_ignored(root: Path) -> None:
-    bindings = Bindings(str(root))
+def test_a_stray_message_in_a_binding_table_is_ignored(root_path: Path) -> None:
+    bindings = Bindings(str(root_path))
     bindings.bind("ex", Binding("k", "", "q"))
-    table = vsqs.QueueRoot(root / ".kombu-bindings").get("ex")
+    table = vsqs.QueueRoot(root_path / ".kombu-bindings").get("ex")
     table.publish(b"not json")
     assert bindings.table("ex") == [Binding("k", "", "q")]
     assert table.counts().ready == 2  # left as it is: not ours to delete
 
 
-def test_max_receives_without_a_dead_letter_queue_is_refused(root: Path) -> None:
-    with _connect(root, max_receives=3) as conn, pytest.raises(ValueError, match="max_receives"):
+def test_max_receives_without_a_dead_letter_queue_is_refused(root_path: Path) -> None:
+    with (
+        _connect(root_path, max_receives=3) as conn,
+        pytest.raises(ValueError, match="max_receives"),
+    ):
         conn.default_channel  # noqa: B018 -- creating the channel is what fails
 
 
-def test_a_binding_made_by_one_connection_routes_for_another(root: Path) -> None:
+def test_a_binding_made_by_one_connection_routes_for_another(root_path: Path) -> None:
     """Bindings are on disk: a publisher that never declared the binding (another
     process, here another connection with its own broker state) routes by it."""
     logs = Exchange("logs", "topic")
     errors = KombuQueue("errors", logs, routing_key="*.error")
-    with _connect(root) as binder:
+    with _connect(root_path) as binder:
         errors(binder.default_channel).declare()
     vsqs.kombu.Transport.states.clear()  # as a fresh process: nothing known in memory
-    with _connect(root) as publisher:
+    with _connect(root_path) as publisher:
         with publisher.Producer() as producer:
             producer.publish("disk full", exchange=logs, routing_key="db.error")
             producer.publish("all fine", exchange=logs, routing_key="db.info")
@@ -279,7 +285,7 @@ def test_a_binding_made_by_one_connection_routes_for_another(root: Path) -> None
         assert errors(publisher.default_channel).get() is None
 
 
-def test_a_publish_to_any_consumed_queue_wakes_a_blocked_drain(root: Path) -> None:
+def test_a_publish_to_any_consumed_queue_wakes_a_blocked_drain(root_path: Path) -> None:
     """With the periodic re-check an hour away, only the watching threads (inotify)
     can end the wait: a publish from another process to the *second* queue does."""
     first = KombuQueue("first", Exchange("first", "direct"), routing_key="first")
@@ -287,7 +293,7 @@ def test_a_publish_to_any_consumed_queue_wakes_a_blocked_drain(root: Path) -> No
     got: list[str] = []
     consumer_of_both = {"callbacks": [lambda body, _message: got.append(body)]}
     with (
-        _connect(root, polling_interval=3600) as conn,
+        _connect(root_path, polling_interval=3600) as conn,
         conn.Consumer([first, second], **consumer_of_both),
     ):
         publisher = subprocess.Popen(
@@ -296,7 +302,7 @@ def test_a_publish_to_any_consumed_queue_wakes_a_blocked_drain(root: Path) -> No
              "time.sleep(0.5); c = Connection(sys.argv[1]);"
              "c.default_channel.basic_publish("
              "c.default_channel.prepare_message('late'), '', 'second'); c.close()",
-             f"vsqs://{root}"],
+             f"vsqs://{root_path}"],
         )  # fmt: skip
         conn.drain_events(timeout=120)
         assert publisher.wait(30) == 0
@@ -305,7 +311,7 @@ def test_a_publish_to_any_consumed_queue_wakes_a_blocked_drain(root: Path) -> No
     assert got == ["late"]
 
 
-def test_a_consumer_drained_by_kombus_event_loop_gets_a_later_publish(root: Path) -> None:
+def test_a_consumer_drained_by_kombus_event_loop_gets_a_later_publish(root_path: Path) -> None:
     """The transport is asynchronous, as kombu's own event-loop test wants: a consumer
     drained by kombu's ``Hub`` (``conn.register_with_event_loop(hub)``, then the hub's
     loop) receives a message published after the loop started. With the periodic
@@ -313,14 +319,14 @@ def test_a_consumer_drained_by_kombus_event_loop_gets_a_later_publish(root: Path
     deliver it; closing the connection takes it off the hub again (a clean stop)."""
     hub = Hub()
     got: list[str] = []
-    with _connect(root, polling_interval=3600) as conn:
+    with _connect(root_path, polling_interval=3600) as conn:
         assert conn.transport.implements.asynchronous
         conn.register_with_event_loop(hub)
         with conn.Consumer(TASKS, callbacks=[lambda body, message: got.append(body)]):
 
             def publish() -> None:  # from inside the running loop
                 assert got == []
-                with _connect(root) as publisher:
+                with _connect(root_path) as publisher:
                     _publish(publisher, "late")
 
             hub.call_later(0.3, publish)
@@ -334,14 +340,14 @@ def test_a_consumer_drained_by_kombus_event_loop_gets_a_later_publish(root: Path
             assert fd in hub.readers
         assert not [t.name for t in threading.enumerate() if t.name.startswith("vsqs-kombu")]
     assert fd not in hub.readers  # closed: the loop no longer polls the descriptor
-    counts = _tasks(root).counts()
+    counts = _tasks(root_path).counts()
     assert (counts.ready, counts.held) == (1, 0)  # unacknowledged: released once on close
     hub.close()
 
 
-def test_the_transport_class_and_a_root_option_work_without_a_url(root: Path) -> None:
+def test_the_transport_class_and_a_root_option_work_without_a_url(root_path: Path) -> None:
     """The form the guide gives for code that cannot import vsqs.kombu first."""
-    options = {"root": str(root), "durable": False}
+    options = {"root": str(root_path), "durable": False}
     with Connection(transport="vsqs.kombu:Transport", transport_options=options) as conn:
         _publish(conn, "a")
         assert next(_get(conn)).payload == "a"
@@ -381,49 +387,49 @@ def _errors(caplog: pytest.LogCaptureFixture) -> list[str]:
 
 @pytest.mark.parametrize("poison", POISON)
 def test_a_poison_message_is_kept_aside_and_the_next_one_delivered(
-    root: Path, poison: bytes, caplog: pytest.LogCaptureFixture
+    root_path: Path, poison: bytes, caplog: pytest.LogCaptureFixture
 ) -> None:
     """Without a dead-letter queue the poison goes to the kombu queue ``tasks.poison``,
     untouched, and one ERROR line names it; the consumer goes on to the next message."""
-    with _connect(root) as conn:
-        _plant(root, poison)
+    with _connect(root_path) as conn:
+        _plant(root_path, poison)
         _publish(conn, "fine")
         assert _ack_all(conn) == ["fine"]
-    aside = vsqs.QueueRoot(root).get("tasks.poison")
+    aside = vsqs.QueueRoot(root_path).get("tasks.poison")
     kept = aside.receive(timeout=0)
     assert kept is not None and kept.body == poison
     assert kept.attributes["source"] == "tasks"
     assert kept.attributes["reason"].startswith("not a kombu message")
     (error,) = _errors(caplog)
     assert aside.path in error and kept.id in error
-    assert _tasks(root).counts().total == 0
+    assert _tasks(root_path).counts().total == 0
 
 
 @pytest.mark.parametrize("where", ["transport-option", "stored-setting"])
 def test_a_poison_message_goes_to_the_dead_letter_queue_when_there_is_one(
-    root: Path, where: str, caplog: pytest.LogCaptureFixture
+    root_path: Path, where: str, caplog: pytest.LogCaptureFixture
 ) -> None:
     options = {"dead_letter_queue": "tasks-dead"} if where == "transport-option" else {}
     if where == "stored-setting":
-        vsqs.QueueRoot(root).create("tasks", dead_letter="tasks-dead")
-    with _connect(root, **options) as conn:
-        _plant(root, b"garbage")
+        vsqs.QueueRoot(root_path).create("tasks", dead_letter="tasks-dead")
+    with _connect(root_path, **options) as conn:
+        _plant(root_path, b"garbage")
         _publish(conn, "fine")
         assert _ack_all(conn) == ["fine"]
-    assert _tasks(root).counts().total == 0
-    dead = vsqs.QueueRoot(root).get("tasks-dead")
+    assert _tasks(root_path).counts().total == 0
+    dead = vsqs.QueueRoot(root_path).get("tasks-dead")
     kept = dead.receive(timeout=0)
     assert kept is not None and kept.body == b"garbage"
-    assert "tasks.poison" not in vsqs.QueueRoot(root)
+    assert "tasks.poison" not in vsqs.QueueRoot(root_path)
     (error,) = _errors(caplog)
     assert dead.path in error
 
 
-def test_a_poison_message_is_never_delivered_to_basic_get(root: Path) -> None:
-    with _connect(root) as conn:
-        _plant(root, b"[1,2]")
+def test_a_poison_message_is_never_delivered_to_basic_get(root_path: Path) -> None:
+    with _connect(root_path) as conn:
+        _plant(root_path, b"[1,2]")
         assert conn.default_channel.basic_get("tasks") is None
-    assert vsqs.QueueRoot(root).get("tasks.poison").counts().ready == 1
+    assert vsqs.QueueRoot(root_path).get("tasks.poison").counts().ready == 1
 
 
 # -- per-message expiry (issue 26, item 18) ----------------------------------------------
@@ -438,37 +444,39 @@ def _publish_expiring(conn: Connection, body: str, expiration: float) -> None:
 
 
 def test_an_expired_message_is_dropped_counted_and_never_delivered(
-    root: Path, caplog: pytest.LogCaptureFixture
+    root_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     """kombu's expiration 0 (what Celery sends for an ``expires`` in the past) is
     expired by the time any consumer looks."""
     caplog.set_level(logging.INFO, "vsqs.kombu")
-    with _connect(root) as conn:
+    with _connect(root_path) as conn:
         _publish_expiring(conn, "too late", 0)
         _publish(conn, "fine")
         assert _ack_all(conn) == ["fine"]
         assert conn.default_channel.expired == {"tasks": 1}
-    tasks = _tasks(root)
+    tasks = _tasks(root_path)
     assert tasks.counts().total == 0
     assert tasks.stats().consumed_messages == 2  # the expired one is counted as consumed
     assert any("dropped" in r.getMessage() and "expired" in r.getMessage() for r in caplog.records)
 
 
-def test_an_expired_message_goes_to_the_dead_letter_queue_when_there_is_one(root: Path) -> None:
-    with _connect(root, dead_letter_queue="tasks-dead") as conn:
+def test_an_expired_message_goes_to_the_dead_letter_queue_when_there_is_one(
+    root_path: Path,
+) -> None:
+    with _connect(root_path, dead_letter_queue="tasks-dead") as conn:
         _publish_expiring(conn, "too late", 0)
         assert list(_get(conn)) == []
         assert conn.default_channel.expired == {}
-    kept = vsqs.QueueRoot(root).get("tasks-dead").receive(timeout=0)
+    kept = vsqs.QueueRoot(root_path).get("tasks-dead").receive(timeout=0)
     assert kept is not None and kept.attributes["reason"].startswith("expired")
     assert base64.b64decode(json.loads(kept.body)["body"]) == b"too late"
 
 
-def test_a_message_is_delivered_before_its_expiry_which_is_stored_with_it(root: Path) -> None:
-    with _connect(root) as conn:
+def test_a_message_is_delivered_before_its_expiry_which_is_stored_with_it(root_path: Path) -> None:
+    with _connect(root_path) as conn:
         before = time.time()
         _publish_expiring(conn, "in time", 3600)
-        stored = _tasks(root).peek()
+        stored = _tasks(root_path).peek()
         assert stored is not None
         expires = float(stored.attributes[EXPIRES])
         assert before + 3600 <= expires <= time.time() + 3600
@@ -476,7 +484,7 @@ def test_a_message_is_delivered_before_its_expiry_which_is_stored_with_it(root: 
         assert message.payload == "in time"
         assert message.properties["expiration"] == "3600000"  # kombu's, untouched
         message.reject(requeue=True)
-        released = _tasks(root).peek()
+        released = _tasks(root_path).peek()
         assert released is not None and released.attributes[EXPIRES] == repr(expires)
         next(_get(conn)).ack()
 
@@ -491,8 +499,8 @@ def test_an_expiry_is_due_until_its_instant() -> None:
 
 
 @pytest.mark.parametrize("bad", ["-1", "soon", "nan", "inf", None])
-def test_a_bad_expiration_is_refused_at_publish(root: Path, bad: str | None) -> None:
-    with _connect(root) as conn:
+def test_a_bad_expiration_is_refused_at_publish(root_path: Path, bad: str | None) -> None:
+    with _connect(root_path) as conn:
         channel = conn.default_channel
         message = channel.prepare_message("x", properties={"expiration": bad or []})
         with pytest.raises(ValueError, match="milliseconds"):
@@ -502,10 +510,10 @@ def test_a_bad_expiration_is_refused_at_publish(root: Path, bad: str | None) -> 
 # -- Producer(on_return=...) (issue 26, item 17) -----------------------------------------
 
 
-def test_on_return_gets_a_mandatory_message_that_no_queue_takes(root: Path) -> None:
+def test_on_return_gets_a_mandatory_message_that_no_queue_takes(root_path: Path) -> None:
     returned: list[tuple[Any, str, str, Message]] = []
     nowhere = Exchange("nowhere", "direct")
-    with _connect(root) as conn:
+    with _connect(root_path) as conn:
         producer = conn.Producer(on_return=lambda *args: returned.append(args))
         producer.publish("lost", exchange=nowhere, routing_key="k", declare=[nowhere],
                          mandatory=True)  # fmt: skip
@@ -518,49 +526,51 @@ def test_on_return_gets_a_mandatory_message_that_no_queue_takes(root: Path) -> N
     assert error.reply_code == 312 and "NO_ROUTE" in str(error)
 
 
-def test_a_channel_has_events_as_kombu_expects(root: Path) -> None:
-    with _connect(root) as conn:
+def test_a_channel_has_events_as_kombu_expects(root_path: Path) -> None:
+    with _connect(root_path) as conn:
         callback = print
         producer = conn.Producer(conn.default_channel, on_return=callback)
         assert callback in producer.channel.events["basic_return"]
 
 
-def test_a_poison_message_with_all_the_attributes_it_may_have_is_still_kept(root: Path) -> None:
+def test_a_poison_message_with_all_the_attributes_it_may_have_is_still_kept(
+    root_path: Path,
+) -> None:
     full = {f"a{n}": "x" for n in range(10)}  # the most a message may carry
-    vsqs.QueueRoot(root).create("tasks").publish(b"garbage", attributes=full)
-    with _connect(root) as conn:
+    vsqs.QueueRoot(root_path).create("tasks").publish(b"garbage", attributes=full)
+    with _connect(root_path) as conn:
         assert list(_get(conn)) == []
-    kept = vsqs.QueueRoot(root).get("tasks.poison").receive(timeout=0)
+    kept = vsqs.QueueRoot(root_path).get("tasks.poison").receive(timeout=0)
     assert kept is not None and kept.body == b"garbage"
     assert set(kept.attributes) == {"source", "reason"}  # why it is there wins
 
 
 def test_a_poison_message_taken_back_during_its_move_is_kept_twice_never_lost(
-    root: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+    root_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
     """The lease runs out while the message is copied aside (a paused worker) and
     another consumer takes it: the late delete removes nothing, a warning says so."""
-    _plant(root, b"garbage")
+    _plant(root_path, b"garbage")
     publish = vsqs.Queue.publish
     stolen: list[vsqs.Message] = []
 
     def publish_after_the_lease_ran_out(self: vsqs.Queue, data: Any, **kwargs: Any) -> str:
-        other = vsqs.QueueRoot(root).get("tasks")
+        other = vsqs.QueueRoot(root_path).get("tasks")
         while self.path.endswith("poison") and not stolen:  # the lease lasts a millisecond
             stolen.extend(filter(None, [other.receive(timeout=0)]))
         return publish(self, data, **kwargs)
 
     monkeypatch.setattr(vsqs.Queue, "publish", publish_after_the_lease_ran_out)
-    with _connect(root, visibility_timeout=0.001, max_lease=0) as conn:
+    with _connect(root_path, visibility_timeout=0.001, max_lease=0) as conn:
         assert list(_get(conn)) == []
     monkeypatch.undo()
-    assert stolen[0].body == b"garbage" and _tasks(root).counts().held == 1
-    assert vsqs.QueueRoot(root).get("tasks.poison").counts().ready == 1
+    assert stolen[0].body == b"garbage" and _tasks(root_path).counts().held == 1
+    assert vsqs.QueueRoot(root_path).get("tasks.poison").counts().ready == 1
     assert "taken back while moved" in caplog.text
 
 
 def test_an_expired_message_taken_back_before_its_delete_is_not_counted(
-    root: Path, monkeypatch: pytest.MonkeyPatch
+    root_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Its lease runs out between the claim and the drop, and another consumer takes it:
     the late delete removes nothing and the channel counts nothing."""
@@ -568,18 +578,18 @@ def test_an_expired_message_taken_back_before_its_delete_is_not_counted(
     stolen: list[vsqs.Message] = []
 
     def delete_after_the_lease_ran_out(self: vsqs.Queue, message: Any) -> bool:
-        other = vsqs.QueueRoot(root).get("tasks")
+        other = vsqs.QueueRoot(root_path).get("tasks")
         while not stolen:  # the lease lasts a millisecond
             stolen.extend(filter(None, [other.receive(timeout=0)]))
         return delete(self, message)
 
-    with _connect(root, visibility_timeout=0.001, max_lease=0) as conn:
+    with _connect(root_path, visibility_timeout=0.001, max_lease=0) as conn:
         _publish_expiring(conn, "too late", 0)
         monkeypatch.setattr(vsqs.Queue, "delete", delete_after_the_lease_ran_out)
         assert list(_get(conn)) == []
         monkeypatch.undo()
         assert conn.default_channel.expired == {}
-    assert len(stolen) == 1 and _tasks(root).counts().held == 1
+    assert len(stolen) == 1 and _tasks(root_path).counts().held == 1
 
 
 def test_the_envelope_check_accepts_what_kombu_accepts() -> None:
@@ -596,7 +606,7 @@ def test_not_kombu_pickles_with_its_reason() -> None:
 
 
 def test_the_event_loop_yields_the_descriptor_to_a_thread_reading_it(
-    root: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    root_path: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A thread of the worker's process blocked in a sync ``receive`` holds the reader's
     seat of the shared descriptor when a message comes: the loop stops watching the
@@ -607,7 +617,7 @@ def test_the_event_loop_yields_the_descriptor_to_a_thread_reading_it(
     instance = _inotify_hub.process_instance()
     other = vsqs.Queue(tmp_path / "other", durable=False, poll_interval=3600)
     real_read = _inotify.read_events
-    with _connect(root, polling_interval=3600) as conn:
+    with _connect(root_path, polling_interval=3600) as conn:
         transport = conn.transport
         conn.register_with_event_loop(hub)
 
@@ -624,7 +634,7 @@ def test_the_event_loop_yields_the_descriptor_to_a_thread_reading_it(
         def publish_while_a_thread_reads() -> None:
             blocked.start()
             wait_until(lambda: instance.reader, "the thread to take the reader's seat")
-            with _connect(root) as publisher:
+            with _connect(root_path) as publisher:
                 _publish(publisher, "late")
 
         try:

@@ -71,11 +71,6 @@ class Background:
         return self._value
 
 
-@pytest.fixture
-def qdir(tmp_path: Path) -> Path:
-    return tmp_path / "q"
-
-
 def peer(qdir: Path, clock: ManualClock | None = None, **options: Any) -> vsqs.Queue:
     """Another consumer or producer of the same directory."""
     return vsqs.Queue(qdir, durable=False, clock=clock, **options)

@@ -33,13 +33,6 @@ NO_RECHECK: dict[str, Any] = {"durable": False, "wait": "inotify", "poll_interva
 needs_inotify = pytest.mark.skipif(not _inotify.have_inotify(), reason="inotify is Linux-only")
 
 
-@pytest.fixture
-def qpath(tmp_path: Path) -> str:
-    path = str(tmp_path / "q")
-    vsqs.Queue(path, durable=False)
-    return path
-
-
 @needs_inotify
 def test_a_consumer_blocked_forever_is_woken_by_a_publish_in_another_process(
     qpath: str, tmp_path: Path

@@ -41,19 +41,19 @@ def fs_root(
 
 
 @pytest.fixture
-def clock() -> ManualClock:
+def ahead_clock() -> ManualClock:
     # Ahead of every id this process drew on the real clock, so ids come from this clock.
     return ManualClock(time.time() + 10_000)
 
 
 @pytest.fixture
-def qpath(fs_root: Path, request: pytest.FixtureRequest) -> Path:
+def fs_qpath(fs_root: Path, request: pytest.FixtureRequest) -> Path:
     name: str = request.node.name
     return fs_root / name.replace("[", "-").replace("]", "")
 
 
-def test_publish_receive_delete_fifo(qpath: Path, clock: ManualClock) -> None:
-    q = vsqs.Queue(qpath, clock=clock)
+def test_publish_receive_delete_fifo(fs_qpath: Path, ahead_clock: ManualClock) -> None:
+    q = vsqs.Queue(fs_qpath, clock=ahead_clock)
     ids = [q.publish(b"%d" % n) for n in range(20)]
     q.publish_batch([b"b1", b"b2"])
     got = drain(q)
@@ -62,8 +62,8 @@ def test_publish_receive_delete_fifo(qpath: Path, clock: ManualClock) -> None:
     assert_consistent(q)
 
 
-def test_requeue_release_and_delay(qpath: Path, clock: ManualClock) -> None:
-    q = vsqs.Queue(qpath, visibility_timeout=30, clock=clock)
+def test_requeue_release_and_delay(fs_qpath: Path, ahead_clock: ManualClock) -> None:
+    q = vsqs.Queue(fs_qpath, visibility_timeout=30, clock=ahead_clock)
     q.publish(b"m")
     q.publish(b"later", delay=10)
     first = q.receive(timeout=0)
@@ -71,22 +71,22 @@ def test_requeue_release_and_delay(qpath: Path, clock: ManualClock) -> None:
     released = q.change_visibility(first, 0)
     again = q.receive(timeout=0)
     assert again is not None and again.id == released.id and again.receive_count == 2
-    clock.advance(31)
+    ahead_clock.advance(31)
     assert [m.body for m in drain(q)] == [b"m", b"later"]
     assert_consistent(q)
 
 
-def test_dead_letter_dedup_and_capacity(qpath: Path, clock: ManualClock) -> None:
-    dlq = vsqs.Queue(qpath.with_name(qpath.name + "-dlq"), clock=clock)
-    q = vsqs.Queue(qpath, visibility_timeout=5, clock=clock, dead_letter=dlq, max_receives=1,
-                   capacity=3)  # fmt: skip
+def test_dead_letter_dedup_and_capacity(fs_qpath: Path, ahead_clock: ManualClock) -> None:
+    dlq = vsqs.Queue(fs_qpath.with_name(fs_qpath.name + "-dlq"), clock=ahead_clock)
+    q = vsqs.Queue(fs_qpath, visibility_timeout=5, clock=ahead_clock, dead_letter=dlq,
+                   max_receives=1, capacity=3)  # fmt: skip
     assert q.publish(b"poison", dedup_id="k") == q.publish(b"poison", dedup_id="k")
     q.publish(b"a")
     q.publish(b"b")
     with pytest.raises(vsqs.QueueFull):
         q.publish(b"c", timeout=0)
     assert q.receive(timeout=0) is not None
-    clock.advance(6)
+    ahead_clock.advance(6)
     q.requeue_expired()
     assert [m.body for m in drain(dlq)] == [b"poison"]
     assert [m.body for m in drain(q)] == [b"a", b"b"]
@@ -94,41 +94,43 @@ def test_dead_letter_dedup_and_capacity(qpath: Path, clock: ManualClock) -> None
     assert_consistent(dlq)
 
 
-def test_no_replace_rename_is_native(qpath: Path) -> None:
+def test_no_replace_rename_is_native(fs_qpath: Path) -> None:
     """RENAME_NOREPLACE works in one syscall here (no link+unlink fallback), never replaces."""
-    qpath.mkdir()
-    (qpath / "a").write_bytes(b"a")
-    (qpath / "b").write_bytes(b"b")
+    fs_qpath.mkdir()
+    (fs_qpath / "a").write_bytes(b"a")
+    (fs_qpath / "b").write_bytes(b"b")
     with pytest.raises(FileExistsError):
-        _fs.rename_noreplace(str(qpath / "a"), str(qpath / "b"))
-    assert (qpath / "b").read_bytes() == b"b"
+        _fs.rename_noreplace(str(fs_qpath / "a"), str(fs_qpath / "b"))
+    assert (fs_qpath / "b").read_bytes() == b"b"
     fallbacks: list[str] = []
     real = _fs.link_noreplace
     _fs.link_noreplace = lambda src, dst: fallbacks.append(dst)
     try:
-        _fs.rename_noreplace(str(qpath / "a"), str(qpath / "c"))
+        _fs.rename_noreplace(str(fs_qpath / "a"), str(fs_qpath / "c"))
     finally:
         _fs.link_noreplace = real
-    assert fallbacks == [] and (qpath / "c").read_bytes() == b"a"
+    assert fallbacks == [] and (fs_qpath / "c").read_bytes() == b"a"
 
 
-def test_an_id_collision_is_re_ided_never_overwritten(qpath: Path, clock: ManualClock) -> None:
+def test_an_id_collision_is_re_ided_never_overwritten(
+    fs_qpath: Path, ahead_clock: ManualClock
+) -> None:
     """A ready file already holds the id the publisher draws: it keeps it; ours moves."""
-    q = vsqs.Queue(qpath, clock=clock)
-    taken = str(clock.time_us())
-    (qpath / taken).write_bytes(b"already here")
+    q = vsqs.Queue(fs_qpath, clock=ahead_clock)
+    taken = str(ahead_clock.time_us())
+    (fs_qpath / taken).write_bytes(b"already here")
     mine = q.publish(b"mine")
-    assert (qpath / taken).read_bytes() == b"already here"
+    assert (fs_qpath / taken).read_bytes() == b"already here"
     assert sorted(m.body for m in drain(q)) == [b"already here", b"mine"]
     assert mine != taken
     assert_consistent(q)
 
 
-def test_link_counts_and_timestamps(qpath: Path, clock: ManualClock) -> None:
+def test_link_counts_and_timestamps(fs_qpath: Path, ahead_clock: ManualClock) -> None:
     """What the docs say about each filesystem: one link per message, mtimes that move."""
-    q = vsqs.Queue(qpath, clock=clock)
+    q = vsqs.Queue(fs_qpath, clock=ahead_clock)
     message_id = q.publish(b"m")
-    info = os.lstat(qpath / message_id)
+    info = os.lstat(fs_qpath / message_id)
     assert info.st_nlink == 1  # a finished rename never leaves a second name
     assert info.st_mtime_ns > 0
     q.clean(older_than=0)  # judges debris by mtime: must not take a fresh ready message

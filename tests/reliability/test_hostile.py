@@ -56,12 +56,6 @@ GARBAGE_NAMES = [
 ]
 
 
-@pytest.fixture
-def q(tmp_path: Path, sentinel: Path) -> vsqs.Queue:
-    """A queue beside the sentinel directory, on a manual clock."""
-    return vsqs.Queue(tmp_path / "q", visibility_timeout=30, clock=ManualClock())
-
-
 def test_queue_names_cannot_escape_the_root(tmp_path: Path, sentinel: Path) -> None:
     root = vsqs.QueueRoot(tmp_path / "root")
     for name in [*ESCAPES, "a/b", ".hidden", "a\\b", "x" * 81, "../root2", "..."]:
@@ -72,6 +66,7 @@ def test_queue_names_cannot_escape_the_root(tmp_path: Path, sentinel: Path) -> N
     assert root.list() == []
 
 
+@pytest.mark.usefixtures("sentinel")  # a directory beside the queue, kept as it was
 @pytest.mark.parametrize("value", ESCAPES)
 def test_ids_and_receipts_with_paths_are_refused(q: vsqs.Queue, value: str) -> None:
     q.publish(b"m")
@@ -82,6 +77,7 @@ def test_ids_and_receipts_with_paths_are_refused(q: vsqs.Queue, value: str) -> N
     assert q.counts().ready == 1
 
 
+@pytest.mark.usefixtures("sentinel")  # a directory beside the queue, kept as it was
 def test_forged_messages_cannot_point_outside(q: vsqs.Queue, tmp_path: Path) -> None:
     """A Message rebuilt by hand (or unpickled from elsewhere) is checked like a receipt."""
     q.publish(b"m")
@@ -136,6 +132,7 @@ def test_planted_entries_are_never_followed_or_delivered(
     q.requeue_expired()
 
 
+@pytest.mark.usefixtures("sentinel")  # a directory beside the queue, kept as it was
 def test_hard_links_only_lose_their_queue_name(q: vsqs.Queue, tmp_path: Path) -> None:
     """Deleting a message unlinks its name in the queue only; other links keep the data."""
     outside = tmp_path / "outside"
@@ -153,6 +150,7 @@ def test_hard_links_only_lose_their_queue_name(q: vsqs.Queue, tmp_path: Path) ->
     assert_consistent(q)
 
 
+@pytest.mark.usefixtures("sentinel")  # a directory beside the queue, kept as it was
 def test_garbage_names_are_ignored_and_untouched(q: vsqs.Queue) -> None:
     clock = q.clock
     assert isinstance(clock, ManualClock)
@@ -172,6 +170,7 @@ def test_garbage_names_are_ignored_and_untouched(q: vsqs.Queue) -> None:
         assert (Path(q.path) / name).read_bytes() == name.encode(), name
 
 
+@pytest.mark.usefixtures("sentinel")  # a directory beside the queue, kept as it was
 @pytest.mark.parametrize("payload", ["text", 42, None, [b"a"], {"a": 1}, 3.5, object()])
 def test_non_bytes_payloads_are_refused(q: vsqs.Queue, payload: object) -> None:
     with pytest.raises(vsqs.InvalidPayload) as caught:
@@ -183,6 +182,7 @@ def test_non_bytes_payloads_are_refused(q: vsqs.Queue, payload: object) -> None:
     assert_consistent(q)
 
 
+@pytest.mark.usefixtures("sentinel")  # a directory beside the queue, kept as it was
 def test_empty_and_unusual_bytes_like_payloads_work(q: vsqs.Queue) -> None:
     strided = memoryview(b"a-b-c-")[::2]  # not contiguous: copied, not refused
     q.publish(b"")
