@@ -363,3 +363,50 @@ def test_no_public_call_is_more_than_three_calls_from_its_syscall() -> None:
         if hops(public, table[arrow][0]) > 3
     }
     assert too_deep == set()
+
+
+# How a docstring or the concepts page names an arrow: "*commit* arrow", "arrows *extend*
+# then *ready*", "Arrow *claim*"; the old style "Arrow ``publish``" is matched so that it
+# fails.
+_NAMED_ARROW = re.compile(
+    r"\*(\w+)\*(?:\s+then\s+\*(\w+)\*)?\s+arrows?\b"
+    r"|\b[Aa]rrows?\s+(?:\*(\w+)\*|``(\w+)``)(?:\s+then\s+\*(\w+)\*)?"
+)
+
+
+def _arrows_named(text: str) -> set[str]:
+    return {
+        name for found in _NAMED_ARROW.findall(" ".join(text.split())) for name in found if name
+    }
+
+
+def test_tests_and_the_concepts_page_name_arrows_as_the_table_does() -> None:
+    """One vocabulary: every arrow a test's docstring names, and every arrow of the
+    concepts page's transition table, is an arrow of ``_queue.py``'s table (create,
+    commit, claim, extend, ready...), not an operation (publish, receive, heartbeat)."""
+    arrows = set(_arrow_table())
+    named: dict[str, set[str]] = {}
+    for path in sorted((ROOT / "tests").rglob("*.py")):
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        for node in ast.walk(tree):
+            if isinstance(node, (ast.Module, ast.FunctionDef, ast.ClassDef)):
+                found = _arrows_named(ast.get_docstring(node) or "") - arrows
+                if found:
+                    named[f"{path.relative_to(ROOT)}:{getattr(node, 'name', '')}"] = found
+    concepts = (ROOT / "docs" / "concepts.rst").read_text(encoding="utf-8")
+    table = concepts[concepts.index("   * - Arrow\n") : concepts.index(".. _no-overwrite:")]
+    rows = {
+        name
+        for row in re.findall(r"^   \* - (.*)$", table, re.M)
+        for name in re.findall(r"\*\*([\w-]+)\*\*", row)
+    }
+    assert rows and rows - arrows == set(), "docs/concepts.rst's transitions"
+    assert named == {}
+
+
+def test_the_arrow_vocabulary_check_sees_each_way_of_naming_one() -> None:
+    assert _arrows_named("Arrow ``publish``: x") == {"publish"}
+    assert _arrows_named("Arrows *extend* then *ready* (a requeue)") == {"extend", "ready"}
+    assert _arrows_named("The *extend*\n    then *ready* arrows") == {"extend", "ready"}
+    assert _arrows_named("*heartbeat* arrow on a timer") == {"heartbeat"}
+    assert _arrows_named("pyarrow batches, an Arrow record batch") == set()

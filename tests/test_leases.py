@@ -101,8 +101,9 @@ def test_a_killed_workers_message_comes_back_after_the_timeout(path: str, tmp_pa
 
 
 def test_an_exception_releases_at_once_and_counts_a_receive(path: str, tmp_path: Path) -> None:
-    """The *release* arrow: leaving the block by an exception puts the message back now
-    (not after the 30 s timeout), counted, so max_receives dead-letters it."""
+    """The *extend* then *ready* arrows (a release): leaving the block by an exception
+    puts the message back now (not after the 30 s timeout), counted, so max_receives
+    dead-letters it."""
     dlq = vsqs.Queue(tmp_path / "dlq", durable=False)
     queue = vsqs.Queue(path, visibility_timeout=30, durable=False, dead_letter=dlq, max_receives=2)
     message = received(queue, b"poison")

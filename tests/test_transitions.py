@@ -17,7 +17,8 @@ T0 = 1_700_000_000.0
 
 
 def test_publish_new_to_ready(q: vsqs.Queue, qdir: Path) -> None:
-    """Arrow ``publish``: ``<id>.new`` -> ``<id>``; the ready file holds the whole body."""
+    """Arrows *create* then *commit* (a publish): ``<id>.new`` -> ``<id>``; the ready file
+    holds the whole body."""
     message_id = q.publish(b"payload")
     assert names(qdir) == [message_id]
     assert (qdir / message_id).read_bytes() == b"payload"
@@ -26,7 +27,7 @@ def test_publish_new_to_ready(q: vsqs.Queue, qdir: Path) -> None:
 
 
 def test_publish_never_shows_a_partial_body(q: vsqs.Queue, qdir: Path) -> None:
-    """Arrow ``publish``: the ready name appears only after the body is complete."""
+    """Arrow *commit*: the ready name appears only after the body is complete."""
     seen: list[list[str]] = []
     real_rename = vsqs._fs.rename_noreplace
 
@@ -44,7 +45,8 @@ def test_publish_never_shows_a_partial_body(q: vsqs.Queue, qdir: Path) -> None:
 
 
 def test_publish_delayed_new_to_held(q: vsqs.Queue, qdir: Path, clock: ManualClock) -> None:
-    """Arrow ``delayed``: ``<id>.new`` -> ``<id>.<due>``, ready once the delay passes."""
+    """Arrow *commit* of a delayed message: ``<id>.new`` -> ``<id>.<due>``; then *ready*
+    once the delay passes."""
     message_id = q.publish(b"later", delay=10)
     assert names(qdir) == [f"{message_id}.{round((T0 + 10) * 1e6)}"]
     assert q.counts() == vsqs.Counts(ready=0, held=0, delayed=1, new=0)
@@ -56,7 +58,7 @@ def test_publish_delayed_new_to_held(q: vsqs.Queue, qdir: Path, clock: ManualClo
 
 
 def test_receive_ready_to_held(q: vsqs.Queue, qdir: Path) -> None:
-    """Arrow ``receive``: ``<id>`` -> ``<id>.<now + visibility timeout>``."""
+    """Arrow *claim* (a receive): ``<id>`` -> ``<id>.<now + visibility timeout>``."""
     message_id = q.publish(b"m")
     message = q.receive(timeout=0)
     assert message is not None
@@ -69,7 +71,7 @@ def test_receive_ready_to_held(q: vsqs.Queue, qdir: Path) -> None:
 
 
 def test_heartbeat_held_to_held(q: vsqs.Queue, qdir: Path, clock: ManualClock) -> None:
-    """Arrow ``heartbeat``: ``<id>.<expiry>`` -> ``<id>.<later expiry>``."""
+    """Arrow *extend* (a heartbeat): ``<id>.<expiry>`` -> ``<id>.<later expiry>``."""
     q.publish(b"m")
     message = q.receive(timeout=0)
     assert message is not None
@@ -88,7 +90,8 @@ def test_heartbeat_held_to_held(q: vsqs.Queue, qdir: Path, clock: ManualClock) -
 
 
 def test_requeue_expired_held_to_ready(q: vsqs.Queue, qdir: Path, clock: ManualClock) -> None:
-    """Arrow ``requeue``: an expired ``<id>.<expiry>`` -> ``<id>``, before the next claim."""
+    """Arrows *extend* (to a hold) then *ready* (a requeue): an expired ``<id>.<expiry>``
+    -> ``<id>``, before the next claim."""
     message_id = q.publish(b"m")
     first = q.receive(timeout=0)
     assert first is not None
@@ -101,7 +104,8 @@ def test_requeue_expired_held_to_ready(q: vsqs.Queue, qdir: Path, clock: ManualC
 
 
 def test_requeue_expired_explicitly(q: vsqs.Queue, qdir: Path, clock: ManualClock) -> None:
-    """Arrow ``requeue`` by the upkeep call: every expired lease goes back at once."""
+    """Arrows *extend* then *ready* (a requeue) by the upkeep call: every expired lease
+    goes back at once."""
     ids = q.publish_batch([b"a", b"b"])
     assert len(q.receive_batch(2)) == 2
     clock.advance(31)
@@ -110,7 +114,8 @@ def test_requeue_expired_explicitly(q: vsqs.Queue, qdir: Path, clock: ManualCloc
 
 
 def test_release_held_to_ready(q: vsqs.Queue, qdir: Path) -> None:
-    """Arrow ``release``: ``change_visibility(m, 0)`` makes it ready now."""
+    """Arrows *extend* then *ready* (a release): ``change_visibility(m, 0)`` makes it
+    ready now."""
     message_id = q.publish(b"m")
     message = q.receive(timeout=0)
     assert message is not None
@@ -122,7 +127,7 @@ def test_release_held_to_ready(q: vsqs.Queue, qdir: Path) -> None:
 
 
 def test_delete_held_to_gone(q: vsqs.Queue, qdir: Path) -> None:
-    """Arrow ``delete``: unlink ``<id>.<expiry>``; deleting twice is not an error."""
+    """Arrow *delete*: unlink ``<id>.<expiry>``; deleting twice is not an error."""
     q.publish(b"m")
     message = q.receive(timeout=0)
     assert message is not None
@@ -133,7 +138,7 @@ def test_delete_held_to_gone(q: vsqs.Queue, qdir: Path) -> None:
 
 
 def test_delete_by_bare_id_as_the_design_says(q: vsqs.Queue, qdir: Path) -> None:
-    """Arrow ``delete`` given only an id: whatever state the message is in."""
+    """Arrow *delete* given only an id: whatever state the message is in."""
     ready_id = q.publish(b"ready")
     held_id = q.publish(b"held")
     other = vsqs.Queue(qdir, clock=q.clock)  # another process knows only the ids

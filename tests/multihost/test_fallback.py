@@ -92,8 +92,9 @@ def test_two_claimers_on_two_hosts_one_wins(
 def test_release_whose_ready_name_was_claimed_before_the_lookup(
     hosts: tuple[Path, Path, Path], after_link: list[Callable[[str, str], None]]
 ) -> None:
-    """*release* arrow (change_visibility to 0) over sshfs: the ready name is claimed by a
-    peer before the lookup; the release still succeeds and the peer holds it once."""
+    """*extend* then *ready* arrows (a release: change_visibility to 0) over sshfs: the
+    ready name is claimed by a peer before the lookup; the release still succeeds and the
+    peer holds it once."""
     owner, b, _ = hosts
     vsqs.Queue(owner).publish(b"released")
     ours = vsqs.Queue(b, durable=False)
