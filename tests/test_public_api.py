@@ -73,7 +73,7 @@ NOT_ON_IMPORT = (
     *("vsqs.spark", "vsqs.testing", "vsqs.pytest_plugin", "vsqs._demo"),
     *("click", "rich", "pyspark", "pyarrow", "kombu", "celery", "prometheus_client"),
     *("opentelemetry", "asyncio", "http", "ctypes", "logging", "concurrent.futures"),
-    *("hashlib", "subprocess", "socket", "json", "shutil", "tempfile", "inotify"),
+    *("hashlib", "subprocess", "socket", "json", "shutil", "tempfile"),
 )
 
 
