@@ -100,7 +100,7 @@ class Gate:
         self._barriers[group] = _EVERYTHING
 
 
-CLAIM_WAIT: Final = 0.05
+CLAIM_WAIT: Final = 0.1
 """Seconds a ``fifo`` claim waits for the directory's claim lock (held by another
 consumer for one claim step: a listing and a few renames) before finding nothing; a
 non-blocking receive may take this long, a blocked one looks again after
