@@ -60,13 +60,14 @@ def hold_and_stop(path: str, report: str, visibility_timeout: float) -> None:
     os.kill(os.getpid(), signal.SIGSTOP)
 
 
-def lock_and_stop(directory: str, report: str) -> None:
-    """Take the claim lock of the queue directory *directory* (``.vsqs/fifo.lock``, as a
-    ``fifo`` consumer does for its claim step), then stop while holding it.
+def lock_and_stop(directory: str, report: str, name: str = "fifo.lock") -> None:
+    """Take the lock ``.vsqs/<name>`` of the queue directory *directory* (by default the
+    claim lock, as a ``fifo`` consumer does for its claim step), then stop holding it.
 
     The lock is taken with ``flock`` directly, so that the test runs the same on a vsqs
     that would wait for it forever."""
-    fd = os.open(f"{directory}/.vsqs/fifo.lock", os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
+    os.makedirs(f"{directory}/.vsqs", exist_ok=True)
+    fd = os.open(f"{directory}/.vsqs/{name}", os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
     fcntl.flock(fd, fcntl.LOCK_EX)
     dump(report, True)
     os.kill(os.getpid(), signal.SIGSTOP)
