@@ -16,6 +16,7 @@ import pytest
 import vsqs
 from vsqs import _stored
 from vsqs._layout import CAPACITY_LOCK, SETTINGS_LOCK, Layout
+from vsqs._lock import FileLock
 from vsqs.testing import ManualClock
 
 from . import _fifo_workers as workers
@@ -83,7 +84,7 @@ def test_a_lock_waits_on_the_manual_clock_without_sleeping(fast_tmp_path: Path) 
     by the timeout, in no real time to speak of."""
     queue = vsqs.Queue(fast_tmp_path / "q")
     clock = ManualClock()
-    lock = Layout(queue.path).lock(SETTINGS_LOCK, clock)
+    lock = FileLock.in_queue(Layout(queue.path), SETTINGS_LOCK, clock)
     with children() as kids:
         _stop_holding(kids, queue.path, SETTINGS_LOCK, fast_tmp_path / "held")
         began, moved = time.monotonic(), clock.monotonic()
@@ -96,7 +97,7 @@ def test_a_lock_waits_on_the_manual_clock_without_sleeping(fast_tmp_path: Path) 
 
 def test_threads_sharing_one_lock_exclude_each_other(fast_tmp_path: Path) -> None:
     queue = vsqs.Queue(fast_tmp_path / "q")
-    lock = Layout(queue.path).lock(SETTINGS_LOCK, vsqs.SystemClock(), timeout=30)
+    lock = FileLock.in_queue(Layout(queue.path), SETTINGS_LOCK, vsqs.SystemClock(), timeout=30)
     inside = 0
     most = 0
 

@@ -36,6 +36,7 @@ from ._clock import Clock
 from ._errors import QueueFull
 from ._ids import is_hold
 from ._layout import CAPACITY_COUNT, CAPACITY_LOCK, ROOT, Layout
+from ._lock import FileLock
 from ._meta import report_once
 from ._scan import NEW_GRACE_US
 from ._waiters import Waiter
@@ -58,7 +59,7 @@ class Capacity:
         self._dirs = (layout.path, *counted)  # a partitioned queue counts its partitions too
         self._clock = clock
         # No I/O until acquired (vsqs._lock: the lock's policy, and why not filelock).
-        self._lock = layout.lock(CAPACITY_LOCK, clock)
+        self._lock = FileLock.in_queue(layout, CAPACITY_LOCK, clock)
         self._verified_at = -math.inf  # monotonic time of this process's last listing
 
     def count(self) -> int:

@@ -32,9 +32,7 @@ from collections.abc import Callable
 from typing import Final
 
 from . import _fs, _host
-from ._clock import Clock
 from ._inotify import WAKE
-from ._lock import FileLock
 
 DIR: Final = ".vsqs"
 """The name of the metadata directory inside a queue."""
@@ -420,11 +418,6 @@ class Layout:
         except OSError as exc:
             self._name_in(exc, ROOT, name)
             raise
-
-    def lock(self, name: str, clock: Clock, *, timeout: float | None = None) -> FileLock:
-        """The cross-process lock on ``.vsqs/<name>`` (:class:`vsqs._lock.FileLock`,
-        opened by :meth:`open_lock`): no I/O until it is acquired."""
-        return FileLock(lambda: self.open_lock(name), clock, f"{self.root}/{name}", timeout=timeout)
 
     def _name_in(self, exc: OSError, sub: str, name: str) -> None:
         """Make *exc* name ``.vsqs/<sub>/<name>`` by its full path, not the bare *name* a

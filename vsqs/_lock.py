@@ -9,8 +9,8 @@ on the lock's clock until it is taken or the timeout ends, so a stopped holder (
 a debugger, a paused VM) costs a waiter its timeout, never more, and a manual clock runs
 the same code. ``filelock`` itself is not used: it opens its file by path, so a symlink
 planted there would be followed (and its target truncated); each lock here is opened by
-an *opener* that never follows a link and stays inside its directory
-(:meth:`vsqs._layout.Layout.lock`).
+an *opener* that never follows a link and stays inside its directory (a queue's
+locks: :meth:`FileLock.in_queue`, through its layout).
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from __future__ import annotations
 import math
 import threading
 from collections.abc import Callable
-from typing import Final
+from typing import Final, Protocol
 
 from . import _fs
 from ._clock import Clock
@@ -27,6 +27,15 @@ from ._errors import LockTimeout
 POLL: Final = 0.002
 """Seconds between two tries of a held lock (``filelock`` polls too: ``flock`` has no
 timeout of its own, and a blocking one could not be interrupted by a deadline)."""
+
+
+class _Locks(Protocol):
+    """What opens a queue's lock files: its :class:`~vsqs._layout.Layout`."""
+
+    @property
+    def root(self) -> str: ...
+
+    def open_lock(self, name: str) -> int: ...
 
 
 class FileLock:
@@ -62,6 +71,21 @@ class FileLock:
         self._clock = clock
         self._threads = threading.Lock() if threads is None else threads
         self._fd = -1  # the holder's descriptor; only the thread holding _threads sets it
+
+    @classmethod
+    def in_queue(
+        cls,
+        layout: _Locks,
+        name: str,
+        clock: Clock,
+        *,
+        timeout: float | None = None,
+        threads: threading.Lock | None = None,
+    ) -> FileLock:
+        """The lock on ``.vsqs/<name>`` of the queue whose layout is *layout* (opened by
+        ``layout.open_lock``: created, never through a link); no I/O until acquired."""
+        path = f"{layout.root}/{name}"
+        return cls(lambda: layout.open_lock(name), clock, path, timeout=timeout, threads=threads)
 
     def acquire(self, timeout: float | None) -> bool:
         """Take the lock within *timeout* seconds (``None``: wait forever; ``0``: one try);

@@ -73,6 +73,7 @@ from ._ids import (
 )
 from ._ids import State as _State
 from ._layout import FIFO_LOCK, Layout, UnsafeEntry
+from ._lock import FileLock
 from ._message import NO_ATTRIBUTES, Counts, Message, received
 from ._meta import Meta, MetaStore, report_once, split_group, validate_attributes, with_group
 from ._options import UNSET, Config, QueueOptions, Unset, batch_size, queue_path
@@ -264,7 +265,7 @@ class Queue:
         self._consumer = Consumer(config.refresh_interval)  # all receive bookkeeping
         # fifo=True: one claim step at a time in this directory, across processes and
         # hosts that share flock, and this handle's threads (held for the step only).
-        self._claim_lock = self.layout.lock(FIFO_LOCK, self.clock)
+        self._claim_lock = FileLock.in_queue(self.layout, FIFO_LOCK, self.clock)
         self._groups = Groups(self._meta)
         self._claim_missed = False  # the last fifo claim found the claim lock held
 

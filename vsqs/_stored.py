@@ -352,4 +352,4 @@ def locked(layout: Layout, clock: Clock) -> FileLock:
     raised and nothing is changed: its holder is stopped (it holds it only to rewrite
     one small file).
     """
-    return layout.lock(SETTINGS_LOCK, clock, timeout=LOCK_WAIT)
+    return FileLock.in_queue(layout, SETTINGS_LOCK, clock, timeout=LOCK_WAIT)

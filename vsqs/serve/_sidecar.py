@@ -118,13 +118,7 @@ def read_cached(queue_dir: str) -> Mapping[str, Any]:
 def _locked(layout: Layout) -> FileLock:
     """The record's lock, waited for up to :data:`LOCK_WAIT` seconds (then
     :class:`~vsqs.LockTimeout`: another server holding it is stopped)."""
-    return FileLock(
-        lambda: layout.open_lock(SQS_LOCK),
-        SYSTEM_CLOCK,
-        f"{layout.root}/{SQS_LOCK}",
-        timeout=LOCK_WAIT,
-        threads=_threads,
-    )
+    return FileLock.in_queue(layout, SQS_LOCK, SYSTEM_CLOCK, timeout=LOCK_WAIT, threads=_threads)
 
 
 def update(
