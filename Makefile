@@ -24,6 +24,8 @@ demo: $(VENV)/.core
 	$(PY) -m vsqs._demo
 
 LINTED := vsqs tests benchmarks examples docs
+# Coverage of every process the tests start (xdist's workers included), combined after.
+COVER  := COVERAGE_FILE=$(CURDIR)/.coverage COVERAGE_PROCESS_START=$(CURDIR)/pyproject.toml $(BIN)/coverage run
 
 ## check: the quick tier, in minutes: ruff, mypy, the import contracts and the tests that
 ## need nothing but Python and a local filesystem (tests/conftest.py INTEGRATION lists the
@@ -47,7 +49,8 @@ integration: $(STAMP)
 typecheck: $(STAMP)
 	$(BIN)/mypy
 
-## test: lint, type-check, the whole suite with coverage, and the docs build
+## test: lint, type-check, the whole suite with coverage (the quick tier on every core, then
+## the integration tier), and the docs build
 test: $(STAMP)
 	sh tests/reliability/setup-filesystems.sh
 	sh tests/multihost/setup-sshfs.sh
@@ -60,7 +63,8 @@ test: $(STAMP)
 	$(BIN)/mypy
 	$(BIN)/lint-imports
 	$(BIN)/coverage erase
-	COVERAGE_FILE=$(CURDIR)/.coverage COVERAGE_PROCESS_START=$(CURDIR)/pyproject.toml $(BIN)/coverage run -m pytest
+	$(COVER) -m pytest -q -m "not integration" -n auto
+	$(COVER) -m pytest -m integration
 	$(BIN)/coverage combine -q
 	$(BIN)/coverage report
 	$(MAKE) docs
