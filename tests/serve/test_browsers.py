@@ -5,7 +5,9 @@ a real socket to a real server; the queue is checked intact after each."""
 from __future__ import annotations
 
 import json
+import os
 import re
+import subprocess
 import threading
 from pathlib import Path
 from typing import Any
@@ -17,12 +19,15 @@ import vsqs
 from vsqs.dashboard import Dashboard
 from vsqs.serve import BrowserPolicy, Server, asgi_app, make_server
 
+from .clients import SERVE
 from .conftest import Start
 from .http import request
 from .test_asgi import _call
+from .test_server import REPO, _serve
 
 JSON_TYPE = "application/x-amz-json-1.0"
 FORM_TYPE = "application/x-www-form-urlencoded"
+FORM = {"Content-Type": FORM_TYPE}
 EVIL = {"Origin": "http://evil.example", "Sec-Fetch-Site": "cross-site"}
 
 
@@ -253,3 +258,31 @@ def test_the_dashboard_refuses_a_rebound_host(tmp_path: Path) -> None:
             assert status == 200 and b"Purged 5" in body  # the guard is not all-refusing
         finally:
             server.shutdown()
+
+
+def test_the_command_takes_allow_host_and_allow_origin(tmp_path: Path) -> None:
+    app = "http://app.example:3000"
+    child, url = _serve(
+        tmp_path, "--quiet", "--allow-host", "queues.internal", "--allow-origin", app
+    )
+    try:
+        named = {"Host": "queues.internal:9324"}
+        status, _, body = request(url, "POST", "/", b"Action=ListQueues", {**named, **FORM})
+        assert status == 200, body
+        assert request(url, "GET", "/ui/", headers=named)[0] == 200  # the dashboard too
+        rebound = {"Host": "rebound.example"}
+        assert request(url, "POST", "/", b"Action=ListQueues", {**rebound, **FORM})[0] == 403
+        assert request(url, "GET", "/ui/", headers=rebound)[0] == 403
+        preflight = {"Origin": app, "Access-Control-Request-Method": "POST"}
+        status, headers, _ = request(url, "OPTIONS", "/", headers=preflight)
+        assert status == 200 and headers["access-control-allow-origin"] == app
+    finally:
+        child.terminate()
+        child.communicate(timeout=60)
+    refused = subprocess.run(
+        [*SERVE, str(tmp_path), "--port", "0", "--allow-origin", "app.example"],
+        capture_output=True, text=True, timeout=60, check=False,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+    )  # fmt: skip
+    assert refused.returncode != 0 and "'app.example' is not an origin" in refused.stderr
+    assert "Traceback" not in refused.stderr
