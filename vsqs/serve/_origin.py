@@ -105,12 +105,14 @@ class BrowserPolicy:
         change queues from a browser; CORS is answered for them alone.
     :raises ValueError: an entry that is not a host name, or not an origin.
 
+    >>> from vsqs.serve import BrowserPolicy, SqsError
     >>> policy = BrowserPolicy.of(allow_hosts=["queues.internal"])
     >>> policy.check("POST", {"host": "queues.internal:9324"}, changes=True)
-    >>> policy.check("POST", {"host": "evil.example"}, changes=False)
-    Traceback (most recent call last):
-    ...
-    vsqs.serve._errors.SqsError: AccessDenied: ...
+    >>> try:
+    ...     policy.check("POST", {"host": "evil.example"}, changes=False)
+    ... except SqsError as refused:
+    ...     print(refused.status, refused.code)
+    403 AccessDenied
     """
 
     hosts: frozenset[str] = frozenset()
