@@ -11,13 +11,14 @@ callable, never to the client).
 
 from __future__ import annotations
 
+import errno
 import random
 import re
 import traceback
 from collections.abc import Callable, Mapping
 from typing import Final, NamedTuple
 
-from .. import QueueNotFound
+from .. import DurabilityError, QueueNotFound
 from . import _sigv4, _wire
 from ._context import Caller
 from ._credentials import Credentials
@@ -157,13 +158,21 @@ def _answer(  # noqa: PLR0917 - answer's parameters
         content_type, payload = _wire.render(request, result, answered_as)
     except SqsError as error:
         return error_answer(error, json_protocol=json_protocol, action=action)
-    except (QueueNotFound, FileNotFoundError):
-        # RACE: another server (or the library) deleted the queue during the request.
+    except (QueueNotFound, FileNotFoundError, DurabilityError) as exc:
+        if isinstance(exc, DurabilityError) and exc.errno != errno.ENOENT:
+            return _failure(log, json_protocol, action)
+        # RACE: another server (or the library) deleted the queue during the request
+        # (a message written before went with the queue: its directory is gone).
         gone = SqsError("QueueDoesNotExist", "The specified queue does not exist.")
         return error_answer(gone, json_protocol=json_protocol, action=action)
     except Exception:  # noqa: BLE001 - the one place a failure becomes an answer
-        log(traceback.format_exc().rstrip())
-        failure = SqsError("InternalFailure", "The request failed on the server.", sender=False)
-        return error_answer(failure, json_protocol=json_protocol, action=action)
+        return _failure(log, json_protocol, action)
     headers_out = {"Content-Type": content_type, "x-amzn-RequestId": answered_as}
     return Answer(200, headers_out, payload, action)
+
+
+def _failure(log: Callable[[str], None], json_protocol: bool, action: str) -> Answer:
+    """A 500 ``InternalFailure`` for the exception being handled (logged, never sent)."""
+    log(traceback.format_exc().rstrip())
+    failure = SqsError("InternalFailure", "The request failed on the server.", sender=False)
+    return error_answer(failure, json_protocol=json_protocol, action=action)
