@@ -36,6 +36,7 @@ MAX_SKEW: Final = 15 * 60
 MAX_EXPIRES: Final = 7 * 24 * 3600
 """The longest a presigned URL may be valid (seconds; SigV4's limit)."""
 _ALGORITHM: Final = "AWS4-HMAC-SHA256"
+_SECONDS: Final = re.compile(r"[0-9]{1,7}")
 _AUTH_FIELD: Final = re.compile(r"\s*(Credential|SignedHeaders|Signature)\s*=\s*([^,\s]*)\s*")
 _AMZ_DATE: Final = re.compile(r"(\d{8})T(\d{6})Z")
 _SCOPE: Final = re.compile(r"([^/]+)/(\d{8})/([^/]+)/([^/]+)/aws4_request")
@@ -91,7 +92,7 @@ def _expires(value: str | None) -> int:
     """The ``X-Amz-Expires`` of a presigned URL: seconds, 1 to 7 days (SigV4's bounds)."""
     if value is None:
         raise _incomplete("a presigned URL needs X-Amz-Expires")
-    if not value.isdigit() or not 1 <= int(value) <= MAX_EXPIRES:
+    if not _SECONDS.fullmatch(value) or not 1 <= int(value) <= MAX_EXPIRES:
         raise SqsError(
             "AuthorizationQueryParametersError",
             f"X-Amz-Expires must be a whole number of seconds from 1 to {MAX_EXPIRES}.",
