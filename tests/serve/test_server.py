@@ -127,7 +127,7 @@ def test_shutdown_waits_for_requests_in_flight_and_ends_long_polls(start: Start)
 def _serve(root: Path, *args: str) -> tuple[subprocess.Popen[str], str]:
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     child = subprocess.Popen(
-        [sys.executable, "-m", "vsqs", "serve", str(root), "--port", "0", *args],
+        [sys.executable, "-m", "vsqs", "serve", str(root), "--port", "0", "--create", *args],
         stderr=subprocess.PIPE,
         stdout=subprocess.DEVNULL,
         text=True,

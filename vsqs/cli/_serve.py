@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import threading
 
 import click
@@ -48,6 +49,7 @@ from ._common import CliError, Stopped
     help="The origin (scheme://host:port) of a web app that may change queues from a "
     "browser; CORS is answered for it alone (repeat for more).",
 )
+@click.option("--create", is_flag=True, help="Make ROOT if it does not exist.")
 def serve(
     root: str,
     *,
@@ -59,6 +61,7 @@ def serve(
     max_connections: int,
     allow_hosts: tuple[str, ...],
     allow_origins: tuple[str, ...],
+    create: bool,
 ) -> None:
     """Serve the queues under ROOT over the SQS API (JSON and query protocols).
 
@@ -67,6 +70,8 @@ def serve(
     stops it gracefully: requests in flight finish, long polls return empty.
     """
     credentials = None if credentials_file is None else load_credentials(credentials_file)
+    if not create and not os.path.isdir(root):  # a typo would serve an empty new root
+        raise CliError(f"no directory {root!r} to serve (give --create to make it)")
     queue_root = QueueRoot(root)
     # The dashboard at / and /ui/ (read-only unless --admin); its sampler thread stops
     # with the server.

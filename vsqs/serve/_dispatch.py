@@ -12,13 +12,14 @@ callable, never to the client).
 from __future__ import annotations
 
 import errno
+import os
 import random
 import re
 import traceback
 from collections.abc import Callable, Mapping
 from typing import Final, NamedTuple
 
-from .. import DurabilityError, QueueNotFound
+from .. import DurabilityError, InvalidSettings, QueueNotFound
 from . import _sigv4, _wire
 from ._context import Caller
 from ._credentials import Credentials
@@ -156,19 +157,42 @@ def _answer(  # noqa: PLR0917 - answer's parameters
         result = service.handle(caller, request)
         answered_as = request_id()
         content_type, payload = _wire.render(request, result, answered_as)
-    except SqsError as error:
-        return error_answer(error, json_protocol=json_protocol, action=action)
-    except (QueueNotFound, FileNotFoundError, DurabilityError) as exc:
-        if isinstance(exc, DurabilityError) and exc.errno != errno.ENOENT:
+    except (SqsError, InvalidSettings, QueueNotFound, FileNotFoundError, DurabilityError) as exc:
+        error = _as_sqs_error(exc)
+        if error is None:
             return _failure(log, json_protocol, action)
-        # RACE: another server (or the library) deleted the queue during the request
-        # (a message written before went with the queue: its directory is gone).
-        gone = SqsError("QueueDoesNotExist", "The specified queue does not exist.")
-        return error_answer(gone, json_protocol=json_protocol, action=action)
+        return error_answer(error, json_protocol=json_protocol, action=action)
     except Exception:  # noqa: BLE001 - the one place a failure becomes an answer
         return _failure(log, json_protocol, action)
     headers_out = {"Content-Type": content_type, "x-amzn-RequestId": answered_as}
     return Answer(200, headers_out, payload, action)
+
+
+def _as_sqs_error(exc: Exception) -> SqsError | None:
+    """The SQS error a failure of a request is answered with (``None``: a 500)."""
+    if isinstance(exc, SqsError):
+        return exc
+    if isinstance(exc, InvalidSettings):
+        return _unusable(exc)
+    if isinstance(exc, DurabilityError) and exc.errno != errno.ENOENT:
+        return None
+    # RACE: another server (or the library) deleted the queue during the request (a
+    # message written before went with the queue: its directory is gone).
+    return SqsError("QueueDoesNotExist", "The specified queue does not exist.")
+
+
+def _unusable(exc: InvalidSettings) -> SqsError:
+    """The answer for a queue whose stored settings cannot be read: names the queue and
+    the repair; a 4xx, which no SDK retries (a retry would find the same file)."""
+    name = os.path.basename(os.path.dirname(os.path.dirname(exc.path)))  # .vsqs/settings.json
+    what = f"setting {exc.key!r}" if exc.key else "file"
+    return SqsError(
+        "InvalidSettings",
+        f"Queue {name} cannot be used: its settings {what} (.vsqs/settings.json) is "
+        f"invalid: {exc.reason}. On the server, fix the file, or move it aside (back to "
+        f"the defaults) with: vsqs config ROOT/{name} --reset",
+        status=409,
+    )
 
 
 def _failure(log: Callable[[str], None], json_protocol: bool, action: str) -> Answer:
