@@ -347,6 +347,41 @@ def test_credentials_sign_in_and_limit_what_a_key_sees(root: vsqs.QueueRoot) -> 
     assert app.counts().ready == 0
 
 
+def test_an_admin_key_acts_only_within_its_queues(root: vsqs.QueueRoot) -> None:
+    """The issue's tenant case: a key limited to ``orders-*`` (admin) may not make
+    another tenant's queue its dead-letter queue, nor redrive into it, through the
+    dashboard, as through the SQS API (AccessDenied)."""
+    keys = Credentials([Credential("ORDERS", "o-secret", ("orders-*",), admin=True)])
+    root.create("orders-1")
+    root.create("orders-dlq")
+    secret = root.create("secret")
+    with (
+        Dashboard(root, admin=True, credentials=keys, sample_every=3600) as dashboard,
+        serving(dashboard) as url,
+    ):
+        tenant = _basic("ORDERS", "o-secret")
+        _, _, page = request(url + "/ui/queue/orders-1", headers=tenant)
+        token = _token(page)
+        configure = {"action": "configure", "key": "dead_letter", "csrf": token, "confirm": "yes"}
+        to_secret = {**configure, "value": "secret"}
+        status, body = _post(url + "/ui/action/orders-1", to_secret, **tenant)
+        assert status == 403 and b"secret" in body
+        assert "dead_letter" not in root.get("orders-1").settings()
+        status, body = _post(
+            url + "/ui/action/orders-dlq",
+            {"action": "redrive", "to": "secret", "csrf": token, "confirm": "yes"},
+            **tenant,
+        )
+        assert status in (403, 404)
+        # Within its own queues it acts.
+        status, body = _post(
+            url + "/ui/action/orders-1", {**configure, "value": "orders-dlq"}, **tenant
+        )
+        assert status == 200, body
+    assert root.get("orders-1").settings()["dead_letter"] == "orders-dlq"
+    assert secret.counts().ready == 0
+
+
 def test_the_sampler_keeps_an_hour_of_depth_and_rates(root: vsqs.QueueRoot) -> None:
     """Rates come from the counters between two samples; chart points are kept no
     closer than the step and no longer than an hour."""

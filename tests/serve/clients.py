@@ -101,7 +101,7 @@ class Served:
             self.port = _free_port()
             with self.log.open("wb") as log:
                 self.process = subprocess.Popen(
-                    [*SERVE, str(root), "--port", str(self.port), "--quiet", *args],
+                    [*SERVE, str(root), "--port", str(self.port), "--quiet", "--create", *args],
                     stdout=log,
                     stderr=subprocess.STDOUT,
                     env=dict(env) if env is not None else None,

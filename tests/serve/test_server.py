@@ -127,7 +127,7 @@ def test_shutdown_waits_for_requests_in_flight_and_ends_long_polls(start: Start)
 def _serve(root: Path, *args: str) -> tuple[subprocess.Popen[str], str]:
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     child = subprocess.Popen(
-        [sys.executable, "-m", "vsqs", "serve", str(root), "--port", "0", *args],
+        [sys.executable, "-m", "vsqs", "serve", str(root), "--port", "0", "--create", *args],
         stderr=subprocess.PIPE,
         stdout=subprocess.DEVNULL,
         text=True,
@@ -244,7 +244,7 @@ def test_connections_beyond_the_cap_get_a_retryable_503(start: Start) -> None:
     held = [socket.create_connection((host, port), timeout=5) for _ in range(2)]
     try:
         for sock in held:  # each is served: its thread answers
-            sock.sendall(b"GET /?Action=ListQueues HTTP/1.1\r\nHost: x\r\n\r\n")
+            sock.sendall(b"GET /?Action=ListQueues HTTP/1.1\r\nHost: localhost\r\n\r\n")
             assert sock.recv(4096).startswith(b"HTTP/1.1 200")
         with socket.create_connection((host, port), timeout=5) as extra:
             answer = b""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import threading
 
 import click
@@ -32,6 +33,23 @@ from ._common import CliError, Stopped
     show_default=True,
     help="Connections served at once (a thread each); more are answered 503 (SDKs retry).",
 )
+@click.option(
+    "--allow-host",
+    "allow_hosts",
+    multiple=True,
+    metavar="NAME",
+    help="A Host name clients use beside localhost/127.0.0.1/[::1] (any port; repeat "
+    "for more). Any other Host is refused (DNS rebinding).",
+)
+@click.option(
+    "--allow-origin",
+    "allow_origins",
+    multiple=True,
+    metavar="URL",
+    help="The origin (scheme://host:port) of a web app that may change queues from a "
+    "browser; CORS is answered for it alone (repeat for more).",
+)
+@click.option("--create", is_flag=True, help="Make ROOT if it does not exist.")
 def serve(
     root: str,
     *,
@@ -41,6 +59,9 @@ def serve(
     quiet: bool,
     admin: bool,
     max_connections: int,
+    allow_hosts: tuple[str, ...],
+    allow_origins: tuple[str, ...],
+    create: bool,
 ) -> None:
     """Serve the queues under ROOT over the SQS API (JSON and query protocols).
 
@@ -49,10 +70,17 @@ def serve(
     stops it gracefully: requests in flight finish, long polls return empty.
     """
     credentials = None if credentials_file is None else load_credentials(credentials_file)
+    if not create and not os.path.isdir(root):  # a typo would serve an empty new root
+        raise CliError(f"no directory {root!r} to serve (give --create to make it)")
     queue_root = QueueRoot(root)
     # The dashboard at / and /ui/ (read-only unless --admin); its sampler thread stops
     # with the server.
-    dashboard = Dashboard(queue_root, admin=admin, credentials=credentials)
+    try:
+        dashboard = Dashboard(
+            queue_root, admin=admin, credentials=credentials, allow_hosts=allow_hosts
+        )
+    except ValueError as exc:
+        raise CliError(str(exc)) from None
     try:
         server = make_server(
             queue_root,
@@ -62,7 +90,12 @@ def serve(
             quiet=quiet,
             pages=dashboard.handle,
             max_connections=max_connections,
+            allow_hosts=allow_hosts,
+            allow_origins=allow_origins,
         )
+    except ValueError as exc:
+        dashboard.close()
+        raise CliError(str(exc)) from None
     except OSError as exc:  # EADDRINUSE, EACCES (a port below 1024), EADDRNOTAVAIL
         dashboard.close()
         if isinstance(exc, PermissionError) and not exc.errno:

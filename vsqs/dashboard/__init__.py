@@ -21,8 +21,13 @@ is a POST that carries a token only the dashboard's own pages have (CSRF), is re
 from another origin, and asks for a confirmation first. With *credentials* (a server
 that listens beyond loopback), every request needs HTTP Basic authentication (user:
 access key, password: secret key), a key sees only the queues it may use, and only a key
-with ``admin: true`` may act. Basic authentication sends the secret with every request:
-off loopback, put TLS in front (a reverse proxy).
+with ``admin: true`` may act, on the queues it may use, with the same limits as
+through the SQS API (a dead-letter or redrive target is a queue the key may use).
+Basic authentication sends the secret with every request: off loopback, put TLS in
+front (a reverse proxy). Every request whose ``Host`` is not a loopback name nor one
+of *allow_hosts* is refused (DNS rebinding: a page that rebinds its name to the
+server would otherwise read the form token), as by the SQS API
+(:class:`vsqs.serve.BrowserPolicy`).
 """
 
 from __future__ import annotations
@@ -33,13 +38,13 @@ import json
 import os
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from importlib import resources
 from typing import Any, Final
 from urllib.parse import unquote, urlsplit
 
 from .. import InvalidName, Queue, QueueNotFound, QueueRoot, VsqsError, validate_name
-from ..serve import Credential, Credentials
+from ..serve import BrowserPolicy, Credential, Credentials, SqsError
 from . import _charts, _pages
 from ._actions import PEEK, SETTINGS, WHOLE, peek, plan_configure
 from ._guard import (
@@ -50,7 +55,6 @@ from ._guard import (
     authenticate,
     parse_form,
     response_headers,
-    same_origin,
     token,
 )
 from ._sampler import Sampler
@@ -83,6 +87,9 @@ class Dashboard:
         ``admin: true`` for an action); ``None`` on loopback.
     :param sample_every: seconds between two samples of a queue (and between two
         refreshes of an open page).
+    :param allow_hosts: ``Host`` names accepted beside the loopback ones (as
+        ``vsqs serve --allow-host``).
+    :raises ValueError: an *allow_hosts* entry that is not a host name.
     """
 
     def __init__(
@@ -92,7 +99,10 @@ class Dashboard:
         admin: bool = False,
         credentials: Credentials | None = None,
         sample_every: float = 5.0,
+        allow_hosts: Iterable[str] = (),
     ) -> None:
+        # No origin is allowed: the actions' forms come from the dashboard's own pages.
+        self.policy = BrowserPolicy.of(allow_hosts)
         self.root = root
         self.admin = bool(admin)
         self.credentials = credentials
@@ -150,6 +160,10 @@ class Dashboard:
             return None
         lowered = {key.lower(): value for key, value in headers.items()}
         try:
+            try:
+                self.policy.check(method, lowered, changes=method == "POST")
+            except SqsError as refused:
+                raise Refused(refused.status, refused.text) from None
             user = authenticate(self.credentials, lowered)
             if method in ("GET", "HEAD"):  # the server sends no body for a HEAD
                 return self._get(path, lowered, user)
@@ -300,7 +314,6 @@ class Dashboard:
             raise Refused(403, "the dashboard is read-only (start the server with --admin)")
         if not self._can_act(user):
             raise Refused(403, "this access key may not act (its credentials lack admin)")
-        same_origin(headers)
         form = parse_form(headers, body)
         expected = token(self._secret, user).encode()
         if not hmac.compare_digest(form.get("csrf", "").encode(), expected):
@@ -364,7 +377,7 @@ class Dashboard:
         if action == "redrive":
             return self._plan_redrive(queue, name, form, user, opened=opened)
         if action == "configure":
-            return plan_configure(queue, name, form)
+            return plan_configure(queue, name, form, lambda other: self._visible(other, user))
         raise Refused(400, f"unknown action {action!r}")
 
     def _plan_redrive(

@@ -29,9 +29,14 @@ SETTINGS: Final = {
 
 
 def plan_configure(
-    queue: Queue, name: str, form: Mapping[str, str]
+    queue: Queue, name: str, form: Mapping[str, str], may_use: Callable[[str], bool]
 ) -> tuple[str, Callable[[], str]]:
-    """What changing a setting from *form* will do, and a function doing it."""
+    """What changing a setting from *form* will do, and a function doing it.
+
+    :param may_use: whether the signed-in key may use a queue (by name): a dead-letter
+        queue is one its messages will be written into, so, as ``SetQueueAttributes``'
+        ``RedrivePolicy`` through the SQS API, it must be one the key may use.
+    """
     key = form.get("key", "")
     if key not in SETTINGS:
         raise Refused(400, f"unknown setting {key!r}; known: {', '.join(SETTINGS)}")
@@ -43,6 +48,8 @@ def plan_configure(
         except ValueError:
             kind = "a whole number" if SETTINGS[key] is int else "a number of seconds"
             raise Refused(400, f"{key} must be {kind}, not {raw!r}") from None
+    if key == "dead_letter" and value is not None and not may_use(str(value)):
+        raise Refused(403, f"this access key may not use the queue {value!r} (its dead letters)")
     shown = "the default (removed)" if value is None else repr(value)
     what = f"Store {key} = {shown} with {name}; handles opened from now on use it."
 

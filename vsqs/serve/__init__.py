@@ -44,11 +44,13 @@ from __future__ import annotations
 from ._asgi import ASGIApp, asgi_app
 from ._credentials import Credential, Credentials, CredentialsError, load_credentials
 from ._errors import SqsError
+from ._origin import BrowserPolicy
 from ._server import MAX_CONNECTIONS, Pages, Server, UnsafeAddress, make_server
 
 __all__ = [
     "MAX_CONNECTIONS",
     "ASGIApp",
+    "BrowserPolicy",
     "Credential",
     "Credentials",
     "CredentialsError",

@@ -16,13 +16,14 @@ from __future__ import annotations
 import asyncio
 import functools
 import os
-from collections.abc import Awaitable, Callable, MutableMapping
+from collections.abc import Awaitable, Callable, Iterable, MutableMapping
 from typing import Any
 
 from .. import QueueRoot
 from . import _dispatch
 from ._credentials import Credentials, load_credentials
 from ._errors import SqsError
+from ._origin import BrowserPolicy
 from ._server import MAX_BODY
 from ._service import Service
 
@@ -36,9 +37,15 @@ Send = Callable[[MutableMapping[str, Any]], Awaitable[None]]
 class ASGIApp:
     """An ASGI 3 application serving the SQS API of one root (see :func:`asgi_app`)."""
 
-    def __init__(self, service: Service, credentials: Credentials | None) -> None:
+    def __init__(
+        self,
+        service: Service,
+        credentials: Credentials | None,
+        policy: BrowserPolicy = BrowserPolicy(),  # noqa: B008 - frozen, never changed
+    ) -> None:
         self.service = service
         self.credentials = credentials
+        self.policy = policy
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "lifespan":
@@ -87,6 +94,7 @@ class ASGIApp:
             bytes(body),
             f"{host}:{port}",
             lambda line: None,
+            self.policy,
         )
         await self._send(send, await asyncio.get_running_loop().run_in_executor(None, call))
 
@@ -102,13 +110,19 @@ def asgi_app(
     root: str | os.PathLike[str] | QueueRoot,
     *,
     credentials: Credentials | str | os.PathLike[str] | None = None,
+    allow_hosts: Iterable[str] = (),
+    allow_origins: Iterable[str] = (),
 ) -> ASGIApp:
     """The SQS API of *root* as an ASGI application (both wire protocols, all actions).
 
     :param credentials: as for :func:`~vsqs.serve.make_server`: every request must then
         be signed by one of the keys, each limited to its queues.
+    :param allow_hosts: ``Host`` names accepted beside the loopback ones, as for
+        :func:`~vsqs.serve.make_server` (behind a proxy: the name clients use).
+    :param allow_origins: web-page origins that may change queues from a browser.
     """
     if credentials is not None and not isinstance(credentials, Credentials):
         credentials = load_credentials(credentials)
+    policy = BrowserPolicy.of(allow_hosts, allow_origins)
     queue_root = root if isinstance(root, QueueRoot) else QueueRoot(root)
-    return ASGIApp(Service(queue_root), credentials)
+    return ASGIApp(Service(queue_root), credentials, policy)

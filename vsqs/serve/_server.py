@@ -21,7 +21,7 @@ import sys
 import threading
 import time
 import traceback
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from http.server import ThreadingHTTPServer
 from typing import Any, Final
 
@@ -31,6 +31,7 @@ from . import _dispatch
 from ._credentials import Credentials, load_credentials
 from ._errors import SqsError
 from ._http import Handler
+from ._origin import BrowserPolicy
 from ._service import Service
 
 __all__ = ["Pages", "Server", "UnsafeAddress", "make_server"]
@@ -104,6 +105,7 @@ class Server(ThreadingHTTPServer):
         quiet: bool,
         pages: Pages | None,
         max_connections: int = MAX_CONNECTIONS,
+        policy: BrowserPolicy = BrowserPolicy(),  # noqa: B008 - frozen, never changed
     ) -> None:
         if ":" in address[0]:
             self.address_family = socket.AF_INET6
@@ -112,6 +114,7 @@ class Server(ThreadingHTTPServer):
         self.quiet = quiet
         self.pages = pages
         self.max_connections = max_connections
+        self.policy = policy
         self._busy = 0
         self._open = 0  # connections with a thread (at most max_connections)
         self._idle = threading.Condition()
@@ -358,6 +361,7 @@ class _Handler(Handler):
             body,
             self.server.host_port,
             self.server.log,
+            self.server.policy,
         )
         self._action = done.action
         self._send(done.status, done.headers, done.body)
@@ -406,6 +410,8 @@ def make_server(
     quiet: bool = False,
     pages: Pages | None = None,
     max_connections: int = MAX_CONNECTIONS,
+    allow_hosts: Iterable[str] = (),
+    allow_origins: Iterable[str] = (),
 ) -> Server:
     """A server of the SQS API on the queues of *root*, bound and ready to serve.
 
@@ -422,6 +428,12 @@ def make_server(
         ``Action`` and for ``/ui`` and everything under it.
     :param max_connections: connections served at once (a thread each); a connection
         beyond them is answered ``503 ServiceUnavailable`` and closed.
+    :param allow_hosts: names (or addresses) accepted in a request's ``Host`` beside the
+        loopback ones (any port); any other is refused, against DNS rebinding.
+    :param allow_origins: origins (``scheme://host[:port]``) of web pages that may
+        change queues from a browser (CORS is answered for them alone); a browser
+        request from any other origin may only read.
+    :raises ValueError: an *allow_hosts* or *allow_origins* entry that is not one.
     :raises UnsafeAddress: *host* is not a loopback address and no credentials are given.
     :raises CredentialsError: the credentials file cannot be used.
 
@@ -437,6 +449,7 @@ def make_server(
         isinstance(max_connections, int) and max_connections > 0
     ):
         raise ValueError(f"max_connections must be a positive integer, not {max_connections!r}")
+    policy = BrowserPolicy.of(allow_hosts, allow_origins)
     queue_root = root if isinstance(root, QueueRoot) else QueueRoot(root)
     service = Service(queue_root)
     return Server(
@@ -446,4 +459,5 @@ def make_server(
         quiet=quiet,
         pages=pages,
         max_connections=max_connections,
+        policy=policy,
     )

@@ -67,12 +67,18 @@ def _only_this_host(device: int, path: str) -> bool:
 
 
 def read(queue_dir: str) -> dict[str, Any]:
-    """The queue's SQS record (an empty one if it has none, or an unreadable one)."""
+    """The queue's SQS record (an empty one if it has none, or an unreadable one).
+
+    :raises FileNotFoundError: the queue's directory is gone (deleted meanwhile): never
+        read as a queue without a record, which would answer as another kind of queue.
+    """
     layout = Layout(queue_dir)
     try:
         raw = layout.read(ROOT, SQS_STATE)
+    except FileNotFoundError:
+        raise  # RACE: the queue was deleted meanwhile; the request answers so
     except OSError:
-        return {}  # RACE: the queue was deleted meanwhile (or a non-file was planted there)
+        return {}  # a non-file was planted there
     finally:
         layout.close()
     if raw is None:

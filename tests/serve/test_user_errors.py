@@ -1,0 +1,78 @@
+"""The errors a user hits (issue 36): each names the problem and the fix, and no
+request prints a traceback."""
+
+from __future__ import annotations
+
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+import vsqs
+
+from .clients import SERVE
+from .conftest import Start
+from .http import json_call
+
+
+def test_a_corrupt_settings_file_names_the_queue_and_the_fix(
+    start: Start, capsys: pytest.CaptureFixture[str]
+) -> None:
+    server = start(quiet=False)
+    root = server.service.root
+    root.create("orders", visibility_timeout=5).publish(b"x")
+    (Path(root.path) / "orders" / ".vsqs" / "settings.json").write_text("{broken")
+    status, headers, answer = json_call(
+        server.url, "ReceiveMessage", {"QueueUrl": "/000000000000/orders"}
+    )
+    assert 400 <= status < 500, answer  # an SDK does not retry it
+    assert "orders" in answer["message"] and "--reset" in answer["message"]
+    assert root.path not in answer["message"]  # no server path sent to a client
+    assert headers["x-amzn-query-error"].startswith("InvalidSettings;")
+    assert "Traceback" not in capsys.readouterr().err
+
+
+def test_serve_refuses_a_root_that_does_not_exist(tmp_path: Path) -> None:
+    typo = tmp_path / "typo"
+    refused = subprocess.run(
+        [*SERVE, str(typo), "--port", "0"], capture_output=True, text=True, timeout=60, check=False
+    )
+    assert refused.returncode != 0
+    assert "no directory" in refused.stderr and "--create" in refused.stderr
+    assert "Traceback" not in refused.stderr
+    assert not typo.exists()
+
+
+def test_a_move_task_whose_queue_is_deleted_fails_quietly(
+    start: Start, capsys: pytest.CaptureFixture[str]
+) -> None:
+    server = start(quiet=False)
+    root = server.service.root
+    dlq = root.create("dlq")
+    root.create("source", dead_letter="dlq", max_receives=1)
+    root.create("target")
+    dlq.publish_batch([b"m%d" % i for i in range(50)])
+    arn = "arn:aws:sqs:us-east-1:000000000000:"
+    for deleted in ("target", "dlq"):
+        status, _, answer = json_call(
+            server.url,
+            "StartMessageMoveTask",
+            {
+                "SourceArn": arn + "dlq",
+                "DestinationArn": arn + "target",
+                "MaxNumberOfMessagesPerSecond": 1,
+            },
+        )
+        assert status == 200, answer
+        root.delete(deleted)
+        time.sleep(1.5)  # the task's thread notices
+        if deleted == "target":
+            status, _, answer = json_call(
+                server.url, "ListMessageMoveTasks", {"SourceArn": arn + "dlq"}
+            )
+            assert answer["Results"][0]["Status"] == "FAILED", answer
+            root.create("target")
+    err = capsys.readouterr().err
+    assert "Traceback" not in err, err
+    assert vsqs.QueueRoot(root.path).list() == ["source", "target"]
