@@ -18,7 +18,6 @@ from .. import _fifo_workers as workers
 from ..fixtures_core import children, wait_until
 from ..procs import load
 from .conftest import client
-
 from .test_actions import vsqs_id_of
 
 
