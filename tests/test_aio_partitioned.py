@@ -14,7 +14,7 @@ import pytest
 
 import vsqs
 from vsqs.aio import AsyncQueue
-from vsqs.aio._reactor import reactor
+from vsqs._reactor import reactor
 
 T = TypeVar("T")
 

@@ -50,7 +50,7 @@ from .._queue import Queue
 from .._renewal import Lease
 from .._stats import Stats
 from ._publish import Publisher
-from ._reactor import Waiters, reactor
+from .._reactor import Waiters, reactor
 
 if TYPE_CHECKING:
     from typing_extensions import Self, Unpack
