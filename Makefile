@@ -16,7 +16,7 @@ $(VENV)/.core: $(BIN)/python pyproject.toml
 	touch $@
 
 $(STAMP): $(BIN)/python pyproject.toml
-	$(PY) -m pip install --quiet -e '.[test,cli,spark,docs,celery,metrics]'
+	$(PY) -m pip install --quiet -e '.[test,cli,serve,spark,docs,celery,metrics]'
 	touch $@
 
 ## demo: producers and consumers in separate processes share one queue

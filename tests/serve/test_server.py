@@ -22,7 +22,7 @@ import pytest
 from botocore.config import Config
 
 import vsqs
-from vsqs.serve import Server, make_server
+from vsqs.serve import Deadlines, Server, make_server
 
 from .conftest import Start, client
 from .http import request
@@ -216,23 +216,29 @@ def test_the_access_log(start: Start, capsys: pytest.CaptureFixture[str]) -> Non
     assert '" 400 ' in err
 
 
-def test_idle_and_stalled_connections_are_closed(
-    start: Start, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    from vsqs.serve._server import IDLE_TIMEOUT, _Handler
-
-    assert _Handler.timeout == IDLE_TIMEOUT > 20  # longer than any long poll
-    monkeypatch.setattr(_Handler, "timeout", 0.3)  # the same mechanism, sooner
-    server = start()
+def test_idle_and_stalled_connections_are_closed(start: Start) -> None:
+    """A connection that sends nothing, or stops in its head or its body, is closed
+    by the deadline it misses; the defaults outlast any long poll (20 s)."""
+    default = Deadlines()
+    assert default.request > default.header + default.body + 20 and default.idle > 20
+    server = start(deadlines=Deadlines(header=0.3, body=0.3, idle=0.3))
     host, port = server.server_address[:2]
-    for opening in (b"", b"POST / HTTP/1.1\r\nContent-Length: 100\r\n\r\n{"):
+    for opening, status in (
+        (b"", b""),  # idle: closed without a word
+        (b"POST / HTTP/1.1\r\nHost: x\r\nContent-Le", b"HTTP/1.1 408 "),  # head
+        (b"POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{", b"HTTP/1.1 408 "),
+    ):
         with socket.create_connection((str(host), port), timeout=5) as sock:
             sock.sendall(opening)
             began = time.monotonic()
-            while sock.recv(4096):
-                pass  # whatever is said before the close
+            said = b""
+            while chunk := sock.recv(4096):
+                said += chunk
             assert time.monotonic() - began < 3
+            assert said.startswith(status), said
     assert request(server.url, "GET", "/?Action=ListQueues")[0] == 200
+    with pytest.raises(ValueError, match="header deadline"):
+        Deadlines(header=0)
 
 
 def test_connections_beyond_the_cap_get_a_retryable_503(start: Start) -> None:
