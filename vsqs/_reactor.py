@@ -11,9 +11,10 @@ watching the descriptor until then, so it never spins on a readable descriptor.
 
 Used by :class:`~vsqs.aio.AsyncQueue` and by ``vsqs serve``'s long polls (here, below
 both, so that neither imports the other). Each queue's waiting coroutines are queued
-in FIFO order (:class:`Waiters`) and *one* is woken per change; a woken receiver that claimed something
-wakes the next (the baton), so a thousand waiting tasks cost one descriptor and no
-thundering herd: each event wakes as many tasks as there are messages to take, plus one.
+in FIFO order (:class:`Waiters`) and *one* is woken per change; a woken receiver that
+claimed something wakes the next (the baton), so a thousand waiting tasks cost one
+descriptor and no thundering herd: each event wakes as many tasks as there are
+messages to take, plus one.
 """
 
 from __future__ import annotations

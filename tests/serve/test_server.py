@@ -25,7 +25,7 @@ import vsqs
 from vsqs.serve import Deadlines, Server, make_server
 
 from .conftest import Start, client
-from .http import request
+from .http import raw, request
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -124,7 +124,7 @@ def test_shutdown_waits_for_requests_in_flight_and_ends_long_polls(start: Start)
     assert answers["page"][0] == 200 and answers["page"][2] == b"finished"
 
 
-def _serve(root: Path, *args: str) -> tuple[subprocess.Popen[str], str]:
+def serve_command(root: Path, *args: str) -> tuple[subprocess.Popen[str], str]:
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     child = subprocess.Popen(
         [sys.executable, "-m", "vsqs", "serve", str(root), "--port", "0", *args],
@@ -141,7 +141,7 @@ def _serve(root: Path, *args: str) -> tuple[subprocess.Popen[str], str]:
 
 
 def test_the_command_serves_logs_and_stops_gracefully_on_sigterm(tmp_path: Path) -> None:
-    child, url = _serve(tmp_path / "root")
+    child, url = serve_command(tmp_path / "root")
     try:
         sqs = client(url)
         queue_url = sqs.create_queue(QueueName="cli")["QueueUrl"]
@@ -175,7 +175,7 @@ def test_the_command_serves_logs_and_stops_gracefully_on_sigterm(tmp_path: Path)
 
 
 def test_quiet_and_refusals(tmp_path: Path) -> None:
-    child, url = _serve(tmp_path / "root", "--quiet")
+    child, url = serve_command(tmp_path / "root", "--quiet")
     try:
         client(url).list_queues()
         child.send_signal(signal.SIGINT)
@@ -214,6 +214,24 @@ def test_the_access_log(start: Start, capsys: pytest.CaptureFixture[str]) -> Non
     line = r'127\.0\.0\.1 - - \[.*\] "POST / HTTP/1.1" 200 \d+ ListQueues [\d.]+ms'
     assert re.search(line, err), err
     assert '" 400 ' in err
+
+
+def test_the_access_log_escapes_control_characters(
+    start: Start, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """ESC, BEL and the other control characters of a request never reach the
+    operator's terminal raw (an ESC sequence could rewrite what it shows)."""
+    server = start(quiet=False)
+    answer = raw(
+        server.url,
+        b"GET /\x1b[2J\x1b]0;owned\x07\x7f\xc2\x9b?Action=ListQueues HTTP/1.1\r\n"
+        b"Host: x\r\nConnection: close\r\n\r\n",
+    )
+    assert answer.startswith(b"HTTP/1.1 400"), answer  # h11: a target is visible ASCII
+    client(server.url).list_queues()
+    err = capsys.readouterr().err
+    assert "ListQueues" in err  # the log is on
+    assert not any((ord(c) < 0x20 and c != "\n") or 0x7F <= ord(c) <= 0x9F for c in err), repr(err)
 
 
 def test_idle_and_stalled_connections_are_closed(start: Start) -> None:

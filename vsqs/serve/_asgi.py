@@ -278,7 +278,9 @@ class ASGIApp:
 
     @staticmethod
     async def _send(send: Send, reply: _Reply) -> None:
-        headers = [(name.lower().encode(), value.encode("latin-1")) for name, value in reply.headers]
+        headers = [
+            (name.lower().encode(), value.encode("latin-1")) for name, value in reply.headers
+        ]
         if not any(name == b"content-length" for name, _ in headers):
             headers.append((b"content-length", str(len(reply.body)).encode()))
         if reply.close:
@@ -291,7 +293,7 @@ class ASGIApp:
             self._log("\n".join(escape(line) for line in text.split("\n")))
 
     def _access(self, scope: Scope, reply: _Reply | None, took: float) -> None:
-        assert self._log is not None  # noqa: S101 - checked by the caller
+        assert self._log is not None
         client = scope.get("client") or ("-", 0)
         path = (scope.get("raw_path") or scope["path"].encode()).decode("latin-1")
         query = scope.get("query_string", b"").decode("latin-1")
@@ -301,7 +303,9 @@ class ASGIApp:
         )
         when = time.strftime("%d/%b/%Y %H:%M:%S")
         self._log(
-            escape(f'{client[0]} - - [{when}] "{line}" {status} {size} {action} {took * 1000:.1f}ms')
+            escape(
+                f'{client[0]} - - [{when}] "{line}" {status} {size} {action} {took * 1000:.1f}ms'
+            )
         )
 
 
@@ -355,6 +359,4 @@ def asgi_app(
     if credentials is not None and not isinstance(credentials, Credentials):
         credentials = load_credentials(credentials)
     queue_root = root if isinstance(root, QueueRoot) else QueueRoot(root)
-    return ASGIApp(
-        Service(queue_root), credentials, pages=pages, log=log, deadlines=deadlines
-    )
+    return ASGIApp(Service(queue_root), credentials, pages=pages, log=log, deadlines=deadlines)

@@ -183,7 +183,7 @@ class Waiting:
         changes = self._queues.get(parked.paths)
         if changes is None:
             changes = _Changes()
-            hub, attached = reactor(), []
+            hub, attached = reactor(), list[str]()
             for path in parked.paths:
                 try:
                     watched = hub.attach(path, parked.wait, changes)

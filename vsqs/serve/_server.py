@@ -40,7 +40,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Final
 from .. import QueueRoot
 from .._errors import VsqsError
 from .._extras import missing_extra
-from ._asgi import CONNECTION, MAX_BODY, ASGIApp, Deadlines, Pages, stderr_log
+from ._asgi import CONNECTION, MAX_BODY, THREADS, ASGIApp, Deadlines, Pages, stderr_log
 from ._credentials import Credentials, load_credentials
 from ._service import Service
 
@@ -49,7 +49,15 @@ if TYPE_CHECKING:
 
     import uvicorn
 
-__all__ = ["BACKLOG", "MAX_BODY", "MAX_CONNECTIONS", "Pages", "Server", "UnsafeAddress", "make_server"]
+__all__ = [
+    "BACKLOG",
+    "MAX_BODY",
+    "MAX_CONNECTIONS",
+    "Pages",
+    "Server",
+    "UnsafeAddress",
+    "make_server",
+]
 
 MAX_CONNECTIONS: Final = 512
 """Connections served at once by default; more are answered ``503``."""
@@ -143,7 +151,7 @@ class _Connection(asyncio.Protocol):
         self._eof = False  # the client has half-closed: close once answered
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)  # noqa: S101 - a TCP server's
+        assert isinstance(transport, asyncio.Transport)
         gate = self.gate
         if gate.open >= gate.limit:
             transport.write(_BUSY)
@@ -232,12 +240,12 @@ class _Connection(asyncio.Protocol):
         self._timer = None if seconds is None else self._loop.call_later(seconds, then)
 
     def _head_late(self) -> None:
-        assert self._transport is not None  # noqa: S101 - armed once made
+        assert self._transport is not None
         self._transport.write(_LATE)
         self._transport.close()
 
     def _late(self) -> None:
-        assert self._transport is not None  # noqa: S101 - armed once made
+        assert self._transport is not None
         self._transport.abort()  # nothing flushed: the client may not be reading
 
 
@@ -258,6 +266,7 @@ class Server:
         pages: Pages | None,
         max_connections: int = MAX_CONNECTIONS,
         deadlines: Deadlines | None = None,
+        threads: int = THREADS,
     ) -> None:
         try:  # the extra, needed only to serve
             import uvicorn  # noqa: PLC0415
@@ -276,6 +285,7 @@ class Server:
             pages=pages,
             log=None if quiet else stderr_log,
             deadlines=self.deadlines,
+            threads=threads,
         )
         family = socket.AF_INET6 if ":" in address[0] else socket.AF_INET
         # IPPROTO_TCP named: asyncio sets TCP_NODELAY only on sockets that say so (without
@@ -372,6 +382,7 @@ def make_server(
     pages: Pages | None = None,
     max_connections: int = MAX_CONNECTIONS,
     deadlines: Deadlines | None = None,
+    threads: int = THREADS,
 ) -> Server:
     """A server of the SQS API on the queues of *root*, bound and ready to serve.
 
@@ -391,6 +402,8 @@ def make_server(
         answered ``503 ServiceUnavailable`` (with ``Retry-After``) and closed.
     :param deadlines: how long each part of a request may take
         (:class:`~vsqs.serve.Deadlines`).
+    :param threads: the pool that runs the actions' blocking calls (a long poll holds
+        none of its threads while it waits).
     :raises UnsafeAddress: *host* is not a loopback address and no credentials are given.
     :raises CredentialsError: the credentials file cannot be used.
     :raises ModuleNotFoundError: the ``serve`` extra is not installed.
@@ -407,6 +420,8 @@ def make_server(
         isinstance(max_connections, int) and max_connections > 0
     ):
         raise ValueError(f"max_connections must be a positive integer, not {max_connections!r}")
+    if isinstance(threads, bool) or not (isinstance(threads, int) and threads > 0):
+        raise ValueError(f"threads must be a positive integer, not {threads!r}")
     queue_root = root if isinstance(root, QueueRoot) else QueueRoot(root)
     return Server(
         (host, port),
@@ -416,4 +431,5 @@ def make_server(
         pages=pages,
         max_connections=max_connections,
         deadlines=deadlines,
+        threads=threads,
     )
