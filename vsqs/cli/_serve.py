@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import threading
 
 import click
@@ -30,7 +31,7 @@ from ._common import CliError, Stopped
     type=click.IntRange(1),
     default=MAX_CONNECTIONS,
     show_default=True,
-    help="Connections served at once (a thread each); more are answered 503 (SDKs retry).",
+    help="Connections served at once; more are answered 503 (SDKs retry).",
 )
 def serve(
     root: str,
@@ -46,8 +47,12 @@ def serve(
 
     Point any SQS client at http://HOST:PORT (boto3: endpoint_url). Each directory
     under ROOT is a queue. --port 0 picks a free port (printed). SIGTERM or Ctrl-C
-    stops it gracefully: requests in flight finish, long polls return empty.
+    stops it gracefully: requests in flight finish, long polls return empty. Runs on
+    uvicorn (the serve extra); a client that stalls is cut off by deadlines (see the
+    guide, "The SQS API").
     """
+    if quiet:  # uvicorn's own warnings too (a malformed request refused, say)
+        logging.getLogger("uvicorn").setLevel(logging.ERROR)
     credentials = None if credentials_file is None else load_credentials(credentials_file)
     queue_root = QueueRoot(root)
     # The dashboard at / and /ui/ (read-only unless --admin); its sampler thread stops
@@ -63,6 +68,9 @@ def serve(
             pages=dashboard.handle,
             max_connections=max_connections,
         )
+    except ModuleNotFoundError as exc:  # the serve extra is not installed
+        dashboard.close()
+        raise CliError(str(exc)) from None
     except OSError as exc:  # EADDRINUSE, EACCES (a port below 1024), EADDRNOTAVAIL
         dashboard.close()
         if isinstance(exc, PermissionError) and not exc.errno:

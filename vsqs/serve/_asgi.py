@@ -278,13 +278,13 @@ class ASGIApp:
 
     @staticmethod
     async def _send(send: Send, reply: _Reply) -> None:
-        headers = [
-            (name.lower().encode(), value.encode("latin-1")) for name, value in reply.headers
-        ]
-        if not any(name == b"content-length" for name, _ in headers):
-            headers.append((b"content-length", str(len(reply.body)).encode()))
+        # Names as the answer spells them (h11 sends them so): some clients look them up
+        # case-sensitively (Content-Type), as the server before this one spelled them.
+        headers = [(name.encode(), value.encode("latin-1")) for name, value in reply.headers]
+        if not any(name.lower() == b"content-length" for name, _ in headers):
+            headers.append((b"Content-Length", str(len(reply.body)).encode()))
         if reply.close:
-            headers.append((b"connection", b"close"))
+            headers.append((b"Connection", b"close"))
         await send({"type": "http.response.start", "status": reply.status, "headers": headers})
         await send({"type": "http.response.body", "body": reply.body})
 
