@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 PY     := $(BIN)/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test lint typecheck unit docs bench bench-quick stress clean
+.PHONY: demo test lint typecheck unit docs bench bench-quick bench-serve-peers stress clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -52,6 +52,11 @@ $(VENV)/.bench: $(STAMP)
 	$(PY) -m pip install --quiet -e '.[bench]' -r benchmarks/requirements-peers.txt
 	touch $@
 
+## bench and bench-quick: sqslite and the query-protocol boto3 for bench_serve too
+bench bench-quick: bench-serve-peers
+bench-serve-peers:
+	PYTHON=$(PYTHON) sh benchmarks/setup-sqslite.sh
+
 ## bench: the full side-by-side benchmark (peers installed from PyPI)
 bench: $(VENV)/.bench
 	$(PY) -m benchmarks.run --full
@@ -67,4 +72,4 @@ stress: $(STAMP)
 	$(BIN)/pytest -m stress --stress-long tests
 
 clean:
-	rm -rf $(VENV) .venv-awscli .venv-query tests/serve/js/node_modules docs/_build .pytest_cache .mypy_cache .ruff_cache .coverage*
+	rm -rf $(VENV) .venv-awscli .venv-query tests/serve/js/node_modules benchmarks/sqslite/node_modules docs/_build .pytest_cache .mypy_cache .ruff_cache .coverage*
