@@ -13,8 +13,8 @@ from typing import TypeVar
 import pytest
 
 import vsqs
-from vsqs.aio import AsyncQueue
 from vsqs._reactor import reactor
+from vsqs.aio import AsyncQueue
 
 T = TypeVar("T")
 
