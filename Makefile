@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 PY     := $(BIN)/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo check test lint typecheck unit integration docs bench bench-quick stress clean
+.PHONY: demo check test lint typecheck unit integration docs bench bench-quick bench-serve-peers stress clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -16,7 +16,7 @@ $(VENV)/.core: $(BIN)/python pyproject.toml
 	touch $@
 
 $(STAMP): $(BIN)/python pyproject.toml
-	$(PY) -m pip install --quiet -e '.[test,cli,spark,docs,celery,metrics]'
+	$(PY) -m pip install --quiet -e '.[test,cli,serve,spark,docs,celery,metrics]'
 	touch $@
 
 ## demo: producers and consumers in separate processes share one queue
@@ -82,6 +82,11 @@ $(VENV)/.bench: $(STAMP)
 	$(PY) -m pip install --quiet -e '.[bench]' -r benchmarks/requirements-peers.txt
 	touch $@
 
+## bench and bench-quick: sqslite and the query-protocol boto3 for bench_serve too
+bench bench-quick: bench-serve-peers
+bench-serve-peers:
+	PYTHON=$(PYTHON) sh benchmarks/setup-sqslite.sh
+
 ## bench: the full side-by-side benchmark (peers installed from PyPI)
 bench: $(VENV)/.bench
 	$(PY) -m benchmarks.run --full
@@ -97,4 +102,4 @@ stress: $(STAMP)
 	$(BIN)/pytest -m stress --stress-long tests
 
 clean:
-	rm -rf $(VENV) .venv-awscli .venv-query .venv-moto tests/serve/js/node_modules docs/_build .pytest_cache .mypy_cache .ruff_cache .coverage*
+	rm -rf $(VENV) .venv-awscli .venv-query .venv-moto tests/serve/js/node_modules benchmarks/sqslite/node_modules docs/_build .pytest_cache .mypy_cache .ruff_cache .coverage*

@@ -13,8 +13,8 @@ from typing import TypeVar
 import pytest
 
 import vsqs
+from vsqs._reactor import reactor
 from vsqs.aio import AsyncQueue
-from vsqs.aio._reactor import reactor
 
 T = TypeVar("T")
 

@@ -23,7 +23,7 @@ from .clients import SERVE
 from .conftest import Start
 from .http import request
 from .test_asgi import _call
-from .test_server import REPO, _serve
+from .test_server import REPO, serve_command
 
 JSON_TYPE = "application/x-amz-json-1.0"
 FORM_TYPE = "application/x-www-form-urlencoded"
@@ -262,7 +262,7 @@ def test_the_dashboard_refuses_a_rebound_host(tmp_path: Path) -> None:
 
 def test_the_command_takes_allow_host_and_allow_origin(tmp_path: Path) -> None:
     app = "http://app.example:3000"
-    child, url = _serve(
+    child, url = serve_command(
         tmp_path, "--quiet", "--allow-host", "queues.internal", "--allow-origin", app
     )
     try:

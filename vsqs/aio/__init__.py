@@ -47,10 +47,10 @@ from .._errors import QueueDrained, QueueFull
 from .._message import Message
 from .._options import seconds as _seconds
 from .._queue import Queue
+from .._reactor import Waiters, reactor
 from .._renewal import Lease
 from .._stats import Stats
 from ._publish import Publisher
-from ._reactor import Waiters, reactor
 
 if TYPE_CHECKING:
     from typing_extensions import Self, Unpack

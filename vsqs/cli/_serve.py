@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import threading
 
@@ -31,7 +32,7 @@ from ._common import CliError, Stopped
     type=click.IntRange(1),
     default=MAX_CONNECTIONS,
     show_default=True,
-    help="Connections served at once (a thread each); more are answered 503 (SDKs retry).",
+    help="Connections served at once; more are answered 503 (SDKs retry).",
 )
 @click.option(
     "--allow-host",
@@ -67,8 +68,12 @@ def serve(
 
     Point any SQS client at http://HOST:PORT (boto3: endpoint_url). Each directory
     under ROOT is a queue. --port 0 picks a free port (printed). SIGTERM or Ctrl-C
-    stops it gracefully: requests in flight finish, long polls return empty.
+    stops it gracefully: requests in flight finish, long polls return empty. Runs on
+    uvicorn (the serve extra); a client that stalls is cut off by deadlines (see the
+    guide, "The SQS API").
     """
+    if quiet:  # uvicorn's own warnings too (a malformed request refused, say)
+        logging.getLogger("uvicorn").setLevel(logging.ERROR)
     credentials = None if credentials_file is None else load_credentials(credentials_file)
     if not create and not os.path.isdir(root):  # a typo would serve an empty new root
         raise CliError(f"no directory {root!r} to serve (give --create to make it)")
@@ -93,7 +98,7 @@ def serve(
             allow_hosts=allow_hosts,
             allow_origins=allow_origins,
         )
-    except ValueError as exc:
+    except (ValueError, ModuleNotFoundError) as exc:  # a bad allow-list; no serve extra
         dashboard.close()
         raise CliError(str(exc)) from None
     except OSError as exc:  # EADDRINUSE, EACCES (a port below 1024), EADDRNOTAVAIL

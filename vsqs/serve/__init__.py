@@ -10,7 +10,8 @@ through one is received through another, or through the library.
 >>> server = make_server("/var/lib/queues", port=0)  # doctest: +SKIP
 >>> server.serve_forever()  # doctest: +SKIP
 
-Only the standard library is used.
+``vsqs serve`` runs on uvicorn (the ``serve`` extra); the ASGI application
+(:func:`asgi_app`) runs under any ASGI server.
 
 **Differences from SQS**, each stated where it is made:
 
@@ -41,7 +42,7 @@ Only the standard library is used.
 
 from __future__ import annotations
 
-from ._asgi import ASGIApp, asgi_app
+from ._asgi import THREADS, ASGIApp, Deadlines, asgi_app
 from ._credentials import Credential, Credentials, CredentialsError, load_credentials
 from ._errors import SqsError
 from ._origin import BrowserPolicy
@@ -49,11 +50,13 @@ from ._server import MAX_CONNECTIONS, Pages, Server, UnsafeAddress, make_server
 
 __all__ = [
     "MAX_CONNECTIONS",
+    "THREADS",
     "ASGIApp",
     "BrowserPolicy",
     "Credential",
     "Credentials",
     "CredentialsError",
+    "Deadlines",
     "Pages",
     "Server",
     "SqsError",

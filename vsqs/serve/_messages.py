@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import hashlib
 import re
-import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Final
 
@@ -41,9 +40,8 @@ from .. import (
     LeaseLost,
     Message,
     Queue,
-    QueueDrained,
 )
-from . import _attributes, _queue_attrs
+from . import _attributes, _longpoll, _queue_attrs
 from ._attributes import DEDUP_KEY, TRACE_KEY, Attribute
 from ._errors import SqsError, invalid, missing
 from ._sending import (
@@ -64,7 +62,6 @@ if TYPE_CHECKING:
 __all__ = ["ACTIONS"]
 
 MAX_WAIT: Final = 20
-_SLICE: Final = 0.5  # a long poll re-checks the server's shutdown this often
 _FOLLOW: Final = 3  # newer receipts of one lease followed before giving up
 _PROBE: Final = 1.0  # seconds of an extension that cannot happen (see _superseded)
 _HANDLE: Final = re.compile(r"(?:p([0-9]{1,4})-)?([0-9]{1,40}\.[0-9]{1,40})(?:~([1-9][0-9]{0,9}))?")
@@ -217,22 +214,14 @@ def receive_message(
 def _receive(
     service: Context, queue: Queue, count: int, visibility: int | None, wait: int
 ) -> list[Message]:
-    """Up to *count* messages, waiting up to *wait* seconds on the queue's own waiting,
-    in slices so that a shutdown of the server ends the wait within :data:`_SLICE`."""
-    deadline = time.monotonic() + wait
-    while True:
-        remaining = deadline - time.monotonic()
-        timeout = 0.0 if service.stopping.is_set() else max(0.0, min(remaining, _SLICE))
-        try:
-            got = queue.receive_batch(count, visibility_timeout=visibility, timeout=timeout)
-        except QueueDrained:
-            return []
-        if got or timeout == 0 or remaining <= _SLICE:
-            if len(queue.partition_queues) > 1:
-                # Partitions (message groups) are claimed in turn; SQS answers a FIFO
-                # queue's messages in the order they were sent: ids are send times.
-                got.sort(key=lambda message: (len(message.id), message.id))
-            return got
+    """Up to *count* messages, waiting up to *wait* seconds (without holding a thread
+    under the server: :func:`vsqs.serve._longpoll.receive`)."""
+    got = _longpoll.receive(service.stopping, queue, count, visibility, wait)
+    if len(queue.partition_queues) > 1:
+        # Partitions (message groups) are claimed in turn; SQS answers a FIFO queue's
+        # messages in the order they were sent: ids are send times.
+        got.sort(key=lambda message: (len(message.id), message.id))
+    return got
 
 
 # -- deleting and changing visibility ---------------------------------------------------
