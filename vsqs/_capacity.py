@@ -59,6 +59,11 @@ class Capacity:
         self._lock = _FdLock(layout, clock)
         self._verified_at = -math.inf  # monotonic time of this process's last listing
 
+    def through(self, layout: Layout) -> Capacity:
+        """This bound with its lock and counter reached through *layout* (a move's
+        pinned layout, see :func:`room_for_move`); it checks the counter with a listing."""
+        return Capacity(layout, self._clock, self.capacity, self._dirs[1:])
+
     def _filelock(self) -> _FdLock:
         return self._lock
 
@@ -142,18 +147,20 @@ class Capacity:
 
 
 @contextmanager
-def room_for_move(capacity: Capacity | None) -> Iterator[None]:
+def room_for_move(capacity: Capacity | None, layout: Layout) -> Iterator[None]:
     """Room for one message moved into a queue of *capacity* (``None``: unbounded).
 
     The body of the ``with`` moves it, under that queue's capacity lock, as a bounded
-    publish does; a move never waits for room.
+    publish does; a move never waits for room. The lock and the counter are reached
+    through *layout*, the target's, pinned to the descriptor the move goes through
+    (:meth:`Layout.pinned`), never by the target's path.
 
     :raises QueueFull: the queue is full now.
     """
     if capacity is None:
         yield
         return
-    with capacity.room(1, None, None):  # waits for the lock only, never for room
+    with capacity.through(layout).room(1, None, None):  # waits for the lock only, never for room
         yield
 
 

@@ -93,6 +93,7 @@ class Layout:
     :param file_mode: the mode forced on created files; ``None`` leaves it to the umask.
     :param durable: flush the parent of each directory created, so that what is flushed
         inside it later survives a power loss.
+    :param base: see :meth:`pinned`.
     """
 
     def __init__(
@@ -102,6 +103,7 @@ class Layout:
         file_mode: int | None = None,
         *,
         durable: bool = True,
+        base: int | None = None,
     ) -> None:
         self.path = path
         self.durable = durable
@@ -112,6 +114,16 @@ class Layout:
         self._fds: dict[str, int] = {}
         self._lock = threading.RLock()  # _open takes it again for the parent
         self._pid = os.getpid()
+        self._base = base  # a descriptor of the queue directory, if pinned (see pinned)
+
+    def pinned(self, dir_fd: int) -> Layout:
+        """This queue's layout reached through *dir_fd*, a descriptor of the queue
+        directory (:meth:`open_queue`), never by its path again: what a move into this
+        queue writes its ``.vsqs`` files through (capacity lock and counter, metadata,
+        announcements), so that a queue swapped for a symlink after *dir_fd* was opened
+        gets all of them, and nothing lands where the link points. The caller keeps
+        *dir_fd* open while it uses the result, and closes both."""
+        return Layout(self.path, self.dir_mode, self.file_mode, durable=self.durable, base=dir_fd)
 
     def message(self, name: str) -> str:
         """The path of a message file named *name* (any state)."""
@@ -172,6 +184,17 @@ class Layout:
         :raises OSError: the directory or the files could not be made (a full disk).
         """
         self._open(sub, create=True)
+        base = self._base
+        if base is not None:  # pinned: the names are made in the directory it holds
+            staged = os.path.basename(self.wake())
+            announced = f"{staged}-{sub}"
+            _fs.close(_fs.create_at(staged, self.create_mode, base))
+            try:
+                _fs.rename_noreplace(staged, announced, base)
+            finally:
+                if not _fs.unlink_at(announced, base):
+                    _fs.unlink_at(staged, base)
+            return
         staged = self.wake()
         announced = f"{staged}-{sub}"
         _fs.close(_fs.create_exclusive(staged))
@@ -210,12 +233,13 @@ class Layout:
                 if parent is None:
                     return None
             else:
-                parent = _fs.open_queue_dir(self.path)
+                base = self._base
+                parent = _fs.open_queue_dir(self.path) if base is None else base
                 name = DIR
             try:
                 fd = self._open_child(parent, name, sub, create=create)
             finally:
-                if not sub:
+                if not sub and parent != self._base:
                     _fs.close(parent)
             if fd is not None:
                 fds[sub] = fd

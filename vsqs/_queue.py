@@ -38,7 +38,7 @@ import math
 import os
 import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from contextlib import AbstractContextManager, nullcontext
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import replace
 from typing import Final, cast
 
@@ -760,6 +760,7 @@ class Queue:
         recorded: bool = False,
         moved: bool = False,
         dir_fd: int | None = None,
+        metas: MetaStore | None = None,
     ) -> str:
         """The *commit* (or *delay*) arrow: make a created ``<id>.new`` ready (or
         delayed, ``<id>.<due>``); return the id it got.
@@ -775,6 +776,8 @@ class Queue:
         it): no shutdown check, and a failure leaves it for whoever completes the batch.
         *moved*: a copy moved in from another queue (:meth:`_copy_to`): no shutdown check
         and not counted as produced. Otherwise, on failure, the ``.new`` is discarded.
+        *metas*: where the metadata goes (a move's, reached through *dir_fd*); this
+        queue's own by default.
         """
         source = new if dir_fd is not None else self.layout.message(new)
         message_id = new[:-4] if to is None else to
@@ -784,7 +787,7 @@ class Queue:
                     self._shutdown.check_open()
                 target: str | None = message_id
                 if meta is not None or delay_us:
-                    target = self._describe(message_id, meta, delay_us, source, dir_fd)
+                    target = self._describe(message_id, meta, delay_us, source, dir_fd, metas=metas)
                 if target is not None:
                     try:
                         if dir_fd is None:
@@ -794,7 +797,7 @@ class Queue:
                         break
                     except BaseException as exc:
                         if meta is not None or delay_us:
-                            self._undescribe(message_id, meta, delay_us)
+                            self._undescribe(message_id, meta, delay_us, metas)
                         if not isinstance(exc, FileExistsError):
                             raise
                 # RACE: a message with this id exists in another state (a publisher with
@@ -811,30 +814,41 @@ class Queue:
         return message_id
 
     def _describe(
-        self, message_id: str, meta: Meta | None, delay_us: int, source: str, dir_fd: int | None
+        self,
+        message_id: str,
+        meta: Meta | None,
+        delay_us: int,
+        source: str,
+        dir_fd: int | None,
+        *,
+        metas: MetaStore | None = None,
     ) -> str | None:
         """Before a commit: create the message's metadata and, if delayed, its delay
         marker; the name to commit to, or ``None`` if the id is another message's."""
+        store = self._meta if metas is None else metas
         if meta is not None:
             meta.inode = _fs.inode(source, dir_fd)  # matches the metadata to this file
-            if not self._meta.create(message_id, meta, durable=self.durable):
+            if not store.create(message_id, meta, durable=self.durable):
                 return None
         if not delay_us:
             return message_id
-        if not self._meta.mark_delayed(message_id):
+        if not store.mark_delayed(message_id):
             # RACE: a peer's delayed message has this id (same tick, another host): its
             # marker is not ours to share or remove.
             if meta is not None:
-                self._meta.remove(message_id)  # ours: created just above
+                store.remove(message_id)  # ours: created just above
             return None
         return f"{message_id}.{format_time(self.clock.time_us() + delay_us, self.precision)}"
 
-    def _undescribe(self, message_id: str, meta: Meta | None, delay_us: int) -> None:
+    def _undescribe(
+        self, message_id: str, meta: Meta | None, delay_us: int, metas: MetaStore | None = None
+    ) -> None:
         """Undo :meth:`_describe` after a commit rename that failed."""
+        store = self._meta if metas is None else metas
         if meta is not None:
-            self._meta.remove(message_id)
+            store.remove(message_id)
         if delay_us:
-            self._meta.unmark_delayed(message_id)
+            store.unmark_delayed(message_id)
 
     def _new_id(self) -> str:
         """A fresh id: the queue's clock, strictly increasing within this process."""
@@ -1654,54 +1668,91 @@ class Queue:
 
         :raises QueueFull: *dest* is full: nothing moved.
         """
-        with room_for_move(to._capacity):  # a partitioned queue's bound is its total
-            dest: Queue = to.partition_for(split_group(meta.attributes)[1])
+        dest: Queue = to.partition_for(split_group(meta.attributes)[1])
+        with self._opened_target(to, dest) as (into, metas):
             source = self.layout.message(held_name)
             target = id_of(held_name)
             with_meta = meta.to_json() != b"{}"
-            # Through a descriptor of *dest*'s directory, its name opened now without
-            # following a link: a target swapped for a symlink after this handle was made
-            # raises UnsafeEntry, before anything is written, and nothing lands outside it.
-            into = dest.layout.open_queue()
             try:
+                meta.inode = _fs.inode(source)  # a rename keeps it: the metadata matches
+            except FileNotFoundError:
+                return None  # RACE: another process moved or deleted it first
+            while True:
+                if with_meta and not metas.create(target, meta, durable=dest.durable):
+                    target = dest._new_id()  # the id is taken in *dest*
+                    continue
                 try:
-                    meta.inode = _fs.inode(source)  # a rename keeps it: the metadata matches
-                except FileNotFoundError:
-                    return None  # RACE: another process moved or deleted it first
-                while True:
-                    if with_meta and not dest._meta.create(target, meta, durable=dest.durable):
-                        target = dest._new_id()  # the id is taken in *dest*
+                    # *source* is absolute: only *target* is resolved in *into*.
+                    _fs.rename_noreplace(source, target, into)
+                except OSError as exc:
+                    if with_meta:
+                        metas.remove(target)
+                    if isinstance(exc, FileNotFoundError):
+                        return None  # RACE: another process moved or deleted it first
+                    if isinstance(exc, FileExistsError):
+                        target = dest._new_id()  # RACE: a message took that id in *dest*
                         continue
-                    try:
-                        # *source* is absolute: only *target* is resolved in *into*.
-                        _fs.rename_noreplace(source, target, into)
-                    except OSError as exc:
-                        if with_meta:
-                            dest._meta.remove(target)
-                        if isinstance(exc, FileNotFoundError):
-                            return None  # RACE: another process moved or deleted it first
-                        if isinstance(exc, FileExistsError):
-                            target = dest._new_id()  # RACE: a message took that id in *dest*
-                            continue
-                        if exc.errno != errno.EXDEV:
-                            raise
-                        copied = self._copy_to(dest, held_name, target, meta if with_meta else None)
-                        if copied is not None:
-                            self._meta.remove(id_of(held_name))
-                        return copied
-                    break
-            finally:
-                _fs.close(into)
+                    if exc.errno != errno.EXDEV:
+                        raise
+                    copied = self._copy_to(
+                        dest, held_name, target, meta if with_meta else None, into=into,
+                        metas=metas,
+                    )  # fmt: skip
+                    if copied is not None:
+                        self._meta.remove(id_of(held_name))
+                    return copied
+                break
             self._meta.remove(id_of(held_name))
             if dest.durable:
                 with _fs.flushing_published([target]):  # moved: a failed flush says so
-                    _fs.fsync_dir(dest.path)
+                    _fs.fsync(into)
                     _fs.fsync_dir(self.path)
             return target
 
-    def _copy_to(self, dest: Queue, held_name: str, target: str, meta: Meta | None) -> str | None:
+    @contextmanager
+    def _opened_target(self, to: Queue, dest: Queue) -> Iterator[tuple[int, MetaStore]]:
+        """Room in *to* for a move into its (partition) queue *dest*: a descriptor of
+        *dest*'s directory, and *dest*'s metadata reached through it.
+
+        The target's names are opened now, without following a link, before anything is
+        written: a target swapped for a symlink after this handle was made raises
+        :class:`UnsafeEntry` here, and one swapped later gets everything of the move
+        (the capacity lock and counter, the metadata, the message) through the
+        descriptors, so nothing lands where the link points.
+
+        :raises QueueFull: *to* is bounded and full.
+        """
+        into = dest.layout.open_queue()
+        bound_fd = into
+        try:
+            if to is not dest:  # a partitioned queue: its bound is its total, at its root
+                bound_fd = to.layout.open_queue()
+            bound, layout = to.layout.pinned(bound_fd), dest.layout.pinned(into)
+            try:
+                with room_for_move(to._capacity, bound):
+                    yield into, MetaStore(layout)
+            finally:
+                layout.close()
+                bound.close()
+        finally:
+            if bound_fd != into:
+                _fs.close(bound_fd)
+            _fs.close(into)
+
+    def _copy_to(
+        self,
+        dest: Queue,
+        held_name: str,
+        target: str,
+        meta: Meta | None,
+        *,
+        into: int,
+        metas: MetaStore,
+    ) -> str | None:
         """The *copy* arrow, a move across filesystems: *create* a copy in *dest*,
-        *commit* it there, *delete* the original here.
+        *commit* it there, *delete* the original here; *dest*'s names are resolved
+        from its open directory *into*, its metadata through *metas* (see
+        :meth:`_opened_target`).
 
         Exactly once without a crash: the copy is created in *dest* while this process
         keeps renewing its claim on the source (so no requeue can hand the message to
@@ -1734,26 +1785,27 @@ class Queue:
                     lambda out: _fs.copy_fd(source, out, claim.renew),
                     staged=staged,
                     sync=dest.durable,
+                    dir_fd=into,
                 )
             finally:
                 _fs.close(source)
             if not claim.renew(force=True):
-                dest._discard_all(staged)  # withdrawn before anyone could see it
+                dest._discard_all(staged, into)  # withdrawn before anyone could see it
                 return None
             # A copy is a new inode: _commit matches the metadata to it.
-            target = dest._commit(new, size, meta, to=target, moved=True)
+            target = dest._commit(new, size, meta, to=target, moved=True, dir_fd=into, metas=metas)
         except _ClaimLost:
-            dest._discard_all(staged)
+            dest._discard_all(staged, into)
             return None  # RACE: another process took the message while we copied
         except BaseException:
-            dest._discard_all(staged)  # cut short: the copy is never left half made
+            dest._discard_all(staged, into)  # cut short: the copy is never left half made
             raise
         if not self._unlink_message(claim.name):
             # RACE: the claim ran out between the renewal and now (a stall longer than
             # a lease): the other copy is whoever took it. Ours is visible already.
             report_once(self.path, "a moved message was taken back during its move", target)
         if dest.durable:
-            _fs.fsync_dir(dest.path)
+            _fs.fsync(into)
             _fs.fsync_dir(self.path)
         return target
 
