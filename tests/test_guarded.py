@@ -8,8 +8,6 @@ them in its table. Races are forced by wrapping ``_fs`` functions, as in
 
 from __future__ import annotations
 
-import os
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -101,3 +99,25 @@ def test_a_dead_letter_queue_swapped_after_it_was_opened_gets_everything_inside(
     assert moved is not None and moved.body == b"poison"
     assert dict(moved.attributes) == {"k": "v"}
     assert q.counts().total == 0
+
+
+# -- 4. a dedup retry on a full bounded queue --------------------------------------------
+
+
+def test_a_dedup_retry_on_a_full_bounded_queue_returns_the_first_id(tmp_path: Path) -> None:
+    """The message is already there: a retry adds nothing, so it needs no room. With
+    ``timeout=0`` it returns the first id (before issue 37: QueueFull); with
+    ``timeout=None`` it returns at once (before: it blocked until room appeared)."""
+    q = vsqs.Queue(tmp_path / "q", durable=False, capacity=1)
+    first = q.publish(b"order", dedup_id="order-1")
+    assert q.publish(b"order", dedup_id="order-1", timeout=0) == first
+    assert q.publish(b"order", dedup_id="order-1", timeout=None) == first
+    batch = vsqs.Queue(tmp_path / "b", durable=False, capacity=2)
+    ids = batch.publish_batch([b"a", b"b"], batch_dedup_id="job-7")
+    assert batch.publish_batch([b"a", b"b"], batch_dedup_id="job-7", timeout=0) == ids
+    keyed = vsqs.Queue(tmp_path / "k", durable=False, capacity=2)
+    ids = keyed.publish_batch([b"a", b"b"], dedup_ids=["a", "b"])
+    assert keyed.publish_batch([b"a", b"b"], dedup_ids=["a", "b"], timeout=None) == ids
+    with pytest.raises(vsqs.QueueFull):
+        q.publish(b"other", dedup_id="order-2", timeout=0)  # a new one still needs room
+    assert [queue.counts().total for queue in (q, batch, keyed)] == [1, 2, 2]

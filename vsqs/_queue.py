@@ -443,6 +443,10 @@ class Queue:
                 attrs = with_group(validate_attributes(attributes), group)
                 delay_us = self._delay_us(delay)
                 _check_dedup_id(dedup_id)
+                if dedup_id is not None and self._capacity is not None:
+                    earlier = self._dedup.published(dedup_id)
+                    if earlier is not None:
+                        return earlier  # a retry adds nothing: it needs no room
                 with self._room(1, timeout):
                     new, size = self._stage(body, staged=staged, sync=self.durable)
                     message_id = self._commit_keyed(new, size, attrs, delay_us, dedup_id)
@@ -500,16 +504,11 @@ class Queue:
             return []
         attrs = with_group(validate_attributes(attributes), group)
         delay_us = self._delay_us(delay)
-        keys: list[str | None] = [None] * len(views) if dedup_ids is None else list(dedup_ids)
-        if len(keys) != len(views):
-            raise ValueError(f"{len(keys)} dedup_ids for {len(views)} bodies")
-        for key in keys:
-            _check_dedup_id(key)
-        if batch_dedup_id is not None:
-            _check_dedup_id(batch_dedup_id, "batch_dedup_id")
-            if dedup_ids is not None:
-                raise ValueError("give dedup_ids or batch_dedup_id, not both")
+        keys = _batch_keys(len(views), dedup_ids, batch_dedup_id)
         durable = self.durable
+        earlier = self._published_batch(keys, batch_dedup_id)
+        if earlier is not None:
+            return earlier  # a retry of a published batch: it needs no room
         with self._room(len(views), timeout):
             if batch_dedup_id is not None:
                 return self._publish_chunk(views, attrs, delay_us, batch_dedup_id)
@@ -532,6 +531,21 @@ class Queue:
             with _fs.flushing_published(ids):
                 _fs.fsync_dir(self.path)
         return ids
+
+    def _published_batch(self, keys: list[str | None], batch_key: str | None) -> list[str] | None:
+        """In a bounded queue, the ids of a batch already published whole under its
+        *batch_key* or its *keys* (every message has one) within the window; ``None``
+        otherwise, and in an unbounded queue (whose publish finds them without waiting)."""
+        dedup = self._dedup
+        if self._capacity is None:
+            return None
+        if batch_key is not None:
+            chunk = dedup.find_chunk(batch_key)
+            if chunk is None or dedup.pending(chunk):
+                return None
+            return [message_id for message_id, _ in chunk.entries]
+        found = [None if key is None else dedup.published(key) for key in keys]
+        return None if None in found else cast("list[str]", found)
 
     def _delay_us(self, delay: float) -> int:
         """A publish's *delay* (or the queue's own) in µs, checked."""
@@ -2296,6 +2310,22 @@ def _write_body(fd: int, body: bytes | memoryview | Callable[[int], int] | _inge
     if isinstance(body, _ingest.Linked):
         return body.size  # the file is the body already
     return body(fd)
+
+
+def _batch_keys(
+    count: int, dedup_ids: Iterable[str | None] | None, batch_dedup_id: str | None
+) -> list[str | None]:
+    """The checked deduplication id (or ``None``) of each of *count* bodies of a batch."""
+    keys: list[str | None] = [None] * count if dedup_ids is None else list(dedup_ids)
+    if len(keys) != count:
+        raise ValueError(f"{len(keys)} dedup_ids for {count} bodies")
+    for key in keys:
+        _check_dedup_id(key)
+    if batch_dedup_id is not None:
+        _check_dedup_id(batch_dedup_id, "batch_dedup_id")
+        if dedup_ids is not None:
+            raise ValueError("give dedup_ids or batch_dedup_id, not both")
+    return keys
 
 
 def _check_dedup_id(key: object, name: str = "dedup_id") -> None:
