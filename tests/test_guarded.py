@@ -121,3 +121,35 @@ def test_a_dedup_retry_on_a_full_bounded_queue_returns_the_first_id(tmp_path: Pa
     with pytest.raises(vsqs.QueueFull):
         q.publish(b"other", dedup_id="order-2", timeout=0)  # a new one still needs room
     assert [queue.counts().total for queue in (q, batch, keyed)] == [1, 2, 2]
+
+
+# -- 3. a stale receipt is never taken for an extension -----------------------------------
+
+
+def test_a_lease_requeued_without_a_record_and_received_again_is_expired_not_superseded(
+    tmp_path: Path,
+) -> None:
+    """A vsqs 0.3 peer requeues an expired lease with one rename and records nothing:
+    the next delivery's lease is not an extension of the first (it carries another
+    delivery), so the first receipt's LeaseLost says ``expired`` and names no lease to
+    follow; an extension made through another handle is still ``superseded``."""
+    clock = ManualClock()
+    path = tmp_path / "q"
+    a = vsqs.Queue(path, durable=False, clock=clock, visibility_timeout=5)
+    b = vsqs.Queue(path, durable=False, clock=clock, visibility_timeout=5)
+    a.publish(b"job")
+    first = a.receive(timeout=0)
+    assert first is not None
+    extended = b.change_visibility(first.receipt, 10)  # another handle extends it
+    with pytest.raises(vsqs.LeaseLost) as lost:
+        a.change_visibility(first.receipt, 5)
+    assert (lost.value.reason, lost.value.current) == ("superseded", extended.receipt)
+    clock.advance(20)
+    (path / extended.receipt).rename(path / first.id)  # the 0.3 peer's requeue
+    second = b.receive(timeout=0)
+    assert second is not None and second.receive_count == 1  # nothing was recorded
+    for receipt in (first.receipt, extended.receipt):
+        with pytest.raises(vsqs.LeaseLost) as lost:
+            a.change_visibility(receipt, 5)
+        assert (lost.value.reason, lost.value.current) == ("expired", "")
+    assert b.delete(second)

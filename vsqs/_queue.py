@@ -62,6 +62,7 @@ from ._ids import (
     HOLD_TAG,
     Precision,
     decode_ready,
+    delivery_of,
     encode_ready,
     format_time,
     id_of,
@@ -1394,10 +1395,13 @@ class Queue:
         """Extend a lease (a heartbeat) or, with ``0``, release the message now.
 
         Atomic: one rename of the held file. Returns the message with its new receipt
-        and expiry. On this object, the receipt it replaced keeps working (it stands for
-        the same lease); elsewhere only the new one does, so pass the returned message
-        on. A release that ends the message's last allowed receive (``max_receives``)
-        moves it to the dead-letter queue instead; the returned message then names that
+        and expiry: ``<id>.<expiry>.<delivery>``, where *delivery* is the expiry of
+        the receive that began the lease (kept by every extension), so that a holder
+        of an older receipt can tell this lease from a later delivery of the message.
+        On this object, the receipt it replaced keeps working (it stands for the same
+        lease); elsewhere only the new one does, so pass the returned message on. A
+        release that ends the message's last allowed receive (``max_receives``) moves
+        it to the dead-letter queue instead; the returned message then names that
         queue in ``queue``. Of several threads or processes changing one lease at once,
         each rename either succeeds or raises :class:`~vsqs.LeaseLost`.
 
@@ -1427,7 +1431,12 @@ class Queue:
                 return replace(message, receipt=message_id, queue=self.dead_letter.path)
             self._consumer.invalidate()  # the released message should be served again soon
             return replace(message, receipt=message_id, expires_at=now_us / 1e6)
-        moved = self._extend_lease(receipt, self.clock.time_us() + round(duration * 1e6))
+        # The extended lease carries its delivery (the first receipt's expiry) as its
+        # fraction: whoever holds an older receipt of this delivery can tell it from a
+        # later delivery of the message, with no record to write or read.
+        moved = self._extend_lease(
+            receipt, self.clock.time_us() + round(duration * 1e6), tag="." + delivery_of(receipt)
+        )
         if moved is None:
             raise self._lease_lost(receipt)
         target, expiry = moved
@@ -1449,7 +1458,7 @@ class Queue:
         tick = 1000 if self._ms else 1
         while True:
             target = f"{message_id}.{format_time(expiry_us, self.precision)}{tag}"
-            if target == name and not tag:
+            if target == name and tag != HOLD_TAG:
                 return name, expiry_us  # already there: nothing to rename
             try:
                 _fs.rename_noreplace(self.layout.message(name), self.layout.message(target))
@@ -1463,32 +1472,20 @@ class Queue:
     def _lease_lost(self, receipt: str) -> LeaseLost:
         """A :class:`LeaseLost` for *receipt* that says what became of the lease.
 
-        A diagnosis after the fact, from one listing and one metadata read: a message
-        held under another name was either extended through another handle (its lease
-        lives on) or returned and received again. A return after our lease is recorded
-        in the metadata (every requeue writes its hold there), so no such record means
-        the lease was extended.
+        A diagnosis after the fact, from one listing: a message held under another name
+        was either extended through another handle (its lease lives on, and carries
+        our delivery: :func:`~vsqs._ids.delivery_of`) or returned and received again
+        (a later delivery, which never carries ours). Positive evidence, in the name
+        itself: no record is needed, so a requeue that could not record its receive
+        (a full disk, a vsqs 0.3 peer) is never taken for an extension.
         """
         message_id = id_of(receipt)
         held = _scan.held_names_for(self.path, message_id)
         if held:
-            ours = parse_name(receipt)
-            meta = self._meta.read(message_id)
-            # The lease that last ended undeleted (recorded since 1.0; before, its hold,
-            # which a lease extended past the hold's length outlives).
-            last = (meta.ended or meta.lease) if meta else ""
-            ended = parse_name(f"{message_id}.{last}") if last else None
-            if ended is None or ended.expires is None:
-                returned_since = False
-            elif ours is None or ours.expires is None:
-                returned_since = True
-            elif meta is not None and meta.ended:
-                # Ours, or a lease extended from ours, ended: it was returned since.
-                returned_since = ended.expires >= ours.expires
-            else:
-                returned_since = ended.expires > ours.expires
-            if not returned_since:
-                return LeaseLost(receipt, reason="superseded", current=held[0])
+            ours = delivery_of(receipt)
+            for name in held:
+                if delivery_of(name) == ours:
+                    return LeaseLost(receipt, reason="superseded", current=name)
             return LeaseLost(receipt, reason="expired")
         if _fs.exists(self.layout.message(message_id)):
             return LeaseLost(receipt, reason="expired")
