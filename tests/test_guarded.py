@@ -8,6 +8,7 @@ them in its table. Races are forced by wrapping ``_fs`` functions, as in
 
 from __future__ import annotations
 
+import errno
 from pathlib import Path
 from typing import Any
 
@@ -15,7 +16,7 @@ import pytest
 
 import vsqs
 from vsqs import _fs
-from vsqs.testing import ManualClock
+from vsqs.testing import ManualClock, drain
 
 from .fixtures_core import patch_fs
 
@@ -153,3 +154,131 @@ def test_a_lease_requeued_without_a_record_and_received_again_is_expired_not_sup
             a.change_visibility(receipt, 5)
         assert (lost.value.reason, lost.value.current) == ("expired", "")
     assert b.delete(second)
+
+
+# -- the guarantees no test guarded (each killed a mutant that survived before) ---------
+
+
+def test_held_messages_count_against_the_capacity(tmp_path: Path) -> None:
+    """Bounded queues: a held message takes room until it is deleted (the mutant that
+    counted only ready messages let a third one in)."""
+    q = vsqs.Queue(tmp_path / "q", durable=False, capacity=2)
+    q.publish_batch([b"a", b"b"])
+    held = q.receive(timeout=0)
+    assert held is not None
+    with pytest.raises(vsqs.QueueFull):
+        q.publish(b"c", timeout=0)
+    other = vsqs.Queue(tmp_path / "q", durable=False, capacity=2)  # a fresh count
+    with pytest.raises(vsqs.QueueFull):
+        other.publish(b"c", timeout=0)
+    assert q.delete(held)
+    other.publish(b"c", timeout=0)
+    assert q.counts().total == 2
+
+
+def test_a_capacity_counter_that_cannot_be_rewritten_is_removed_not_left_low(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A full disk fails the counter's rewrite after a publish: the counter is removed
+    (an unlink needs no space), so a producer that trusts its recent check recounts
+    instead of reading a bound one too low (the mutant that kept it overfilled the
+    queue: three messages in a queue of capacity 2)."""
+    clock = ManualClock()
+    a = vsqs.Queue(tmp_path / "q", durable=False, clock=clock, capacity=2)
+    b = vsqs.Queue(tmp_path / "q", durable=False, clock=clock, capacity=2)
+    b.publish(b"1", timeout=0)  # the counter says 1; b checked it just now
+    real = _fs.create_at
+
+    def full(name: str, mode: int = 0o666, dir_fd: int | None = None) -> int:
+        if name.startswith(".tmp-capacity.count-"):
+            raise OSError(errno.ENOSPC, "No space left on device", name)
+        return real(name, mode, dir_fd)
+
+    patch_fs(monkeypatch, "create_at", full)
+    a.publish(b"2", timeout=0)  # published; its count could not be written
+    monkeypatch.undo()
+    with pytest.raises(vsqs.QueueFull):
+        b.publish(b"3", timeout=0)
+    assert a.counts().total == 2
+
+
+def test_a_dedup_publish_whose_commit_failed_can_be_retried(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The commit rename fails once (EIO): the publish raises, and its marker goes with
+    it, so the retry publishes the body (the mutant that kept the marker answered the
+    retry with the id of a message never published: a lost message)."""
+    q = vsqs.Queue(tmp_path / "q", durable=False)
+    real = _fs.rename_noreplace
+    failed: list[str] = []
+
+    def rename(src: str, dst: str, *dir_fd: int) -> None:
+        if src.endswith(".new") and not failed:
+            failed.append(src)
+            raise OSError(errno.EIO, "Input/output error", src)
+        real(src, dst, *dir_fd)
+
+    patch_fs(monkeypatch, "rename_noreplace", rename)
+    with pytest.raises(OSError, match="Input/output"):
+        q.publish(b"order", dedup_id="order-1")
+    assert failed
+    message_id = q.publish(b"order", dedup_id="order-1")
+    got = q.receive(timeout=0)
+    assert got is not None and (got.id, got.body) == (message_id, b"order")
+    assert q.publish(b"order", dedup_id="order-1") == message_id  # now a duplicate
+
+
+def test_an_expired_record_of_an_unfinished_batch_is_completed_not_replaced(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The writer of a ``batch_dedup_id`` batch dies after its first rename; 120 s later
+    (past the 60 s window) the batch is published again and the queue cleaned: the
+    first batch is completed, not replaced, so exactly ``[a, b, c]`` arrive, once (the
+    mutant that expired the unfinished record published the batch twice over)."""
+    clock = ManualClock()
+    q = vsqs.Queue(tmp_path / "q", durable=False, clock=clock, dedup_window=60)
+    real = _fs.rename_noreplace_at
+    renamed: list[str] = []
+
+    def dies(src: str, dst: str, dir_fd: int) -> None:
+        if src.endswith(".new"):
+            if renamed:
+                raise KeyboardInterrupt  # killed past the commit point
+            renamed.append(dst)
+        real(src, dst, dir_fd)
+
+    patch_fs(monkeypatch, "rename_noreplace_at", dies)
+    with pytest.raises(KeyboardInterrupt):
+        q.publish_batch([b"a", b"b", b"c"], batch_dedup_id="job-7")
+    monkeypatch.undo()
+    assert q.counts().ready == 1 and q.counts().new == 2
+    clock.advance(120)
+    again = vsqs.Queue(tmp_path / "q", durable=False, clock=clock, dedup_window=60)
+    ids = again.publish_batch([b"a", b"b", b"c"], batch_dedup_id="job-7")
+    again.clean(older_than=0)
+    got = drain(again)
+    assert [m.body for m in got] == [b"a", b"b", b"c"]
+    assert [m.id for m in got] == ids
+
+
+def test_deleting_an_old_message_keeps_a_newer_same_id_messages_metadata(
+    tmp_path: Path,
+) -> None:
+    """As ``test_deleting_an_old_message_keeps_the_metadata_of_a_newer_one_with_its_id``,
+    on a handle that has seen ``.vsqs/meta`` (another message has attributes), so the
+    delete reads the record it must leave alone (the documented test never reached that
+    line; the mutant that removed any record of the id survived it)."""
+    path = tmp_path / "q"
+    start = 1_700_000_000.0
+    consumer = vsqs.Queue(path, durable=False, clock=ManualClock(start))
+    consumer.publish(b"other", attributes={"k": "other"}, delay=60)  # makes .vsqs/meta
+    old_id = consumer.publish(b"old")
+    held = consumer.receive(timeout=0)
+    assert held is not None and held.id == old_id
+    late = vsqs.Queue(path, durable=False, clock=ManualClock(start + 0.000001))
+    new_id = late.publish(b"new", attributes={"owner": "newcomer"})
+    assert new_id == old_id  # two messages, one id, as the concepts page allows
+    assert consumer.delete(held)
+    newcomer = consumer.receive(timeout=0)
+    assert newcomer is not None and newcomer.body == b"new"
+    assert dict(newcomer.attributes) == {"owner": "newcomer"}
