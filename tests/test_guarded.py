@@ -9,6 +9,10 @@ them in its table. Races are forced by wrapping ``_fs`` functions, as in
 from __future__ import annotations
 
 import errno
+import os
+import shutil
+import threading
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -282,3 +286,58 @@ def test_deleting_an_old_message_keeps_a_newer_same_id_messages_metadata(
     newcomer = consumer.receive(timeout=0)
     assert newcomer is not None and newcomer.body == b"new"
     assert dict(newcomer.attributes) == {"owner": "newcomer"}
+
+
+@pytest.fixture
+def other_filesystem(tmp_path: Path) -> Iterator[Path]:
+    """A fresh directory on another filesystem than *tmp_path* (``/dev/shm``)."""
+    shm = Path("/dev/shm")
+    if not shm.is_dir() or os.stat(shm).st_dev == os.stat(tmp_path).st_dev:
+        pytest.skip("needs /dev/shm on another filesystem than the test directory")
+    where = shm / f"vsqs-guarded-{os.getpid()}-{os.urandom(4).hex()}"
+    where.mkdir()
+    try:
+        yield where
+    finally:
+        shutil.rmtree(where)
+
+
+def test_a_cross_filesystem_copy_whose_claim_was_lost_is_withdrawn(
+    tmp_path: Path, other_filesystem: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The mover stalls after copying, past its claim; another process requeues the
+    message and moves it itself. The stalled copy is withdrawn before it becomes
+    visible: the dead letter arrives once (the mutant that committed it anyway
+    delivered it twice)."""
+    clock = ManualClock()
+    dlq = vsqs.Queue(other_filesystem / "dlq", durable=False, clock=clock)
+    options: dict[str, Any] = {"dead_letter": dlq, "max_receives": 1, "visibility_timeout": 1}
+    mover = vsqs.Queue(tmp_path / "q", durable=False, clock=clock, **options)
+    rival = vsqs.Queue(tmp_path / "q", durable=False, clock=clock, **options)
+    mover.publish(b"poison")
+    assert mover.receive(timeout=0) is not None
+    clock.advance(2)
+    copied, resume = threading.Event(), threading.Event()
+    real = _fs.copy_fd
+
+    def stalls(source: int, target: int, progress: Callable[[], object]) -> int:
+        size = real(source, target, progress)
+        if threading.current_thread().name == "mover":
+            copied.set()
+            assert resume.wait(30), "never resumed"
+        return size
+
+    patch_fs(monkeypatch, "copy_fd", stalls)
+    thread = threading.Thread(target=mover.requeue_expired, name="mover")
+    thread.start()
+    try:
+        assert copied.wait(30), "the mover never copied"
+        clock.advance(3600)  # the mover's claim (its requeue hold) has long ended
+        rival.requeue_expired()  # takes the message over and moves it
+        assert dlq.counts().ready == 1  # beside the mover's copy, still being written
+    finally:
+        resume.set()
+        thread.join(30)
+    assert [m.body for m in drain(dlq)] == [b"poison"]
+    assert dlq.counts().total == 0  # the withdrawn copy left nothing
+    assert mover.counts().total == 0
