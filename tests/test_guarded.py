@@ -341,3 +341,62 @@ def test_a_cross_filesystem_copy_whose_claim_was_lost_is_withdrawn(
     assert [m.body for m in drain(dlq)] == [b"poison"]
     assert dlq.counts().total == 0  # the withdrawn copy left nothing
     assert mover.counts().total == 0
+
+
+def test_fifo_holds_one_message_of_a_group_across_processes_during_a_requeue(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``fifo=True``: three handles (three processes). A's lease on the group's first
+    message ends; B lists, finds it expired and is paused before requeueing it; C
+    receives meanwhile. The directory's lock makes C wait for B, so C finds B's new
+    lease and takes nothing: at most one message of the group is in flight (the mutant
+    without the cross-process lock let C requeue and take the first message while B,
+    having listed no live lease, took the second)."""
+    clock = ManualClock()
+    path = tmp_path / "q"
+    a, b, c = (
+        vsqs.Queue(path, durable=False, clock=clock, fifo=True, partitions=1, visibility_timeout=5)
+        for _ in range(3)
+    )
+    a.publish_batch([b"1", b"2"], group="g")
+    assert a.receive(timeout=0) is not None
+    clock.advance(10)  # A's lease has ended
+    paused, resume, c_waits, b_done = (threading.Event() for _ in range(4))
+    real_rename, real_try_lock = _fs.rename_noreplace, _fs.try_lock
+
+    def rename(src: str, dst: str, *dir_fd: int) -> None:
+        if threading.current_thread().name == "B" and dst.endswith(".0") and not paused.is_set():
+            paused.set()  # about to take the expired lease into its requeue hold
+            assert resume.wait(30), "B was never resumed"
+        real_rename(src, dst, *dir_fd)
+
+    def try_lock(fd: int) -> bool:
+        if real_try_lock(fd):
+            return True
+        if threading.current_thread().name == "C":
+            c_waits.set()
+            b_done.wait(30)  # instead of spinning the manual clock while B is paused
+        return False
+
+    patch_fs(monkeypatch, "rename_noreplace", rename)
+    patch_fs(monkeypatch, "try_lock", try_lock)
+    got: dict[str, list[vsqs.Message]] = {}
+
+    def receive(name: str, queue: vsqs.Queue, done: threading.Event | None) -> None:
+        try:
+            got[name] = queue.receive_batch(1, timeout=0)
+        finally:
+            if done is not None:
+                done.set()
+
+    b_thread = threading.Thread(target=receive, args=("B", b, b_done), name="B")
+    b_thread.start()
+    assert paused.wait(30), "B never requeued the expired lease"
+    c_thread = threading.Thread(target=receive, args=("C", c, c_waits), name="C")
+    c_thread.start()
+    c_waits.wait(30)  # C waits for the lock (or, without one, has received already)
+    resume.set()
+    b_thread.join(30)
+    c_thread.join(30)
+    in_flight = [m.body for m in got["B"] + got["C"]]
+    assert in_flight == [b"1"], in_flight
