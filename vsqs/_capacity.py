@@ -153,7 +153,7 @@ def room_for_move(capacity: Capacity | None, layout: Layout) -> Iterator[None]:
     The body of the ``with`` moves it, under that queue's capacity lock, as a bounded
     publish does; a move never waits for room. The lock and the counter are reached
     through *layout*, the target's, pinned to the descriptor the move goes through
-    (:meth:`Layout.pinned`), never by the target's path.
+    (see ``Queue._opened_target``), never by the target's path.
 
     :raises QueueFull: the queue is full now.
     """

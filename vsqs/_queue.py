@@ -1738,7 +1738,7 @@ class Queue:
         try:
             if to is not dest:  # a partitioned queue: its bound is its total, at its root
                 bound_fd = to.layout.open_queue()
-            bound, layout = to.layout.pinned(bound_fd), dest.layout.pinned(into)
+            bound, layout = _pinned(to.layout, bound_fd), _pinned(dest.layout, into)
             try:
                 with room_for_move(to._capacity, bound):
                     yield into, MetaStore(layout)
@@ -2307,6 +2307,14 @@ def _write_body(fd: int, body: bytes | memoryview | Callable[[int], int] | _inge
     if isinstance(body, _ingest.Linked):
         return body.size  # the file is the body already
     return body(fd)
+
+
+def _pinned(layout: Layout, dir_fd: int) -> Layout:
+    """*layout* reached through *dir_fd*, a descriptor of its queue directory, never
+    by its path (see :meth:`Queue._opened_target`)."""
+    return Layout(
+        layout.path, layout.dir_mode, layout.file_mode, durable=layout.durable, base=dir_fd
+    )
 
 
 def _batch_keys(

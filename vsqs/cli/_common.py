@@ -30,10 +30,11 @@ from .. import (
     QueueFull,
     VsqsError,
     _fs,
+    _host,
 )
 from .._ids import MAX_DURATION, parse_name
 from .._inotify import WAKE
-from .._layout import DIR
+from .._layout import DIR, ROOT, Layout
 
 # The documented exit codes (the epilog of `vsqs --help` and docs/guides/cli.rst).
 OK: Final = 0
@@ -357,15 +358,19 @@ def not_a_queue(path: str) -> str | None:
     VSQS does; the command line refuses such a one, unless told ``--force``, before a
     ``receive`` renames a user's file named ``123``.
     """
-    if not os.path.isdir(path) or os.path.isdir(os.path.join(path, DIR)):
+    if not _host.is_dir(path) or Layout(path).has_dir(ROOT):
         return None
-    with os.scandir(path) as entries:
-        for entry in entries:
-            if parse_name(entry.name) is None and not entry.name.startswith(WAKE):
-                return (
-                    f"{path} is not a queue: it has no {DIR}/ and holds {entry.name!r}, "
-                    "which is not a message; pass --force to use it as a queue anyway"
-                )
+    fd = _fs.open_queue_dir(path)
+    try:
+        names = _fs.list_at(fd)
+    finally:
+        _fs.close(fd)
+    for name in names:
+        if parse_name(name) is None and not name.startswith(WAKE):
+            return (
+                f"{path} is not a queue: it has no {DIR}/ and holds {name!r}, which is not "
+                "a message; pass --force to use it as a queue anyway"
+            )
     return None
 
 
@@ -380,21 +385,21 @@ def _set_debug(ctx: click.Context, _param: click.Parameter, value: bool) -> None
 
 def force_option() -> click.Option:
     """``--force``, for a command that opens a QUEUE: see :func:`not_a_queue`."""
-    return click.Option(
-        ["--force"],
-        is_flag=True,
-        expose_value=False,
-        callback=_set_force,
-        help="Use a directory that is not a queue (no .vsqs/, files that are not messages).",
+    return _meta_flag(
+        "--force",
+        _set_force,
+        f"Use a directory that is not a queue (no {DIR}/, files that are not messages).",
     )
 
 
 def debug_option() -> click.Option:
     """``--debug`` after the command, as ``vsqs --debug`` before it."""
-    return click.Option(
-        ["--debug"],
-        is_flag=True,
-        expose_value=False,
-        callback=_set_debug,
-        help="Show the traceback of an error instead of one line.",
-    )
+    return _meta_flag("--debug", _set_debug, "Show the traceback of an error instead of one line.")
+
+
+def _meta_flag(
+    name: str, callback: Callable[[click.Context, click.Parameter, bool], None], text: str
+) -> click.Option:
+    """A flag that the command's function never sees: *callback* notes it in the
+    context's ``meta`` (shared by the group and the command)."""
+    return click.Option([name], is_flag=True, expose_value=False, callback=callback, help=text)
