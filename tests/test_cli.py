@@ -404,7 +404,7 @@ def test_clean_removes_old_debris_only(tmp_path: Path) -> None:
     os.utime(old, (1_600_000_000, 1_600_000_000))
     young = tmp_path / f"{time.time_ns() // 1000}.new"
     young.write_bytes(b"being written")
-    assert run("clean", str(tmp_path)).stdout == "removed 1 entries\n"
+    assert run("clean", str(tmp_path)).stdout == "removed 1 entry\n"
     assert not old.exists()
     assert young.exists()
     assert run("clean", str(tmp_path), "--older-than", "-1").exit_code == 2
@@ -414,7 +414,7 @@ def test_requeue_returns_expired_leases(tmp_path: Path) -> None:
     run("publish", str(tmp_path), "a")
     # --keep prints each message once, even when its lease ends during the run.
     assert run("receive", str(tmp_path), "--keep", "--visibility-timeout", "0").stdout == "a\n"
-    assert run("requeue", str(tmp_path)).stdout == "requeued 1 messages\n"
+    assert run("requeue", str(tmp_path)).stdout == "requeued 1 message\n"
     assert vsqs.Queue(tmp_path).counts().ready == 1
 
 
@@ -426,7 +426,7 @@ def test_redrive_to_the_source_and_to_another_queue(tmp_path: Path) -> None:
         assert queue.receive(timeout=0, visibility_timeout=0) is not None
         assert queue.requeue_expired() == 0  # one receive ended undeleted: dead-lettered
     assert vsqs.Queue(dlq).counts().ready == 3
-    assert run("redrive", str(dlq), "--limit", "1").stdout == "redrove 1 messages\n"
+    assert run("redrive", str(dlq), "--limit", "1").stdout == "redrove 1 message\n"
     assert bodies(source) == [b"x"]
     vsqs.Queue(other)
     assert run("redrive", str(dlq), "--to", str(other)).stdout == "redrove 2 messages\n"

@@ -396,6 +396,37 @@ def test_state_records_round_trip_and_leave_no_temporary_file(queue: vsqs.Queue)
         state.close()
 
 
+def test_stream_state_is_read_with_a_bound_like_every_file_under_vsqs(
+    queue: vsqs.Queue,
+) -> None:
+    """A sparse 256 MiB ``epoch.json`` (or a batch record past its bound) is refused
+    after one ``fstat``, naming it, never read into memory (before issue 37 it was read
+    whole: a 320 MiB peak); a record too large to be read back is never written."""
+    state = StateDir(queue.path, Layout(queue.path).spark_dir("streams"), "e1")
+    try:
+        state.create("e1", queue.path)
+        epoch = Path(state.path) / "epoch.json"
+        with epoch.open("r+b") as handle:
+            handle.truncate(256 << 20)  # sparse: costs no disk
+        with pytest.raises(OSError, match=r"epoch\.json") as refused:
+            state.info()
+        assert refused.value.errno == errno.EFBIG
+        state.create("e1", queue.path)
+        batch = Path(state.path) / "7.json"
+        with batch.open("wb") as handle:
+            handle.truncate((64 << 20) + 1)
+        with pytest.raises(OSError, match=r"7\.json") as refused:
+            state.load()
+        assert refused.value.errno == errno.EFBIG
+        batch.unlink()
+        huge = [("17", "17.100", {"k": "v" * (8 << 10)}, 2, 1.5, "")] * 8200
+        with pytest.raises(ValueError, match="maxMessagesPerBatch"):
+            state.save(8, huge)
+        assert state.load() == {}
+    finally:
+        state.close()
+
+
 def test_readers_never_create_a_queue(tmp_path: Path) -> None:
     """``spark.read.format("vsqs").load("/mistyped")`` once read 0 rows and left an empty
     queue at the typo. Every reader (batch, stream, consume) refuses it on the driver,

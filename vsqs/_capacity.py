@@ -62,6 +62,11 @@ class Capacity:
         self._lock = FileLock.in_queue(layout, CAPACITY_LOCK, clock)
         self._verified_at = -math.inf  # monotonic time of this process's last listing
 
+    def through(self, layout: Layout) -> Capacity:
+        """This bound with its lock and counter reached through *layout* (a move's
+        pinned layout, see :func:`room_for_move`); it checks the counter with a listing."""
+        return Capacity(layout, self._clock, self.capacity, self._dirs[1:])
+
     def count(self) -> int:
         """The true number of messages (one listing), crashed publishers' debris excluded."""
         young = self._clock.time_us() - NEW_GRACE_US
@@ -143,19 +148,21 @@ class Capacity:
 
 
 @contextmanager
-def room_for_move(capacity: Capacity | None) -> Iterator[None]:
+def room_for_move(capacity: Capacity | None, layout: Layout) -> Iterator[None]:
     """Room for one message moved into a queue of *capacity* (``None``: unbounded).
 
     The body of the ``with`` moves it, under that queue's capacity lock, as a bounded
     publish does; a move never waits for room, and waits for the lock at most
-    :data:`MOVE_LOCK_WAIT` seconds (a receive makes it, on its own time).
+    :data:`MOVE_LOCK_WAIT` seconds (a receive makes it, on its own time). The lock and
+    the counter are reached through *layout*, the target's, pinned to the descriptor the
+    move goes through (see ``Queue._opened_target``), never by the target's path.
 
     :raises QueueFull: the queue is full now, or its lock stayed held.
     """
     if capacity is None:
         yield
         return
-    with capacity.room(1, MOVE_LOCK_WAIT, None):
+    with capacity.through(layout).room(1, MOVE_LOCK_WAIT, None):
         yield
 
 

@@ -156,6 +156,18 @@ class Deduplicator:
                 return DedupClaim(marker, created_us, other_id)
             return DedupClaim(marker, now_us, None)
 
+    def published(self, key: str) -> str | None:
+        """The id published under *key* within the window, if its publish is complete
+        (one read; ``None`` if none is, or one is still being written). A bounded
+        queue asks before it waits for room: a retry needs none."""
+        found = self._read(self._marker(key))
+        if found is None:
+            return None
+        other_id, created_us = found
+        if not other_id or self._clock.time_us() - created_us > self._window_us:
+            return None
+        return None if self._staged(other_id + ".new") else other_id
+
     def repoint(self, claim: DedupClaim, message_id: str) -> None:
         """Point a won marker at the id its message was finally published under."""
         content = f"{message_id} {claim.created_us}".encode()

@@ -38,7 +38,7 @@ import math
 import os
 import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from contextlib import AbstractContextManager, nullcontext
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import replace
 from typing import Final, cast
 
@@ -63,6 +63,7 @@ from ._ids import (
     HOLD_TAG,
     Precision,
     decode_ready,
+    delivery_of,
     encode_ready,
     format_time,
     id_of,
@@ -449,6 +450,10 @@ class Queue:
                 attrs = with_group(validate_attributes(attributes), group)
                 delay_us = self._delay_us(delay)
                 _check_dedup_id(dedup_id)
+                if dedup_id is not None and self._capacity is not None:
+                    earlier = self._dedup.published(dedup_id)
+                    if earlier is not None:
+                        return earlier  # a retry adds nothing: it needs no room
                 with self._room(1, timeout):
                     new, size = self._stage(body, staged=staged, sync=self.durable)
                     message_id = self._commit_keyed(new, size, attrs, delay_us, dedup_id)
@@ -506,16 +511,11 @@ class Queue:
             return []
         attrs = with_group(validate_attributes(attributes), group)
         delay_us = self._delay_us(delay)
-        keys: list[str | None] = [None] * len(views) if dedup_ids is None else list(dedup_ids)
-        if len(keys) != len(views):
-            raise ValueError(f"{len(keys)} dedup_ids for {len(views)} bodies")
-        for key in keys:
-            _check_dedup_id(key)
-        if batch_dedup_id is not None:
-            _check_dedup_id(batch_dedup_id, "batch_dedup_id")
-            if dedup_ids is not None:
-                raise ValueError("give dedup_ids or batch_dedup_id, not both")
+        keys = _batch_keys(len(views), dedup_ids, batch_dedup_id)
         durable = self.durable
+        earlier = self._published_batch(keys, batch_dedup_id)
+        if earlier is not None:
+            return earlier  # a retry of a published batch: it needs no room
         with self._room(len(views), timeout):
             if batch_dedup_id is not None:
                 return self._publish_chunk(views, attrs, delay_us, batch_dedup_id)
@@ -538,6 +538,21 @@ class Queue:
             with _fs.flushing_published(ids):
                 _fs.fsync_dir(self.path)
         return ids
+
+    def _published_batch(self, keys: list[str | None], batch_key: str | None) -> list[str] | None:
+        """In a bounded queue, the ids of a batch already published whole under its
+        *batch_key* or its *keys* (every message has one) within the window; ``None``
+        otherwise, and in an unbounded queue (whose publish finds them without waiting)."""
+        dedup = self._dedup
+        if self._capacity is None:
+            return None
+        if batch_key is not None:
+            chunk = dedup.find_chunk(batch_key)
+            if chunk is None or dedup.pending(chunk):
+                return None
+            return [message_id for message_id, _ in chunk.entries]
+        found = [None if key is None else dedup.published(key) for key in keys]
+        return None if None in found else cast("list[str]", found)
 
     def _delay_us(self, delay: float) -> int:
         """A publish's *delay* (or the queue's own) in µs, checked."""
@@ -766,6 +781,7 @@ class Queue:
         recorded: bool = False,
         moved: bool = False,
         dir_fd: int | None = None,
+        metas: MetaStore | None = None,
     ) -> str:
         """The *commit* (or *delay*) arrow: make a created ``<id>.new`` ready (or
         delayed, ``<id>.<due>``); return the id it got.
@@ -781,6 +797,8 @@ class Queue:
         it): no shutdown check, and a failure leaves it for whoever completes the batch.
         *moved*: a copy moved in from another queue (:meth:`_copy_to`): no shutdown check
         and not counted as produced. Otherwise, on failure, the ``.new`` is discarded.
+        *metas*: where the metadata goes (a move's, reached through *dir_fd*); this
+        queue's own by default.
         """
         source = new if dir_fd is not None else self.layout.message(new)
         message_id = new[:-4] if to is None else to
@@ -790,7 +808,7 @@ class Queue:
                     self._shutdown.check_open()
                 target: str | None = message_id
                 if meta is not None or delay_us:
-                    target = self._describe(message_id, meta, delay_us, source, dir_fd)
+                    target = self._describe(message_id, meta, delay_us, source, dir_fd, metas=metas)
                 if target is not None:
                     try:
                         if dir_fd is None:
@@ -800,7 +818,7 @@ class Queue:
                         break
                     except BaseException as exc:
                         if meta is not None or delay_us:
-                            self._undescribe(message_id, meta, delay_us)
+                            self._undescribe(message_id, meta, delay_us, metas)
                         if not isinstance(exc, FileExistsError):
                             raise
                 # RACE: a message with this id exists in another state (a publisher with
@@ -817,30 +835,41 @@ class Queue:
         return message_id
 
     def _describe(
-        self, message_id: str, meta: Meta | None, delay_us: int, source: str, dir_fd: int | None
+        self,
+        message_id: str,
+        meta: Meta | None,
+        delay_us: int,
+        source: str,
+        dir_fd: int | None,
+        *,
+        metas: MetaStore | None = None,
     ) -> str | None:
         """Before a commit: create the message's metadata and, if delayed, its delay
         marker; the name to commit to, or ``None`` if the id is another message's."""
+        store = self._meta if metas is None else metas
         if meta is not None:
             meta.inode = _fs.inode(source, dir_fd)  # matches the metadata to this file
-            if not self._meta.create(message_id, meta, durable=self.durable):
+            if not store.create(message_id, meta, durable=self.durable):
                 return None
         if not delay_us:
             return message_id
-        if not self._meta.mark_delayed(message_id):
+        if not store.mark_delayed(message_id):
             # RACE: a peer's delayed message has this id (same tick, another host): its
             # marker is not ours to share or remove.
             if meta is not None:
-                self._meta.remove(message_id)  # ours: created just above
+                store.remove(message_id)  # ours: created just above
             return None
         return f"{message_id}.{format_time(self.clock.time_us() + delay_us, self.precision)}"
 
-    def _undescribe(self, message_id: str, meta: Meta | None, delay_us: int) -> None:
+    def _undescribe(
+        self, message_id: str, meta: Meta | None, delay_us: int, metas: MetaStore | None = None
+    ) -> None:
         """Undo :meth:`_describe` after a commit rename that failed."""
+        store = self._meta if metas is None else metas
         if meta is not None:
-            self._meta.remove(message_id)
+            store.remove(message_id)
         if delay_us:
-            self._meta.unmark_delayed(message_id)
+            store.unmark_delayed(message_id)
 
     def _new_id(self) -> str:
         """A fresh id: the queue's clock, strictly increasing within this process."""
@@ -1393,10 +1422,13 @@ class Queue:
         """Extend a lease (a heartbeat) or, with ``0``, release the message now.
 
         Atomic: one rename of the held file. Returns the message with its new receipt
-        and expiry. On this object, the receipt it replaced keeps working (it stands for
-        the same lease); elsewhere only the new one does, so pass the returned message
-        on. A release that ends the message's last allowed receive (``max_receives``)
-        moves it to the dead-letter queue instead; the returned message then names that
+        and expiry: ``<id>.<expiry>.<delivery>``, where *delivery* is the expiry of
+        the receive that began the lease (kept by every extension), so that a holder
+        of an older receipt can tell this lease from a later delivery of the message.
+        On this object, the receipt it replaced keeps working (it stands for the same
+        lease); elsewhere only the new one does, so pass the returned message on. A
+        release that ends the message's last allowed receive (``max_receives``) moves
+        it to the dead-letter queue instead; the returned message then names that
         queue in ``queue``. Of several threads or processes changing one lease at once,
         each rename either succeeds or raises :class:`~vsqs.LeaseLost`.
 
@@ -1426,7 +1458,12 @@ class Queue:
                 return replace(message, receipt=message_id, queue=self.dead_letter.path)
             self._consumer.invalidate()  # the released message should be served again soon
             return replace(message, receipt=message_id, expires_at=now_us / 1e6)
-        moved = self._extend_lease(receipt, self.clock.time_us() + round(duration * 1e6))
+        # The extended lease carries its delivery (the first receipt's expiry) as its
+        # fraction: whoever holds an older receipt of this delivery can tell it from a
+        # later delivery of the message, with no record to write or read.
+        moved = self._extend_lease(
+            receipt, self.clock.time_us() + round(duration * 1e6), tag="." + delivery_of(receipt)
+        )
         if moved is None:
             raise self._lease_lost(receipt)
         target, expiry = moved
@@ -1448,7 +1485,7 @@ class Queue:
         tick = 1000 if self._ms else 1
         while True:
             target = f"{message_id}.{format_time(expiry_us, self.precision)}{tag}"
-            if target == name and not tag:
+            if target == name and tag != HOLD_TAG:
                 return name, expiry_us  # already there: nothing to rename
             try:
                 _fs.rename_noreplace(self.layout.message(name), self.layout.message(target))
@@ -1462,32 +1499,20 @@ class Queue:
     def _lease_lost(self, receipt: str) -> LeaseLost:
         """A :class:`LeaseLost` for *receipt* that says what became of the lease.
 
-        A diagnosis after the fact, from one listing and one metadata read: a message
-        held under another name was either extended through another handle (its lease
-        lives on) or returned and received again. A return after our lease is recorded
-        in the metadata (every requeue writes its hold there), so no such record means
-        the lease was extended.
+        A diagnosis after the fact, from one listing: a message held under another name
+        was either extended through another handle (its lease lives on, and carries
+        our delivery: :func:`~vsqs._ids.delivery_of`) or returned and received again
+        (a later delivery, which never carries ours). Positive evidence, in the name
+        itself: no record is needed, so a requeue that could not record its receive
+        (a full disk, a vsqs 0.3 peer) is never taken for an extension.
         """
         message_id = id_of(receipt)
         held = _scan.held_names_for(self.path, message_id)
         if held:
-            ours = parse_name(receipt)
-            meta = self._meta.read(message_id)
-            # The lease that last ended undeleted (recorded since 1.0; before, its hold,
-            # which a lease extended past the hold's length outlives).
-            last = (meta.ended or meta.lease) if meta else ""
-            ended = parse_name(f"{message_id}.{last}") if last else None
-            if ended is None or ended.expires is None:
-                returned_since = False
-            elif ours is None or ours.expires is None:
-                returned_since = True
-            elif meta is not None and meta.ended:
-                # Ours, or a lease extended from ours, ended: it was returned since.
-                returned_since = ended.expires >= ours.expires
-            else:
-                returned_since = ended.expires > ours.expires
-            if not returned_since:
-                return LeaseLost(receipt, reason="superseded", current=held[0])
+            ours = delivery_of(receipt)
+            for name in held:
+                if delivery_of(name) == ours:
+                    return LeaseLost(receipt, reason="superseded", current=name)
             return LeaseLost(receipt, reason="expired")
         if _fs.exists(self.layout.message(message_id)):
             return LeaseLost(receipt, reason="expired")
@@ -1681,54 +1706,91 @@ class Queue:
 
         :raises QueueFull: *dest* is full: nothing moved.
         """
-        with room_for_move(to._capacity):  # a partitioned queue's bound is its total
-            dest: Queue = to.partition_for(split_group(meta.attributes)[1])
+        dest: Queue = to.partition_for(split_group(meta.attributes)[1])
+        with self._opened_target(to, dest) as (into, metas):
             source = self.layout.message(held_name)
             target = id_of(held_name)
             with_meta = meta.to_json() != b"{}"
-            # Through a descriptor of *dest*'s directory, its name opened now without
-            # following a link: a target swapped for a symlink after this handle was made
-            # raises UnsafeEntry, before anything is written, and nothing lands outside it.
-            into = dest.layout.open_queue()
             try:
+                meta.inode = _fs.inode(source)  # a rename keeps it: the metadata matches
+            except FileNotFoundError:
+                return None  # RACE: another process moved or deleted it first
+            while True:
+                if with_meta and not metas.create(target, meta, durable=dest.durable):
+                    target = dest._new_id()  # the id is taken in *dest*
+                    continue
                 try:
-                    meta.inode = _fs.inode(source)  # a rename keeps it: the metadata matches
-                except FileNotFoundError:
-                    return None  # RACE: another process moved or deleted it first
-                while True:
-                    if with_meta and not dest._meta.create(target, meta, durable=dest.durable):
-                        target = dest._new_id()  # the id is taken in *dest*
+                    # *source* is absolute: only *target* is resolved in *into*.
+                    _fs.rename_noreplace(source, target, into)
+                except OSError as exc:
+                    if with_meta:
+                        metas.remove(target)
+                    if isinstance(exc, FileNotFoundError):
+                        return None  # RACE: another process moved or deleted it first
+                    if isinstance(exc, FileExistsError):
+                        target = dest._new_id()  # RACE: a message took that id in *dest*
                         continue
-                    try:
-                        # *source* is absolute: only *target* is resolved in *into*.
-                        _fs.rename_noreplace(source, target, into)
-                    except OSError as exc:
-                        if with_meta:
-                            dest._meta.remove(target)
-                        if isinstance(exc, FileNotFoundError):
-                            return None  # RACE: another process moved or deleted it first
-                        if isinstance(exc, FileExistsError):
-                            target = dest._new_id()  # RACE: a message took that id in *dest*
-                            continue
-                        if exc.errno != errno.EXDEV:
-                            raise
-                        copied = self._copy_to(dest, held_name, target, meta if with_meta else None)
-                        if copied is not None:
-                            self._meta.remove(id_of(held_name))
-                        return copied
-                    break
-            finally:
-                _fs.close(into)
+                    if exc.errno != errno.EXDEV:
+                        raise
+                    copied = self._copy_to(
+                        dest, held_name, target, meta if with_meta else None, into=into,
+                        metas=metas,
+                    )  # fmt: skip
+                    if copied is not None:
+                        self._meta.remove(id_of(held_name))
+                    return copied
+                break
             self._meta.remove(id_of(held_name))
             if dest.durable:
                 with _fs.flushing_published([target]):  # moved: a failed flush says so
-                    _fs.fsync_dir(dest.path)
+                    _fs.fsync(into)
                     _fs.fsync_dir(self.path)
             return target
 
-    def _copy_to(self, dest: Queue, held_name: str, target: str, meta: Meta | None) -> str | None:
+    @contextmanager
+    def _opened_target(self, to: Queue, dest: Queue) -> Iterator[tuple[int, MetaStore]]:
+        """Room in *to* for a move into its (partition) queue *dest*: a descriptor of
+        *dest*'s directory, and *dest*'s metadata reached through it.
+
+        The target's names are opened now, without following a link, before anything is
+        written: a target swapped for a symlink after this handle was made raises
+        :class:`UnsafeEntry` here, and one swapped later gets everything of the move
+        (the capacity lock and counter, the metadata, the message) through the
+        descriptors, so nothing lands where the link points.
+
+        :raises QueueFull: *to* is bounded and full.
+        """
+        into = dest.layout.open_queue()
+        bound_fd = into
+        try:
+            if to is not dest:  # a partitioned queue: its bound is its total, at its root
+                bound_fd = to.layout.open_queue()
+            bound, layout = _pinned(to.layout, bound_fd), _pinned(dest.layout, into)
+            try:
+                with room_for_move(to._capacity, bound):
+                    yield into, MetaStore(layout)
+            finally:
+                layout.close()
+                bound.close()
+        finally:
+            if bound_fd != into:
+                _fs.close(bound_fd)
+            _fs.close(into)
+
+    def _copy_to(
+        self,
+        dest: Queue,
+        held_name: str,
+        target: str,
+        meta: Meta | None,
+        *,
+        into: int,
+        metas: MetaStore,
+    ) -> str | None:
         """The *copy* arrow, a move across filesystems: *create* a copy in *dest*,
-        *commit* it there, *delete* the original here.
+        *commit* it there, *delete* the original here; *dest*'s names are resolved
+        from its open directory *into*, its metadata through *metas* (see
+        :meth:`_opened_target`).
 
         Exactly once without a crash: the copy is created in *dest* while this process
         keeps renewing its claim on the source (so no requeue can hand the message to
@@ -1761,26 +1823,27 @@ class Queue:
                     lambda out: _fs.copy_fd(source, out, claim.renew),
                     staged=staged,
                     sync=dest.durable,
+                    dir_fd=into,
                 )
             finally:
                 _fs.close(source)
             if not claim.renew(force=True):
-                dest._discard_all(staged)  # withdrawn before anyone could see it
+                dest._discard_all(staged, into)  # withdrawn before anyone could see it
                 return None
             # A copy is a new inode: _commit matches the metadata to it.
-            target = dest._commit(new, size, meta, to=target, moved=True)
+            target = dest._commit(new, size, meta, to=target, moved=True, dir_fd=into, metas=metas)
         except _ClaimLost:
-            dest._discard_all(staged)
+            dest._discard_all(staged, into)
             return None  # RACE: another process took the message while we copied
         except BaseException:
-            dest._discard_all(staged)  # cut short: the copy is never left half made
+            dest._discard_all(staged, into)  # cut short: the copy is never left half made
             raise
         if not self._unlink_message(claim.name):
             # RACE: the claim ran out between the renewal and now (a stall longer than
             # a lease): the other copy is whoever took it. Ours is visible already.
             report_once(self.path, "a moved message was taken back during its move", target)
         if dest.durable:
-            _fs.fsync_dir(dest.path)
+            _fs.fsync(into)
             _fs.fsync_dir(self.path)
         return target
 
@@ -2271,6 +2334,30 @@ def _write_body(fd: int, body: bytes | memoryview | Callable[[int], int] | _inge
     if isinstance(body, _ingest.Linked):
         return body.size  # the file is the body already
     return body(fd)
+
+
+def _pinned(layout: Layout, dir_fd: int) -> Layout:
+    """*layout* reached through *dir_fd*, a descriptor of its queue directory, never
+    by its path (see :meth:`Queue._opened_target`)."""
+    return Layout(
+        layout.path, layout.dir_mode, layout.file_mode, durable=layout.durable, base=dir_fd
+    )
+
+
+def _batch_keys(
+    count: int, dedup_ids: Iterable[str | None] | None, batch_dedup_id: str | None
+) -> list[str | None]:
+    """The checked deduplication id (or ``None``) of each of *count* bodies of a batch."""
+    keys: list[str | None] = [None] * count if dedup_ids is None else list(dedup_ids)
+    if len(keys) != count:
+        raise ValueError(f"{len(keys)} dedup_ids for {count} bodies")
+    for key in keys:
+        _check_dedup_id(key)
+    if batch_dedup_id is not None:
+        _check_dedup_id(batch_dedup_id, "batch_dedup_id")
+        if dedup_ids is not None:
+            raise ValueError("give dedup_ids or batch_dedup_id, not both")
+    return keys
 
 
 def _check_dedup_id(key: object, name: str = "dedup_id") -> None:

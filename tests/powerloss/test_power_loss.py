@@ -29,9 +29,9 @@ import pytest
 
 import vsqs
 from vsqs.aio import AsyncQueue
-from vsqs.testing import ManualClock
+from vsqs.testing import ManualClock, drain
 
-from ._mount import LazyMount
+from ._mount import LazyMount, lazy_mount
 from ._power import cut_power
 from .conftest import require_lazyfs
 
@@ -62,6 +62,25 @@ def test_the_power_fails_while_a_producer_runs(
         outcome = cut_power(kind, where, seed=seed, roll_back_directories=strict)
         assert outcome.ok, f"{kind}, seed {seed}: {outcome}"
         assert outcome.acknowledged > 0
+
+
+def test_a_batch_acknowledged_before_a_power_loss_adds_nothing_when_retried(
+    tmp_path: Path,
+) -> None:
+    """``publish_batch(..., batch_dedup_id=)`` returned, then the power failed on the
+    filesystem that also undoes unflushed directory operations: the batch's record
+    survived with it (its directory entry was flushed), so the retry of the
+    acknowledged batch returns its ids and adds nothing (the mutant that did not flush
+    the record published the batch a second time)."""
+    require_lazyfs()
+    with lazy_mount(tmp_path, roll_back_directories=True) as mount:
+        with vsqs.Queue(mount.mountpoint / "data" / "q") as queue:
+            ids = queue.publish_batch([b"a", b"b"], batch_dedup_id="job-7")
+        mount.crash()
+        backing = mount.backing
+    with vsqs.Queue(backing / "data" / "q") as after:
+        assert after.publish_batch([b"a", b"b"], batch_dedup_id="job-7") == ids
+        assert [m.body for m in drain(after)] == [b"a", b"b"]
 
 
 @pytest.fixture

@@ -18,12 +18,15 @@ import click
 from .. import __version__, _host
 from ._admin import clean, create, purge, queues, redrive, requeue, shutdown, stats
 from ._common import (
+    DEBUG,
     EXIT_CODES_HELP,
     INTERRUPTED,
     OK,
     CliError,
     Stopped,
+    debug_option,
     describe,
+    force_option,
     install_stop_handlers,
     stopped_line,
 )
@@ -50,6 +53,7 @@ class _Group(click.Group):
     """Maps every error of a command to one line on stderr and an exit status."""
 
     def invoke(self, ctx: click.Context) -> Any:
+        ctx.meta[DEBUG] = bool(ctx.params.get("debug"))  # `--debug` after the command too
         try:
             return super().invoke(ctx)
         except (click.exceptions.Exit, click.ClickException, click.Abort):
@@ -60,17 +64,17 @@ class _Group(click.Group):
             _silence_stdout()
             raise click.exceptions.Exit(OK) from None
         except KeyboardInterrupt:
-            if ctx.params.get("debug"):
+            if ctx.meta[DEBUG]:
                 raise
             click.echo("vsqs: interrupted", err=True)
             raise click.exceptions.Exit(INTERRUPTED) from None
         except Stopped as stopped:
-            if ctx.params.get("debug"):
+            if ctx.meta[DEBUG]:
                 raise
             click.echo(stopped_line(stopped.signum), err=True)
             raise click.exceptions.Exit(128 + stopped.signum) from None
         except Exception as exc:  # the one place every error becomes a line
-            if ctx.params.get("debug"):
+            if ctx.meta[DEBUG]:
                 raise
             code, text = describe(exc)
             raise CliError(text, code) from None
@@ -100,6 +104,23 @@ for _command in (publish, receive, delete, peek, stats, purge, clean, requeue, r
     cli.add_command(_command)
 for _command in (create, queues, config, pump, sink, demo, metrics, serve):
     cli.add_command(_command)
+
+
+# Every command that opens a QUEUE refuses a directory that is not a queue unless told
+# `--force`; every command takes `--debug` after its name too.
+def _leaves(command: click.Command) -> list[click.Command]:
+    """*command*, or the commands of a group, all the way down."""
+    if isinstance(command, click.Group):
+        return [leaf for sub in command.commands.values() for leaf in _leaves(sub)]
+    return [command]
+
+
+for _command in (publish, receive, delete, peek, stats, purge, clean, requeue, redrive, shutdown,
+                 create, config, pump, sink, metrics):  # fmt: skip
+    for _leaf in _leaves(_command):
+        _leaf.params.append(force_option())
+for _leaf in _leaves(cli):
+    _leaf.params.append(debug_option())
 
 
 def main(argv: list[str] | None = None, prog_name: str | None = "vsqs") -> None:

@@ -16,9 +16,11 @@ from .. import Queue, QueueRoot, Stats, VsqsError, _host, validate_name
 from ._common import (
     SECONDS,
     CliError,
+    count_of,
     format_age,
     json_line,
     open_queue,
+    plain,
     progress,
     stdout_is_terminal,
 )
@@ -97,7 +99,7 @@ def purge(queue: str, yes: bool) -> None:
     with progress(f"purging {queue}", None, show=stdout_is_terminal()) as advance:
         removed = target.purge()
         advance(removed)
-    click.echo(f"purged {removed:,} messages")
+    click.echo(f"purged {count_of(removed, 'message')}")
 
 
 @click.command()
@@ -116,7 +118,7 @@ def clean(queue: str, older_than: float) -> None:
     metadata and expired deduplication markers. Young entries are never touched.
     """
     removed = open_queue(queue).clean(older_than)
-    click.echo(f"removed {removed:,} entries")
+    click.echo(f"removed {count_of(removed, 'entry', 'entries')}")
 
 
 @click.command()
@@ -127,7 +129,7 @@ def requeue(queue: str) -> None:
     Consumers do this as they go; this is for a queue nobody is consuming.
     """
     count = open_queue(queue).requeue_expired()
-    click.echo(f"requeued {count:,} messages")
+    click.echo(f"requeued {count_of(count, 'message')}")
 
 
 def _redrive(dead: Queue, to: Queue | None, limit: int | None) -> int:
@@ -157,7 +159,7 @@ def redrive(dead_letter_queue: str, to: str | None, limit: int | None) -> None:
             advance(count)
             if count < want:
                 break  # the rest has no recorded source, or was taken by a consumer
-    click.echo(f"redrove {moved:,} messages")
+    click.echo(f"redrove {count_of(moved, 'message')}")
 
 
 @click.command()
@@ -369,7 +371,7 @@ def create_queues(root: str, names: tuple[str, ...], partitions: int | None, fif
         except ValueError as exc:
             if isinstance(exc, VsqsError):
                 raise
-            raise click.UsageError(str(exc)) from None
+            raise click.UsageError(plain(str(exc))) from None
         click.echo(_describe(made))
         made.close()
 

@@ -10,7 +10,7 @@ import click
 
 from .. import InvalidSettings, SystemClock, _host
 from .._stored import set_aside
-from ._common import SECONDS, CliError, open_queue
+from ._common import SECONDS, CliError, open_queue, plain
 
 # Every setting a queue stores, its option and its vsqs default ("none": no limit).
 _SETTINGS: dict[str, tuple[str, str]] = {
@@ -111,7 +111,7 @@ def config(queue: str, unset: tuple[str, ...], reset: bool, as_json: bool, **cha
         except InvalidSettings:
             raise  # the stored file is at fault, not the arguments
         except (TypeError, ValueError) as exc:
-            raise click.UsageError(str(exc)) from None
+            raise click.UsageError(plain(str(exc))) from None
     else:
         stored = dict(target.settings())
     if as_json:

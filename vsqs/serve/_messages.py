@@ -11,7 +11,9 @@ of that delivery; on a partitioned (FIFO) queue, ``p<index>-`` first, naming the
 partition. As in SQS, a handle stays valid when ``ChangeMessageVisibility`` extends its
 message, through any server: the server that extended it remembers the receipts it
 replaced, and any other follows the lease to its current name (see
-:func:`_superseded`), never to a later delivery of the message.
+:func:`_superseded`), never to a later delivery of the message: an extended lease
+carries its delivery in its name (``id.expiry.delivery``), which no later delivery
+does, whoever requeued the message and whatever it could record.
 
 **System attributes.** ``SentTimestamp`` is the vsqs id's time;
 ``ApproximateReceiveCount`` vsqs's receive count; ``ApproximateFirstReceiveTimestamp``
@@ -227,8 +229,9 @@ def _receive(
 # -- deleting and changing visibility ---------------------------------------------------
 
 
-def _target(queue: Queue, handle: object) -> tuple[Queue, str, int | None]:
-    """The (partition) queue, vsqs receipt and receive count of a receipt handle."""
+def _target(queue: Queue, handle: object) -> tuple[Queue, str]:
+    """The (partition) queue and vsqs receipt of a receipt handle (the receive count
+    it ends with is checked, and no longer needed)."""
     match = _HANDLE.fullmatch(handle) if isinstance(handle, str) else None
     partitions = queue.partition_queues
     index = int(match.group(1) or 0) if match else 0
@@ -238,8 +241,7 @@ def _target(queue: Queue, handle: object) -> tuple[Queue, str, int | None]:
         or index >= len(partitions)
     ):
         raise _invalid_handle(handle)
-    count = match.group(3)
-    return partitions[index], match.group(2), None if count is None else int(count)
+    return partitions[index], match.group(2)
 
 
 def _invalid_handle(handle: object) -> SqsError:
@@ -254,7 +256,7 @@ def _invalid_entry_handle(handle: object) -> SqsError:
     )
 
 
-def _superseded(target: Queue, receipt: str, count: int | None) -> str | None:
+def _superseded(target: Queue, receipt: str) -> str | None:
     """The receipt a lease lives on under, if *receipt* (which names no file now) was
     extended through another handle: another server, or this one before a restart.
 
@@ -262,34 +264,26 @@ def _superseded(target: Queue, receipt: str, count: int | None) -> str | None:
     message; in vsqs the extension renames the held file. vsqs's diagnosis of a lost
     lease (:class:`~vsqs.LeaseLost` ``superseded``, with the current receipt) is asked
     for by an extension that cannot succeed (the name is gone, and no rename ever makes a
-    name again), so the probe changes nothing. The lease is followed only if no lease of
-    the message ended since the handle's receive: its count of ended receives is still
-    the one before that receive (the handle carries the receive's count).
+    name again), so the probe changes nothing. It says ``superseded`` only for a lease
+    whose name carries this receipt's delivery (an extension of it), never for a later
+    delivery: a handle can only act on its own delivery.
     """
-    if count is None:
-        return None  # a handle without its receive's count is never followed
     try:
         target.change_visibility(receipt, _PROBE)
     except LeaseLost as lost:
-        if lost.reason != "superseded" or not lost.current:
-            return None
-        try:
-            ended = target.history(lost.current).receive_count
-        except (InvalidId, OSError):
-            return None  # RACE: deleted meanwhile
-        return lost.current if ended == count - 1 else None
+        return lost.current if lost.reason == "superseded" and lost.current else None
     return None  # RACE: unreachable unless the name came back (then it was extended now)
 
 
 def _delete(queue: Queue, handle: object) -> None:
-    target, receipt, count = _target(queue, handle)
+    target, receipt = _target(queue, handle)
     try:
         for _ in range(_FOLLOW):
             if target.delete(receipt):
                 return
             # Deleting a receipt whose lease has ended is no error (as in SQS); one whose
             # lease lives on under a newer receipt deletes the message.
-            current = _superseded(target, receipt, count)
+            current = _superseded(target, receipt)
             if current is None:
                 return
             receipt = current  # RACE: extended again meanwhile: follow it, a few times
@@ -302,14 +296,14 @@ def _change(queue: Queue, handle: object, seconds: object) -> None:
         raise missing("VisibilityTimeout")
     if isinstance(seconds, bool) or not isinstance(seconds, int) or not 0 <= seconds <= 43200:
         raise invalid("VisibilityTimeout", seconds, "must be an integer from 0 to 43200.")
-    target, receipt, count = _target(queue, handle)
+    target, receipt = _target(queue, handle)
     for attempt in range(_FOLLOW):
         try:
             target.change_visibility(receipt, seconds)
         except InvalidId:
             raise _invalid_handle(handle) from None
         except LeaseLost as exc:
-            current = _superseded(target, receipt, count) if attempt + 1 < _FOLLOW else None
+            current = _superseded(target, receipt) if attempt + 1 < _FOLLOW else None
             if current is not None:
                 receipt = current  # extended through another server: the lease lives on
                 continue

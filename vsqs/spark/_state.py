@@ -31,6 +31,13 @@ EPOCH: Final = "epoch.json"
 LOCK: Final = "lock"
 _TMP: Final = ".tmp-"
 _SUFFIX: Final = ".json"
+EPOCH_LIMIT: Final = 64 << 10
+"""The most read of ``epoch.json`` (bytes): it holds an epoch name, a queue's path and
+a number; anything larger is not vsqs's, refused after one ``fstat`` (``EFBIG``)."""
+BATCH_LIMIT: Final = 64 << 20
+"""The most read of one batch's record (bytes), as of a ``batch_dedup_id`` record: a
+batch whose record would be larger is refused when it is written (lower
+``maxMessagesPerBatch``), so a larger file is not vsqs's and is never read."""
 # What a planted entry gives: a symlink (ELOOP, O_NOFOLLOW), a file where a directory
 # belongs (ENOTDIR), a directory or FIFO where a file belongs (EINVAL, EISDIR).
 _PLANTED: Final = frozenset({errno.ELOOP, errno.ENOTDIR, errno.EINVAL, errno.EISDIR})
@@ -104,25 +111,33 @@ class StateDir:
         )
 
     def _read(self, name: str) -> bytes | None:
+        """The content of the record *name*, bounded like every file under ``.vsqs``."""
         fd = self._dir(create=False)
         if fd is None:
             return None
         try:
-            return _fs.read_at(name, fd)
+            return _fs.read_at(name, fd, EPOCH_LIMIT if name == EPOCH else BATCH_LIMIT)
         except FileNotFoundError:
             return None
         except OSError as exc:
             raise self._unsafe(exc, f"{self.path}/{name}") from None
 
-    def _write(self, name: str, data: object) -> None:
-        """Replace *name* with *data* durably (temporary file, fsync, rename, dir fsync)."""
+    def _write(self, name: str, data: object, limit: int = EPOCH_LIMIT) -> None:
+        """Replace *name* with *data* durably (temporary file, fsync, rename, dir fsync);
+        a record larger than *limit*, which :meth:`_read` would refuse, is not written."""
+        content = json.dumps(data).encode()
+        if len(content) > limit:
+            raise ValueError(
+                f"the Spark state record {self.path}/{name} would be {len(content)} bytes, "
+                f"more than the {limit} read back: lower maxMessagesPerBatch"
+            )
         fd = self._dir(create=True)
         assert fd is not None
         tmp = f"{_TMP}{name}-{os.getpid()}-{os.urandom(4).hex()}"
         out = _fs.create_at(tmp, 0o666, fd)
         try:
             try:
-                _fs.write_all(out, json.dumps(data).encode())
+                _fs.write_all(out, content)
                 _fs.fsync(out)
             finally:
                 _fs.close(out)
@@ -152,8 +167,12 @@ class StateDir:
         self._write(EPOCH, {"epoch": epoch, "queue": queue, "high": high})
 
     def save(self, seq: int, messages: list[Planned]) -> None:
-        """Record the messages of batch *seq* durably, replacing its previous record."""
-        self._write(f"{seq}{_SUFFIX}", {"messages": messages})
+        """Record the messages of batch *seq* durably, replacing its previous record.
+
+        :raises ValueError: the record would be larger than :data:`BATCH_LIMIT` (it
+            could never be read back): nothing is written.
+        """
+        self._write(f"{seq}{_SUFFIX}", {"messages": messages}, BATCH_LIMIT)
 
     def load(self) -> dict[int, list[Planned]]:
         """Every recorded batch (left by an earlier run of this query); temporary files
