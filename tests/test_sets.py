@@ -21,7 +21,7 @@ def _fresh_ids(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(IDS, "_last", {1: 0, 1000: 0})
 
 
-def _produce(tmp_path: Path, count: int) -> list[vsqs.Queue]:
+def _produce(tmp_path: Path, count: int) -> list[vsqs.AnyQueue]:
     """Two producer processes, each cycling over three queues at once."""
     paths = [str(tmp_path / f"q{n}") for n in range(3)]
     ctx = forkserver()
@@ -206,7 +206,7 @@ def test_null_queue_accepts_and_discards(tmp_path: Path) -> None:
 def test_null_queue_in_place_of_a_queue(tmp_path: Path) -> None:
     """A pipeline stage switched off: the producer code runs unchanged."""
 
-    def stage(out: vsqs.Queue | vsqs.NullQueue) -> int:
+    def stage(out: vsqs.AnyQueue | vsqs.NullQueue) -> int:
         for n in range(3):
             out.publish(str(n).encode())
         return out.size()

@@ -27,7 +27,7 @@ def _fifo(sqs: Any, name: str = "jobs.fifo", **attributes: str) -> str:
 def test_a_fifo_queue_is_a_partitioned_vsqs_queue(sqs: Any, root: vsqs.QueueRoot) -> None:
     url = _fifo(sqs)
     queue = root.get("jobs.fifo")
-    assert queue.fifo and queue.partitions > 1
+    assert queue.fifo and isinstance(queue, vsqs.PartitionedQueue)
     attributes = sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["All"])["Attributes"]
     assert attributes["FifoQueue"] == "true"
     assert attributes["ContentBasedDeduplication"] == "false"

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from .. import Queue, QueueRoot, Stats, VsqsError, _host, validate_name
+from .. import AnyQueue, QueueRoot, Stats, VsqsError, _host, partitions_of, validate_name
 from ._common import (
     SECONDS,
     CliError,
@@ -47,10 +47,11 @@ def _shape(partitions: int | None, fifo: bool) -> dict[str, Any]:
     return shape
 
 
-def _describe(queue: Queue) -> str:
+def _describe(queue: AnyQueue) -> str:
     shown = queue.path
-    if queue.partitions > 1 or queue.fifo:
-        shown += f"  (partitions={queue.partitions}{', fifo' if queue.fifo else ''})"
+    count = len(partitions_of(queue))
+    if count > 1 or queue.fifo:
+        shown += f"  (partitions={count}{', fifo' if queue.fifo else ''})"
     return shown
 
 
@@ -130,7 +131,7 @@ def requeue(queue: str) -> None:
     click.echo(f"requeued {count:,} messages")
 
 
-def _redrive(dead: Queue, to: Queue | None, limit: int | None) -> int:
+def _redrive(dead: AnyQueue, to: AnyQueue | None, limit: int | None) -> int:
     return dead.redrive(to=to, limit=limit)
 
 

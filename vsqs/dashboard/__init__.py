@@ -38,7 +38,7 @@ from importlib import resources
 from typing import Any, Final
 from urllib.parse import unquote, urlsplit
 
-from .. import InvalidName, Queue, QueueNotFound, QueueRoot, VsqsError, validate_name
+from .. import AnyQueue, InvalidName, QueueNotFound, QueueRoot, VsqsError, validate_name
 from ..serve import Credential, Credentials
 from . import _charts, _pages
 from ._actions import PEEK, SETTINGS, WHOLE, peek, plan_configure
@@ -326,7 +326,7 @@ class Dashboard:
         self.sampler.refresh_soon()
         return 200, response_headers(HTML), _pages.result(name, text, ok=True)
 
-    def _open(self, name: str) -> contextlib.closing[Queue]:
+    def _open(self, name: str) -> contextlib.closing[AnyQueue]:
         """A handle of the queue *name* for one request, closed at its end.
 
         :raises QueueNotFound:"""
@@ -334,7 +334,7 @@ class Dashboard:
 
     def _plan(
         self,
-        queue: Queue,
+        queue: AnyQueue,
         name: str,
         action: str,
         form: Mapping[str, str],
@@ -369,7 +369,7 @@ class Dashboard:
 
     def _plan_redrive(
         self,
-        queue: Queue,
+        queue: AnyQueue,
         name: str,
         form: Mapping[str, str],
         user: Credential | None,
@@ -377,7 +377,7 @@ class Dashboard:
         opened: contextlib.ExitStack,
     ) -> tuple[str, Any]:
         to_name = form.get("to", "").strip()
-        target: Queue | None = None
+        target: AnyQueue | None = None
         if to_name:
             to_name = self._queue_name(to_name, user)
             target = opened.enter_context(self._open(to_name))

@@ -37,11 +37,12 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Final
 
 from .. import (
+    AnyQueue,
     InvalidId,
     LeaseLost,
     Message,
-    Queue,
     QueueDrained,
+    partitions_of,
 )
 from . import _attributes, _queue_attrs
 from ._attributes import DEDUP_KEY, TRACE_KEY, Attribute
@@ -84,9 +85,9 @@ def _names(params: dict[str, Any], key: str) -> list[str]:
     return value
 
 
-def _handle(queue: Queue, message: Message) -> str:
+def _handle(queue: AnyQueue, message: Message) -> str:
     """``[p<partition>-]<receipt>~<receive count>`` (see the module's docstring)."""
-    partitions = queue.partition_queues
+    partitions = partitions_of(queue)
     for index, partition in enumerate(partitions):
         if len(partitions) > 1 and partition.path == message.queue:
             return f"p{index}-{message.receipt}~{message.receive_count}"
@@ -94,7 +95,7 @@ def _handle(queue: Queue, message: Message) -> str:
 
 
 def _system_attributes(  # noqa: PLR0912 - one branch per system attribute
-    service: Context, caller: Caller, queue: Queue, message: Message, wanted: set[str]
+    service: Context, caller: Caller, queue: AnyQueue, message: Message, wanted: set[str]
 ) -> dict[str, str]:
     every = "All" in wanted
     values: dict[str, str] = {}
@@ -137,7 +138,7 @@ def _system_attributes(  # noqa: PLR0912 - one branch per system attribute
 def _outgoing_message(
     service: Context,
     caller: Caller,
-    queue: Queue,
+    queue: AnyQueue,
     message: Message,
     *,
     system: set[str],
@@ -180,7 +181,7 @@ def _attribute_value(kind: str, value: str | bytes) -> dict[str, str]:
 
 
 def receive_message(
-    service: Context, caller: Caller, name: str, queue: Queue, params: dict[str, Any]
+    service: Context, caller: Caller, name: str, queue: AnyQueue, params: dict[str, Any]
 ) -> dict[str, Any]:
     count = integer(params, "MaxNumberOfMessages", 1, MAX_BATCH) or 1
     visibility = integer(params, "VisibilityTimeout", 0, 43200)
@@ -212,7 +213,7 @@ def receive_message(
 
 
 def _receive(
-    service: Context, queue: Queue, count: int, visibility: int | None, wait: int
+    service: Context, queue: AnyQueue, count: int, visibility: int | None, wait: int
 ) -> list[Message]:
     """Up to *count* messages, waiting up to *wait* seconds on the queue's own waiting,
     in slices so that a shutdown of the server ends the wait within :data:`_SLICE`."""
@@ -231,10 +232,10 @@ def _receive(
 # -- deleting and changing visibility ---------------------------------------------------
 
 
-def _target(queue: Queue, handle: object) -> tuple[Queue, str, int | None]:
+def _target(queue: AnyQueue, handle: object) -> tuple[AnyQueue, str, int | None]:
     """The (partition) queue, vsqs receipt and receive count of a receipt handle."""
     match = _HANDLE.fullmatch(handle) if isinstance(handle, str) else None
-    partitions = queue.partition_queues
+    partitions = partitions_of(queue)
     index = int(match.group(1) or 0) if match else 0
     if (
         match is None
@@ -250,7 +251,7 @@ def _invalid_handle(handle: object) -> SqsError:
     return SqsError("ReceiptHandleIsInvalid", f'The input receipt handle "{handle}" is not valid.')
 
 
-def _superseded(target: Queue, receipt: str, count: int | None) -> str | None:
+def _superseded(target: AnyQueue, receipt: str, count: int | None) -> str | None:
     """The receipt a lease lives on under, if *receipt* (which names no file now) was
     extended through another handle: another server, or this one before a restart.
 
@@ -277,7 +278,7 @@ def _superseded(target: Queue, receipt: str, count: int | None) -> str | None:
     return None  # RACE: unreachable unless the name came back (then it was extended now)
 
 
-def _delete(queue: Queue, handle: object) -> None:
+def _delete(queue: AnyQueue, handle: object) -> None:
     target, receipt, count = _target(queue, handle)
     try:
         for _ in range(_FOLLOW):
@@ -293,7 +294,7 @@ def _delete(queue: Queue, handle: object) -> None:
         raise _invalid_handle(handle) from None
 
 
-def _change(queue: Queue, handle: object, seconds: object) -> None:
+def _change(queue: AnyQueue, handle: object, seconds: object) -> None:
     if seconds is None:
         raise missing("VisibilityTimeout")
     if isinstance(seconds, bool) or not isinstance(seconds, int) or not 0 <= seconds <= 43200:
@@ -318,7 +319,7 @@ def _change(queue: Queue, handle: object, seconds: object) -> None:
 
 
 def delete_message(
-    service: Context, caller: Caller, name: str, queue: Queue, params: dict[str, Any]
+    service: Context, caller: Caller, name: str, queue: AnyQueue, params: dict[str, Any]
 ) -> dict[str, Any]:
     del service, caller, name
     if "ReceiptHandle" not in params:
@@ -328,7 +329,7 @@ def delete_message(
 
 
 def change_message_visibility(
-    service: Context, caller: Caller, name: str, queue: Queue, params: dict[str, Any]
+    service: Context, caller: Caller, name: str, queue: AnyQueue, params: dict[str, Any]
 ) -> dict[str, Any]:
     del service, caller, name
     if "ReceiptHandle" not in params:
@@ -338,7 +339,7 @@ def change_message_visibility(
 
 
 def _batch(
-    queue: Queue, params: dict[str, Any], one: Callable[[dict[str, Any]], None]
+    queue: AnyQueue, params: dict[str, Any], one: Callable[[dict[str, Any]], None]
 ) -> dict[str, Any]:
     successful: list[dict[str, Any]] = []
     failed: list[dict[str, Any]] = []
@@ -356,14 +357,14 @@ def _batch(
 
 
 def delete_message_batch(
-    service: Context, caller: Caller, name: str, queue: Queue, params: dict[str, Any]
+    service: Context, caller: Caller, name: str, queue: AnyQueue, params: dict[str, Any]
 ) -> dict[str, Any]:
     del service, caller, name
     return _batch(queue, params, lambda entry: _delete(queue, entry["ReceiptHandle"]))
 
 
 def change_message_visibility_batch(
-    service: Context, caller: Caller, name: str, queue: Queue, params: dict[str, Any]
+    service: Context, caller: Caller, name: str, queue: AnyQueue, params: dict[str, Any]
 ) -> dict[str, Any]:
     del service, caller, name
     return _batch(
@@ -374,7 +375,7 @@ def change_message_visibility_batch(
 
 
 ACTIONS: Final[
-    dict[str, Callable[[Context, Caller, str, Queue, dict[str, Any]], dict[str, Any]]]
+    dict[str, Callable[[Context, Caller, str, AnyQueue, dict[str, Any]], dict[str, Any]]]
 ] = {
     "SendMessage": send_message,
     "SendMessageBatch": send_message_batch,

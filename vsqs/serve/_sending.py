@@ -20,7 +20,7 @@ import hashlib
 import re
 from typing import TYPE_CHECKING, Any, Final
 
-from .. import InvalidAttributes, Queue, QueueClosed, QueueFull
+from .. import AnyQueue, InvalidAttributes, QueueClosed, QueueFull
 from . import _attributes, _queue_attrs
 from ._attributes import DEDUP_KEY, TRACE_KEY, Attribute
 from ._errors import SqsError, invalid, missing
@@ -75,7 +75,7 @@ class _Outgoing:
     key: tuple[object, ...]
     """Entries with equal keys may share one publish_batch."""
 
-    def __init__(self, queue: Queue, options: dict[str, str], params: dict[str, Any]) -> None:
+    def __init__(self, queue: AnyQueue, options: dict[str, str], params: dict[str, Any]) -> None:
         body = params.get("MessageBody")
         if body is None:
             raise missing("MessageBody")
@@ -163,7 +163,7 @@ class _Outgoing:
             tuple(sorted(stored.items())) if stored else (),
         )
 
-    def answer(self, message_id: str, queue: Queue) -> dict[str, Any]:
+    def answer(self, message_id: str, queue: AnyQueue) -> dict[str, Any]:
         result: dict[str, Any] = {
             "MessageId": message_id,
             "MD5OfMessageBody": _attributes.md5_of_data(self.data),
@@ -193,7 +193,7 @@ def _publish_error(exc: Exception) -> SqsError:
 
 
 def send_message(
-    service: Context, caller: Caller, name: str, queue: Queue, params: dict[str, Any]
+    service: Context, caller: Caller, name: str, queue: AnyQueue, params: dict[str, Any]
 ) -> dict[str, Any]:
     del service, caller, name
     outgoing = _Outgoing(queue, _queue_attrs.sqs_options(queue), params)
@@ -250,7 +250,7 @@ def failure(entry_id: str, error: SqsError) -> dict[str, Any]:
 
 
 def send_message_batch(
-    service: Context, caller: Caller, name: str, queue: Queue, params: dict[str, Any]
+    service: Context, caller: Caller, name: str, queue: AnyQueue, params: dict[str, Any]
 ) -> dict[str, Any]:
     del service, caller, name
     given = entries(params)
