@@ -47,16 +47,7 @@ try:
 except ModuleNotFoundError as error:
     raise missing_extra(error, "metrics", "vsqs.metrics") from None
 
-from . import (
-    AnyQueue,
-    PartitionedQueue,
-    PlainQueue,
-    QueueNotFound,
-    QueueRoot,
-    QueueSet,
-    Stats,
-    VsqsError,
-)
+from . import AnyQueue, QueueNotFound, QueueRoot, QueueSet, Stats, VsqsError
 
 if TYPE_CHECKING:
     from opentelemetry.metrics import CallbackOptions, Meter, Observation
@@ -147,7 +138,7 @@ def targets(
                 yield name, queue
         elif isinstance(source, QueueSet):
             yield from ((queue.path, queue) for queue in source.queues)
-        elif isinstance(source, (PlainQueue, PartitionedQueue)):
+        elif isinstance(source, AnyQueue):
             yield source.path, source
         else:
             label, queue = source

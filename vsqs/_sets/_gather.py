@@ -4,11 +4,16 @@ decisions are :class:`~vsqs._sets._spread.Spread`'s; this does the claims."""
 
 from __future__ import annotations
 
+import threading
+
 from .._errors import QueueDrained
 from .._message import Message
+from .._options import batch_size, seconds
 from .._queue import Queue as PlainQueue
+from .._waiters import RECHECK, MultiWaiter
 from ._homes import Homes
 from ._spread import PerThread, Spread
+from ._wait import receive_until
 
 
 class Gatherer:
@@ -21,11 +26,66 @@ class Gatherer:
         self.root = root
         self.homes = homes
         self.threads = PerThread(len(parts))
+        self._waiter: MultiWaiter | None = None
+        self._lock = threading.Lock()  # guards _waiter, made on first use
 
     def reset(self) -> None:
-        """Forget every thread's place and give up the homes (the handle was closed)."""
+        """Forget every thread's place, give up the homes and drop the waiter (the
+        handle was closed; it may be used again)."""
         self.homes.release()
         self.threads = PerThread(len(self.parts))
+        with self._lock:
+            waiter, self._waiter = self._waiter, None
+        if waiter is not None:
+            waiter.close()
+
+    def waiter(self) -> MultiWaiter:
+        """What a blocked receive waits on: every partition's directory and the queue's
+        own (made on first use, once, whatever the threads)."""
+        waiter = self._waiter
+        if waiter is None:
+            with self._lock:
+                waiter = self._waiter
+                if waiter is None:
+                    config = self.root.config
+                    waiter = MultiWaiter(
+                        poll_interval=config.poll_interval or RECHECK,
+                        recheck=min(RECHECK, config.poll_interval or RECHECK),
+                        clock=self.root.clock,
+                    )
+                    for queue in (self.root, *self.parts):
+                        waiter.add(queue.path, wait=config.wait)
+                    self._waiter = waiter
+        return waiter
+
+    def next_look(self, deadline: float | None = None) -> float:
+        """Seconds until a lease or delay this handle knows of ends in any directory."""
+        return min(part.next_look(deadline) for part in (self.root, *self.parts))
+
+    def claim_misses(self) -> int:
+        """Claims lost to another consumer, in every directory."""
+        return sum(part.claim_misses for part in (self.root, *self.parts))
+
+    def receive_batch(
+        self, limit: int, visibility_timeout: float | None, timeout: float | None
+    ) -> list[Message]:
+        """Claim up to *limit*, waiting up to *timeout* on every directory while none is
+        there (checked arguments).
+
+        :raises QueueDrained: the queue is shut down and every partition is empty.
+        """
+        batch_size(limit)
+        if visibility_timeout is not None:
+            seconds(visibility_timeout, "visibility_timeout")
+        root = self.root
+        return receive_until(
+            lambda: self.gather(limit, visibility_timeout),
+            self.waiter,
+            clock=root.clock,
+            timeout=None if timeout is None else seconds(timeout, "timeout"),
+            next_look=self.next_look,
+            drained=lambda: QueueDrained(root.path),
+        )
 
     def spread(self) -> Spread:
         """This thread's :class:`Spread`, with a home looked for on its first receive
@@ -122,6 +182,9 @@ class Gatherer:
 
         :raises QueueDrained: the queue is shut down and every partition is empty.
         """
+        batch_size(limit)
+        if visibility_timeout is not None:
+            seconds(visibility_timeout, "visibility_timeout")
         got: list[Message] = []
         drained = 0
         current = self.spread().current

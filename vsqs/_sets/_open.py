@@ -11,8 +11,8 @@ from .._ids import Precision
 from .._options import UNSET, Unset, queue_path
 from .._queue import MoveTarget
 from .._queue import Queue as PlainQueue
-from ._partitioned import PartitionedQueue, open_target
-from ._shape import shape_of
+from ._partitioned import PartitionedQueue
+from ._shape import open_target, shape_of
 
 __all__ = ["Queue", "partitions_of", "shape_of"]
 
@@ -114,4 +114,12 @@ def _plain_dead_letter(  # noqa: PLR0917 - the options it passes on, in order
     target = None if not name else os.path.join(os.path.dirname(where), name)
     if target is None or not _fs.is_plain_dir(target) or shape_of(target, {})[0] <= 1:
         return given
-    return open_target(where, given, durable=durable, precision=precision, umask=umask, clock=clock)
+    return open_target(
+        where,
+        given,
+        PartitionedQueue,
+        durable=durable,
+        precision=precision,
+        umask=umask,
+        clock=clock,
+    )

@@ -1,84 +1,55 @@
-"""Partitioned queues: one queue whose messages live in N plain queue directories.
+"""Partitioned queues: one queue whose messages live in N plain queue directories,
+``partition-0`` ... ``partition-<N-1>`` (each an ordinary queue directory).
 
-A queue created with ``partitions=N`` (N > 1) stores the count in its settings and keeps
-its messages in ``partition-0`` ... ``partition-<N-1>``, each an ordinary queue directory
-(the same state machine; vsqs 0.3 reads one on its own). A :class:`PartitionedQueue`
-*holds* a plain :class:`~vsqs.PlainQueue` per partition and one on the queue directory
-itself (its settings, shutdown marker, deduplication markers and capacity lock, and any
-message a vsqs 0.3 producer wrote there), and forwards each call to them, as
+A :class:`PartitionedQueue` *holds* a :class:`~vsqs.PlainQueue` per partition and one on
+the queue directory itself (settings, shutdown marker, deduplication markers, capacity
+lock, and any message a vsqs 0.3 producer wrote there), and forwards each call, as
 diskcache's ``FanoutCache`` holds its ``Cache`` shards. Nothing is shared per message
-between partitions: each publish, claim and delete is one operation in one partition's
-directory. How messages and consumers spread over them: :mod:`vsqs._sets._spread`.
+between partitions. How messages and consumers spread: :mod:`vsqs._sets._spread`.
 """
 
 from __future__ import annotations
 
 import heapq
 import os
-import threading
 from collections.abc import Iterable, Iterator, Mapping
-from contextlib import AbstractContextManager, nullcontext
+from functools import partial
 from typing import TYPE_CHECKING, Final
 
-from .. import _fs, _stored
+from .. import _stored
 from .._capacity import Capacity
-from .._dedup import Deduplicator
-from .._errors import InvalidId, QueueDrained
+from .._errors import QueueDrained
 from .._history import History
 from .._ids import parse_id
 from .._ingest import DEFAULT_CHUNK
 from .._message import Counts, Message
-from .._meta import check_group
-from .._options import UNSET, HandleOptions, Unset, batch_size, queue_path
-from .._options import seconds as _seconds
+from .._options import UNSET, HandleOptions, Unset, queue_path
 from .._queue import MoveTarget
 from .._queue import Queue as PlainQueue
 from .._renewal import Lease, until_entered
 from .._stats import Stats
 from .._stored import Settings
-from .._waiters import RECHECK, MultiWaiter
+from .._waiters import MultiWaiter
 from ._gather import Gatherer
 from ._homes import Homes
-from ._shape import shape_of, store_shape
-from ._spread import PerThread, add_counts, add_stats, group_partition, partition_name
-from ._wait import receive_until
+from ._route import Router
+from ._shape import build, open_target
+from ._spread import add_counts, add_stats
+from ._wait import consuming
 
 if TYPE_CHECKING:
     from typing_extensions import Unpack
 
 
-def open_target(
-    where: str, given: MoveTarget | str | os.PathLike[str] | Unset | None, **options: object
-) -> MoveTarget | None:
-    """The queue *given* (a queue object, or a path opened here by its stored shape);
-    not given, the dead-letter queue stored by name beside *where* (``None``: none)."""
-    if given is None or (given is not UNSET and not isinstance(given, (str, os.PathLike))):
-        return given  # a queue object already
-    if given is UNSET:
-        name = _stored.load(where).get("dead_letter")
-        if name is None:
-            return None
-        target = os.path.join(os.path.dirname(where), name)
-    else:
-        target = queue_path(given, "dead_letter")
-    if shape_of(target, {})[0] > 1:
-        return PartitionedQueue(target, **options)  # type: ignore[arg-type]
-    return PlainQueue(target, **options)  # type: ignore[arg-type]
-
-
 class PartitionedQueue:
     """A queue whose messages live in ``partitions`` plain queue directories.
 
-    ``vsqs.Queue(path, partitions=8)`` creates one and ``vsqs.Queue(path)`` opens it with
-    its stored count (as does ``PartitionedQueue(path)``). It offers every method of
-    :class:`~vsqs.QueueLike` with the same guarantees, per partition: each message is
-    published, claimed, extended and deleted atomically in its own partition's
-    directory, by that partition's :class:`~vsqs.PlainQueue`; a message is claimed by
+    ``vsqs.Queue(path, partitions=8)`` creates one; ``vsqs.Queue(path)`` (or
+    ``PartitionedQueue(path)``) opens it with its stored count, which is fixed. It offers
+    every method of :class:`~vsqs.QueueLike` with the same guarantees, per partition:
+    each message is published, claimed, extended and deleted atomically in its own
+    partition's directory, by that partition's :class:`~vsqs.PlainQueue`, and claimed by
     exactly one consumer. Safe to share between threads, as a plain queue.
-
-    The count is fixed when the queue is created: a handle given another one, or
-    ``configure(partitions=...)``, is refused with an error saying how to move the
-    messages to a new queue (``old.redrive(to=new)``), which keeps each group's order.
 
     :param partitions: the count, when creating the queue (default: the stored one).
     :param dead_letter: as :class:`~vsqs.PlainQueue`'s (a partitioned one too).
@@ -95,27 +66,11 @@ class PartitionedQueue:
         dead_letter: MoveTarget | str | os.PathLike[str] | Unset | None = UNSET,
         **options: Unpack[HandleOptions],
     ) -> None:
-        where = queue_path(path)
-        given = {"partitions": partitions, "fifo": options.get("fifo", UNSET)}
-        count, adopt = shape_of(where, {k: v for k, v in given.items() if v is not UNSET})
-        if count <= 1:
-            raise ValueError(
-                f"queue {where!r} is not partitioned: open it with vsqs.Queue({where!r}), "
-                "or create it with partitions=N"
-            )
-        base: dict[str, object] = {
-            key: value
-            for key, value in options.items()
-            if key in ("durable", "precision", "umask", "clock")
-        }
-        if adopt:
-            store_shape(where, adopt, base)
-        dlq = open_target(where, dead_letter, **base)
-        root = PlainQueue(where, dead_letter=dlq, **options)
-        config = root.config
+        built = build(queue_path(path), partitions, dead_letter, options, PartitionedQueue)
+        root, parts = built.root, built.parts
         self._root: Final = root
         self.path: Final = root.path
-        self.config: Final = config
+        self.config: Final = root.config
         self.layout: Final = root.layout
         self.clock: Final = root.clock
         self.durable: Final = root.durable
@@ -124,39 +79,21 @@ class PartitionedQueue:
         self.retention: Final = root.retention
         self.dedup_window: Final = root.dedup_window
         self.max_receives: Final = root.max_receives
-        self.dead_letter: Final = dlq
-        shared = {**config.options(), "capacity": None, "dead_letter": dlq}
-        if dlq is None:
-            shared["max_receives"] = None
-        self._parts: Final = tuple(
-            PlainQueue(os.path.join(where, partition_name(i)), **shared)  # type: ignore[arg-type]
-            for i in range(count)
-        )
-        self._by_path: Final = {part.path: part for part in self._parts}
-        # One set of deduplication markers (the queue directory's) for every partition.
-        dedup = Deduplicator(
-            root.layout, root.clock, config.dedup_window,
-            lambda name: any(_fs.exists(q.layout.message(name)) for q in (*self._parts, root)),
-        )  # fmt: skip
-        for queue in (root, *self._parts):
-            queue.use_deduplicator(dedup)
-        self._capacity: Final = (
-            None
-            if config.capacity is None  # one bound for the whole queue, counting every partition
-            else Capacity(root.layout, root.clock, config.capacity, tuple(self._by_path))
-        )
-        self._threads = PerThread(count)  # each thread's place, publishing side
-        self._publishers: Final = Homes(root.layout, "sticky", count)
+        self.dead_letter: Final = built.dead_letter
+        self._parts: Final = parts
+        self._by_path: Final = {part.path: part for part in parts}
+        self._capacity: Final = built.capacity
+        count = len(parts)
+        homes = Homes(root.layout, "sticky", count)
+        self._router: Final = Router(parts, root, homes, built.capacity, self.waiter)
         self._gatherer: Final = Gatherer(self._parts, root, Homes(root.layout, "home", count))
-        self._waiter: MultiWaiter | None = None
-        self._lock = threading.Lock()
 
     def __repr__(self) -> str:
         return f"PartitionedQueue({self.path!r}, partitions={self.partitions})"
 
     def __reduce__(self) -> tuple[object, tuple[object, ...]]:
         # A path plus its options; another process opens its own handle and partitions.
-        return (_reopen, (self.path, self.config.options()))
+        return (partial(PartitionedQueue, **self.config.options()), (self.path,))
 
     def __enter__(self) -> PartitionedQueue:
         return self
@@ -187,51 +124,13 @@ class PartitionedQueue:
 
     def partition_for(self, group: str | None = None, *, key: str | None = None) -> PlainQueue:
         """The partition a message is published to: its *group*'s, else its dedup
-        *key*'s, else this handle's sticky partition (see :mod:`vsqs._sets._spread`)."""
-        parts = self._parts
-        if group is not None:
-            return parts[group_partition(check_group(group), len(parts))]
-        if isinstance(key, str):  # anything else is refused by the publish itself
-            return parts[group_partition(key, len(parts))]
-        return self._sticky(1)
-
-    def _sticky(self, count: int) -> PlainQueue:
-        """The sticky partition of this thread for *count* messages (see Spread)."""
-        spread = self._threads.spread
-        if not spread.sticky_settled:  # once per thread: a publisher home to start from
-            spread.settle_sticky(self._publishers.take(spread.sticky))
-        return self._parts[spread.sticky_partition(count)]
+        *key*'s, else this thread's sticky partition (see :mod:`vsqs._sets._spread`)."""
+        return self._router.partition_for(group, key)
 
     def landing(self, group: str | None) -> tuple[PlainQueue, Capacity | None]:
         """Where a moved message of *group* lands (its group's partition, or the sticky
         one), and the bound it counts against (the whole queue's)."""
         return self.partition_for(group), self._capacity
-
-    def _owner(self, message: Message | str) -> PlainQueue:
-        """The partition (or the queue directory's own queue) that holds *message*."""
-        if isinstance(message, Message) and message.queue:  # else: found by its receipt
-            part = self._by_path.get(message.queue)
-            if part is None:
-                if message.queue == self.path:
-                    return self._root
-                raise InvalidId(message.receipt, f"the message belongs to {message.queue!r}")
-            return part
-        name = message.receipt if isinstance(message, Message) else message
-        if not isinstance(name, str) or "/" in name or "\0" in name:
-            raise InvalidId(name, "expected a Message, a receipt or an id")
-        for part in self._parts:  # a bare receipt: the partition that has that name
-            if _fs.exists(part.layout.message(name)):
-                return part
-        return self._root
-
-    def _room(self, need: int, timeout: float | None) -> AbstractContextManager[None]:
-        """Room for *need* messages in the whole queue (its bound), held while they are
-        published; nothing to hold in an unbounded queue."""
-        if timeout is not None:
-            _seconds(timeout, "timeout")
-        if self._capacity is None or not need:
-            return nullcontext()
-        return self._capacity.room(need, timeout, None if timeout == 0 else self.waiter())
 
     # -- publishing -----------------------------------------------------------------------
 
@@ -245,11 +144,10 @@ class PartitionedQueue:
         timeout: float | None = None,
         group: str | None = None,
     ) -> str:
-        """Publish one message to its partition (:meth:`partition_for`); its id.
-
-        Atomic in that partition, as :meth:`PlainQueue.publish <vsqs.PlainQueue.publish>`."""
+        """Publish one message to its partition (:meth:`partition_for`), atomically as
+        :meth:`PlainQueue.publish <vsqs.PlainQueue.publish>`; its id."""
         part = self.partition_for(group, key=dedup_id)
-        with self._room(1, timeout):  # the bound is the whole queue's, held here
+        with self._router.room(1, timeout):  # the bound is the whole queue's, held here
             return part.publish(
                 data, delay=delay, attributes=attributes, dedup_id=dedup_id, timeout=timeout,
                 group=group,
@@ -277,10 +175,10 @@ class PartitionedQueue:
         keys = None if dedup_ids is None else list(dedup_ids)
         if keys is not None and len(keys) != len(bodies):
             raise ValueError(f"{len(keys)} dedup_ids for {len(bodies)} bodies")
-        with self._room(len(bodies), timeout):
+        with self._router.room(len(bodies), timeout):
             if keys is None or group is not None:
                 if group is None and batch_dedup_id is None:
-                    part = self._sticky(len(bodies))
+                    part = self._router.sticky(len(bodies))
                 else:
                     part = self.partition_for(group, key=batch_dedup_id)
                 return part.publish_batch(
@@ -289,12 +187,8 @@ class PartitionedQueue:
                 )  # fmt: skip
             if batch_dedup_id is not None:
                 raise ValueError("give dedup_ids or batch_dedup_id, not both")
-            routed: dict[int, list[int]] = {}
-            for index, key in enumerate(keys):
-                part = self.partition_for(None, key=key)
-                routed.setdefault(self._parts.index(part), []).append(index)
             ids: list[str] = [""] * len(bodies)
-            for number, indices in routed.items():
+            for number, indices in self._router.by_key(keys).items():
                 got = self._parts[number].publish_batch(
                     [bodies[i] for i in indices], delay=delay, attributes=attributes,
                     dedup_ids=[keys[i] for i in indices],
@@ -315,7 +209,7 @@ class PartitionedQueue:
         """:meth:`PlainQueue.publish_file <vsqs.PlainQueue.publish_file>` in the
         message's partition (:meth:`partition_for`)."""
         part = self.partition_for(group, key=dedup_id)
-        with self._room(1, None):
+        with self._router.room(1, None):
             return part.publish_file(
                 path, attributes=attributes, delay=delay, dedup_id=dedup_id, group=group
             )
@@ -333,7 +227,7 @@ class PartitionedQueue:
         """:meth:`PlainQueue.publish_stream <vsqs.PlainQueue.publish_stream>` in the
         message's partition (:meth:`partition_for`)."""
         part = self.partition_for(group, key=dedup_id)
-        with self._room(1, None):
+        with self._router.room(1, None):
             return part.publish_stream(
                 readable, attributes=attributes, delay=delay, dedup_id=dedup_id, group=group,
                 chunk_size=chunk_size,
@@ -360,81 +254,40 @@ class PartitionedQueue:
         visibility_timeout: float | None = None,
         timeout: float | None = 0,
     ) -> list[Message]:
-        """Claim up to *max_messages*: the home partition's oldest first, then the others'.
+        """Claim up to *max_messages*, home partition first; as soon as one is claimed,
+        or after waiting up to *timeout* on every partition at once.
 
-        Returns as soon as at least one was claimed; while none is, waits up to *timeout*
-        on every partition at once.
-
-        :raises QueueDrained: the queue is shut down and every partition is empty.
-        """
-        batch_size(max_messages)
-        if visibility_timeout is not None:
-            _seconds(visibility_timeout, "visibility_timeout")
-        return receive_until(
-            lambda: self._gatherer.gather(max_messages, visibility_timeout),
-            self.waiter,
-            clock=self.clock,
-            timeout=None if timeout is None else _seconds(timeout, "timeout"),
-            next_look=self.next_look,
-            drained=lambda: QueueDrained(self.path),
-        )
+        :raises QueueDrained: the queue is shut down and every partition is empty."""
+        return self._gatherer.receive_batch(max_messages, visibility_timeout, timeout)
 
     def try_receive(
         self, max_messages: int = 1, *, visibility_timeout: float | None = None
     ) -> list[Message]:
-        """Claim up to *max_messages* without waiting, each partition looked at as by
-        :meth:`PlainQueue.try_receive <vsqs.PlainQueue.try_receive>` (stopping there at
-        the first race lost to another consumer), home first.
+        """:meth:`PlainQueue.try_receive <vsqs.PlainQueue.try_receive>` in each partition,
+        home first, until *max_messages* are claimed.
 
-        :raises QueueDrained: the queue is shut down and every partition is empty.
-        """
-        batch_size(max_messages)
-        if visibility_timeout is not None:
-            _seconds(visibility_timeout, "visibility_timeout")
+        :raises QueueDrained: the queue is shut down and every partition is empty."""
         return self._gatherer.try_receive(max_messages, visibility_timeout)
 
     def consume(
         self, *, visibility_timeout: float | None = None, timeout: float | None = None
     ) -> Iterator[Message]:
-        """Yield messages as they come; stop when the queue is shut down and drained, or
-        after *timeout* seconds without a message (see :meth:`PlainQueue.consume
-        <vsqs.PlainQueue.consume>`)."""
-        while True:
-            try:
-                message = self.receive(visibility_timeout=visibility_timeout, timeout=timeout)
-            except QueueDrained:
-                return
-            if message is None:
-                return
-            yield message
+        """Yield messages as :meth:`PlainQueue.consume <vsqs.PlainQueue.consume>` does."""
+        return consuming(self.receive, visibility_timeout, timeout)
 
     def next_look(self, deadline: float | None = None) -> float:
         """Seconds until a lease or delay this handle knows of ends in any partition."""
-        return min(part.next_look(deadline) for part in (self._root, *self._parts))
+        return self._gatherer.next_look(deadline)
 
     def waiter(self) -> MultiWaiter:
         """What a blocked call waits on: every partition's directory and the queue's
-        own (made on first use, once per handle)."""
-        waiter = self._waiter
-        if waiter is None:
-            with self._lock:
-                waiter = self._waiter
-                if waiter is None:
-                    config = self.config
-                    waiter = MultiWaiter(
-                        poll_interval=config.poll_interval or RECHECK,
-                        recheck=min(RECHECK, config.poll_interval or RECHECK),
-                        clock=self.clock,
-                    )
-                    for path in (self.path, *self._by_path):
-                        waiter.add(path, wait=config.wait)
-                    self._waiter = waiter
-        return waiter
+        own (made on first use, once per handle; thread-safe)."""
+        return self._gatherer.waiter()
 
     @property
     def claim_misses(self) -> int:
         """Claims this handle lost to another consumer, in every partition."""
-        return sum(part.claim_misses for part in (self._root, *self._parts))
+        return self._gatherer.claim_misses()
 
     # -- leases: in the message's partition -----------------------------------------------
 
@@ -444,7 +297,7 @@ class PartitionedQueue:
             part = self._by_path.get(message.queue)
             if part is not None:
                 return part.delete(message)
-        return self._owner(message).delete(message)
+        return self._router.owner(message, self.path).delete(message)
 
     def delete_batch(self, messages: Iterable[Message | str]) -> int:
         """Delete several messages, each in its partition; how many this call deleted."""
@@ -453,7 +306,7 @@ class PartitionedQueue:
     def change_visibility(self, message: Message | str, seconds: float) -> Message:
         """:meth:`PlainQueue.change_visibility <vsqs.PlainQueue.change_visibility>` in
         the message's partition."""
-        return self._owner(message).change_visibility(message, seconds)
+        return self._router.owner(message, self.path).change_visibility(message, seconds)
 
     def lease(
         self,
@@ -463,7 +316,9 @@ class PartitionedQueue:
         visibility_timeout: float | None = None,
     ) -> Lease:
         """:meth:`PlainQueue.lease <vsqs.PlainQueue.lease>` by the message's partition."""
-        owner = self._owner(message) if isinstance(message, Message) else self._root
+        owner = (
+            self._router.owner(message, self.path) if isinstance(message, Message) else self._root
+        )
         return owner.lease(
             message, max_duration=max_duration, visibility_timeout=visibility_timeout
         )
@@ -484,7 +339,7 @@ class PartitionedQueue:
 
     def history(self, message: Message | str) -> History:
         """:meth:`PlainQueue.history <vsqs.PlainQueue.history>` of a message of any partition."""
-        return self._owner(message).history(message)
+        return self._router.owner(message, self.path).history(message)
 
     # -- looking --------------------------------------------------------------------------
 
@@ -540,13 +395,8 @@ class PartitionedQueue:
         for part in self._parts:
             part.close()
         self._root.close()
-        self._gatherer.reset()  # every thread looks for a home again
-        self._publishers.release()
-        self._threads = PerThread(self.partitions)
-        with self._lock:
-            waiter, self._waiter = self._waiter, None
-        if waiter is not None:
-            waiter.close()
+        self._gatherer.reset()  # every thread looks for a home again; the waiter goes
+        self._router.reset()
 
     detach = close
     """An alias of :meth:`close`."""
@@ -570,7 +420,9 @@ class PartitionedQueue:
         """:meth:`PlainQueue.redrive <vsqs.PlainQueue.redrive>` of every partition in
         turn (a partitioned dead-letter queue); at most *limit* in all."""
         if to is not None and isinstance(to, (str, os.PathLike)):
-            to = open_target(self.path, to, durable=self.durable, clock=self.clock)
+            to = open_target(
+                self.path, to, PartitionedQueue, durable=self.durable, clock=self.clock
+            )
         moved = 0
         for part in (*self._parts, self._root):
             left = None if limit is None else limit - moved
@@ -593,8 +445,3 @@ class PartitionedQueue:
     def settings(self) -> Settings:
         """The settings stored with the queue (its count included); one read."""
         return self._root.settings()
-
-
-def _reopen(path: str, options: dict[str, object]) -> PartitionedQueue:
-    """A handle on the partitioned queue *path* in another process (unpickling)."""
-    return PartitionedQueue(path, **options)  # type: ignore[arg-type]
