@@ -8,8 +8,8 @@ kernel, not one.
   CRC-32 of its UTF-8 bytes modulo N, the same in every process and on every host, so a
   group's messages keep their order. Without a group, one with a ``dedup_id`` goes to the
   partition of that id, and the others to the publisher's *sticky* partition: each
-  handle (in each thread) starts at its own partition (a publisher home,
-  :mod:`vsqs._sets._homes`) and moves to the next once :data:`STICKY_RUN` messages went
+  handle (in each thread) starts at a free publisher home from a random partition on
+  (:mod:`vsqs._sets._homes`) and moves to the next once :data:`STICKY_RUN` messages went
   to it, as Kafka's sticky partitioner does, so one publisher's messages spread over
   every partition in runs that each keep their order. The run counts messages, whatever
   the calls: a batch goes whole to the sticky partition (one directory flush, and a
@@ -59,6 +59,7 @@ from __future__ import annotations
 
 import itertools
 import os
+import random
 import threading
 import zlib
 from typing import Final
@@ -108,7 +109,10 @@ class Spread:
         self.current = start
         self.homed = False  # holds its home's lock (see settle)
         self.settled = False  # has looked for a home lock (on its first receive)
-        self.sticky = start
+        # A publisher starts at a random partition (as Kafka's sticky partitioner picks
+        # one per batch): one that sends fewer than a run and goes (a CLI call, a
+        # request) still lands anywhere, whatever the process.
+        self.sticky = random.randrange(partitions)
         self.sticky_settled = False  # has looked for a publisher home (its first publish)
         self.run = 0
         self.calls = 0

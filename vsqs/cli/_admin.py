@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import os
 import sys
 import time
 from collections.abc import Callable
@@ -12,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from .. import AnyQueue, QueueRoot, Stats, VsqsError, _host, partitions_of, validate_name
+from .. import AnyQueue, Queue, QueueRoot, Stats, VsqsError, _host, partitions_of, validate_name
 from ._common import (
     SECONDS,
     CliError,
@@ -47,6 +48,26 @@ def _shape(partitions: int | None, fifo: bool) -> dict[str, Any]:
     return shape
 
 
+def _keep_shape(path: str, shape: dict[str, Any]) -> None:
+    """Refuse to give an existing queue (a directory with anything in it) another
+    partition count or fifo setting than it has: ``create`` never changes a queue."""
+    if not shape or not _host.is_dir(path) or not os.listdir(path):
+        return
+    existing = Queue(path)
+    has = {"partitions": len(partitions_of(existing)), "fifo": existing.fifo}
+    existing.close()
+    asked = {"partitions": shape.get("partitions", has["partitions"]), "fifo": shape.get("fifo")}
+    changed = [key for key in has if asked[key] is not None and asked[key] != has[key]]
+    if changed:
+        old = ", ".join(f"{key}={has[key]}" for key in changed)
+        new = ", ".join(f"{key}={asked[key]}" for key in changed)
+        raise click.UsageError(
+            f"queue {path!r} exists with {old}; vsqs create never changes an existing "
+            f"queue (asked: {new}). Create a new queue with it and move the messages "
+            "there: vsqs redrive OLD --to NEW"
+        )
+
+
 def _describe(queue: AnyQueue) -> str:
     shown = queue.path
     count = len(partitions_of(queue))
@@ -71,6 +92,7 @@ def create(queues: tuple[str, ...], partitions: int | None, fifo: bool) -> None:
     """
     shape = _shape(partitions, fifo)
     for path in queues:
+        _keep_shape(os.path.abspath(path), shape)
         made = open_queue(path, create=True, **shape)
         click.echo(_describe(made))
 
@@ -365,6 +387,7 @@ def create_queues(root: str, names: tuple[str, ...], partitions: int | None, fif
     parent = QueueRoot(root)
     shape = _shape(partitions, fifo)
     for name in names:
+        _keep_shape(os.path.join(parent.path, name), shape)
         try:
             made = parent.create(name, **shape)
         except ValueError as exc:
