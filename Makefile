@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 PY     := $(BIN)/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test lint typecheck unit docs bench bench-quick stress clean
+.PHONY: demo check test lint typecheck unit integration docs bench bench-quick stress clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -23,26 +23,56 @@ $(STAMP): $(BIN)/python pyproject.toml
 demo: $(VENV)/.core
 	$(PY) -m vsqs._demo
 
-## test: lint, type-check, the whole suite with coverage, and the docs build
+LINTED := vsqs tests benchmarks examples docs
+# Coverage of every process the tests start (xdist's workers included), combined after.
+COVER  := COVERAGE_FILE=$(CURDIR)/.coverage COVERAGE_PROCESS_START=$(CURDIR)/pyproject.toml $(BIN)/coverage run
+
+## check: the quick tier, in minutes: ruff, mypy, the import contracts and the tests that
+## need nothing but Python and a local filesystem (tests/conftest.py INTEGRATION lists the
+## rest), on every core; a quick-tier test slower than 15 s fails, so the tier stays quick
+check: $(STAMP)
+	$(BIN)/ruff check $(LINTED)
+	$(BIN)/ruff format --check $(LINTED)
+	$(BIN)/mypy
+	$(BIN)/lint-imports
+	$(BIN)/pytest -q -m "not integration" -n auto --slow-budget 15
+
+## unit: the quick tier's tests alone
+unit: $(STAMP)
+	$(BIN)/pytest -q -m "not integration" -n auto
+
+## integration: the integration tier alone (what make test adds to make check)
+integration: $(STAMP)
+	$(BIN)/pytest -q -m integration
+
+## typecheck: mypy --strict on vsqs and tests
+typecheck: $(STAMP)
+	$(BIN)/mypy
+
+## test: lint, type-check, the whole suite with coverage (the quick tier on every core, then
+## the integration tier), and the docs build
 test: $(STAMP)
 	sh tests/reliability/setup-filesystems.sh
 	sh tests/multihost/setup-sshfs.sh
 	sh tests/setup-java.sh
 	sh tests/setup-browser.sh
 	PYTHON=$(PYTHON) sh tests/setup-sqs-clients.sh
-	$(BIN)/ruff check vsqs tests benchmarks examples docs
-	$(BIN)/ruff format --check vsqs tests benchmarks examples docs
+	PYTHON=$(PYTHON) sh tests/outside/setup-moto.sh
+	$(BIN)/ruff check $(LINTED)
+	$(BIN)/ruff format --check $(LINTED)
 	$(BIN)/mypy
 	$(BIN)/lint-imports
 	$(BIN)/coverage erase
-	COVERAGE_FILE=$(CURDIR)/.coverage COVERAGE_PROCESS_START=$(CURDIR)/pyproject.toml $(BIN)/coverage run -m pytest
+	$(COVER) -m pytest -q -m "not integration" -n auto
+	$(COVER) -m pytest -m integration
 	$(BIN)/coverage combine -q
 	$(BIN)/coverage report
 	$(MAKE) docs
 
+## lint: ruff and the import contracts
 lint: $(STAMP)
-	$(BIN)/ruff check vsqs tests benchmarks examples docs
-	$(BIN)/ruff format --check vsqs tests benchmarks examples docs
+	$(BIN)/ruff check $(LINTED)
+	$(BIN)/ruff format --check $(LINTED)
 	$(BIN)/lint-imports
 
 docs: $(STAMP)
@@ -67,4 +97,4 @@ stress: $(STAMP)
 	$(BIN)/pytest -m stress --stress-long tests
 
 clean:
-	rm -rf $(VENV) .venv-awscli .venv-query tests/serve/js/node_modules docs/_build .pytest_cache .mypy_cache .ruff_cache .coverage*
+	rm -rf $(VENV) .venv-awscli .venv-query .venv-moto tests/serve/js/node_modules docs/_build .pytest_cache .mypy_cache .ruff_cache .coverage*

@@ -5,14 +5,38 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 from pathlib import Path
+from typing import Final
 
 import pytest
 
 import vsqs
 from tests.java import find_java
 from vsqs.testing import ManualClock
+from vsqs.testing import fresh_ids as _fresh_ids
+
+# The integration tier: tests that need more than Python and a local filesystem (a
+# server and its clients, Spark, Celery, a browser, mounts, FUSE, other hosts, the docs
+# build) or that run a benchmark. Everything else is the quick tier, `make check`.
+INTEGRATION: Final = (
+    "tests/serve/",
+    "tests/multihost/",
+    "tests/reliability/",
+    "tests/powerloss/",
+    "tests/outside/",
+    "tests/test_spark",
+    "tests/test_celery",
+    "tests/test_kombu",
+    "tests/test_dashboard",
+    "tests/test_metrics",
+    "tests/test_bench_",
+    "tests/test_java",
+    "tests/test_install",
+    "tests/test_docs",
+    "tests/test_examples",
+    "tests/test_pytest_plugin",
+)
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -22,16 +46,60 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         default=False,
         help="run the long modes of the stress and crash-injection tests (make stress)",
     )
+    parser.addoption(
+        "--slow-budget",
+        type=float,
+        default=None,
+        metavar="SECONDS",
+        help="fail a quick-tier test whose call takes longer (make check): mark it or speed it up",
+    )
+
+
+def _is_integration(item: pytest.Item) -> bool:
+    where = Path(str(item.path)).relative_to(Path(__file__).parent.parent).as_posix()
+    return where.startswith(INTEGRATION) or any(
+        item.get_closest_marker(name) for name in ("spark", "root", "stress")
+    )
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Without a Java runtime for the Spark tests, stop with one line (which says how to
-    get one) instead of a wall of Spark errors."""
+    """Mark the integration tier (``-m "not integration"`` is the quick one). Without a
+    Java runtime for the Spark tests, stop with one line (which says how to get one)
+    instead of a wall of Spark errors."""
+    for item in items:
+        if _is_integration(item):
+            item.add_marker(pytest.mark.integration)
     if any(item.get_closest_marker("spark") for item in items):
         try:
             find_java(os.environ)
         except RuntimeError as exc:
             raise pytest.UsageError(str(exc)) from None
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(
+    item: pytest.Item, call: pytest.CallInfo[None]
+) -> Generator[None, pytest.TestReport, pytest.TestReport]:
+    """With ``--slow-budget``: a quick-tier test slower than the budget fails, saying so,
+    so that the quick tier stays quick (the test belongs in the integration tier, or
+    should be made faster). Not judged while the machine is overloaded (a load average
+    over twice its cores): then every test is slow, and none is to blame."""
+    report = yield
+    budget = item.config.getoption("--slow-budget")
+    if (
+        budget is not None
+        and report.when == "call"
+        and report.passed
+        and report.duration > budget
+        and item.get_closest_marker("integration") is None
+        and os.getloadavg()[0] <= 2 * (os.cpu_count() or 1)
+    ):
+        report.outcome = "failed"
+        report.longrepr = (
+            f"{item.nodeid} took {report.duration:.1f} s, over the quick tier's budget of "
+            f"{budget:g} s: make it faster, or list its file in tests/conftest.py INTEGRATION"
+        )
+    return report
 
 
 @pytest.fixture(scope="session")
@@ -40,6 +108,14 @@ def stress_long(request: pytest.FixtureRequest) -> bool:
     return (
         bool(request.config.getoption("--stress-long")) or os.environ.get("VSQS_STRESS_LONG") == "1"
     )
+
+
+@pytest.fixture(name="fresh_ids")
+def fresh_ids_fixture() -> Iterator[None]:
+    """Ids drawn as in a new process during the test (``pytestmark =
+    pytest.mark.usefixtures("fresh_ids")`` in a module whose tests compare ids)."""
+    with _fresh_ids():
+        yield
 
 
 @pytest.fixture

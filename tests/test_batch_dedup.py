@@ -17,7 +17,6 @@ import pytest
 
 import vsqs
 from vsqs import _fs
-from vsqs._ids import IDS
 from vsqs.testing import ManualClock, assert_consistent, drain
 
 from ._lifecycle_workers import forkserver
@@ -26,10 +25,7 @@ from .conftest import names
 BODIES = [f"row {n}".encode() for n in range(6)]
 
 
-@pytest.fixture(autouse=True)
-def _fresh_ids(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Ids never go back within a process: start each test afresh, and restore after."""
-    monkeypatch.setattr(IDS, "_last", {1: 0, 1000: 0})
+pytestmark = pytest.mark.usefixtures("fresh_ids")
 
 
 def _markers(qdir: Path) -> list[Path]:

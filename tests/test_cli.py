@@ -39,6 +39,25 @@ def shell(args: list[str]) -> subprocess.CompletedProcess[str]:
     return subprocess.run(args, capture_output=True, text=True, env=ENV, timeout=120, check=False)
 
 
+def wait_blocked(pid: int, timeout: float = 60) -> None:
+    """Return once the process *pid* waits for a message: it holds an inotify descriptor
+    (opened by its waiter after the imports and the first look) and sleeps. A fixed sleep
+    would signal a process still importing on a loaded machine."""
+    deadline = time.monotonic() + timeout
+    fds = Path(f"/proc/{pid}/fd")
+    while time.monotonic() < deadline:
+        try:
+            waiting = any(os.readlink(fd) == "anon_inode:inotify" for fd in fds.iterdir())
+            state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        except (FileNotFoundError, ProcessLookupError):
+            waiting, state = False, "?"  # RACE: a descriptor closed between the two looks
+        if waiting and state == "S":
+            time.sleep(0.2)  # it may still be between its look and the wait itself
+            return
+        time.sleep(0.02)
+    raise AssertionError(f"process {pid} never blocked waiting within {timeout} s")
+
+
 def finish(child: subprocess.Popen[str], timeout: float = 60) -> tuple[str, str]:
     """The output of a child told to stop; one still running after *timeout* is killed
     (never leaked into the rest of the run, as one that ignores SIGINT would be) and the
@@ -536,7 +555,7 @@ def test_ctrl_c_exits_130_without_a_traceback(tmp_path: Path) -> None:
         text=True,
         env=ENV,
     )
-    time.sleep(1.0)  # let it start and block (a real process: no manual clock to step)
+    wait_blocked(child.pid)
     child.send_signal(signal.SIGINT)
     out, err = finish(child)
     assert (child.returncode, out, err) == (130, "", "vsqs: interrupted\n")
@@ -900,7 +919,7 @@ def test_sigterm_while_waiting_for_a_message_exits_143_with_a_line(tmp_path: Pat
         text=True,
         env=ENV,
     )
-    time.sleep(1.0)  # let it start and block (a real process: no manual clock to step)
+    wait_blocked(child.pid)
     child.send_signal(signal.SIGTERM)
     out, err = finish(child)
     assert (child.returncode, out, err) == (143, "", "vsqs: stopped by SIGTERM\n")

@@ -12,7 +12,6 @@ from typing import Any
 import pytest
 
 import vsqs
-from vsqs._ids import IDS
 from vsqs.testing import ManualClock, assert_consistent, drain
 
 from ._lifecycle_workers import dedup_publisher, dedup_publisher_dying_before_rename, forkserver
@@ -21,10 +20,7 @@ from .conftest import names
 T0 = 1_700_000_000.0
 
 
-@pytest.fixture(autouse=True)
-def _fresh_ids(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Ids never go back within a process: start each test afresh, and restore after."""
-    monkeypatch.setattr(IDS, "_last", {1: 0, 1000: 0})
+pytestmark = pytest.mark.usefixtures("fresh_ids")
 
 
 def _marker(qdir: Path, key: str) -> Path:

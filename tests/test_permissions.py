@@ -18,15 +18,10 @@ from pathlib import Path
 import pytest
 
 import vsqs
-from vsqs._ids import IDS
 
 from ._lifecycle_workers import as_user, forkserver
 
-
-@pytest.fixture(autouse=True)
-def _fresh_ids(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Ids never go back within a process: start each test afresh, and restore after."""
-    monkeypatch.setattr(IDS, "_last", {1: 0, 1000: 0})
+pytestmark = pytest.mark.usefixtures("fresh_ids")
 
 
 @pytest.fixture

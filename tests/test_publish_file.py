@@ -13,17 +13,12 @@ from pathlib import Path
 import pytest
 
 import vsqs
-from vsqs._ids import IDS
 from vsqs.testing import ManualClock, assert_consistent
 
 from ._lifecycle_workers import CHUNK, forkserver, stream_publisher
 from .conftest import names
 
-
-@pytest.fixture(autouse=True)
-def _fresh_ids(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Ids never go back within a process: start each test afresh, and restore after."""
-    monkeypatch.setattr(IDS, "_last", {1: 0, 1000: 0})
+pytestmark = pytest.mark.usefixtures("fresh_ids")
 
 
 def test_publish_file_moves_without_copying(q: vsqs.PlainQueue, qdir: Path, tmp_path: Path) -> None:

@@ -9,16 +9,12 @@ from pathlib import Path
 import pytest
 
 import vsqs
-from vsqs._ids import IDS, parse_id
+from vsqs._ids import parse_id
 from vsqs.testing import ManualClock
 
 from ._lifecycle_workers import forkserver, interleaved_producer, late_publisher
 
-
-@pytest.fixture(autouse=True)
-def _fresh_ids(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Ids never go back within a process: start each test afresh, and restore after."""
-    monkeypatch.setattr(IDS, "_last", {1: 0, 1000: 0})
+pytestmark = pytest.mark.usefixtures("fresh_ids")
 
 
 def _produce(tmp_path: Path, count: int) -> list[vsqs.AnyQueue]:

@@ -6,6 +6,7 @@ for a full queue without importing vsqs::
 
     VsqsError
     ├── QueueFull            (TimeoutError)        publish() waited for room and gave up
+    ├── LockTimeout          (TimeoutError)        one of the queue's locks stayed held too long
     ├── QueueClosed                                publish() to a queue that was shut down
     │   └── QueueDrained     (EOFError)            receive() on a shut-down queue with nothing left
     ├── InvalidId            (ValueError)          an id or receipt that is not one of ours
@@ -59,6 +60,23 @@ class QueueFull(VsqsError, TimeoutError):
 
     def _pickle_args(self) -> dict[str, Any]:
         return {"path": self.path, "capacity": self.capacity, "message": str(self)}
+
+
+class LockTimeout(VsqsError, TimeoutError):
+    """One of a queue's cross-process locks (``path``, a file in ``.vsqs``) stayed held by
+    another process for the whole *timeout*: that process is stopped, or slow."""
+
+    def __init__(self, path: str, timeout: float, message: str | None = None) -> None:
+        self.path = path
+        self.timeout = timeout
+        super().__init__(
+            message
+            or f"the lock {path!r} stayed held by another process for {timeout:g} s"
+            " (stopped or slow; it is released when that process ends)"
+        )
+
+    def _pickle_args(self) -> dict[str, Any]:
+        return {"path": self.path, "timeout": self.timeout, "message": str(self)}
 
 
 class QueueClosed(VsqsError):

@@ -238,6 +238,13 @@ class IdSource:
             last[unit] = value
         return str(value)
 
+    def restart(self, last: dict[int, int] | None = None) -> dict[int, int]:
+        """Draw ids as a new process would (or from *last*, a value this returned);
+        returns what it replaces. For tests (:func:`vsqs.testing.fresh_ids`)."""
+        with self._lock:
+            before, self._last = self._last, dict(last or {1: 0, 1000: 0})
+        return before
+
 
 IDS: Final = IdSource()
 """The id source of every queue on the system clock in this process."""

@@ -75,8 +75,9 @@ MAX_PARTITIONS: Final = 1024
 """The most partitions a queue may have (each is a directory)."""
 
 FIFO_PARTITIONS: Final = 8
-"""The partitions of a ``fifo=True`` queue created without a count: enough that
-unrelated groups rarely share one (they wait behind each other when they do)."""
+"""The partitions of a ``fifo=True`` queue created without a count: a ``fifo`` claim
+lists its partition, so many short partitions keep it cheap (groups that share one
+never wait for each other: see :mod:`vsqs._groups`)."""
 
 
 def partition_count(value: object, name: str = "partitions") -> int:

@@ -56,6 +56,7 @@ from ._errors import (
     QueueDrained,
     QueueFull,
 )
+from ._groups import CLAIM_RETRY, CLAIM_WAIT, Groups
 from ._history import History
 from ._host import stable_inode
 from ._ids import (
@@ -72,6 +73,7 @@ from ._ids import (
 )
 from ._ids import State as _State
 from ._layout import FIFO_LOCK, Layout, UnsafeEntry
+from ._lock import FileLock
 from ._message import NO_ATTRIBUTES, Counts, Message, received
 from ._meta import Meta, MetaStore, report_once, split_group, validate_attributes, with_group
 from ._options import UNSET, Config, Unset, batch_size, queue_path
@@ -250,7 +252,11 @@ class Queue:
         self._waiter: MultiWaiter | None = None
         self._lock = threading.Lock()  # guards _waiter and _renewer, made on first use
         self._consumer = Consumer(config.refresh_interval)  # all receive bookkeeping
-        self._fifo_lock = threading.Lock()  # fifo=True: one claim at a time in this process
+        # fifo=True: one claim step at a time in this directory, across processes and
+        # hosts that share flock, and this handle's threads (held for the step only).
+        self._claim_lock = FileLock.in_queue(self.layout, FIFO_LOCK, self.clock)
+        self._groups = Groups(self._meta)
+        self._claim_missed = False  # the last fifo claim found the claim lock held
 
     def _adopt(self, shape: dict[str, object]) -> None:
         """Store the shape this handle creates the queue with (see ``_stored.shape``)."""
@@ -1045,6 +1051,8 @@ class Queue:
         grace_ends = self._shutdown.grace_ends
         if grace_ends is not None:  # shut down: look again when the grace ends
             pause = min(pause, max(0.0, grace_ends - now) + 0.001)
+        if self._claim_missed:  # another's claim step ends soon: no file event says when
+            pause = min(pause, CLAIM_RETRY)
         return pause
 
     def consume(
@@ -1147,20 +1155,32 @@ class Queue:
         return got
 
     def _claim_in_flight_one(self, limit: int, vt_us: int) -> list[Message]:
-        """``fifo=True``: claim only while no message of this directory is held.
+        """``fifo=True``: claim up to *limit*, oldest first, one group in flight at a time.
 
-        Under the directory's FIFO lock (``flock``, across processes and hosts that share
-        it; a thread lock within this process): list afresh (expired leases come back
-        first, with their old ids), claim nothing while a lease is live (it ends, or its
-        message is deleted, before the next one goes), else claim up to *limit* in id
-        order, stopping at the first lost race. So at most one consumer holds messages
-        of this directory at a time, and each group (all of it in one directory) is
-        delivered in order, its next message only once the earlier one is done with.
+        Under the directory's claim lock (across processes and hosts that share
+        ``flock``, and this handle's threads), held for this step only, never for a
+        lease: list afresh (expired leases come back first, with their old ids), then
+        claim in id order every ready message whose group has nothing held (see
+        :mod:`vsqs._groups`: a group with a live lease waits for it to be deleted or to
+        end; a delayed message holds back only its group's later messages). So a group
+        is delivered in order, its next message only once the earlier one is done with,
+        and unrelated groups never wait for each other; a batch may hold several
+        messages of one group, in order.
+
+        The lock is waited for at most :data:`CLAIM_WAIT` seconds (its holder may be
+        stopped): then nothing is claimed, and a blocked receive looks again within
+        :data:`CLAIM_RETRY` seconds, until its own timeout.
         """
-        with self._fifo_lock, _stored.locked(self.layout, self.clock, FIFO_LOCK):
+        lock = self._claim_lock
+        if not lock.acquire(CLAIM_WAIT):
+            # RACE: another process (or thread) is in its claim step, or stopped in it.
+            self._claim_missed = True
+            return []
+        self._claim_missed = False
+        try:
             now_us = self.clock.time_us()
-            if self._relist(now_us):
-                return []  # one in flight: a live lease holds the directory
+            groups = self._groups
+            gate = groups.gate(self._relist(now_us))
             consumer = self._consumer
             suffix = "." + format_time(now_us + vt_us, self.precision)
             got: list[Message] = []
@@ -1169,19 +1189,26 @@ class Queue:
                 code = consumer.take()
                 if code is None:
                     # Held back as listed while the listing ran: a second one confirms them.
-                    if relisted or not consumer.deferred() or self._relist(now_us):
+                    if relisted or not consumer.deferred():
                         break
+                    gate = groups.gate(self._relist(now_us))
                     relisted = True
                     continue
                 message_id = decode_ready(code)
+                group = gate.admits(code, message_id)
+                if group is None:
+                    continue  # its group has a message held (or delayed) before it
                 if not self._claim_one(message_id, message_id + suffix):
                     # RACE: a peer that ignores the lock (vsqs 0.3, a purge) took it.
-                    break
+                    gate.close(group)
+                    continue
                 message = self._open_claimed(message_id, message_id + suffix, code, now_us + vt_us)
                 if message is not None:
                     got.append(message)
             consumer.invalidate()  # the next look lists again, under the lock
             return got
+        finally:
+            lock.release()
 
     def _claim_one(self, message_id: str, receipt: str) -> bool:
         """The *claim* arrow: ``<id>`` to ``<id>.<expiry>`` (*receipt*), one no-replace
@@ -1225,9 +1252,9 @@ class Queue:
             message_id, body, receipt, expiry / 1e6, 1, NO_ATTRIBUTES, sent_at, self.path
         )
 
-    def _relist(self, now_us: int) -> int:
+    def _relist(self, now_us: int) -> list[tuple[int, str]]:
         """List the directory, return expired leases, apply retention, reload the view;
-        how many leases are live (held by any consumer)."""
+        the live leases and delays (``(end, name)``, of any consumer)."""
         clock = self.clock
         started = clock.monotonic()
         started_us = clock.time_us()
@@ -1251,7 +1278,7 @@ class Queue:
         # made after the listing (and after our own requeues) covers every listed message.
         self._meta.refresh()
         consumer.load(codes, waiting, started_us, clock.monotonic(), clock.monotonic() - started)
-        return len(waiting)
+        return waiting
 
     # -- leases: extend, release, delete ------------------------------------------------
 

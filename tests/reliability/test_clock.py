@@ -5,24 +5,15 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-import pytest
-
 import vsqs
-from vsqs import _ids
-from vsqs.testing import ManualClock, assert_consistent, drain
+from vsqs.testing import ManualClock, assert_consistent, drain, fresh_ids
 
 from . import _faultchild
 
 T0 = 1_700_000_000.0
 
 
-@pytest.fixture
-def fresh_ids(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Forget the ids this process drew, as a publisher on another host never saw them."""
-    monkeypatch.setattr(_ids.IDS, "_last", {1: 0, 1000: 0})
-
-
-def test_a_publisher_behind_collides_and_is_re_ided(tmp_path: Path, fresh_ids: None) -> None:
+def test_a_publisher_behind_collides_and_is_re_ided(tmp_path: Path) -> None:
     """Its ids hit existing ready and held messages: nothing is overwritten, nothing lost.
 
     A ready name that exists makes the publisher draw a fresh id. A held ``<id>.<expiry>``
@@ -34,13 +25,13 @@ def test_a_publisher_behind_collides_and_is_re_ided(tmp_path: Path, fresh_ids: N
     existing = [ahead.publish(b"a%d" % n) for n in range(3)]
     held = ahead.receive(timeout=0)
     assert held is not None and held.id == existing[0]
-    _ids.IDS._last = {1: 0, 1000: 0}  # the other host draws the same ids again
-    behind = vsqs.Queue(tmp_path / "q", clock=clock)
-    mine = [behind.publish(b"b%d" % n) for n in range(5)]
-    assert not set(mine) & set(existing[1:])  # ready ids are never reused
-    assert (tmp_path / "q" / existing[1]).read_bytes() == b"a1"
-    clock.advance(31)  # the held one returns and meets the same-id ready message
-    bodies = sorted(m.body for m in drain(ahead))
+    with fresh_ids(clock):  # the other host draws the same ids again
+        behind = vsqs.Queue(tmp_path / "q", clock=clock)
+        mine = [behind.publish(b"b%d" % n) for n in range(5)]
+        assert not set(mine) & set(existing[1:])  # ready ids are never reused
+        assert (tmp_path / "q" / existing[1]).read_bytes() == b"a1"
+        clock.advance(31)  # the held one returns and meets the same-id ready message
+        bodies = sorted(m.body for m in drain(ahead))
     assert bodies == [b"a0", b"a1", b"a2", b"b0", b"b1", b"b2", b"b3", b"b4"]
     assert_consistent(ahead)
 

@@ -36,11 +36,10 @@ kernel, not one.
   receive waits on every partition at once (one :class:`~vsqs.MultiWaiter`).
 * **Order.** FIFO per partition, so per group; across partitions, messages are taken in
   roughly publish order (each consumer drains its home oldest first).
-* ``fifo=True``: each partition delivers nothing while one of its messages is held, so a
-  group's next message waits until the earlier one is deleted or its lease ends (SQS
-  FIFO's one in flight per group). Unrelated groups that share a partition wait behind
-  each other; a ``fifo=True`` queue created without a count has
-  :data:`~vsqs._options.FIFO_PARTITIONS` partitions so that this is rare.
+* ``fifo=True``: a group's next message waits until the earlier one is deleted or its
+  lease ends (SQS FIFO's one in flight per group); other groups, in the same partition
+  or not, are delivered meanwhile (each partition is a plain ``fifo`` queue: see
+  :mod:`vsqs._groups`).
 
 Capacity is a total (one lock and counter in the queue directory, counting every
 partition); the deduplication markers are one set, in the queue directory, so a

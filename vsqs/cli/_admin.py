@@ -49,11 +49,16 @@ def _shape(partitions: int | None, fifo: bool) -> dict[str, Any]:
 
 
 def _keep_shape(path: str, shape: dict[str, Any]) -> None:
-    """Refuse to give an existing queue (a directory with anything in it) another
-    partition count or fifo setting than it has: ``create`` never changes a queue."""
-    if not shape or not _host.is_dir(path) or not os.listdir(path):
+    """Refuse to give an existing queue (one with settings, messages, a count of messages
+    ever published, or shut down) another partition count or fifo setting than it has:
+    ``create`` never changes a queue. An empty directory is no queue yet."""
+    if not shape or not _host.is_dir(path):
         return
     existing = Queue(path)
+    stats = existing.stats()
+    if not (existing.settings() or stats.is_shutdown or stats.produced_messages or len(existing)):
+        existing.close()
+        return
     has = {"partitions": len(partitions_of(existing)), "fifo": existing.fifo}
     existing.close()
     asked = {"partitions": shape.get("partitions", has["partitions"]), "fifo": shape.get("fifo")}

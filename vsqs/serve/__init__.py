@@ -14,7 +14,7 @@ Only the standard library is used.
 
 **Differences from SQS**, each stated where it is made:
 
-* ``MessageId`` is the vsqs id (the publish time in digits), not a UUID; the account id
+* ``MessageId`` is a UUID that holds the vsqs id's digits; the account id
   in URLs and ARNs is ``000000000000`` (any is accepted), the region the one a request
   was signed for (``us-east-1`` unsigned).
 * FIFO queues: at most
@@ -33,7 +33,10 @@ Only the standard library is used.
   last counted receive.
 * A queue the library made without a retention keeps its messages for ever and shows
   ``MessageRetentionPeriod`` 1209600; one made through the API gets SQS's 4 days.
-* ``MaximumMessageSize`` goes up to 1 MiB; a request body up to 8 MiB is read.
+* A receipt handle of an earlier receive never deletes or changes a later delivery of
+  its message (SQS lets it).
+* ``MaximumMessageSize`` is 1 MiB by default and at most, as SQS; a request body up to
+  8 MiB is read.
 """
 
 from __future__ import annotations

@@ -124,7 +124,11 @@ def parse_attributes(  # noqa: PLR0912 - one check per SQS rule, in SQS order
             or name.endswith(".")
             or name.lower().startswith(("aws.", "amazon."))
         ):
-            raise invalid("MessageAttributes", name, "The message attribute name is invalid.")
+            raise SqsError(
+                "InvalidParameterValue",
+                f"The message attribute name '{name}' is invalid. Attribute name can contain "
+                "A-Z, a-z, 0-9, underscore (_), hyphen (-), and period (.) characters.",
+            )
         if not isinstance(value, Mapping):
             raise invalid(f"MessageAttribute.{name}", value, "must be a map.")
         data_type = value.get("DataType")
@@ -135,10 +139,10 @@ def parse_attributes(  # noqa: PLR0912 - one check per SQS rule, in SQS order
                 "The message attribute must have a type.",
             )
         if not _TYPE.fullmatch(data_type) or len(data_type) > 256:
-            raise invalid(
-                f"MessageAttribute.{name}.DataType",
-                data_type,
-                "The type must be String, Number or Binary, optionally with a custom label.",
+            raise SqsError(
+                "InvalidParameterValue",
+                f"The message attribute '{name}' has an invalid message attribute type, the "
+                "set of supported type prefixes is Binary, Number, and String.",
             )
         if value.get("StringListValues") or value.get("BinaryListValues"):
             raise SqsError(
@@ -151,10 +155,10 @@ def parse_attributes(  # noqa: PLR0912 - one check per SQS rule, in SQS order
         else:
             text = value.get("StringValue")
             if not isinstance(text, str) or not text:
-                raise invalid(
-                    f"MessageAttribute.{name}",
-                    text,
-                    f"Message attribute must contain a non-empty value of type {data_type}.",
+                raise SqsError(
+                    "InvalidParameterValue",
+                    f"Message (user) attribute '{name}' must contain a non-empty value of type "
+                    f"'{data_type}'.",
                 )
             check_body(text, f"MessageAttribute.{name}")
             if data_type.startswith("Number"):
@@ -220,12 +224,14 @@ def decode(stored: Mapping[str, str]) -> dict[str, Attribute]:
 
 
 def select(attributes: Mapping[str, Attribute], names: list[str]) -> dict[str, Attribute]:
-    """The attributes a ReceiveMessage asked for: ``All``/``.*``, names, ``prefix.*``."""
+    """The attributes a ReceiveMessage asked for: ``All``/``.*``, names, ``prefix.*``
+    (every name that starts with the prefix: ``Custom.*`` gives ``Custom1`` and
+    ``Custom.a``)."""
     if not names:
         return {}
     if "All" in names or ".*" in names:
         return dict(attributes)
-    prefixes = tuple(name[:-1] for name in names if name.endswith(".*"))
+    prefixes = tuple(name[:-2] for name in names if name.endswith(".*"))
     wanted = set(names)
     return {
         name: value

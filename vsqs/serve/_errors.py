@@ -14,7 +14,9 @@ from typing import Any, Final
 
 from .._errors import VsqsError
 
-__all__ = ["QUERY_CODES", "SqsError", "invalid", "missing", "no_queue"]
+__all__ = [
+    "JSON_TYPES", "QUERY_CODES", "SqsError", "invalid", "missing", "no_queue", "unknown_attribute",
+]  # fmt: skip
 
 # The JSON name of an error -> (its query-protocol code, HTTP status). Errors absent
 # here (InvalidParameterValue, MissingParameter...) have the same name in both.
@@ -43,6 +45,15 @@ QUERY_CODES: Final[dict[str, tuple[str, int]]] = {
     "NotFound": ("NotFound", 404),
     "RequestEntityTooLarge": ("RequestEntityTooLarge", 413),
     "InternalFailure": ("InternalFailure", 500),
+}
+
+
+# The ``__type`` SQS sends in the JSON protocol for the errors its service model has no
+# shape for (recorded from SQS itself); the others are sent under their own name. The
+# x-amzn-query-error header carries the query code either way, which is what SDKs raise.
+JSON_TYPES: Final = {
+    "InvalidParameterValue": "InvalidParameterValueException",
+    "MissingParameter": "MissingRequiredParameterException",
 }
 
 
@@ -90,3 +101,8 @@ def invalid(name: str, value: object, reason: str) -> SqsError:
 def no_queue() -> SqsError:
     """The error for a queue that does not exist (or that the caller may not see)."""
     return SqsError("QueueDoesNotExist", "The specified queue does not exist.")
+
+
+def unknown_attribute(name: str) -> SqsError:
+    """The error for an attribute name SQS does not know (or not on this queue type)."""
+    return SqsError("InvalidAttributeName", f"Unknown Attribute {name}.")

@@ -56,6 +56,7 @@ from ._sending import (
     send_message,
     send_message_batch,
     sequence_number,
+    uuid_of,
 )
 
 if TYPE_CHECKING:
@@ -153,7 +154,7 @@ def _outgoing_message(
     if not exact:  # what SQS could not have stored is replaced: the digest is of what is sent
         body = _attributes.BAD_CHAR.sub("\ufffd", body)
     result: dict[str, Any] = {
-        "MessageId": message.id,
+        "MessageId": uuid_of(message.id),
         "ReceiptHandle": _handle(queue, message),
         "MD5OfBody": _attributes.md5_of_data(raw) if exact else _attributes.md5_of_body(body),
         "Body": body,
@@ -185,7 +186,9 @@ def receive_message(
 ) -> dict[str, Any]:
     count = integer(params, "MaxNumberOfMessages", 1, MAX_BATCH) or 1
     visibility = integer(params, "VisibilityTimeout", 0, 43200)
-    wait = integer(params, "WaitTimeSeconds", 0, MAX_WAIT)
+    wait = integer(
+        params, "WaitTimeSeconds", 0, MAX_WAIT, f"Must be >= 0 and <= {MAX_WAIT}, if provided."
+    )
     if wait is None:
         wait = int(_queue_attrs.sqs_options(queue)["ReceiveMessageWaitTimeSeconds"])
     system = set(_names(params, "AttributeNames")) | set(
@@ -226,6 +229,10 @@ def _receive(
         except QueueDrained:
             return []
         if got or timeout == 0 or remaining <= _SLICE:
+            if len(partitions_of(queue)) > 1:
+                # Partitions (message groups) are claimed in turn; SQS answers a FIFO
+                # queue's messages in the order they were sent: ids are send times.
+                got.sort(key=lambda message: (len(message.id), message.id))
             return got
 
 
@@ -248,7 +255,15 @@ def _target(queue: AnyQueue, handle: object) -> tuple[AnyQueue, str, int | None]
 
 
 def _invalid_handle(handle: object) -> SqsError:
-    return SqsError("ReceiptHandleIsInvalid", f'The input receipt handle "{handle}" is not valid.')
+    return SqsError("ReceiptHandleIsInvalid", "The input receipt handle is invalid.")
+
+
+def _invalid_entry_handle(handle: object) -> SqsError:
+    """The same, as SQS words it for one entry of a batch."""
+    return SqsError(
+        "ReceiptHandleIsInvalid",
+        f'The input receipt handle "{handle}" is not a valid receipt handle.',
+    )
 
 
 def _superseded(target: AnyQueue, receipt: str, count: int | None) -> str | None:
@@ -310,11 +325,11 @@ def _change(queue: AnyQueue, handle: object, seconds: object) -> None:
             if current is not None:
                 receipt = current  # extended through another server: the lease lives on
                 continue
-            raise SqsError(
-                "MessageNotInflight",
-                f"Message does not exist or is not available for visibility timeout change "
-                f"({exc.reason or 'gone'}).",
-            ) from None
+            raise invalid(
+                "ReceiptHandle",
+                handle,
+                "Message does not exist or is not available for visibility timeout change.",
+            ) from exc
         return
 
 
@@ -339,16 +354,18 @@ def change_message_visibility(
 
 
 def _batch(
-    queue: AnyQueue, params: dict[str, Any], one: Callable[[dict[str, Any]], None]
+    queue: AnyQueue, params: dict[str, Any], kind: str, one: Callable[[dict[str, Any]], None]
 ) -> dict[str, Any]:
     successful: list[dict[str, Any]] = []
     failed: list[dict[str, Any]] = []
-    for entry in entries(params):
+    for entry in entries(params, kind):
         try:
             if "ReceiptHandle" not in entry:
                 raise missing("ReceiptHandle")
             one(entry)
         except SqsError as exc:
+            if exc.code == "ReceiptHandleIsInvalid":
+                exc = _invalid_entry_handle(entry["ReceiptHandle"])
             failed.append(failure(entry["Id"], exc))
         else:
             successful.append({"Id": entry["Id"]})
@@ -360,7 +377,12 @@ def delete_message_batch(
     service: Context, caller: Caller, name: str, queue: AnyQueue, params: dict[str, Any]
 ) -> dict[str, Any]:
     del service, caller, name
-    return _batch(queue, params, lambda entry: _delete(queue, entry["ReceiptHandle"]))
+    return _batch(
+        queue,
+        params,
+        "DeleteMessageBatchRequestEntry",
+        lambda entry: _delete(queue, entry["ReceiptHandle"]),
+    )
 
 
 def change_message_visibility_batch(
@@ -370,6 +392,7 @@ def change_message_visibility_batch(
     return _batch(
         queue,
         params,
+        "ChangeMessageVisibilityBatchRequestEntry",
         lambda entry: _change(queue, entry["ReceiptHandle"], entry.get("VisibilityTimeout")),
     )
 

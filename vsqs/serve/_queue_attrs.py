@@ -38,7 +38,7 @@ from typing import TYPE_CHECKING, Any, Final
 from .. import AnyQueue, _host
 from .._layout import SETTINGS, Layout
 from . import _sidecar
-from ._errors import SqsError, invalid
+from ._errors import SqsError, invalid, unknown_attribute
 
 if TYPE_CHECKING:
     from ._context import Caller, Context
@@ -50,11 +50,12 @@ FIFO_PARTITIONS: Final = 8
 in flight at once (each partition delivers one message at a time)."""
 DEFAULT_RETENTION: Final = 345600
 MAX_RETENTION: Final = 1209600
-DEFAULT_MAX_SIZE: Final = 262144
+DEFAULT_MAX_SIZE: Final = 1048576
+"""SQS's ``MaximumMessageSize`` of a new queue, and its largest (1 MiB, since 2025)."""
 # name -> (lowest, highest) of the integer attributes.
 _RANGES: Final = {
     "DelaySeconds": (0, 900),
-    "MaximumMessageSize": (1024, 1048576),
+    "MaximumMessageSize": (1024, DEFAULT_MAX_SIZE),
     "MessageRetentionPeriod": (60, MAX_RETENTION),
     "ReceiveMessageWaitTimeSeconds": (0, 20),
     "VisibilityTimeout": (0, 43200),
@@ -112,13 +113,15 @@ def parse_set(  # noqa: PLR0912 - one check per SQS rule
     if not isinstance(raw, Mapping):
         raise invalid("Attributes", raw, "must be a map of name to value.")
     result: dict[str, str] = {}
-    for name, value in raw.items():
+    for name, given in raw.items():
         if name in _READ_ONLY or (name == "FifoQueue" and not creating):
             raise SqsError("InvalidAttributeName", f"Attribute {name} cannot be set.")
         if name not in _SETTABLE:
             raise SqsError("InvalidAttributeName", f"Unknown Attribute {name}.")
-        if not isinstance(value, str):
+        if not isinstance(given, str):
             raise SqsError("InvalidAttributeValue", f"Invalid value for the parameter {name}.")
+        # SQS takes True, TRUE... for FifoQueue.
+        value = given.lower() if name == "FifoQueue" else given
         if name in _RANGES:
             low, high = _RANGES[name]
             try:
@@ -200,7 +203,7 @@ def _split(
     extra: dict[str, str] = {}
     for key, value in attributes.items():
         if key in _FIFO_ONLY and not fifo:
-            raise SqsError("InvalidAttributeName", f"Unknown Attribute {key}.")
+            raise _not_fifo(key)
         if key in _STORED_AS:
             settings[_STORED_AS[key]] = int(value)
         elif key == "RedrivePolicy":
@@ -208,6 +211,25 @@ def _split(
         elif key != "FifoQueue":
             extra[key] = value
     return settings, extra
+
+
+def _not_fifo(key: str) -> SqsError:
+    """A FIFO-only attribute given for a standard queue, as SQS words it."""
+    if key == "ContentBasedDeduplication":
+        return unknown_attribute(key)
+    return SqsError(
+        "InvalidAttributeName", f"You can specify the {key} only when FifoQueue is set to true."
+    )
+
+
+def _record_attributes(document: dict[str, Any], extra: Mapping[str, str]) -> None:
+    """Keep *extra* in the SQS record; an empty ``Policy`` removes the policy."""
+    kept = document.setdefault("attributes", {})
+    for key, value in extra.items():
+        if key == "Policy" and not value:
+            kept.pop(key, None)
+        else:
+            kept[key] = value
 
 
 def create(
@@ -227,7 +249,7 @@ def create(
     queue = service.root.create(name, **settings)
 
     def record(document: dict[str, Any]) -> None:
-        document.setdefault("attributes", {}).update(extra)
+        _record_attributes(document, extra)
         document.setdefault("tags", {}).update(tags)
 
     _sidecar.update(queue.path, record, touch=True)
@@ -246,7 +268,7 @@ def apply(
             raise SqsError("InvalidAttributeValue", str(exc)) from None
 
     def record(document: dict[str, Any]) -> None:
-        document.setdefault("attributes", {}).update(extra)
+        _record_attributes(document, extra)
 
     _sidecar.update(queue.path, record, touch=True)
 
@@ -312,6 +334,8 @@ def get(  # noqa: PLR0912 - one branch per attribute, as in the table above
             value = str(int(record.get("modified", created)))
         elif attribute == "QueueArn":
             value = service.arn(caller, name)
+        elif attribute == "Policy":
+            value = _policy(service.arn(caller, name), extra.get("Policy"), record)
         else:
             value = extra.get(attribute, _DEFAULTS.get(attribute))
         if value is not None:
@@ -325,8 +349,34 @@ _DEFAULTS: Final = {
     "ContentBasedDeduplication": "false",
     "DeduplicationScope": "queue",  # as SQS; honoured when a message is sent
     "FifoThroughputLimit": "perQueue",
-    "SqsManagedSseEnabled": "false",
+    "SqsManagedSseEnabled": "true",  # as SQS: a new queue is encrypted at rest by SQS
 }
+
+
+def _policy(arn: str, given: str | None, record: Mapping[str, Any]) -> str | None:
+    """The ``Policy`` attribute: the one set, with a statement for each permission added
+    by AddPermission (as SQS shows them), or ``None`` when there is neither."""
+    permissions = record.get("permissions") or {}
+    if not permissions:
+        return given or None
+    try:
+        document = json.loads(given) if given else None
+    except ValueError:
+        document = None  # a policy stored before vsqs checked them: shown as made anew
+    if not isinstance(document, dict):
+        document = {"Version": "2012-10-17", "Id": f"{arn}/SQSDefaultPolicy", "Statement": []}
+    statements = document.setdefault("Statement", [])
+    for label, permission in permissions.items():
+        accounts = [f"arn:aws:iam::{a}:root" for a in permission.get("accounts", [])]
+        actions = [f"SQS:{a}" for a in permission.get("actions", [])]
+        statements.append({
+            "Sid": label,
+            "Effect": "Allow",
+            "Principal": {"AWS": accounts[0] if len(accounts) == 1 else accounts},
+            "Action": actions[0] if len(actions) == 1 else actions,
+            "Resource": arn,
+        })  # fmt: skip
+    return json.dumps(document, separators=(",", ":"))
 
 
 def sqs_options(queue: AnyQueue) -> dict[str, str]:

@@ -20,7 +20,7 @@ import hashlib
 import re
 from typing import TYPE_CHECKING, Any, Final
 
-from .. import AnyQueue, InvalidAttributes, QueueClosed, QueueFull
+from .. import AnyQueue, DurabilityError, InvalidAttributes, QueueClosed, QueueFull
 from . import _attributes, _queue_attrs
 from ._attributes import DEDUP_KEY, TRACE_KEY, Attribute
 from ._errors import SqsError, invalid, missing
@@ -43,12 +43,13 @@ PRINTABLE: Final = re.compile(r"[!-~]{1,128}")
 """A group id, deduplication id or receive attempt id: 1-128 printable ASCII characters."""
 
 
-def integer(params: dict[str, Any], name: str, low: int, high: int) -> int | None:
+def integer(params: dict[str, Any], name: str, low: int, high: int, reason: str = "") -> int | None:
+    """The integer parameter *name*, if given, checked to be from *low* to *high*."""
     value = params.get(name)
     if value is None:
         return None
     if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
-        raise invalid(name, value, f"must be an integer from {low} to {high}.")
+        raise invalid(name, value, reason or f"Must be between {low} and {high}, if provided.")
     return value
 
 
@@ -56,8 +57,32 @@ _PLAIN: Final = frozenset({"Id", "MessageBody", "QueueUrl"})
 _PLAIN_KEY: Final = (0.0, None, ())
 
 
-def _too_long(size: int, limit: int) -> SqsError:
-    return invalid("MessageBody", f"{size} bytes", f"Message must be shorter than {limit} bytes.")
+_IMMEDIATE: Final = 1e-6
+"""The delay sent for an explicit ``DelaySeconds=0`` on a queue with a delay of its own:
+vsqs reads a delay of 0 as "the queue's", SQS as "none"; one microsecond is due at once."""
+_NO_DEDUP: Final = (
+    "The queue should either have ContentBasedDeduplication enabled or "
+    "MessageDeduplicationId provided explicitly"
+)
+_NO_GROUP: Final = "The request must contain the parameter MessageGroupId."
+_BATCH_LIMIT: Final = 1048576
+"""The most bytes of bodies one SendMessageBatch may carry (SQS's, whatever the queue)."""
+
+
+def _too_long(limit: int) -> SqsError:
+    return SqsError(
+        "InvalidParameterValue",
+        f"One or more parameters are invalid. Reason: Message must be shorter than {limit} bytes.",
+    )
+
+
+def _printable(name: str, value: object) -> None:
+    if value is not None and (not isinstance(value, str) or not PRINTABLE.fullmatch(value)):
+        raise invalid(
+            name,
+            value,
+            f"{name} can only include alphanumeric and punctuation characters. 1 to 128 in length.",
+        )
 
 
 class _Outgoing:
@@ -77,7 +102,7 @@ class _Outgoing:
 
     def __init__(self, queue: AnyQueue, options: dict[str, str], params: dict[str, Any]) -> None:
         body = params.get("MessageBody")
-        if body is None:
+        if body is None or body == "":
             raise missing("MessageBody")
         if not isinstance(body, str):
             raise invalid("MessageBody", body, "must be a string.")
@@ -90,14 +115,14 @@ class _Outgoing:
             # A body alone on a standard queue (the common case): nothing else to check,
             # the outcome of the checks below without their steps.
             if len(self.data) > limit:
-                raise _too_long(len(self.data), limit)
+                raise _too_long(limit)
             self.attributes, self.system, self.stored = {}, {}, {}
             self.delay, self.group, self.dedup_id = 0.0, None, None
             self.key = _PLAIN_KEY
             return
         self._check(fifo, options, params, limit)
 
-    def _check(  # noqa: PLR0912 - one check per SQS rule, in SQS order
+    def _check(
         self, fifo: bool, options: dict[str, str], params: dict[str, Any], limit: int
     ) -> None:
         self.attributes = _attributes.parse_attributes(params.get("MessageAttributes"))
@@ -105,8 +130,12 @@ class _Outgoing:
             params.get("MessageSystemAttributes"), system=True
         )
         if len(self.data) + _attributes.size(self.attributes) > limit:
-            raise _too_long(len(self.data), limit)
-        delay = integer(params, "DelaySeconds", 0, 900)
+            raise _too_long(limit)
+        delay = params.get("DelaySeconds")
+        if delay is not None and (
+            isinstance(delay, bool) or not isinstance(delay, int) or not 0 <= delay <= 900
+        ):
+            raise invalid("DelaySeconds", delay, "DelaySeconds must be >= 0 and <= 900.")
         group = params.get("MessageGroupId")
         dedup = params.get("MessageDeduplicationId")
         if fifo:
@@ -114,20 +143,13 @@ class _Outgoing:
                 raise invalid(
                     "DelaySeconds",
                     delay,
-                    "The request include parameter that is not valid "
-                    "for this queue type (per-message delays on a FIFO queue).",
+                    "The request include parameter that is not valid for this queue type.",
                 )
             if group is None:
                 raise missing("MessageGroupId")
             if dedup is None:
                 if options.get("ContentBasedDeduplication") != "true":
-                    raise invalid(
-                        "MessageDeduplicationId",
-                        "",
-                        "The queue should either have "
-                        "ContentBasedDeduplication enabled or MessageDeduplicationId provided "
-                        "explicitly",
-                    )
+                    raise SqsError("InvalidParameterValue", _NO_DEDUP)
                 dedup_id = hashlib.sha256(self.data).hexdigest()
             else:
                 dedup_id = dedup
@@ -139,11 +161,10 @@ class _Outgoing:
             )
         else:
             dedup_id = None
-        if group is not None and (not isinstance(group, str) or not PRINTABLE.fullmatch(group)):
-            raise invalid("MessageGroupId", group, "1 to 128 printable ASCII characters.")
-        if dedup is not None and (not isinstance(dedup, str) or not PRINTABLE.fullmatch(dedup)):
-            raise invalid("MessageDeduplicationId", dedup, "1 to 128 printable ASCII characters.")
-        self.delay = float(delay or 0)
+        _printable("MessageGroupId", group)
+        _printable("MessageDeduplicationId", dedup)
+        # SQS: an explicit 0 overrides the queue's delay (see _IMMEDIATE); none takes it.
+        self.delay = float(delay) if delay else (_IMMEDIATE if delay == 0 else 0.0)
         self.group = group
         # SQS's DeduplicationScope: the whole queue (the default; vsqs keeps a dedup id
         # unique across every partition), or each message group (the group is part of it).
@@ -165,7 +186,7 @@ class _Outgoing:
 
     def answer(self, message_id: str, queue: AnyQueue) -> dict[str, Any]:
         result: dict[str, Any] = {
-            "MessageId": message_id,
+            "MessageId": uuid_of(message_id),
             "MD5OfMessageBody": _attributes.md5_of_data(self.data),
         }
         if self.attributes:
@@ -175,6 +196,32 @@ class _Outgoing:
         if queue.fifo:
             result["SequenceNumber"] = sequence_number(message_id)
         return result
+
+
+def uuid_of(message_id: str) -> str:
+    """The ``MessageId`` SQS clients see: a version 4 UUID that holds the vsqs id's
+    digits (at most 19) in its last 30 hex digits, so it maps back (:func:`vsqs_id_of`).
+
+    >>> uuid_of("1795838349487182")
+    '00000000-0000-4001-8795-838349487182'
+    """
+    digits = message_id.rjust(_ID_NIBBLES, "0")
+    return f"{digits[:8]}-{digits[8:12]}-4{digits[12:15]}-8{digits[15:18]}-{digits[18:]}"
+
+
+def vsqs_id_of(message_id: str) -> str:
+    """The vsqs id in a ``MessageId`` made by :func:`uuid_of` (``ValueError`` otherwise)."""
+    match = _UUID.fullmatch(message_id)
+    if match is None:
+        raise ValueError(f"{message_id!r} is not a MessageId of vsqs serve")
+    digits = "".join(match.groups()).lstrip("0")
+    if not digits:
+        raise ValueError(f"{message_id!r} is not a MessageId of vsqs serve")
+    return digits
+
+
+_ID_NIBBLES: Final = 30
+_UUID: Final = re.compile(r"([0-9]{8})-([0-9]{4})-4([0-9]{3})-8([0-9]{3})-([0-9]{12})")
 
 
 def sequence_number(message_id: str) -> str:
@@ -190,6 +237,16 @@ def _publish_error(exc: Exception) -> SqsError:
     if isinstance(exc, InvalidAttributes):
         return invalid("MessageAttributes", "", f"vsqs refuses them: {exc}")
     raise exc
+
+
+def _storage_error(exc: OSError) -> SqsError:
+    """A batch entry the server could not store (its fault, not the sender's)."""
+    return SqsError(
+        "InternalError",
+        f"The message could not be stored: {exc.strerror or exc}. It was not sent.",
+        sender=False,
+        status=500,
+    )
 
 
 def send_message(
@@ -211,15 +268,18 @@ def send_message(
     return outgoing.answer(message_id, queue)
 
 
-def entries(params: dict[str, Any]) -> list[dict[str, Any]]:
-    """The checked ``Entries`` of a batch request (1 to 10, ids valid and distinct)."""
+def entries(params: dict[str, Any], kind: str) -> list[dict[str, Any]]:
+    """The checked ``Entries`` of a batch request (1 to 10, ids valid and distinct).
+
+    :param kind: the entries' name in SQS's words (``SendMessageBatchRequestEntry``).
+    """
     given = params.get("Entries")
     if given is None:
         raise missing("Entries")
     if not isinstance(given, list) or not all(isinstance(e, dict) for e in given):
         raise invalid("Entries", given, "must be a list of entries.")
     if not given:
-        raise SqsError("EmptyBatchRequest", "There should be at least one entry in the request.")
+        raise SqsError("EmptyBatchRequest", f"There should be at least one {kind} in the request.")
     if len(given) > MAX_BATCH:
         raise SqsError(
             "TooManyEntriesInBatchRequest",
@@ -249,18 +309,66 @@ def failure(entry_id: str, error: SqsError) -> dict[str, Any]:
     }
 
 
+def _publish_run(
+    queue: AnyQueue,
+    run: list[tuple[str, _Outgoing]],
+    successful: list[dict[str, Any]],
+    failed: list[dict[str, Any]],
+) -> None:
+    """Publish *run* (entries that share their options) with one ``publish_batch``;
+    answer each entry in *successful* or *failed*, whatever happens to the storage."""
+    first = run[0][1]
+    try:
+        ids = queue.publish_batch(
+            [outgoing.data for _, outgoing in run],
+            delay=first.delay,
+            attributes=first.stored or None,
+            dedup_ids=[outgoing.dedup_id for _, outgoing in run] if queue.fifo else None,
+            timeout=0,
+            **({"group": first.group} if first.group is not None else {}),
+        )
+    except (QueueFull, QueueClosed, InvalidAttributes) as exc:
+        error = _publish_error(exc)
+        failed.extend(failure(entry_id, error) for entry_id, _ in run)
+    except DurabilityError as exc:
+        # The first len(exc.ids) of the run are visible (they will be delivered, and may
+        # not survive a power loss); the rest were not published: retried safely.
+        visible = len(exc.ids)
+        for (entry_id, outgoing), message_id in zip(run, exc.ids, strict=False):
+            successful.append({"Id": entry_id, **outgoing.answer(message_id, queue)})
+        error = _storage_error(exc)
+        failed.extend(failure(entry_id, error) for entry_id, _ in run[visible:])
+    except OSError as exc:
+        # A full disk (ENOSPC, EDQUOT), an I/O error: nothing of the run was published; the
+        # runs before it were, so the answer is per entry, never a 500.
+        error = _storage_error(exc)
+        failed.extend(failure(entry_id, error) for entry_id, _ in run)
+    else:
+        for (entry_id, outgoing), message_id in zip(run, ids, strict=True):
+            successful.append({"Id": entry_id, **outgoing.answer(message_id, queue)})
+
+
 def send_message_batch(
     service: Context, caller: Caller, name: str, queue: AnyQueue, params: dict[str, Any]
 ) -> dict[str, Any]:
     del service, caller, name
-    given = entries(params)
+    given = entries(params, "SendMessageBatchRequestEntry")
     options = _queue_attrs.sqs_options(queue)
     total = sum(len(str(e.get("MessageBody", "")).encode()) for e in given)
-    limit = int(options["MaximumMessageSize"])
-    if total > max(limit, _queue_attrs.DEFAULT_MAX_SIZE):
+    if total > _BATCH_LIMIT:
         raise SqsError(
-            "BatchRequestTooLong", f"Batch requests cannot be longer than {limit} bytes."
+            "BatchRequestTooLong",
+            f"Batch requests cannot be longer than {_BATCH_LIMIT} bytes. You have sent "
+            f"{total} bytes.",
         )
+    if queue.fifo:
+        # SQS refuses the whole batch, not the entry, for these two.
+        if any(e.get("MessageGroupId") is None for e in given):
+            raise SqsError("InvalidParameterValue", _NO_GROUP)
+        if options.get("ContentBasedDeduplication") != "true" and any(
+            e.get("MessageDeduplicationId") is None for e in given
+        ):
+            raise SqsError("InvalidParameterValue", _NO_DEDUP)
     checked: list[tuple[str, _Outgoing]] = []
     failed: list[dict[str, Any]] = []
     for entry in given:
@@ -274,22 +382,6 @@ def send_message_batch(
         end = start + 1
         while end < len(checked) and checked[end][1].key == checked[start][1].key:
             end += 1
-        run = checked[start:end]
-        first = run[0][1]
-        try:
-            ids = queue.publish_batch(
-                [outgoing.data for _, outgoing in run],
-                delay=first.delay,
-                attributes=first.stored or None,
-                dedup_ids=[outgoing.dedup_id for _, outgoing in run] if queue.fifo else None,
-                timeout=0,
-                **({"group": first.group} if first.group is not None else {}),
-            )
-        except (QueueFull, QueueClosed, InvalidAttributes) as exc:
-            error = _publish_error(exc)
-            failed.extend(failure(entry_id, error) for entry_id, _ in run)
-        else:
-            for (entry_id, outgoing), message_id in zip(run, ids, strict=True):
-                successful.append({"Id": entry_id, **outgoing.answer(message_id, queue)})
+        _publish_run(queue, checked[start:end], successful, failed)
         start = end
     return {"Successful": successful, "Failed": failed}

@@ -33,7 +33,7 @@ from .. import (
 from .._layout import SETTINGS
 from . import _messages, _moves, _queue_attrs, _sidecar
 from ._context import AttemptCache, Caller
-from ._errors import SqsError, invalid, missing, no_queue
+from ._errors import SqsError, invalid, missing, no_queue, unknown_attribute
 from ._wire import Request
 
 __all__ = ["ACCOUNT", "Service"]
@@ -47,6 +47,15 @@ _ARN: Final = re.compile(r"arn:[a-z-]*:sqs:[^:]*:[^:]*:([^:]+)")
 _TAG_KEY: Final = re.compile(r"[\w.:/=+@ -]{1,128}", re.UNICODE)
 _LABEL: Final = re.compile(r"[A-Za-z0-9_-]{1,80}")
 MAX_TAGS: Final = 50
+MAX_PERMISSION_ACTIONS: Final = 7
+_OWNER_ONLY: Final = frozenset({
+    "AddPermission", "RemovePermission", "CreateQueue", "DeleteQueue", "SetQueueAttributes",
+    "TagQueue", "UntagQueue", "ListQueueTags", "ListQueues", "StartMessageMoveTask",
+    "ListMessageMoveTasks", "CancelMessageMoveTask",
+})  # fmt: skip
+_BAD_NAME: Final = (
+    "Can only include alphanumeric characters, hyphens, or underscores. 1 to 80 in length"
+)
 _TOKEN: Final = "after:"  # noqa: S105 - not a secret: a NextToken is the base64 of this and the last name given
 
 
@@ -123,17 +132,19 @@ class Service:
             )
 
     def queue_name(self, params: dict[str, Any]) -> str:
+        """The queue a ``QueueUrl`` names: its URL's last part, or a bare queue name (as
+        SQS takes one); one that names no queue is ``QueueDoesNotExist``, as in SQS."""
         url = params.get("QueueUrl")
         if url is None:
             raise missing("QueueUrl")
-        match = _URL_PATH.fullmatch(url) if isinstance(url, str) else None
-        if match is None:
-            raise SqsError("InvalidAddress", f"The address {str(url)[:200]} is not valid.")
-        name = match.group(2)
+        if not isinstance(url, str):
+            raise no_queue()
+        match = _URL_PATH.fullmatch(url)
+        name = match.group(2) if match is not None else url
         try:
             return validate_name(name)
         except InvalidName:
-            raise SqsError("InvalidAddress", f"The address {url[:200]} is not valid.") from None
+            raise no_queue() from None
 
     def queue_of(self, caller: Caller, params: dict[str, Any]) -> tuple[str, AnyQueue]:
         """The queue a request's ``QueueUrl`` names (checked, allowed, open)."""
@@ -192,22 +203,20 @@ class Service:
         fifo_name = isinstance(name, str) and name.endswith(".fifo")
         stem = name[: -len(".fifo")] if fifo_name else name
         if not isinstance(stem, str) or not _SQS_NAME.fullmatch(stem) or len(name) > 80:
-            raise invalid(
-                "QueueName",
-                name,
-                "Can only include alphanumeric characters, hyphens, or "
-                "underscores. 1 to 80 in length (a FIFO queue's name ends with .fifo).",
-            )
+            raise SqsError("InvalidParameterValue", _BAD_NAME)
         self.allow(caller, name)
         attributes = _queue_attrs.parse_set(params.get("Attributes"), creating=True)
-        tags = _check_tags(params.get("tags") or params.get("Tags"))
-        if attributes.get("FifoQueue", "false") == "true" and not fifo_name:
+        tags = _check_tags(params.get("tags") or params.get("Tags"), name)
+        fifo = attributes.get("FifoQueue")
+        if fifo == "true" and not fifo_name:
             raise invalid("QueueName", name, "The name of a FIFO queue must end with .fifo.")
-        if fifo_name and attributes.get("FifoQueue") != "true":
-            raise invalid(
-                "FifoQueue",
-                attributes.get("FifoQueue", "false"),
-                "A queue whose name ends with .fifo must be created with FifoQueue=true.",
+        if fifo == "false" or (fifo is None and fifo_name):
+            # As SQS: a standard queue is made without the attribute, and a .fifo name
+            # needs FifoQueue=true.
+            raise (
+                SqsError("InvalidParameterValue", _BAD_NAME)
+                if fifo_name
+                else unknown_attribute("FifoQueue")
             )
         if name in self.root:
             queue = self.open(name)
@@ -287,15 +296,15 @@ class Service:
         return result
 
     def tag_queue(self, caller: Caller, params: dict[str, Any]) -> dict[str, Any]:
-        _name, queue = self.queue_of(caller, params)
-        if "Tags" not in params:
+        name, queue = self.queue_of(caller, params)
+        if not params.get("Tags"):
             raise missing("Tags")
-        tags = _check_tags(params["Tags"])
+        tags = _check_tags(params["Tags"], name)
 
         def change(record: dict[str, Any]) -> None:
             merged = {**record.get("tags", {}), **tags}
             if len(merged) > MAX_TAGS:
-                raise invalid("Tags", len(merged), f"A queue may have at most {MAX_TAGS} tags.")
+                raise _too_many_tags(name)
             record["tags"] = merged
 
         _sidecar.update(queue.path, change)
@@ -306,8 +315,14 @@ class Service:
         keys = params.get("TagKeys")
         if keys is None:
             raise missing("TagKeys")
-        if not isinstance(keys, list) or not all(isinstance(k, str) for k in keys):
-            raise invalid("TagKeys", keys, "must be a list of tag keys.")
+        if (
+            not isinstance(keys, list)
+            or not keys
+            or not all(isinstance(k, str) and 1 <= len(k) <= 128 for k in keys)
+        ):
+            raise SqsError(
+                "InvalidParameterValue", "Tag keys must be between 1 and 128 characters in length."
+            )
 
         def change(record: dict[str, Any]) -> None:
             record["tags"] = {k: v for k, v in record.get("tags", {}).items() if k not in keys}
@@ -321,6 +336,8 @@ class Service:
         return {"Tags": tags} if tags else {}
 
     def add_permission(self, caller: Caller, params: dict[str, Any]) -> dict[str, Any]:
+        """Record a permission (shown in the ``Policy`` attribute; vsqs enforces only
+        its own access keys). Atomic: one update of the queue's SQS record."""
         _name, queue = self.queue_of(caller, params)
         label = params.get("Label")
         if label is None:
@@ -328,17 +345,30 @@ class Service:
         if not isinstance(label, str) or not _LABEL.fullmatch(label):
             raise invalid("Label", label, "1 to 80 letters, digits, hyphens or underscores.")
         accounts, actions = params.get("AWSAccountIds"), params.get("Actions")
+        if not actions:
+            raise missing("Actions")
+        if not accounts:
+            raise invalid("PrincipalId", accounts or [], "Unable to verify.")
         for field, value in (("AWSAccountIds", accounts), ("Actions", actions)):
-            if not value:
-                raise missing(field)
             if not isinstance(value, list) or not all(isinstance(v, str) and v for v in value):
                 raise invalid(field, value, "must be a non-empty list of strings.")
         assert isinstance(actions, list)
+        if len(actions) > MAX_PERMISSION_ACTIONS:
+            raise SqsError(
+                "OverLimit",
+                f"{len(actions)} Actions were found, maximum allowed is {MAX_PERMISSION_ACTIONS}.",
+            )
         from ._wire import ACTIONS  # noqa: PLC0415 - the one list of action names
 
         for action in actions:
+            if action in _OWNER_ONLY:
+                raise invalid(
+                    "ActionName",
+                    f"SQS:{action}",
+                    "Only the queue owner is allowed to invoke this action.",
+                )
             if action != "*" and action not in ACTIONS:
-                raise invalid("Actions", action, "It is not an SQS action.")
+                raise invalid("ActionName", f"SQS:{action}", "It is not an SQS action.")
 
         def change(record: dict[str, Any]) -> None:
             permissions = record.setdefault("permissions", {})
@@ -360,7 +390,7 @@ class Service:
         def change(record: dict[str, Any]) -> None:
             permissions = record.get("permissions", {})
             if label not in permissions:
-                raise invalid("Label", label, "There is no permission with this label.")
+                raise invalid("Label", label, "can't find label.")
             del permissions[label]
 
         _sidecar.update(queue.path, change)
@@ -376,13 +406,17 @@ class Service:
         return _moves.cancel(self, caller, params)
 
 
-def _check_tags(raw: object) -> dict[str, str]:
+def _too_many_tags(name: str) -> SqsError:
+    return SqsError("InvalidParameterValue", f"Too many tags added for queue {name}.")
+
+
+def _check_tags(raw: object, name: str = "") -> dict[str, str]:
     if raw is None:
         return {}
     if not isinstance(raw, dict):
         raise invalid("Tags", raw, "must be a map of key to value.")
     if len(raw) > MAX_TAGS:
-        raise invalid("Tags", len(raw), f"A queue may have at most {MAX_TAGS} tags.")
+        raise _too_many_tags(name)
     for key, value in raw.items():
         if not isinstance(key, str) or not _TAG_KEY.fullmatch(key) or key.startswith("aws:"):
             raise invalid("Tags", key, "A tag key is 1 to 128 characters, not starting aws:.")

@@ -2,7 +2,8 @@
 
 * **AWS JSON 1.0**: ``POST`` with ``X-Amz-Target: AmazonSQS.<Action>`` and a JSON
   object body; the answer is JSON (``application/x-amz-json-1.0``), an error
-  ``{"__type": "com.amazonaws.sqs#<Code>", "message": ...}`` with the
+  ``{"__type": "com.amazonaws.sqs#<Type>", "message": ...}`` (the type SQS sends:
+  :data:`~vsqs.serve._errors.JSON_TYPES`, else the code) with the
   ``x-amzn-query-error: <query code>;Sender`` header (current boto3, aws cli v2, the
   SDKs v3).
 * **Query**: ``Action=<Action>&...`` form-encoded in a ``POST`` body or in a ``GET``
@@ -24,7 +25,7 @@ from typing import Any, Final
 from urllib.parse import parse_qsl
 from xml.sax.saxutils import escape
 
-from ._errors import SqsError, invalid
+from ._errors import JSON_TYPES, SqsError, invalid
 
 __all__ = ["ACTIONS", "Request", "error_body", "parse", "render"]
 
@@ -286,7 +287,8 @@ def error_body(
     fault = "Sender" if error.sender else "Receiver"
     headers = {"x-amzn-query-error": f"{error.query_code};{fault}"}
     if json_protocol:
-        body = {"__type": f"com.amazonaws.sqs#{error.code}", "message": error.text}
+        kind = JSON_TYPES.get(error.code, error.code)
+        body = {"__type": f"com.amazonaws.sqs#{kind}", "message": error.text}
         return JSON_TYPE, json.dumps(body).encode(), headers
     message = _QUERY_MESSAGES.get(error.code, error.text)
     text = (

@@ -2,7 +2,7 @@
 
 ``<stateDir>/<epoch>/epoch.json`` holds the queue and the highest batch claimed; one
 ``<seq>.json`` per claimed, not yet deleted micro-batch lists its messages; ``lock`` is
-held (``flock``) by the one run that serves the epoch. Used by :mod:`vsqs.spark._stream`.
+held (:mod:`vsqs._lock`) by the one run that serves the epoch. Used by :mod:`vsqs.spark._stream`.
 
 The default stateDir is the queue's ``.vsqs/spark/streams``, reached through the
 queue's :class:`~vsqs._layout.Layout`; a stateDir the user named elsewhere is opened as
@@ -17,20 +17,20 @@ from __future__ import annotations
 import errno
 import json
 import os
-import time
 from dataclasses import replace
 from typing import Any, Final
 
 from .. import AnyQueue, LeaseLost, Message, _fs, partitions_of
+from .._clock import SYSTEM_CLOCK
 from .._ids import parse_decimal
 from .._layout import Layout, UnsafeEntry
+from .._lock import FileLock
 from ._options import Planned
 
 EPOCH: Final = "epoch.json"
 LOCK: Final = "lock"
 _TMP: Final = ".tmp-"
 _SUFFIX: Final = ".json"
-_LOCK_POLL: Final = 0.05
 # What a planted entry gives: a symlink (ELOOP, O_NOFOLLOW), a file where a directory
 # belongs (ENOTDIR), a directory or FIFO where a file belongs (EINVAL, EISDIR).
 _PLANTED: Final = frozenset({errno.ELOOP, errno.ENOTDIR, errno.EINVAL, errno.EISDIR})
@@ -55,7 +55,7 @@ class StateDir:
         self._layout = Layout(queue)
         self._sub = self._layout.sub_of(state_dir)
         self._fd: int | None = None
-        self._lock_fd = -1
+        self._held: FileLock | None = None
 
     # -- the epoch directory, by descriptor ----------------------------------------------
 
@@ -185,29 +185,29 @@ class StateDir:
     # -- one run at a time ---------------------------------------------------------------
 
     def lock(self, timeout: float) -> bool:
-        """Take the epoch's lock (``flock`` on ``lock``, never through a link), waiting up
-        to *timeout* seconds; ``False`` if another run still holds it."""
+        """Take the epoch's lock (``lock``, never through a link; :mod:`vsqs._lock`),
+        waiting up to *timeout* seconds; ``False`` if another run still holds it."""
         fd = self._dir(create=True)
         assert fd is not None
-        try:
-            lock_fd = _fs.open_lock_at(LOCK, 0o666, fd)
-        except OSError as exc:
-            raise self._unsafe(exc, f"{self.path}/{LOCK}") from None
-        deadline = time.monotonic() + timeout
-        while not _fs.try_lock(lock_fd):
-            if time.monotonic() >= deadline:
-                _fs.close(lock_fd)
-                return False
-            time.sleep(_LOCK_POLL)  # another run of this query: it may be stopping
-        self._lock_fd = lock_fd
+        path = f"{self.path}/{LOCK}"
+
+        def opener() -> int:
+            try:
+                return _fs.open_lock_at(LOCK, 0o666, fd)
+            except OSError as exc:
+                raise self._unsafe(exc, path) from None
+
+        lock = FileLock(opener, SYSTEM_CLOCK, path)
+        if not lock.acquire(timeout):  # another run of this query: it may be stopping
+            return False
+        self._held = lock
         return True
 
     def close(self) -> None:
         """Release the lock (if held) and the descriptors."""
-        if self._lock_fd >= 0:
-            _fs.unlock(self._lock_fd)
-            _fs.close(self._lock_fd)
-            self._lock_fd = -1
+        if self._held is not None:
+            self._held.release()
+            self._held = None
         if self._fd is not None and self._sub is None:
             _fs.close(self._fd)  # the layout's own are closed with it
         self._fd = None
