@@ -19,7 +19,7 @@ from .fixtures_core import wait_until
 from .procs import dump
 
 
-def same_partition(queue: vsqs.Queue, count: int) -> list[str]:
+def same_partition(queue: vsqs.PartitionedQueue, count: int) -> list[str]:
     """*count* group names that hash to one partition of *queue*."""
     by_path: dict[str, list[str]] = {}
     for n in range(1000):

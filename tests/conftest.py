@@ -129,9 +129,9 @@ def qdir(tmp_path: Path) -> Path:
 
 
 @pytest.fixture
-def q(qdir: Path, clock: ManualClock) -> vsqs.Queue:
+def q(qdir: Path, clock: ManualClock) -> vsqs.PlainQueue:
     """A durable queue on the manual clock, 30 s visibility timeout."""
-    return vsqs.Queue(qdir, visibility_timeout=30, clock=clock)
+    return vsqs.PlainQueue(qdir, visibility_timeout=30, clock=clock)
 
 
 def names(path: Path) -> list[str]:

@@ -39,7 +39,7 @@ def root(tmp_path: Path) -> vsqs.QueueRoot:
     return vsqs.QueueRoot(tmp_path / "root")
 
 
-def _dead_letters(root: vsqs.QueueRoot, count: int) -> tuple[vsqs.Queue, vsqs.Queue]:
+def _dead_letters(root: vsqs.QueueRoot, count: int) -> tuple[vsqs.AnyQueue, vsqs.AnyQueue]:
     """``orders`` whose *count* messages were each received once and dead-lettered
     (``max_receives=1``) to ``orders.dlq``."""
     dlq = root.create("orders.dlq")

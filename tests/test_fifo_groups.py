@@ -16,7 +16,6 @@ from typing import Any
 import pytest
 
 import vsqs
-from vsqs import Queue
 from vsqs.testing import ManualClock
 
 from . import _fifo_workers as workers
@@ -27,8 +26,8 @@ GROUPS = [f"g{i}" for i in range(40)]
 PARTITIONS = 8
 
 
-def _fifo(base: Path, partitions: int = PARTITIONS) -> Queue:
-    return Queue(base / "q", partitions=partitions, fifo=True, durable=False)
+def _fifo(base: Path, partitions: int = PARTITIONS) -> vsqs.PartitionedQueue:
+    return vsqs.PartitionedQueue(base / "q", partitions=partitions, fifo=True, durable=False)
 
 
 def _timed(call: Callable[[], Any]) -> tuple[Any, float]:
@@ -103,10 +102,14 @@ def test_a_stopped_claim_lock_holder_costs_a_receive_no_more_than_its_timeout(
 ) -> None:
     """A process stopped while it holds a directory's claim lock: other partitions are
     delivered at once, and ``receive(timeout=1)`` (and a batch's) returns within 1.5 s."""
-    queue = _fifo(fast_tmp_path, partitions)
-    blocked = queue.partition_for("a") if partitions > 1 else queue
+    queue = vsqs.Queue(fast_tmp_path / "q", partitions=partitions, fifo=True, durable=False)
+
+    def where(group: str) -> vsqs.PlainQueue:
+        return queue.partition_for(group) if isinstance(queue, vsqs.PartitionedQueue) else queue
+
+    blocked = where("a")
     queue.publish(b"a:0", group="a")
-    others = [g for g in GROUPS if queue.partition_for(g).path != blocked.path][:3]
+    others = [g for g in GROUPS if where(g).path != blocked.path][:3]
     for group in others:
         queue.publish(f"{group}:0".encode(), group=group)
     report = fast_tmp_path / "locked.json"
@@ -149,7 +152,7 @@ def test_the_gate_rules_on_the_manual_clock(fast_tmp_path: Path) -> None:
     group); a held message holds back its group; a delayed one only its group's later
     messages; ungrouped messages are one group of their own."""
     clock = ManualClock()
-    queue = Queue(fast_tmp_path / "q", partitions=1, fifo=True, clock=clock, visibility_timeout=30)
+    queue = vsqs.PlainQueue(fast_tmp_path / "q", fifo=True, clock=clock, visibility_timeout=30)
     queue.publish(b"a:0", group="a")
     queue.publish(b"b:0", group="b")
     queue.publish(b"u:0")

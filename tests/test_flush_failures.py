@@ -45,18 +45,18 @@ def _failing(
     return calls
 
 
-def _names(queue: vsqs.Queue) -> list[str]:
+def _names(queue: vsqs.PlainQueue) -> list[str]:
     return sorted(n for n in os.listdir(queue.path) if not n.startswith("."))
 
 
 @pytest.fixture
-def queue(tmp_path: Path) -> vsqs.Queue:
-    return vsqs.Queue(tmp_path / "q", clock=ManualClock())
+def queue(tmp_path: Path) -> vsqs.PlainQueue:
+    return vsqs.PlainQueue(tmp_path / "q", clock=ManualClock())
 
 
 @pytest.mark.parametrize("code", [errno.EIO, errno.ENOSPC])
 def test_a_failed_body_flush_leaves_nothing_visible(
-    queue: vsqs.Queue, monkeypatch: pytest.MonkeyPatch, code: int
+    queue: vsqs.PlainQueue, monkeypatch: pytest.MonkeyPatch, code: int
 ) -> None:
     """publish, publish_stream: the body's fsync fails before the commit rename."""
     _failing(monkeypatch, "fsync", code=code)
@@ -70,7 +70,7 @@ def test_a_failed_body_flush_leaves_nothing_visible(
 
 @pytest.mark.parametrize("batch_key", [None, "job-1"])
 def test_a_failed_batch_flush_leaves_nothing_visible(
-    queue: vsqs.Queue, monkeypatch: pytest.MonkeyPatch, batch_key: str | None
+    queue: vsqs.PlainQueue, monkeypatch: pytest.MonkeyPatch, batch_key: str | None
 ) -> None:
     """publish_batch (with and without batch_dedup_id): the bodies' flush fails."""
     _failing(monkeypatch, "sync_files")
@@ -83,7 +83,7 @@ def test_a_failed_batch_flush_leaves_nothing_visible(
 
 
 def test_a_failed_directory_flush_after_publish_names_the_message(
-    queue: vsqs.Queue, monkeypatch: pytest.MonkeyPatch
+    queue: vsqs.PlainQueue, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """publish: the directory fsync after the commit rename fails."""
     _failing(monkeypatch, "fsync_dir")
@@ -100,7 +100,7 @@ def test_a_failed_directory_flush_after_publish_names_the_message(
 
 @pytest.mark.parametrize("barrier", [True, False], ids=["syncfs", "fsync-each"])
 def test_a_failed_flush_after_a_batch_names_every_visible_message(
-    queue: vsqs.Queue, monkeypatch: pytest.MonkeyPatch, barrier: bool
+    queue: vsqs.PlainQueue, monkeypatch: pytest.MonkeyPatch, barrier: bool
 ) -> None:
     """publish_batch with dedup ids: the final flush (one syncfs where it is a barrier,
     else the directory fsync) fails; a retry with the same ids adds nothing."""
@@ -122,7 +122,7 @@ def test_a_failed_flush_after_a_batch_names_every_visible_message(
 
 
 def test_a_failed_flush_after_a_recorded_batch_names_it(
-    queue: vsqs.Queue, monkeypatch: pytest.MonkeyPatch
+    queue: vsqs.PlainQueue, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """publish_batch with batch_dedup_id: the directory fsync after the renames fails."""
     _failing(monkeypatch, "fsync_dir")
@@ -135,7 +135,7 @@ def test_a_failed_flush_after_a_recorded_batch_names_it(
 
 
 def test_a_failed_record_flush_leaves_nothing_visible_nor_recorded(
-    queue: vsqs.Queue, monkeypatch: pytest.MonkeyPatch
+    queue: vsqs.PlainQueue, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """publish_batch with batch_dedup_id: the record's directory flush fails before any
     message is visible: nothing is left that `clean` or a retry would publish."""
@@ -158,7 +158,7 @@ def test_a_failed_record_flush_leaves_nothing_visible_nor_recorded(
 
 
 def test_a_batch_that_fails_midway_names_the_messages_already_visible(
-    queue: vsqs.Queue, monkeypatch: pytest.MonkeyPatch
+    queue: vsqs.PlainQueue, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """publish_batch: the second commit rename fails; the first message is visible and
     not flushed, the rest is gone."""
@@ -171,7 +171,7 @@ def test_a_batch_that_fails_midway_names_the_messages_already_visible(
 
 
 def test_publish_file_names_the_message_when_a_flush_after_it_fails(
-    queue: vsqs.Queue, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+    queue: vsqs.PlainQueue, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     """publish_file: the directory fsync after the commit fails."""
     source = tmp_path / "in.bin"
@@ -184,7 +184,7 @@ def test_publish_file_names_the_message_when_a_flush_after_it_fails(
 
 
 def test_a_failed_fsync_is_never_retried(
-    queue: vsqs.Queue, monkeypatch: pytest.MonkeyPatch
+    queue: vsqs.PlainQueue, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Each flush is tried once: after a failure nothing flushes the same file again
     and reports success (fsyncgate)."""
@@ -200,7 +200,7 @@ def test_a_process_that_flushed_on_the_fsync_threads_exits_quietly(tmp_path: Pat
     script = (
         "import sys, vsqs\n"
         "vsqs._fs.syncfs_is_barrier = lambda directory: False\n"
-        "q = vsqs.Queue(sys.argv[1])\n"
+        "q = vsqs.PlainQueue(sys.argv[1])\n"
         "q.publish_batch([b'a', b'b', b'c'], attributes={'k': 'v'})\n"
     )
     done = subprocess.run(

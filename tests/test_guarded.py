@@ -30,7 +30,7 @@ def _tree(root: Path) -> list[str]:
     return sorted(str(p.relative_to(root)) for p in root.rglob("*"))
 
 
-def _dead_lettering(tmp_path: Path, **dlq_options: Any) -> tuple[vsqs.Queue, ManualClock, Path]:
+def _dead_lettering(tmp_path: Path, **dlq_options: Any) -> tuple[vsqs.AnyQueue, ManualClock, Path]:
     """A queue whose one message (with attributes) is due to be dead-lettered into
     ``dlq`` at its next requeue; the queue, its clock and the dead-letter directory."""
     clock = ManualClock()
@@ -382,7 +382,7 @@ def test_fifo_holds_one_message_of_a_group_across_processes_during_a_requeue(
     patch_fs(monkeypatch, "try_lock", try_lock)
     got: dict[str, list[vsqs.Message]] = {}
 
-    def receive(name: str, queue: vsqs.Queue, done: threading.Event | None) -> None:
+    def receive(name: str, queue: vsqs.AnyQueue, done: threading.Event | None) -> None:
         try:
             got[name] = queue.receive_batch(1, timeout=0)
         finally:

@@ -30,12 +30,12 @@ pytestmark = pytest.mark.spark
 
 
 @pytest.fixture
-def queue(tmp_path: Path) -> vsqs.Queue:
-    return vsqs.Queue(tmp_path / "q", durable=False)
+def queue(tmp_path: Path) -> vsqs.PlainQueue:
+    return vsqs.PlainQueue(tmp_path / "q", durable=False)
 
 
 @pytest.fixture
-def reader(queue: vsqs.Queue) -> Iterator[StreamReader]:
+def reader(queue: vsqs.PlainQueue) -> Iterator[StreamReader]:
     options = SourceOptions.parse(
         {"path": queue.path, "maxMessagesPerBatch": "7", "heartbeatInterval": "3600"}
     )
@@ -50,7 +50,7 @@ def test_the_default_limit_is_max_messages_per_batch(reader: StreamReader) -> No
 
 
 def test_available_now_reads_what_was_ready_when_it_began(
-    queue: vsqs.Queue, reader: StreamReader
+    queue: vsqs.PlainQueue, reader: StreamReader
 ) -> None:
     queue.publish_batch([b"before"] * 5)
     reader.prepareForTriggerAvailableNow()
@@ -64,7 +64,7 @@ def test_available_now_reads_what_was_ready_when_it_began(
 
 
 def test_a_byte_limit_ends_a_batch_and_releases_the_rest(
-    queue: vsqs.Queue, reader: StreamReader
+    queue: vsqs.PlainQueue, reader: StreamReader
 ) -> None:
     queue.publish_batch([b"x" * 1000] * 6)
     start = reader.initialOffset()
@@ -79,7 +79,7 @@ def test_a_byte_limit_ends_a_batch_and_releases_the_rest(
     assert queue.counts().total == 0
 
 
-def test_progress_reports_the_backlog(queue: vsqs.Queue, reader: StreamReader) -> None:
+def test_progress_reports_the_backlog(queue: vsqs.PlainQueue, reader: StreamReader) -> None:
     queue.publish_batch([b"a", b"b", b"c"])
     start = reader.initialOffset()
     end = reader.latestOffset(start, ReadMaxRows(2))
@@ -102,7 +102,7 @@ def test_progress_reports_the_backlog(queue: vsqs.Queue, reader: StreamReader) -
 
 
 def test_a_failed_delete_is_raised_by_the_commit_and_the_deleter_goes_on(
-    queue: vsqs.Queue, reader: StreamReader, monkeypatch: pytest.MonkeyPatch
+    queue: vsqs.PlainQueue, reader: StreamReader, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A fault while deleting a completed batch reaches Spark's commit (it used to kill
     the delete thread, and the commit then waited forever); the batch keeps its record
@@ -146,7 +146,7 @@ def test_bad_options_are_named(tmp_path: Path, options: dict[str, str], named: s
         SourceOptions.parse(given)
 
 
-def test_rows_with_bad_cells_publish_nothing_and_say_which(queue: vsqs.Queue) -> None:
+def test_rows_with_bad_cells_publish_nothing_and_say_which(queue: vsqs.PlainQueue) -> None:
     from pyspark.sql import Row
 
     from vsqs.spark._publish import publish_rows, resolve_format
@@ -172,7 +172,7 @@ def test_rows_with_bad_cells_publish_nothing_and_say_which(queue: vsqs.Queue) ->
 # -- the data source's planning side, as Spark's planner process calls it ----------------
 
 
-def test_the_data_source_plans_readers_and_writers(queue: vsqs.Queue) -> None:
+def test_the_data_source_plans_readers_and_writers(queue: vsqs.PlainQueue) -> None:
     from pyspark.sql.types import BinaryType, StringType, StructField, StructType
 
     from vsqs.spark._source import (
@@ -213,7 +213,7 @@ def test_the_data_source_plans_readers_and_writers(queue: vsqs.Queue) -> None:
 # -- offsets that do not belong to the reader are refused, naming what to do -------------
 
 
-def test_offsets_of_another_run_are_refused(queue: vsqs.Queue, tmp_path: Path) -> None:
+def test_offsets_of_another_run_are_refused(queue: vsqs.PlainQueue, tmp_path: Path) -> None:
     from vsqs.spark._state import StateMismatch
 
     queue.publish_batch([b"a", b"b"])
@@ -254,7 +254,7 @@ def test_offsets_of_another_run_are_refused(queue: vsqs.Queue, tmp_path: Path) -
 # -- executors find a renamed message by the grammar alone ------------------------------
 
 
-def test_an_executor_reads_only_names_of_the_grammar(queue: vsqs.Queue) -> None:
+def test_an_executor_reads_only_names_of_the_grammar(queue: vsqs.PlainQueue) -> None:
     """A planned message deleted meanwhile is gone, even when a foreign file that starts
     with its id (a user's ``<id>.orig`` copy, ``0<id>``) sits in the queue directory."""
     queue.publish(b"the message")
@@ -299,7 +299,7 @@ def _snapshot(top: Path) -> dict[str, bytes | None]:
                 "{epoch}/1.json", "{epoch}/lock"],
 )  # fmt: skip
 def test_a_symlink_planted_in_the_spark_state_is_refused(
-    queue: vsqs.Queue, tmp_path: Path, planted: str
+    queue: vsqs.PlainQueue, tmp_path: Path, planted: str
 ) -> None:
     """A later run of the query refuses a symlink planted at .vsqs/spark or anywhere in
     its state with an error naming it, and never touches what the link points to (the
@@ -330,7 +330,7 @@ def test_a_symlink_planted_in_the_spark_state_is_refused(
 
 @pytest.mark.parametrize("planted", ["", "epoch.json", "1.json", "lock"])
 def test_a_symlink_planted_in_a_named_state_dir_is_refused(
-    queue: vsqs.Queue, tmp_path: Path, planted: str
+    queue: vsqs.PlainQueue, tmp_path: Path, planted: str
 ) -> None:
     """The same below a stateDir the user named outside the queue (the stateDir itself is
     opened as named: it may be a link the user chose)."""
@@ -368,7 +368,7 @@ def test_the_layout_names_only_directories_inside_vsqs() -> None:
         assert layout.sub_of(elsewhere) is None, elsewhere
 
 
-def test_state_records_round_trip_and_leave_no_temporary_file(queue: vsqs.Queue) -> None:
+def test_state_records_round_trip_and_leave_no_temporary_file(queue: vsqs.PlainQueue) -> None:
     """What one run records, the next loads; a record that fails to write leaves nothing,
     and what a crashed writer left is removed by the next run's load."""
     state = StateDir(queue.path, Layout(queue.path).spark_dir("streams"), "e1")
@@ -397,7 +397,7 @@ def test_state_records_round_trip_and_leave_no_temporary_file(queue: vsqs.Queue)
 
 
 def test_stream_state_is_read_with_a_bound_like_every_file_under_vsqs(
-    queue: vsqs.Queue,
+    queue: vsqs.AnyQueue,
 ) -> None:
     """A sparse 256 MiB ``epoch.json`` (or a batch record past its bound) is refused
     after one ``fstat``, naming it, never read into memory (before issue 37 it was read

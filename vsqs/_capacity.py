@@ -62,6 +62,11 @@ class Capacity:
         self._lock = FileLock.in_queue(layout, CAPACITY_LOCK, clock)
         self._verified_at = -math.inf  # monotonic time of this process's last listing
 
+    @property
+    def layout(self) -> Layout:
+        """The queue directory whose lock and counter this bound keeps."""
+        return self._layout
+
     def through(self, layout: Layout) -> Capacity:
         """This bound with its lock and counter reached through *layout* (a move's
         pinned layout, see :func:`room_for_move`); it checks the counter with a listing."""

@@ -40,7 +40,7 @@ import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import replace
-from typing import Final, cast
+from typing import Final, Protocol, cast
 
 from . import _fs, _history, _ingest, _scan, _stored
 from ._capacity import Capacity, held_back, room_for_move
@@ -77,8 +77,9 @@ from ._layout import FIFO_LOCK, Layout, UnsafeEntry
 from ._lock import FileLock
 from ._message import NO_ATTRIBUTES, Counts, Message, received
 from ._meta import Meta, MetaStore, report_once, split_group, validate_attributes, with_group
-from ._options import UNSET, Config, QueueOptions, Unset, batch_size, queue_path
+from ._options import UNSET, Config, Unset, batch_size, queue_path
 from ._options import seconds as _seconds
+from ._protocol import QueueLike
 from ._renewal import Lease, Renewer, until_entered
 from ._shutdown import ShutdownWatch
 from ._stats import Counters, Stats, read_totals
@@ -106,6 +107,19 @@ def _as_view(data: object) -> memoryview:
         view = memoryview(data)
         return view if view.c_contiguous and view.format == "B" else memoryview(view.tobytes())
     raise InvalidPayload(type(data).__name__)
+
+
+class MoveTarget(QueueLike, Protocol):
+    """A queue a moved message (dead-lettered, redriven) may go to: one that says which
+    directory a message of a given group lands in, and which bound it counts against
+    (a plain queue: itself; a partitioned one: the group's partition, and its total)."""
+
+    def landing(self, group: str | None) -> tuple[Queue, Capacity | None]: ...
+
+
+def _is_target(value: object) -> bool:
+    """Whether a ``dead_letter`` or ``to`` is a queue object rather than a path."""
+    return hasattr(value, "landing") and not isinstance(value, type)
 
 
 class Queue:
@@ -152,41 +166,17 @@ class Queue:
     :raises InvalidSettings: the queue's stored settings file cannot be trusted.
     """
 
-    _partitioned: type[Queue] | None = None  # the subclass for partitions > 1 (registered)
-
-    def __init_subclass__(cls, *, partitioned: bool = False, **kwargs: object) -> None:
-        super().__init_subclass__(**kwargs)
-        if partitioned:  # the partitioned queue, a layer up, registers itself here
-            Queue._partitioned = cls
-
-    def __new__(cls, path: str | os.PathLike[str], **options: object) -> Queue:
-        """A :class:`~vsqs.PartitionedQueue` when the queue has (or is created with) more
-        than one partition, a plain queue otherwise (one read of its stored settings)."""
-        kind, partitioned = cls, Queue._partitioned
-        if cls is Queue and partitioned is not None:
-            where = queue_path(path)
-            stored = _stored.load(where)
-            given: dict[str, object] = {
-                key: options[key] for key in _stored.SHAPE if options.get(key, UNSET) is not UNSET
-            }
-            wanted = _stored.shape(where, stored, given)
-            count = wanted.get("partitions", stored.get("partitions", 1))
-            if isinstance(count, int) and count > 1:
-                kind = partitioned
-        return object.__new__(kind)
-
     def __init__(
         self,
         path: str | os.PathLike[str],
         *,
-        partitions: int | Unset = UNSET,
         fifo: bool | Unset = UNSET,
         visibility_timeout: float | Unset = UNSET,
         durable: bool = True,
         delay: float | Unset = UNSET,
         precision: str | Precision = Precision.US,
         capacity: int | Unset | None = UNSET,
-        dead_letter: Queue | str | os.PathLike[str] | Unset | None = UNSET,
+        dead_letter: MoveTarget | str | os.PathLike[str] | Unset | None = UNSET,
         max_receives: int | Unset | None = UNSET,
         retention: float | Unset | None = UNSET,
         dedup_window: float | Unset = UNSET,
@@ -201,16 +191,15 @@ class Queue:
             "visibility_timeout": visibility_timeout,
             "delay": delay,
             "capacity": capacity,
-            "dead_letter": dead_letter.path if isinstance(dead_letter, Queue) else dead_letter,
+            "dead_letter": cast("MoveTarget", dead_letter).path
+            if _is_target(dead_letter)
+            else dead_letter,
             "max_receives": max_receives,
             "retention": retention,
             "dedup_window": dedup_window,
         }
         on_disk = _stored.load(self.path)
-        shape = {"partitions": partitions, "fifo": fifo}
-        adopt = _stored.shape(
-            self.path, on_disk, {key: value for key, value in shape.items() if value is not UNSET}
-        )
+        adopt = _stored.shape(self.path, on_disk, {} if fifo is UNSET else {"fifo": fifo})
         stored = _stored.resolve(
             self.path,
             cast("_stored.Settings", {**on_disk, **adopt}),
@@ -244,9 +233,9 @@ class Queue:
         """Where every file of this queue lives (the on-disk format; see ``docs/concepts``)."""
         if adopt:
             self._adopt(adopt)
-        dlq: Queue | None = None
-        if isinstance(dead_letter, Queue):
-            dlq = dead_letter
+        dlq: MoveTarget | None = None
+        if _is_target(dead_letter):
+            dlq = cast("MoveTarget", dead_letter)
         elif config.dead_letter is not None:
             dlq = self._sibling(config.dead_letter)
         self.dead_letter: Final = dlq
@@ -274,13 +263,11 @@ class Queue:
         """Store the shape this handle creates the queue with (see ``_stored.shape``)."""
         _stored.adopt(self.layout, self.clock, shape)
 
-    def _partition(self, path: str, options: QueueOptions) -> Queue:
-        """A plain queue on the partition directory *path* of this (partitioned) queue,
-        keeping its deduplication markers with this queue's (one set for every
-        partition, so a ``dedup_id`` is unique across the whole queue)."""
-        part: Queue = Queue(path, **options)
-        part._dedup = self._dedup
-        return part
+    def use_deduplicator(self, dedup: Deduplicator) -> None:
+        """Keep this directory's deduplication markers in *dedup* from now on: one set
+        for several directories read as one queue, so a
+        ``dedup_id`` is unique across all of them. Call it before publishing."""
+        self._dedup = dedup
 
     @classmethod
     def from_config(cls, path: str | os.PathLike[str], config: Config) -> Queue:
@@ -366,26 +353,15 @@ class Queue:
         return waiter
 
     @property
-    def partitions(self) -> int:
-        """How many partition directories hold this queue's messages (a stored setting;
-        1: the queue directory itself)."""
-        return self.config.partitions
-
-    @property
     def fifo(self) -> bool:
         """Whether a message group's next message waits while an earlier one is held
-        (a stored setting; see :class:`~vsqs.PartitionedQueue`)."""
+        (a stored setting)."""
         return self.config.fifo
 
-    @property
-    def partition_queues(self) -> tuple[Queue, ...]:
-        """A plain queue on each partition directory (this queue itself, unpartitioned)."""
-        return (self,)
-
-    def partition_for(self, group: str | None = None, *, key: str | None = None) -> Queue:
-        """The partition a message of *group* (or, without one, of dedup *key*) is
-        published to: this queue itself, unpartitioned."""
-        return self
+    def landing(self, group: str | None) -> tuple[Queue, Capacity | None]:
+        """Where a message of *group* moved here (dead-lettered, redriven) lands, and the
+        bound it counts against: this directory and its own capacity."""
+        return self, self._capacity
 
     @property
     def claim_misses(self) -> int:
@@ -426,8 +402,8 @@ class Queue:
         :param timeout: for a bounded queue: seconds to wait for room (``None`` forever,
             ``0`` not at all).
         :param group: the message group (1 to 128 printable ASCII characters): a group's
-            messages keep their publish order, and in a partitioned queue live in one
-            partition (``partition_for(group)``); returned as ``Message.group``.
+            messages keep their publish order (and in a partitioned queue live in one
+            partition); returned as ``Message.group``.
         :raises InvalidPayload: *data* is not bytes-like.
         :raises QueueClosed: the queue was shut down.
         :raises QueueFull: the queue stayed full for *timeout* seconds.
@@ -898,11 +874,6 @@ class Queue:
         :raises QueueClosed: the queue was shut down.
         """
         attrs, delay_us = self._check_extras(attributes, delay, dedup_id, group)
-        target = self.partition_for(group, key=dedup_id)
-        if target is not self:  # a partitioned queue: the message's partition publishes it
-            return target.publish_file(
-                path, attributes=attributes, delay=delay, dedup_id=dedup_id, group=group
-            )
         source = _ingest.Linked.of(os.fspath(path))
         self._shutdown.check_open()  # fail before touching anything
         staged: list[str] = []
@@ -940,12 +911,6 @@ class Queue:
         :raises InvalidPayload: the stream returns text.
         """
         attrs, delay_us = self._check_extras(attributes, delay, dedup_id, group)
-        target = self.partition_for(group, key=dedup_id)
-        if target is not self:  # a partitioned queue: the message's partition publishes it
-            return target.publish_stream(
-                readable, attributes=attributes, delay=delay, dedup_id=dedup_id, group=group,
-                chunk_size=chunk_size,
-            )  # fmt: skip
         copy = _ingest.stream_writer(readable, chunk_size)
         self._shutdown.check_open()
         staged: list[str] = []
@@ -1148,7 +1113,7 @@ class Queue:
 
         Takes the oldest candidate this handle knows of; a lost race (the file is gone)
         moves on to the next one, never further: each consumer claims in id order.
-        *looking* (a partitioned queue's look at a partition other than the one it
+        *looking* (a look at a directory other than the one a consumer of several
         claims from): give up at the first lost race instead, which shows that another
         consumer serves this directory, rather than walk past every name taken since
         this handle listed it (a failed rename each).
@@ -1692,9 +1657,9 @@ class Queue:
         meta.lease = split_name(taken[0])[1]
         self._write_count(message_id, meta)
 
-    def _transfer(self, held_name: str, to: Queue, meta: Meta) -> str | None:
+    def _transfer(self, held_name: str, to: MoveTarget, meta: Meta) -> str | None:
         """The *move* arrow (dead-letter, redrive): a held message of this queue into
-        *to* (its partition for the message's group, if partitioned), ready, with
+        *to* (where *to* lands a message of its group: :meth:`landing`), ready, with
         *meta*; its id there.
 
         The metadata is created (exclusively) in *dest* before the one no-replace rename
@@ -1706,8 +1671,9 @@ class Queue:
 
         :raises QueueFull: *dest* is full: nothing moved.
         """
-        dest: Queue = to.partition_for(split_group(meta.attributes)[1])
-        with self._opened_target(to, dest) as (into, metas):
+        landed = to.landing(split_group(meta.attributes)[1])
+        dest: Queue = landed[0]
+        with self._opened_target(dest, landed[1]) as (into, metas):
             source = self.layout.message(held_name)
             target = id_of(held_name)
             with_meta = meta.to_json() != b"{}"
@@ -1748,9 +1714,12 @@ class Queue:
             return target
 
     @contextmanager
-    def _opened_target(self, to: Queue, dest: Queue) -> Iterator[tuple[int, MetaStore]]:
-        """Room in *to* for a move into its (partition) queue *dest*: a descriptor of
-        *dest*'s directory, and *dest*'s metadata reached through it.
+    def _opened_target(
+        self, dest: Queue, bound: Capacity | None
+    ) -> Iterator[tuple[int, MetaStore]]:
+        """Room under *bound* (the target's capacity: a partitioned queue's is its total,
+        at its root) for a move into the queue *dest*: a descriptor of *dest*'s
+        directory, and *dest*'s metadata reached through it.
 
         The target's names are opened now, without following a link, before anything is
         written: a target swapped for a symlink after this handle was made raises
@@ -1758,20 +1727,21 @@ class Queue:
         (the capacity lock and counter, the metadata, the message) through the
         descriptors, so nothing lands where the link points.
 
-        :raises QueueFull: *to* is bounded and full.
+        :raises QueueFull: *bound* is full.
         """
         into = dest.layout.open_queue()
         bound_fd = into
         try:
-            if to is not dest:  # a partitioned queue: its bound is its total, at its root
-                bound_fd = to.layout.open_queue()
-            bound, layout = _pinned(to.layout, bound_fd), _pinned(dest.layout, into)
+            bound_layout = dest.layout if bound is None else bound.layout
+            if bound_layout.path != dest.layout.path:  # a partitioned queue's root
+                bound_fd = bound_layout.open_queue()
+            pinned, layout = _pinned(bound_layout, bound_fd), _pinned(dest.layout, into)
             try:
-                with room_for_move(to._capacity, bound):
+                with room_for_move(bound, pinned):
                     yield into, MetaStore(layout)
             finally:
                 layout.close()
-                bound.close()
+                pinned.close()
         finally:
             if bound_fd != into:
                 _fs.close(bound_fd)
@@ -2052,7 +2022,7 @@ class Queue:
         return removed + _history.remove_orphans(self.layout, self._meta, live, wall_cutoff)
 
     def redrive(
-        self, to: Queue | str | os.PathLike[str] | None = None, limit: int | None = None
+        self, to: MoveTarget | str | os.PathLike[str] | None = None, limit: int | None = None
     ) -> int:
         """Move dead letters back: call it on a dead-letter queue; return how many moved.
 
@@ -2071,9 +2041,11 @@ class Queue:
         bad_limit = isinstance(limit, bool) or not isinstance(limit, int) or limit < 0
         if limit is not None and bad_limit:
             raise ValueError(f"limit must be an int >= 0 or None, not {limit!r}")
-        fixed = to if to is None or isinstance(to, Queue) else self._sibling(os.fspath(to))
+        fixed: MoveTarget | None = None
+        if to is not None:
+            fixed = cast("MoveTarget", to) if _is_target(to) else self._sibling(os.fspath(to))  # type: ignore[arg-type]
         moved = 0
-        targets: dict[str, Queue] = {}
+        targets: dict[str, MoveTarget] = {}
         for code in _scan.scan(self.path).ready:
             if limit is not None and moved >= limit:
                 break
@@ -2138,12 +2110,11 @@ class Queue:
         visibility_timeout: float | Unset | None = UNSET,
         delay: float | Unset | None = UNSET,
         capacity: int | Unset | None = UNSET,
-        dead_letter: Queue | str | os.PathLike[str] | Unset | None = UNSET,
+        dead_letter: MoveTarget | str | os.PathLike[str] | Unset | None = UNSET,
         max_receives: int | Unset | None = UNSET,
         retention: float | Unset | None = UNSET,
         dedup_window: float | Unset | None = UNSET,
         fifo: bool | Unset | None = UNSET,
-        partitions: int | Unset | None = UNSET,
     ) -> _stored.Settings:
         """Store settings with the queue (as SQS ``SetQueueAttributes``); return them all.
 
@@ -2158,9 +2129,7 @@ class Queue:
             point outside that directory.
         :raises TypeError: a value of the wrong type.
         :raises ValueError: a value out of range, ``max_receives`` without a
-            ``dead_letter``, a dead-letter queue that is not beside this one, or any
-            ``partitions`` (fixed when the queue is created; the error says how to move
-            the messages to a queue with another count).
+            ``dead_letter``, or a dead-letter queue that is not beside this one.
         :raises InvalidSettings: the stored file cannot be trusted (nothing is changed).
 
         >>> import tempfile, vsqs
@@ -2170,8 +2139,8 @@ class Queue:
         >>> vsqs.Queue(q.path).visibility_timeout
         60.0
         """
-        if isinstance(dead_letter, Queue):
-            dead_letter = dead_letter.path
+        if _is_target(dead_letter):
+            dead_letter = cast("MoveTarget", dead_letter).path
         if isinstance(dead_letter, str) and dead_letter and "/" not in dead_letter:
             dead_letter = os.path.join(os.path.dirname(self.path), dead_letter)  # a name
         if dead_letter is not UNSET and dead_letter is not None:
@@ -2191,7 +2160,6 @@ class Queue:
             "retention": retention,
             "dedup_window": dedup_window,
             "fifo": fifo,
-            "partitions": partitions,
         }
         return self._store({k: v for k, v in changes.items() if v is not UNSET})
 

@@ -12,8 +12,9 @@ from typing import TYPE_CHECKING, Final, cast
 
 from . import _fs, _host
 from ._errors import InvalidName, NotAQueue, QueueNotFound
-from ._options import Config, QueueOptions
-from ._queue import Queue
+from ._options import Config, QueueOptions, partition_count
+from ._queue import Queue as PlainQueue
+from ._sets import PartitionedQueue, Queue
 from ._stored import SHAPE, STORED
 
 if TYPE_CHECKING:
@@ -67,7 +68,10 @@ class QueueRoot:
             raise NotAQueue(self.path) from None
         if not _host.is_dir(self.path):
             raise NotAQueue(self.path)
-        Config.build(**options)  # a wrong option fails here, naming it, not at create()
+        # A wrong option fails here, naming it, not at create().
+        Config.build(**{k: v for k, v in options.items() if k != "partitions"})
+        if "partitions" in options:
+            partition_count(options["partitions"])
         self._options = options
 
     def __repr__(self) -> str:
@@ -81,7 +85,7 @@ class QueueRoot:
         never followed, by any verb (it could lead anywhere)."""
         return _fs.is_plain_dir(path)
 
-    def create(self, name: str, **options: Unpack[QueueOptions]) -> Queue:
+    def create(self, name: str, **options: Unpack[QueueOptions]) -> PlainQueue | PartitionedQueue:
         """Create (or open, if it exists) the queue *name*, storing its settings.
 
         The options that a queue stores (``visibility_timeout``, ``delay``,
@@ -108,7 +112,7 @@ class QueueRoot:
             queue = Queue(path, **merged)  # a handle that uses what was just stored
         return queue
 
-    def get(self, name: str, **options: Unpack[QueueOptions]) -> Queue:
+    def get(self, name: str, **options: Unpack[QueueOptions]) -> PlainQueue | PartitionedQueue:
         """Open the existing queue *name*; :class:`QueueNotFound` if it does not exist
         (a symlink under that name is not a queue).
 

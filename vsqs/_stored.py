@@ -41,7 +41,7 @@ from ._clock import Clock
 from ._errors import InvalidSettings
 from ._layout import READ_LIMITS, ROOT, SETTINGS, SETTINGS_LOCK, Layout, UnsafeEntry
 from ._lock import FileLock
-from ._options import FIFO_PARTITIONS, count, flag, partition_count, seconds
+from ._options import count, flag, partition_count, seconds
 
 STORED: Final = (
     "visibility_timeout",
@@ -215,8 +215,7 @@ def shape(queue: str, stored: Settings, given: Mapping[str, object]) -> dict[str
     *given* holds the shape options the handle was given (absent: not given). A stored
     value is final: a handle that gives another one is refused, naming both. A value
     that differs from the default and is not stored yet is returned, to be stored (the
-    handle creates the queue with it). A ``fifo=True`` queue created without a partition
-    count gets :data:`~vsqs._options.FIFO_PARTITIONS`.
+    handle creates the queue with it).
 
     :raises ValueError: *given* contradicts what *queue* stores.
     """
@@ -235,8 +234,6 @@ def shape(queue: str, stored: Settings, given: Mapping[str, object]) -> dict[str
                 )
         elif value != default:
             store[key] = value
-    if store.get("fifo") and "partitions" not in stored and "partitions" not in given:
-        store["partitions"] = FIFO_PARTITIONS
     return store
 
 
@@ -249,6 +246,7 @@ def resolve(queue: str, stored: Settings, given: Mapping[str, object]) -> dict[s
     path beside *queue*.
     """
     options: dict[str, object] = dict(stored)
+    options.pop("partitions", None)  # the directory's shape, not an option of a handle
     if "dead_letter" in stored:
         options["dead_letter"] = os.path.join(os.path.dirname(queue), stored["dead_letter"])
     options.update(given)

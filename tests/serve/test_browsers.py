@@ -31,7 +31,7 @@ FORM = {"Content-Type": FORM_TYPE}
 EVIL = {"Origin": "http://evil.example", "Sec-Fetch-Site": "cross-site"}
 
 
-def _orders(server: Server, count: int = 3) -> vsqs.Queue:
+def _orders(server: Server, count: int = 3) -> vsqs.AnyQueue:
     queue = server.service.root.create("orders")
     queue.publish_batch([b"m%d" % i for i in range(count)])
     return queue

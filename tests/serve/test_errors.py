@@ -255,7 +255,7 @@ def test_a_queue_deleted_elsewhere_does_not_exist(
 
     opened = Service.open
 
-    def open_then_lose(self: Service, name: str) -> vsqs.Queue:
+    def open_then_lose(self: Service, name: str) -> vsqs.AnyQueue:
         queue = opened(self, name)
         root.delete(name)
         return queue

@@ -35,7 +35,7 @@ def _fifo(sqs: Any, name: str = "jobs.fifo", **attributes: str) -> str:
 def test_a_fifo_queue_is_a_partitioned_vsqs_queue(sqs: Any, root: vsqs.QueueRoot) -> None:
     url = _fifo(sqs)
     queue = root.get("jobs.fifo")
-    assert queue.fifo and queue.partitions > 1
+    assert queue.fifo and isinstance(queue, vsqs.PartitionedQueue)
     attributes = sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["All"])["Attributes"]
     assert attributes["FifoQueue"] == "true"
     assert attributes["ContentBasedDeduplication"] == "false"
@@ -239,6 +239,7 @@ def test_a_stopped_consumer_never_keeps_a_long_poll_from_answering(
     sqs.meta.config.read_timeout = 10  # a server waiting for a stopped holder fails fast
     url = _fifo(sqs, ContentBasedDeduplication="true")
     queue = root.get("jobs.fifo")
+    assert isinstance(queue, vsqs.PartitionedQueue)
     a, b = workers.same_partition(queue, 2)
     for body, group in [("a:0", a), ("a:1", a), ("b:0", b)]:
         sqs.send_message(QueueUrl=url, MessageBody=body, MessageGroupId=group)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import os
 import sys
 import time
 from collections.abc import Callable
@@ -12,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from .. import Queue, QueueRoot, Stats, VsqsError, _host, validate_name
+from .. import AnyQueue, Queue, QueueRoot, Stats, VsqsError, _host, partitions_of, validate_name
 from ._common import (
     SECONDS,
     CliError,
@@ -49,10 +50,36 @@ def _shape(partitions: int | None, fifo: bool) -> dict[str, Any]:
     return shape
 
 
-def _describe(queue: Queue) -> str:
+def _keep_shape(path: str, shape: dict[str, Any]) -> None:
+    """Refuse to give an existing queue (one with settings, messages, a count of messages
+    ever published, or shut down) another partition count or fifo setting than it has:
+    ``create`` never changes a queue. An empty directory is no queue yet."""
+    if not shape or not _host.is_dir(path):
+        return
+    existing = Queue(path)
+    stats = existing.stats()
+    if not (existing.settings() or stats.is_shutdown or stats.produced_messages or len(existing)):
+        existing.close()
+        return
+    has = {"partitions": len(partitions_of(existing)), "fifo": existing.fifo}
+    existing.close()
+    asked = {"partitions": shape.get("partitions", has["partitions"]), "fifo": shape.get("fifo")}
+    changed = [key for key in has if asked[key] is not None and asked[key] != has[key]]
+    if changed:
+        old = ", ".join(f"{key}={has[key]}" for key in changed)
+        new = ", ".join(f"{key}={asked[key]}" for key in changed)
+        raise click.UsageError(
+            f"queue {path!r} exists with {old}; vsqs create never changes an existing "
+            f"queue (asked: {new}). Create a new queue with it and move the messages "
+            "there: vsqs redrive OLD --to NEW"
+        )
+
+
+def _describe(queue: AnyQueue) -> str:
     shown = queue.path
-    if queue.partitions > 1 or queue.fifo:
-        shown += f"  (partitions={queue.partitions}{', fifo' if queue.fifo else ''})"
+    count = len(partitions_of(queue))
+    if count > 1 or queue.fifo:
+        shown += f"  (partitions={count}{', fifo' if queue.fifo else ''})"
     return shown
 
 
@@ -72,6 +99,7 @@ def create(queues: tuple[str, ...], partitions: int | None, fifo: bool) -> None:
     """
     shape = _shape(partitions, fifo)
     for path in queues:
+        _keep_shape(os.path.abspath(path), shape)
         made = open_queue(path, create=True, **shape)
         click.echo(_describe(made))
 
@@ -132,7 +160,7 @@ def requeue(queue: str) -> None:
     click.echo(f"requeued {count_of(count, 'message')}")
 
 
-def _redrive(dead: Queue, to: Queue | None, limit: int | None) -> int:
+def _redrive(dead: AnyQueue, to: AnyQueue | None, limit: int | None) -> int:
     return dead.redrive(to=to, limit=limit)
 
 
@@ -366,6 +394,7 @@ def create_queues(root: str, names: tuple[str, ...], partitions: int | None, fif
     parent = QueueRoot(root)
     shape = _shape(partitions, fifo)
     for name in names:
+        _keep_shape(os.path.join(parent.path, name), shape)
         try:
             made = parent.create(name, **shape)
         except ValueError as exc:

@@ -21,6 +21,7 @@ from typing import Any, Final
 import click
 
 from .. import (
+    AnyQueue,
     InvalidSettings,
     LeaseLost,
     Message,
@@ -154,7 +155,7 @@ def stops_deferred() -> Iterator[None]:
 
 
 def publish_batch(
-    queue: Queue, bodies: list[bytes], *, timeout: float | None = None, **options: Any
+    queue: AnyQueue, bodies: list[bytes], *, timeout: float | None = None, **options: Any
 ) -> list[str]:
     """:meth:`Queue.publish_batch` with stop signals held back while it writes.
 
@@ -222,7 +223,7 @@ def queue_options(**options: Any) -> dict[str, Any]:
     return {key: value for key, value in options.items() if value is not None}
 
 
-def open_queue(path: str, *, create: bool = False, **options: Any) -> Queue:
+def open_queue(path: str, *, create: bool = False, **options: Any) -> AnyQueue:
     """Open the queue at *path*, detached when the command ends.
 
     Only commands that publish may *create* the directory: a typo in the path of
@@ -250,7 +251,7 @@ def open_queue(path: str, *, create: bool = False, **options: Any) -> Queue:
     return queue
 
 
-def release(queue: Queue, message: Message) -> None:
+def release(queue: AnyQueue, message: Message) -> None:
     """Make a held message visible again now (its lease may already have ended)."""
     try:
         queue.change_visibility(message, 0)

@@ -43,7 +43,7 @@ from importlib import resources
 from typing import Any, Final
 from urllib.parse import unquote, urlsplit
 
-from .. import InvalidName, Queue, QueueNotFound, QueueRoot, VsqsError, validate_name
+from .. import AnyQueue, InvalidName, QueueNotFound, QueueRoot, VsqsError, validate_name
 from ..serve import BrowserPolicy, Credential, Credentials, SqsError
 from . import _charts, _pages
 from ._actions import PEEK, SETTINGS, WHOLE, peek, plan_configure
@@ -339,7 +339,7 @@ class Dashboard:
         self.sampler.refresh_soon()
         return 200, response_headers(HTML), _pages.result(name, text, ok=True)
 
-    def _open(self, name: str) -> contextlib.closing[Queue]:
+    def _open(self, name: str) -> contextlib.closing[AnyQueue]:
         """A handle of the queue *name* for one request, closed at its end.
 
         :raises QueueNotFound:"""
@@ -347,7 +347,7 @@ class Dashboard:
 
     def _plan(
         self,
-        queue: Queue,
+        queue: AnyQueue,
         name: str,
         action: str,
         form: Mapping[str, str],
@@ -382,7 +382,7 @@ class Dashboard:
 
     def _plan_redrive(
         self,
-        queue: Queue,
+        queue: AnyQueue,
         name: str,
         form: Mapping[str, str],
         user: Credential | None,
@@ -390,7 +390,7 @@ class Dashboard:
         opened: contextlib.ExitStack,
     ) -> tuple[str, Any]:
         to_name = form.get("to", "").strip()
-        target: Queue | None = None
+        target: AnyQueue | None = None
         if to_name:
             to_name = self._queue_name(to_name, user)
             target = opened.enter_context(self._open(to_name))

@@ -11,7 +11,7 @@ from collections.abc import Callable, Mapping
 from itertools import islice
 from typing import Any, Final
 
-from .. import Queue, VsqsError
+from .. import AnyQueue, VsqsError, partitions_of
 from ._guard import Refused
 
 PEEK: Final = 20
@@ -29,7 +29,7 @@ SETTINGS: Final = {
 
 
 def plan_configure(
-    queue: Queue, name: str, form: Mapping[str, str], may_use: Callable[[str], bool]
+    queue: AnyQueue, name: str, form: Mapping[str, str], may_use: Callable[[str], bool]
 ) -> tuple[str, Callable[[], str]]:
     """What changing a setting from *form* will do, and a function doing it.
 
@@ -60,7 +60,7 @@ def plan_configure(
     return what, configure
 
 
-def peek(queue: Queue) -> list[dict[str, Any]]:
+def peek(queue: AnyQueue) -> list[dict[str, Any]]:
     """The oldest ready messages (never claimed), with their dead-letter history."""
     out = []
     for message in islice(queue.browse(), PEEK):
@@ -88,16 +88,16 @@ def peek(queue: Queue) -> list[dict[str, Any]]:
     return out
 
 
-def partition_of(queue: Queue, directory: str) -> Queue:
+def partition_of(queue: AnyQueue, directory: str) -> AnyQueue:
     """The partition of *queue* whose directory is *directory* (the queue itself if it
     is not partitioned)."""
-    for part in queue.partition_queues:
+    for part in partitions_of(queue):
         if part.path == directory:
             return part
     return queue
 
 
-def source_name(queue: Queue, source: str) -> str:
+def source_name(queue: AnyQueue, source: str) -> str:
     """The name of the queue a dead letter came from: its directory's name when it is
     beside *queue* (or a partition of a queue beside it); the path as recorded otherwise."""
     root = os.path.dirname(queue.path)

@@ -22,7 +22,7 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any, Final
 
-from .. import Queue, QueueNotFound, QueueRoot, Stats, VsqsError
+from .. import AnyQueue, QueueNotFound, QueueRoot, Stats, VsqsError, partitions_of
 from ._receives import Receives, count_redelivered
 
 _log = logging.getLogger("vsqs.dashboard")
@@ -143,7 +143,7 @@ class Sampler:
         self._clock = clock
         self._lock = threading.Lock()  # the handles, series and due times
         self._round = threading.Lock()  # one round at a time
-        self._handles: dict[str, tuple[str, Queue]] = {}
+        self._handles: dict[str, tuple[str, AnyQueue]] = {}
         self._series: dict[str, _Series] = {}
         self._rows: dict[str, Row] = {}
         self._due: dict[str, float] = {}
@@ -197,7 +197,7 @@ class Sampler:
             self._wake.wait(self.every)
             self._wake.clear()
 
-    def handle(self, name: str) -> Queue:
+    def handle(self, name: str) -> AnyQueue:
         """The kept handle of the queue *name*, opened again if its stored settings
         changed since (one read of them); for the rounds alone (requests open their own).
 
@@ -300,7 +300,7 @@ class Sampler:
             consumed_bytes=stats.consumed_bytes,
             shutdown=stats.is_shutdown,
             dead_letter=settings.get("dead_letter"),
-            partitions=queue.partitions,
+            partitions=len(partitions_of(queue)),
             fifo=queue.fifo,
             parts=_parts(stats),
             redelivered=redelivered.redelivered,
@@ -318,7 +318,7 @@ class Sampler:
                 series.add(now, row.depth, row.produced, row.consumed)
         return row
 
-    def _redelivered_of(self, name: str, queue: Queue, now: float) -> Receives:
+    def _redelivered_of(self, name: str, queue: AnyQueue, now: float) -> Receives:
         with self._lock:
             kept = self._redelivered.get(name)
         if kept is not None and now - kept[0] < REDELIVERED_EVERY:

@@ -27,7 +27,7 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Final, TypeVar
 
-from .. import Queue, QueueDrained
+from .. import AnyQueue, QueueDrained, partitions_of
 from .._message import Message
 from .._reactor import Waiters, reactor
 
@@ -74,7 +74,7 @@ class Poll:
 
 
 def receive(
-    stopping: threading.Event, queue: Queue, count: int, visibility: int | None, wait: int
+    stopping: threading.Event, queue: AnyQueue, count: int, visibility: int | None, wait: int
 ) -> list[Message]:
     """Up to *count* messages of *queue*, waiting up to *wait* seconds for one.
 
@@ -97,14 +97,14 @@ def receive(
     if got or remaining <= 0 or stopping.is_set():
         return got
     config = queue.config
-    paths = (queue.path, *(part.path for part in queue.partition_queues if part is not queue))
+    paths = (queue.path, *(part.path for part in partitions_of(queue) if part is not queue))
     pause = queue.next_look(queue.clock.monotonic() + remaining)
     interval = 0.05 if config.poll_interval is None else config.poll_interval
     raise Parked(paths, config.wait, interval, min(remaining, pause))
 
 
 def _blocking(
-    stopping: threading.Event, queue: Queue, count: int, visibility: int | None, wait: int
+    stopping: threading.Event, queue: AnyQueue, count: int, visibility: int | None, wait: int
 ) -> list[Message]:
     deadline = time.monotonic() + wait
     while True:

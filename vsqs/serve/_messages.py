@@ -38,10 +38,11 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Final
 
 from .. import (
+    AnyQueue,
     InvalidId,
     LeaseLost,
     Message,
-    Queue,
+    partitions_of,
 )
 from . import _attributes, _longpoll, _queue_attrs
 from ._attributes import DEDUP_KEY, TRACE_KEY, Attribute
@@ -84,9 +85,9 @@ def _names(params: dict[str, Any], key: str) -> list[str]:
     return value
 
 
-def _handle(queue: Queue, message: Message) -> str:
+def _handle(queue: AnyQueue, message: Message) -> str:
     """``[p<partition>-]<receipt>~<receive count>`` (see the module's docstring)."""
-    partitions = queue.partition_queues
+    partitions = partitions_of(queue)
     for index, partition in enumerate(partitions):
         if len(partitions) > 1 and partition.path == message.queue:
             return f"p{index}-{message.receipt}~{message.receive_count}"
@@ -94,7 +95,7 @@ def _handle(queue: Queue, message: Message) -> str:
 
 
 def _system_attributes(  # noqa: PLR0912 - one branch per system attribute
-    service: Context, caller: Caller, queue: Queue, message: Message, wanted: set[str]
+    service: Context, caller: Caller, queue: AnyQueue, message: Message, wanted: set[str]
 ) -> dict[str, str]:
     every = "All" in wanted
     values: dict[str, str] = {}
@@ -137,7 +138,7 @@ def _system_attributes(  # noqa: PLR0912 - one branch per system attribute
 def _outgoing_message(
     service: Context,
     caller: Caller,
-    queue: Queue,
+    queue: AnyQueue,
     message: Message,
     *,
     system: set[str],
@@ -180,7 +181,7 @@ def _attribute_value(kind: str, value: str | bytes) -> dict[str, str]:
 
 
 def receive_message(
-    service: Context, caller: Caller, name: str, queue: Queue, params: dict[str, Any]
+    service: Context, caller: Caller, name: str, queue: AnyQueue, params: dict[str, Any]
 ) -> dict[str, Any]:
     count = integer(params, "MaxNumberOfMessages", 1, MAX_BATCH) or 1
     visibility = integer(params, "VisibilityTimeout", 0, 43200)
@@ -214,12 +215,12 @@ def receive_message(
 
 
 def _receive(
-    service: Context, queue: Queue, count: int, visibility: int | None, wait: int
+    service: Context, queue: AnyQueue, count: int, visibility: int | None, wait: int
 ) -> list[Message]:
     """Up to *count* messages, waiting up to *wait* seconds (without holding a thread
     under the server: :func:`vsqs.serve._longpoll.receive`)."""
     got = _longpoll.receive(service.stopping, queue, count, visibility, wait)
-    if len(queue.partition_queues) > 1:
+    if len(partitions_of(queue)) > 1:
         # Partitions (message groups) are claimed in turn; SQS answers a FIFO queue's
         # messages in the order they were sent: ids are send times.
         got.sort(key=lambda message: (len(message.id), message.id))
@@ -229,11 +230,11 @@ def _receive(
 # -- deleting and changing visibility ---------------------------------------------------
 
 
-def _target(queue: Queue, handle: object) -> tuple[Queue, str]:
+def _target(queue: AnyQueue, handle: object) -> tuple[AnyQueue, str]:
     """The (partition) queue and vsqs receipt of a receipt handle (the receive count
     it ends with is checked, and no longer needed)."""
     match = _HANDLE.fullmatch(handle) if isinstance(handle, str) else None
-    partitions = queue.partition_queues
+    partitions = partitions_of(queue)
     index = int(match.group(1) or 0) if match else 0
     if (
         match is None
@@ -256,7 +257,7 @@ def _invalid_entry_handle(handle: object) -> SqsError:
     )
 
 
-def _superseded(target: Queue, receipt: str) -> str | None:
+def _superseded(target: AnyQueue, receipt: str) -> str | None:
     """The receipt a lease lives on under, if *receipt* (which names no file now) was
     extended through another handle: another server, or this one before a restart.
 
@@ -275,7 +276,7 @@ def _superseded(target: Queue, receipt: str) -> str | None:
     return None  # RACE: unreachable unless the name came back (then it was extended now)
 
 
-def _delete(queue: Queue, handle: object) -> None:
+def _delete(queue: AnyQueue, handle: object) -> None:
     target, receipt = _target(queue, handle)
     try:
         for _ in range(_FOLLOW):
@@ -291,7 +292,7 @@ def _delete(queue: Queue, handle: object) -> None:
         raise _invalid_handle(handle) from None
 
 
-def _change(queue: Queue, handle: object, seconds: object) -> None:
+def _change(queue: AnyQueue, handle: object, seconds: object) -> None:
     if seconds is None:
         raise missing("VisibilityTimeout")
     if isinstance(seconds, bool) or not isinstance(seconds, int) or not 0 <= seconds <= 43200:
@@ -316,7 +317,7 @@ def _change(queue: Queue, handle: object, seconds: object) -> None:
 
 
 def delete_message(
-    service: Context, caller: Caller, name: str, queue: Queue, params: dict[str, Any]
+    service: Context, caller: Caller, name: str, queue: AnyQueue, params: dict[str, Any]
 ) -> dict[str, Any]:
     del service, caller, name
     if "ReceiptHandle" not in params:
@@ -326,7 +327,7 @@ def delete_message(
 
 
 def change_message_visibility(
-    service: Context, caller: Caller, name: str, queue: Queue, params: dict[str, Any]
+    service: Context, caller: Caller, name: str, queue: AnyQueue, params: dict[str, Any]
 ) -> dict[str, Any]:
     del service, caller, name
     if "ReceiptHandle" not in params:
@@ -336,7 +337,7 @@ def change_message_visibility(
 
 
 def _batch(
-    queue: Queue, params: dict[str, Any], kind: str, one: Callable[[dict[str, Any]], None]
+    queue: AnyQueue, params: dict[str, Any], kind: str, one: Callable[[dict[str, Any]], None]
 ) -> dict[str, Any]:
     successful: list[dict[str, Any]] = []
     failed: list[dict[str, Any]] = []
@@ -356,7 +357,7 @@ def _batch(
 
 
 def delete_message_batch(
-    service: Context, caller: Caller, name: str, queue: Queue, params: dict[str, Any]
+    service: Context, caller: Caller, name: str, queue: AnyQueue, params: dict[str, Any]
 ) -> dict[str, Any]:
     del service, caller, name
     return _batch(
@@ -368,7 +369,7 @@ def delete_message_batch(
 
 
 def change_message_visibility_batch(
-    service: Context, caller: Caller, name: str, queue: Queue, params: dict[str, Any]
+    service: Context, caller: Caller, name: str, queue: AnyQueue, params: dict[str, Any]
 ) -> dict[str, Any]:
     del service, caller, name
     return _batch(
@@ -380,7 +381,7 @@ def change_message_visibility_batch(
 
 
 ACTIONS: Final[
-    dict[str, Callable[[Context, Caller, str, Queue, dict[str, Any]], dict[str, Any]]]
+    dict[str, Callable[[Context, Caller, str, AnyQueue, dict[str, Any]], dict[str, Any]]]
 ] = {
     "SendMessage": send_message,
     "SendMessageBatch": send_message_batch,

@@ -23,7 +23,7 @@ from . import _sidecar
 from ._errors import SqsError, invalid, missing
 
 if TYPE_CHECKING:
-    from .. import Queue
+    from .. import AnyQueue
     from ._context import Caller, Context
 
 __all__ = ["cancel", "list_tasks", "start"]
@@ -106,7 +106,9 @@ def start(service: Context, caller: Caller, params: dict[str, Any]) -> dict[str,
     return {"TaskHandle": handle.decode()}
 
 
-def _run(service: Context, queue: Queue, task_id: str, destination: str | None, rate: int) -> None:
+def _run(
+    service: Context, queue: AnyQueue, task_id: str, destination: str | None, rate: int
+) -> None:
     """Move up to *rate* messages a second until none is left or the task is cancelled."""
     status, reason = "COMPLETED", None
     try:

@@ -35,7 +35,7 @@ import math
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Final
 
-from .. import Queue, _host
+from .. import AnyQueue, _host
 from .._layout import SETTINGS, Layout
 from . import _sidecar
 from ._errors import SqsError, invalid, unknown_attribute
@@ -238,7 +238,7 @@ def create(
     name: str,
     attributes: Mapping[str, str],
     tags: Mapping[str, str],
-) -> Queue:
+) -> AnyQueue:
     """Make the queue *name* with *attributes* and *tags*."""
     fifo = attributes.get("FifoQueue") == "true"
     settings, extra = _split(service, caller, name, fifo, attributes)
@@ -257,7 +257,7 @@ def create(
 
 
 def apply(
-    service: Context, caller: Caller, name: str, queue: Queue, attributes: Mapping[str, str]
+    service: Context, caller: Caller, name: str, queue: AnyQueue, attributes: Mapping[str, str]
 ) -> None:
     """Store *attributes* (SetQueueAttributes)."""
     settings, extra = _split(service, caller, name, queue.fifo, attributes)
@@ -282,7 +282,7 @@ def dead_letter_of(service: Context, name: str) -> str | None:
 
 
 def get(  # noqa: PLR0912 - one branch per attribute, as in the table above
-    service: Context, caller: Caller, name: str, queue: Queue, wanted: list[str]
+    service: Context, caller: Caller, name: str, queue: AnyQueue, wanted: list[str]
 ) -> dict[str, str]:
     """The attribute values GetQueueAttributes asks for (``All`` for every one)."""
     if not isinstance(wanted, list) or not all(isinstance(w, str) for w in wanted):
@@ -379,7 +379,7 @@ def _policy(arn: str, given: str | None, record: Mapping[str, Any]) -> str | Non
     return json.dumps(document, separators=(",", ":"))
 
 
-def sqs_options(queue: Queue) -> dict[str, str]:
+def sqs_options(queue: AnyQueue) -> dict[str, str]:
     """The SQS-only attributes of a queue, defaults included (one ``lstat`` while the
     queue's SQS record is unchanged, one read when it changed)."""
     stored = _sidecar.read_cached(queue.path).get("attributes") or {}
@@ -391,7 +391,7 @@ def _integral(value: float) -> str:
 
 
 def check_same(
-    service: Context, caller: Caller, name: str, queue: Queue, attributes: Mapping[str, str]
+    service: Context, caller: Caller, name: str, queue: AnyQueue, attributes: Mapping[str, str]
 ) -> None:
     """CreateQueue of an existing queue: refuse attributes that differ from its own."""
     if not attributes:

@@ -20,7 +20,7 @@ import os
 from dataclasses import replace
 from typing import Any, Final
 
-from .. import LeaseLost, Message, Queue, _fs
+from .. import AnyQueue, LeaseLost, Message, _fs, partitions_of
 from .._clock import SYSTEM_CLOCK
 from .._ids import parse_decimal
 from .._layout import Layout, UnsafeEntry
@@ -233,7 +233,7 @@ class StateDir:
         self._layout.close()
 
 
-def take_over(queue: Queue, receipt: str, seconds: float, where: str = "") -> Message:
+def take_over(queue: AnyQueue, receipt: str, seconds: float, where: str = "") -> Message:
     """Renew a lease an earlier run of this query recorded, through this handle.
 
     *where* is the message's directory as :data:`~vsqs.spark._options.Planned` names it
@@ -253,11 +253,11 @@ def take_over(queue: Queue, receipt: str, seconds: float, where: str = "") -> Me
     return message if message.queue else replace(message, queue=target.path)
 
 
-def _partition(queue: Queue, where: str) -> Queue:
+def _partition(queue: AnyQueue, where: str) -> AnyQueue:
     """The partition of *queue* named *where* (*queue* itself for ``""``)."""
     if not where:
         return queue
-    for part in queue.partition_queues:
+    for part in partitions_of(queue):
         if os.path.basename(part.path) == where:
             return part
     raise StateMismatch(
