@@ -152,15 +152,18 @@ class JuiceRig:
         subprocess.run([tool, "-uz", str(where)], capture_output=True, timeout=60, check=False)
 
     def unmount(self, where: Path) -> None:
-        """Unmount one view cleanly (its client ends its session and exits)."""
-        process = self._mounts.pop(where)
-        subprocess.run([JUICEFS, *GLOBAL, "umount", str(where)], capture_output=True, timeout=60,
-                       check=False)  # fmt: skip
+        """Unmount one view cleanly (its client ends its session and exits); one still
+        in use (a descriptor left open) is dropped as :meth:`kill` does."""
+        done = subprocess.run([JUICEFS, *GLOBAL, "umount", str(where)], capture_output=True,
+                              timeout=60, check=False)  # fmt: skip
         try:
-            process.wait(timeout=30)
+            if done.returncode == 0:
+                self._mounts[where].wait(timeout=30)
+                del self._mounts[where]
+                return
         except subprocess.TimeoutExpired:
-            self._mounts[where] = process
-            self.kill(where)
+            pass
+        self.kill(where)
 
     def close(self) -> None:
         """Unmount everything and stop Redis; never raises (it runs at teardown)."""
