@@ -73,9 +73,7 @@ def _redis_answers(port: int) -> bool:
 
 def _mounted(where: Path) -> bool:
     with open("/proc/self/mountinfo", encoding="utf-8") as mounts:
-        return any(
-            line.split()[4] == str(where) and " - fuse.juicefs " in line for line in mounts
-        )
+        return any(line.split()[4] == str(where) and " - fuse.juicefs " in line for line in mounts)
 
 
 class JuiceRig:
@@ -115,8 +113,8 @@ class JuiceRig:
             raise RuntimeError(f"redis-server did not start; see {self.base}/redis-*.log")
         (self.base / "bucket").mkdir()
         subprocess.run(
-            [JUICEFS, *GLOBAL, "format", "--storage", "file", "--bucket", f"{self.base / 'bucket'}/",
-             "--trash-days", "0", "--no-update", self.meta_url, "vsqs"],
+            [JUICEFS, *GLOBAL, "format", "--storage", "file", "--bucket",
+             f"{self.base / 'bucket'}/", "--trash-days", "0", self.meta_url, "vsqs"],
             check=True, capture_output=True, timeout=60,
         )  # fmt: skip
 

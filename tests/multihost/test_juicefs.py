@@ -14,6 +14,7 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 import errno
+import itertools
 import multiprocessing as mp
 import os
 import select
@@ -214,7 +215,7 @@ def test_fifo_one_in_flight_per_group_across_hosts(
     for group, turns in by_group.items():
         turns.sort()
         hosts_seen |= {host for _, _, _, host in turns}
-        for earlier, later in zip(turns, turns[1:], strict=False):
+        for earlier, later in itertools.pairwise(turns):
             if later[0] < earlier[1]:  # received before the previous one was released
                 overlaps.append((group, earlier, later))
             if later[2] < earlier[2]:
