@@ -19,13 +19,11 @@ import shutil
 import signal
 import socket
 import subprocess
-import tempfile
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Final
 
-from ._rig import fusermount
+from ._rig import free_port, fusermount, started
 
 CHECKOUT: Final = Path(__file__).resolve().parents[2]
 JUICEFS: Final = CHECKOUT / ".venv-juicefs" / "bin" / "juicefs"
@@ -58,12 +56,6 @@ def why_not() -> str | None:
     return None
 
 
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
-
-
 def _redis_answers(port: int) -> bool:
     with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), 1) as conn:
         conn.sendall(b"PING\r\n")
@@ -92,7 +84,7 @@ class JuiceRig:
     def start(self) -> None:
         """Start Redis on a free loopback port and format the volume ``vsqs`` on it."""
         for attempt in range(5):  # another process may take the free port first
-            self.port = _free_port()
+            self.port = free_port()
             with (self.base / f"redis-{attempt}.log").open("wb") as log:
                 self._redis = subprocess.Popen(
                     ["redis-server", "--port", str(self.port), "--bind", "127.0.0.1",
@@ -126,7 +118,7 @@ class JuiceRig:
         with (self.base / f"mount-{name}.log").open("wb") as log:
             process = subprocess.Popen(
                 [JUICEFS, *GLOBAL, "mount", *MOUNT_OPTIONS, "--cache-dir", str(cache),
-                 "--metrics", f"127.0.0.1:{_free_port()}", *options, self.meta_url, str(where)],
+                 "--metrics", f"127.0.0.1:{free_port()}", *options, self.meta_url, str(where)],
                 stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
             )  # fmt: skip
         self._mounts[where] = process
@@ -177,14 +169,6 @@ class JuiceRig:
             self._redis = None
 
 
-@contextlib.contextmanager
-def juice_rig() -> Iterator[JuiceRig]:
+def juice_rig() -> contextlib.AbstractContextManager[JuiceRig]:
     """A started :class:`JuiceRig` in a temporary directory, torn down whatever happens."""
-    base = Path(tempfile.mkdtemp(prefix="vsqs-juicefs-"))
-    made = JuiceRig(base)
-    try:
-        made.start()
-        yield made
-    finally:
-        made.close()
-        shutil.rmtree(base, ignore_errors=True)
+    return started(JuiceRig, "vsqs-juicefs-")

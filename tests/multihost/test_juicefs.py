@@ -15,7 +15,6 @@ import ctypes
 import ctypes.util
 import errno
 import itertools
-import multiprocessing as mp
 import os
 import select
 import signal
@@ -24,13 +23,12 @@ from collections import Counter, defaultdict
 from pathlib import Path
 
 import vsqs
-from tests.fixtures_core import CHILD_TIMEOUT
 from vsqs import _fs, _host, _inotify, _mountinfo
 from vsqs.testing import assert_consistent
 
 from ._runs import check_exactly_once, run_hosts
 from ._workers import read_report, spawn
-from .test_exclusive_create import NAMES, _contend
+from .test_exclusive_create import race_for_names
 
 PER_HOST = 200
 LEASE = 3.0
@@ -89,21 +87,9 @@ def test_names_raced_for_by_two_clients_go_to_one(juicefs_hosts: tuple[Path, Pat
     clients at once: each name made once, the loser told ``FileExistsError``, nothing else."""
     a, b, c = juicefs_hosts
     a.mkdir()
-    ctx = mp.get_context("spawn")
     for mode in ("create", "move"):
-        start, out = ctx.Event(), ctx.Queue()
-        where = (b / mode, c / mode)
         (a / mode).mkdir()
-        procs = [ctx.Process(target=_contend, args=(str(p), mode, start, out)) for p in where]
-        for proc in procs:
-            proc.start()
-        start.set()
-        results = [out.get(timeout=CHILD_TIMEOUT) for _ in procs]
-        for proc in procs:
-            proc.join(CHILD_TIMEOUT)
-        assert [other for _, _, other in results] == [[], []]
-        assert sorted(i for won, _, _ in results for i in won) == list(range(NAMES))
-        assert sum(taken for _, taken, _ in results) == NAMES
+        race_for_names(b / mode, c / mode, mode)
 
 
 def test_three_juicefs_hosts_exactly_once_fifo(

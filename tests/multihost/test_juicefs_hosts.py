@@ -23,7 +23,13 @@ from vsqs import _fs
 from vsqs.testing import assert_consistent
 
 from ._juicefs import JuiceRig
-from ._workers import read_report, spawn
+from ._runs import (
+    check_after_death,
+    finish_survivors,
+    start_dying_host,
+    start_survivors,
+    wait_until_dying_host_holds,
+)
 
 LEASE = 3.0
 SESSION_EXPIRY = 5.0  # JuiceFS expires a silent session after 5 heartbeats (1 s here)
@@ -96,57 +102,20 @@ def test_a_host_whose_client_is_killed_loses_nothing_acknowledged(
     name = a.name
     dying = juicefs_rig.mount(f"dying-{name}")
     vsqs.Queue(a).close()
-    doomed_opts = {"durable": False, "visibility_timeout": LEASE, "poll_interval": 0.05}
-    doomed = [
-        spawn("publish", queue=str(dying / name), name="d", count=100_000,
-              report=str(tmp_path / "p-d"), options=doomed_opts, pause=0.02),
-        *(spawn("consume", queue=str(dying / name), name=f"d{k}", report=str(tmp_path / f"c-d{k}"),
-                stop=str(tmp_path / "never"), options=doomed_opts, hold=60) for k in range(2)),
-    ]  # fmt: skip
+    doomed = start_dying_host(dying / name, tmp_path, LEASE)
     stop = tmp_path / "stop"
-    live_opts = {"durable": False, "visibility_timeout": 60, "poll_interval": 0.05}
-    survivors = [("a", a), ("b", b)]
-    publishers = [
-        spawn("publish", queue=str(path), name=h, count=200, report=str(tmp_path / f"p-{h}"),
-              options=live_opts, pause=0.01)
-        for h, path in survivors
-    ]  # fmt: skip
-    consumers = [
-        spawn("consume", queue=str(path), name=f"{h}{k}", report=str(tmp_path / f"c-{h}{k}"),
-              stop=str(stop), options=live_opts, idle=LEASE + 2, hold=0.02)
-        for h, path in survivors
-        for k in range(2)
-    ]  # fmt: skip
-    time.sleep(1.0)
-    deadline = time.monotonic() + 30  # kill its client once each of its consumers holds
-    while time.monotonic() < deadline and not (  # one and its publisher published some
-        all(read_report(tmp_path / f"c-d{k}") for k in range(2))
-        and len(read_report(tmp_path / "p-d")) >= 5
-    ):
-        time.sleep(0.05)
+    publishers, consumers = start_survivors([("a", a), ("b", b)], tmp_path, stop, LEASE)
+    wait_until_dying_host_holds(tmp_path, published=5)  # then its client dies
     juicefs_rig.kill(dying)  # its filesystem client dies, its processes go on a moment
     time.sleep(0.5)
     for proc in doomed:
         proc.send_signal(signal.SIGKILL)
         proc.wait()
-    for proc in publishers:
-        assert proc.wait(timeout=120) == 0  # the others never stall
-    stop.touch()
-    for proc in consumers:
-        assert proc.wait(timeout=120) == 0
+    finish_survivors(publishers, consumers, stop)
 
-    published = {h: read_report(tmp_path / f"p-{h}") for h in ("a", "b", "d")}
-    assert [r for h in "ab" for r in published[h] if str(r[1]).startswith("error")] == []
-    told = [r for r in published["d"] if not str(r[1]).startswith("error")]
+    told, dead = check_after_death(tmp_path, "ab")
     assert len(told) >= 5
-    live = [r for h, _ in survivors for k in range(2) for r in read_report(tmp_path / f"c-{h}{k}")]
-    dead = sorted(str(r[0]) for k in range(2) for r in read_report(tmp_path / f"c-d{k}"))
-    got = Counter(str(r[0]) for r in live)
-    assert [body for body, n in got.items() if n > 1] == []
-    expected = {f"{h}:{n}" for h in "ab" for n in range(200)} | {f"d:{r[0]}" for r in told}
-    assert expected <= set(got) | set(dead), f"lost: {sorted(expected - set(got))[:10]}"
     assert len(dead) == 2
-    assert sorted(str(r[0]) for r in live if int(r[2]) > 1) == dead  # came back, once each
     with vsqs.Queue(a) as queue:
         queue.clean(older_than=0)  # what D was writing when its client died
         assert_consistent(queue)
