@@ -54,6 +54,7 @@ typecheck: $(STAMP)
 test: $(STAMP)
 	sh tests/reliability/setup-filesystems.sh
 	sh tests/multihost/setup-sshfs.sh
+	PYTHON=$(PYTHON) sh tests/multihost/setup-juicefs.sh
 	sh tests/setup-java.sh
 	sh tests/setup-browser.sh
 	PYTHON=$(PYTHON) sh tests/setup-sqs-clients.sh
@@ -102,4 +103,4 @@ stress: $(STAMP)
 	$(BIN)/pytest -m stress --stress-long tests
 
 clean:
-	rm -rf $(VENV) .venv-awscli .venv-query .venv-moto tests/serve/js/node_modules benchmarks/sqslite/node_modules docs/_build .pytest_cache .mypy_cache .ruff_cache .coverage*
+	rm -rf $(VENV) .venv-awscli .venv-query .venv-moto .venv-juicefs tests/serve/js/node_modules benchmarks/sqslite/node_modules docs/_build .pytest_cache .mypy_cache .ruff_cache .coverage*
