@@ -7,11 +7,18 @@ receiver whichever server it asks; ``DeleteMessage`` unlinks exactly the held fi
 ``ChangeMessageVisibility`` is one rename of it.
 
 **Receipt handles** are the vsqs receipt (``id.expiry``), ``~`` and the receive count
-of that delivery; on a partitioned (FIFO) queue, ``p<index>-`` first, naming the
-partition. As in SQS, a handle stays valid when ``ChangeMessageVisibility`` extends its
-message, through any server: the server that extended it remembers the receipts it
-replaced, and any other follows the lease to its current name (see
-:func:`_superseded`), never to a later delivery of the message.
+of that delivery, ``~`` and a tag binding the handle to its queue; on a partitioned
+(FIFO) queue, ``p<index>-`` first, naming the partition. The tag is 16 hex digits of
+the BLAKE2b digest of the queue's name and the rest of the handle (see :func:`_tag`):
+a handle used on another queue's URL (or altered) is ``ReceiptHandleIsInvalid``
+rather than a silent no-op. It is no secret, and need not be: a handle only ever
+names a file inside the queue of the request's URL, so a forged tag reaches nothing
+that queue's own receipts would not. Handles without a tag (minted before the tag, by
+unreleased versions only) are refused alike: their message comes back when its
+visibility timeout ends. As in SQS, a handle stays valid when
+``ChangeMessageVisibility`` extends its message, through any server: the server that
+extended it remembers the receipts it replaced, and any other follows the lease to its
+current name (see :func:`_superseded`), never to a later delivery of the message.
 
 **System attributes.** ``SentTimestamp`` is the vsqs id's time;
 ``ApproximateReceiveCount`` vsqs's receive count; ``ApproximateFirstReceiveTimestamp``
@@ -31,6 +38,7 @@ their visibility timeout ends).
 from __future__ import annotations
 
 import hashlib
+import os
 import re
 import time
 from collections.abc import Callable
@@ -67,7 +75,9 @@ MAX_WAIT: Final = 20
 _SLICE: Final = 0.5  # a long poll re-checks the server's shutdown this often
 _FOLLOW: Final = 3  # newer receipts of one lease followed before giving up
 _PROBE: Final = 1.0  # seconds of an extension that cannot happen (see _superseded)
-_HANDLE: Final = re.compile(r"(?:p([0-9]{1,4})-)?([0-9]{1,40}\.[0-9]{1,40})(?:~([1-9][0-9]{0,9}))?")
+_HANDLE: Final = re.compile(
+    r"((?:p([0-9]{1,4})-)?([0-9]{1,40}\.[0-9]{1,40})~([1-9][0-9]{0,9}))~([0-9a-f]{16})"
+)
 _SYSTEM: Final = (
     "SenderId", "SentTimestamp", "ApproximateReceiveCount", "ApproximateFirstReceiveTimestamp",
     "SequenceNumber", "MessageDeduplicationId", "MessageGroupId", "AWSTraceHeader",
@@ -85,13 +95,20 @@ def _names(params: dict[str, Any], key: str) -> list[str]:
     return value
 
 
+def _tag(queue: Queue, handle: str) -> str:
+    """The tag binding *handle* (without its tag) to *queue*: its name is the URL's."""
+    name = os.path.basename(queue.path)
+    return hashlib.blake2b(f"{name}\0{handle}".encode(), digest_size=8).hexdigest()
+
+
 def _handle(queue: Queue, message: Message) -> str:
-    """``[p<partition>-]<receipt>~<receive count>`` (see the module's docstring)."""
+    """``[p<partition>-]<receipt>~<receive count>~<tag>`` (see the module's docstring)."""
     partitions = queue.partition_queues
+    handle = f"{message.receipt}~{message.receive_count}"
     for index, partition in enumerate(partitions):
         if len(partitions) > 1 and partition.path == message.queue:
-            return f"p{index}-{message.receipt}~{message.receive_count}"
-    return f"{message.receipt}~{message.receive_count}"
+            handle = f"p{index}-{handle}"
+    return f"{handle}~{_tag(queue, handle)}"
 
 
 def _system_attributes(  # noqa: PLR0912 - one branch per system attribute
@@ -238,19 +255,25 @@ def _receive(
 # -- deleting and changing visibility ---------------------------------------------------
 
 
-def _target(queue: Queue, handle: object) -> tuple[Queue, str, int | None]:
-    """The (partition) queue, vsqs receipt and receive count of a receipt handle."""
+def _target(queue: Queue, handle: object) -> tuple[Queue, str, int]:
+    """The (partition) queue, vsqs receipt and receive count of a receipt handle of
+    *queue*; a handle of another queue, or altered, is ``ReceiptHandleIsInvalid``."""
     match = _HANDLE.fullmatch(handle) if isinstance(handle, str) else None
     partitions = queue.partition_queues
-    index = int(match.group(1) or 0) if match else 0
+    index = int(match.group(2) or 0) if match else 0
     if (
         match is None
-        or (match.group(1) is None) != (len(partitions) == 1)
+        or (match.group(2) is None) != (len(partitions) == 1)
         or index >= len(partitions)
     ):
         raise _invalid_handle(handle)
-    count = match.group(3)
-    return partitions[index], match.group(2), None if count is None else int(count)
+    if match.group(5) != _tag(queue, match.group(1)):  # no secret: a plain comparison
+        raise SqsError(
+            "ReceiptHandleIsInvalid",
+            f"The input receipt handle is invalid: it is not a handle of queue "
+            f"{os.path.basename(queue.path)} (another queue's, or altered).",
+        )
+    return partitions[index], match.group(3), int(match.group(4))
 
 
 def _invalid_handle(handle: object) -> SqsError:
