@@ -81,9 +81,9 @@ def test_a_move_task_whose_queue_is_deleted_fails_quietly(
     assert vsqs.QueueRoot(root.path).list() == ["source", "target"]
 
 
-def _error(call: Callable[[], object]) -> dict[str, str]:
+def _error(call: Callable[..., object], **params: Any) -> dict[str, str]:
     with pytest.raises(ClientError) as caught:
-        call()
+        call(**params)
     return dict(caught.value.response["Error"])
 
 
@@ -108,12 +108,10 @@ def test_a_receipt_handle_of_another_queue_is_invalid(sqs: Any, fifo: bool) -> N
     receipt, count, tag = handles[0].split("~")
     altered = f"{receipt}~{count}~{'0' * 16 if tag != '0' * 16 else '1' * 16}"
     for url, handle in ((b, handles[0]), (a, altered), (a, f"{receipt}~{count}")):
-        error = _error(lambda u=url, h=handle: sqs.delete_message(QueueUrl=u, ReceiptHandle=h))
+        error = _error(sqs.delete_message, QueueUrl=url, ReceiptHandle=handle)
         assert error["Code"] == "ReceiptHandleIsInvalid", error
         error = _error(
-            lambda u=url, h=handle: sqs.change_message_visibility(
-                QueueUrl=u, ReceiptHandle=h, VisibilityTimeout=0
-            )
+            sqs.change_message_visibility, QueueUrl=url, ReceiptHandle=handle, VisibilityTimeout=0
         )
         assert error["Code"] == "ReceiptHandleIsInvalid", error
     batch = sqs.delete_message_batch(QueueUrl=b, Entries=[{"Id": "x", "ReceiptHandle": handles[0]}])
