@@ -124,3 +124,27 @@ def test_a_receipt_handle_of_another_queue_is_invalid(sqs: Any, fifo: bool) -> N
         again = sqs.receive_message(QueueUrl=url)["Messages"][0]["ReceiptHandle"]
         sqs.delete_message(QueueUrl=url, ReceiptHandle=again)
         assert "Messages" not in sqs.receive_message(QueueUrl=url)
+
+
+def test_a_damaged_queue_is_a_409_naming_the_entry(
+    start: Start, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A file where a queue would be, a directory where the SQS state file would be:
+    409 QueueUnusable naming the entry inside the root (never the server's path), one
+    line in the server's log, no traceback."""
+    server = start(quiet=False)
+    root = Path(server.service.root.path)
+    (root / "planted").write_text("not a queue")
+    server.service.root.create("tagged")
+    (root / "tagged" / ".vsqs" / "sqs.json").mkdir(parents=True)
+    for action, params, entry in [
+        ("CreateQueue", {"QueueName": "planted"}, "planted"),
+        ("TagQueue", {"QueueUrl": "/0/tagged", "Tags": {"k": "v"}}, "sqs.json"),
+    ]:
+        status, headers, answer = json_call(server.url, action, params)
+        assert status == 409, answer
+        assert headers["x-amzn-query-error"].startswith("QueueUnusable;")
+        assert entry in answer["message"] and str(root) not in answer["message"]
+    err = capsys.readouterr().err
+    assert "Traceback" not in err, err
+    assert "CreateQueue: queue path" in err  # the operator reads what to repair
