@@ -531,7 +531,9 @@ def test_a_broken_queue_is_shown_broken_and_the_others_still(
     for key in ("ready", "held", "depth", "partitions", "shutdown"):
         assert rows["bad"][key] is None, key  # unknown, not a 0 that reads as real
     status, _, page = request(url + "/")
-    assert status == 200 and b'<span class="error">InvalidSettings' in page
+    assert status == 200
+    assert b'<span class="error" title="InvalidSettings: invalid settings file' in page
+    assert b">cannot be read (InvalidSettings)</span>" in page
     bad_row = re.search(rb'<tr data-name="bad">(.*?)</tr>', page)
     assert bad_row is not None
     cells = re.findall(rb"<td[^>]*>(.*?)</td>", bad_row.group(1))
@@ -542,7 +544,8 @@ def test_a_broken_queue_is_shown_broken_and_the_others_still(
     status, _, page = request(url + "/ui/queue/bad")
     assert status == 200 and b"Traceback" not in page
     assert b'data-field="ready" class="unknown" title="Unknown: InvalidSettings' in page
-    assert b"The messages cannot be read: InvalidSettings" in page
+    assert b'title="Unknown: InvalidSettings' in page.split(b"Oldest messages")[1]
+    assert b"The messages cannot be read." in page
     assert b"No ready messages" not in page
 
 
@@ -599,8 +602,9 @@ def test_a_dead_letter_queue_holding_messages_is_flagged(
     _, _, source_page = request(url + "/ui/queue/orders")
     assert (
         b'Dead letters go to <a href="/ui/queue/orders.dlq">orders.dlq</a>: <span class="flag"'
-        in (source_page)
+        in source_page
     )
+    assert b">3 dead letters in orders.dlq</span>" in source_page  # at the top too
     dlq.purge()
     dashboard.sampler.refresh_soon()
     dashboard.sampler.sample_round()

@@ -51,6 +51,12 @@ def unknown(reason: str) -> str:
     return f'<span class="unknown" title="{escape(reason)}">{_format.UNKNOWN}</span>'
 
 
+def _unreadable(error: str) -> str:
+    """A queue that could not be sampled: the kind of error, all of it on hover."""
+    kind = error.split(":", 1)[0]
+    return f'<span class="error" title="{escape(error)}">cannot be read ({escape(kind)})</span>'
+
+
 def _flag(text: str, title: str) -> str:
     """Something an operator should look at (a dead-letter queue holding messages)."""
     return f'<span class="flag" title="{escape(title)}">{escape(text)}</span>'
@@ -77,7 +83,7 @@ def _cell(  # noqa: PLR0911 - one return per kind of column reads best
     value: Any = row.get(key)
     error = row.get("error")
     if kind == "name":
-        extra = f' <span class="error">{escape(error)}</span>' if error else ""
+        extra = f" {_unreadable(error)}" if error else ""
         flag = _dead_letters_held(row)
         link = f'<a href="{escape(queue_url(value))}">{escape(value)}</a>'
         return link + (f" {flag}" if flag else "") + extra, value
@@ -366,8 +372,7 @@ def _oldest(
     """The peek at the oldest ready messages (or why there is none to show)."""
     head = "<h2>Oldest messages</h2>"
     if messages is None:
-        why = escape(problem or "")
-        return f"{head}<p>{unknown(f'Unknown: {problem}')} The messages cannot be read: {why}</p>"
+        return f"{head}<p>{unknown(f'Unknown: {problem}')} The messages cannot be read.</p>"
     if not messages:
         return f"{head}<p>No ready messages.</p>"
     what = (
@@ -410,6 +415,10 @@ def queue_page(
     if sources and not held:
         badges.append("dead-letter queue")
     dead = row.get("dead_letter")
+    failed = row.get("dead_letter_depth")
+    if dead and failed:  # said at the top too: the line about them is far below
+        shown = _format.count(failed)
+        held += _flag(f"{shown} dead letters in {dead}", f"{shown} messages failed and wait there")
     why = f"Unknown: {problem}"
     if settings is None:
         setting_rows = [("(cannot be read)", unknown(why))]

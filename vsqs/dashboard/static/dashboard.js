@@ -80,10 +80,12 @@
         span.appendChild(document.createTextNode(" "));
         span.appendChild(held);
       }
-      if (row.error) {
+      if (row.error) {  // _pages._unreadable
         const err = document.createElement("span");
         err.className = "error";
-        err.textContent = " " + row.error;
+        err.title = row.error;
+        err.textContent = "cannot be read (" + row.error.split(":", 1)[0] + ")";
+        span.appendChild(document.createTextNode(" "));
         span.appendChild(err);
       }
       return [span, value];
