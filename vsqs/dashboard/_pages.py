@@ -15,6 +15,15 @@ from typing import Any, Final
 from urllib.parse import quote
 
 from . import _format
+from ._marks import (
+    dead_letter_line,
+    dead_letters_held,
+    flag,
+    queue_url,
+    setting,
+    unknown,
+    unreadable,
+)
 from ._receives import BUCKETS
 
 # (key, heading, kind, title): the overview's columns; the script formats each kind alike.
@@ -42,40 +51,6 @@ COLUMNS: Final = (
 STATIC: Final = "/ui/static/"
 
 
-def queue_url(name: str) -> str:
-    return "/ui/queue/" + quote(name, safe="")
-
-
-def unknown(reason: str) -> str:
-    """A number that could not be read: an em dash, the reason on hover."""
-    return f'<span class="unknown" title="{escape(reason)}">{_format.UNKNOWN}</span>'
-
-
-def _unreadable(error: str) -> str:
-    """A queue that could not be sampled: the kind of error, all of it on hover."""
-    kind = error.split(":", 1)[0]
-    return f'<span class="error" title="{escape(error)}">cannot be read ({escape(kind)})</span>'
-
-
-def _flag(text: str, title: str) -> str:
-    """Something an operator should look at (a dead-letter queue holding messages)."""
-    return f'<span class="flag" title="{escape(title)}">{escape(text)}</span>'
-
-
-def _dead_letters_held(row: Mapping[str, Any]) -> str:
-    """The flag of a dead-letter queue (a queue others dead-letter into) that holds
-    messages; empty otherwise."""
-    depth = row.get("depth")
-    sources = row.get("sources") or ()
-    if not sources or not depth:
-        return ""
-    return _flag(
-        f"{_format.count(depth)} dead letters",
-        f"Dead-letter queue of {', '.join(sources)}: {_format.count(depth)} messages "
-        "failed there and wait to be looked at (redrive them, or purge)",
-    )
-
-
 def _cell(  # noqa: PLR0911 - one return per kind of column reads best
     kind: str, row: Mapping[str, Any], key: str
 ) -> tuple[str, str]:
@@ -83,10 +58,10 @@ def _cell(  # noqa: PLR0911 - one return per kind of column reads best
     value: Any = row.get(key)
     error = row.get("error")
     if kind == "name":
-        extra = f" {_unreadable(error)}" if error else ""
-        flag = _dead_letters_held(row)
+        extra = f" {unreadable(error)}" if error else ""
+        held = dead_letters_held(row)
         link = f'<a href="{escape(queue_url(value))}">{escape(value)}</a>'
-        return link + (f" {flag}" if flag else "") + extra, value
+        return link + (f" {held}" if held else "") + extra, value
     if error and kind != "dlq":
         return unknown(f"Unknown: {error}"), "-1"
     if kind == "count":
@@ -107,7 +82,7 @@ def _cell(  # noqa: PLR0911 - one return per kind of column reads best
             return f"{link} ({unknown('Unknown: the dead-letter queue was not sampled')})", value
         if depth:
             shown = _format.count(depth)
-            return f"{link} {_flag(shown, f'{shown} messages in the dead-letter queue')}", value
+            return f"{link} {flag(shown, f'{shown} messages in the dead-letter queue')}", value
         return f"{link} (0)", value
     if kind == "bool":
         return ("yes" if value else "no"), ("1" if value else "0")
@@ -232,24 +207,6 @@ _STATS: Final = (
     ("produced", "Published (all time)"), ("consumed", "Consumed (all time)"),
     ("in_rate", "Published per second"), ("out_rate", "Consumed per second"),
 )  # fmt: skip
-_SECONDS: Final = ("visibility_timeout", "delay", "retention", "dedup_window")
-
-
-def _setting(key: str, value: object) -> str:
-    """A stored setting in human units (HTML), its stored value on hover."""
-    if key in _SECONDS and isinstance(value, (int, float)) and not isinstance(value, bool):
-        shown = _format.duration(float(value))
-    elif key == "capacity" and isinstance(value, int):
-        shown = f"{_format.count(value)} messages"
-    elif key == "max_receives" and isinstance(value, int):
-        shown = f"{_format.count(value)} receive{'s' if value != 1 else ''}"
-    elif key == "dead_letter" and isinstance(value, str):
-        return f'<a href="{escape(queue_url(value))}">{escape(value)}</a>'
-    elif isinstance(value, bool):
-        shown = "yes" if value else "no"
-    else:
-        return escape(str(value))
-    return f'<span title="{escape(f"{key} = {value!r}")}">{escape(shown)}</span>'
 
 
 def _partitions(parts: Sequence[Mapping[str, Any]]) -> str:
@@ -349,19 +306,6 @@ def _actions(name: str, row: Mapping[str, Any], settings_keys: Sequence[str], to
     return '<h2>Actions</h2><div class="actions">' + "".join(parts) + "</div>"
 
 
-def _dead_letter_line(dead: str, depth: int | None) -> str:
-    """Where a queue's dead letters go, flagged when some are there."""
-    where = f'<a href="{escape(queue_url(dead))}">{escape(dead)}</a>'
-    if depth is None:
-        held_there = unknown("Unknown: the dead-letter queue was not sampled")
-        return f"<p>Dead letters go to {where} ({held_there} messages).</p>"
-    if depth:
-        shown = _format.count(depth)
-        flag = _flag(f"{shown} messages", f"{shown} messages failed and wait there")
-        return f"<p>Dead letters go to {where}: {flag} there now.</p>"
-    return f"<p>Dead letters go to {where} (none there now).</p>"
-
-
 def _oldest(
     messages: Sequence[Mapping[str, Any]] | None,
     problem: str | None,
@@ -411,19 +355,19 @@ def queue_page(
         badges.append("FIFO")
     if row.get("shutdown"):
         badges.append("shut down")
-    held = _dead_letters_held({**row, "sources": sources})
+    held = dead_letters_held({**row, "sources": sources})
     if sources and not held:
         badges.append("dead-letter queue")
     dead = row.get("dead_letter")
     failed = row.get("dead_letter_depth")
     if dead and failed:  # said at the top too: the line about them is far below
         shown = _format.count(failed)
-        held += _flag(f"{shown} dead letters in {dead}", f"{shown} messages failed and wait there")
+        held += flag(f"{shown} dead letters in {dead}", f"{shown} messages failed and wait there")
     why = f"Unknown: {problem}"
     if settings is None:
         setting_rows = [("(cannot be read)", unknown(why))]
     else:
-        setting_rows = [(k, _setting(k, v)) for k, v in settings.items()]
+        setting_rows = [(k, setting(k, v)) for k, v in settings.items()]
     parts = [
         f"<h1>{escape(name)}</h1>",
         "".join(f'<span class="badge">{escape(b)}</span>' for b in badges) + held,
@@ -443,7 +387,7 @@ def queue_page(
         _table(setting_rows or [("(none stored)", "-")]),
     ]
     if dead:
-        parts.append(_dead_letter_line(dead, row.get("dead_letter_depth")))
+        parts.append(dead_letter_line(dead, row.get("dead_letter_depth")))
     if sources:
         links = ", ".join(f'<a href="{escape(queue_url(s))}">{escape(s)}</a>' for s in sources)
         parts.append(f"<p>Dead-letter queue of: {links}.</p>")
