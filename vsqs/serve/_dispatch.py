@@ -193,7 +193,7 @@ def _unusable(exc: InvalidSettings) -> SqsError:
     what = f"setting {exc.key!r}" if exc.key else "file"
     return SqsError(
         "InvalidSettings",
-        f"Queue {name} cannot be used: its settings {what} (.vsqs/settings.json) is "
+        f"Queue {name} cannot be used: its stored settings {what} is "
         f"invalid: {exc.reason}. On the server, fix the file, or move it aside (back to "
         f"the defaults) with: vsqs config ROOT/{name} --reset",
         status=409,
