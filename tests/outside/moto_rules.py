@@ -114,15 +114,7 @@ KNOWN_DIFFERENCES: Final = {
 }
 """Test functions where vsqs answers as SQS documents and moto otherwise."""
 
-NOT_YET: Final = {
-    "test_receive_messages_with_message_group_id": (
-        "expects two messages of one group from one receive; a vsqs FIFO queue delivers "
-        "one message at a time from each of its partitions (message groups share them), "
-        "so which of the two groups comes with the first depends on the partitions the "
-        "receive tries first: passes or fails from run to run until the core claims per "
-        "group"
-    ),
-}
+NOT_YET: Final[dict[str, str]] = {}
 """Tests vsqs does not pass yet, nor always fail: ``xfail`` not strict, with the reason."""
 
 

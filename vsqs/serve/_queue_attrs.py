@@ -46,8 +46,8 @@ if TYPE_CHECKING:
 __all__ = ["FIFO_PARTITIONS", "apply", "check_same", "create", "get", "parse_set"]
 
 FIFO_PARTITIONS: Final = 8
-"""Partitions of a FIFO queue made through the API: up to this many message groups are
-in flight at once (each partition delivers one message at a time)."""
+"""Partitions of a FIFO queue made through the API (a group is in one of them; it
+waits only for its own message in flight, see :mod:`vsqs._groups`)."""
 DEFAULT_RETENTION: Final = 345600
 MAX_RETENTION: Final = 1209600
 DEFAULT_MAX_SIZE: Final = 1048576
