@@ -6,12 +6,10 @@ Each maps onto one :class:`vsqs.Queue` operation and keeps its guarantee: a
 receiver whichever server it asks; ``DeleteMessage`` unlinks exactly the held file;
 ``ChangeMessageVisibility`` is one rename of it.
 
-**FIFO order.** A FIFO queue is a partitioned ``fifo=True`` queue: each group is in one
-partition, delivered in order, with one message in flight (a receive may return several
-of one group, in order). Across groups a receive takes the partitions in the order of
-their oldest visible message (:func:`_in_order`), never in the order of the serving
-thread's spread, so the same requests on the same messages get the same answers; an
-answer lists its messages in the order they were sent.
+**FIFO order.** A FIFO queue is a partitioned ``fifo=True`` queue (a group in one
+partition, in order, one message in flight). A receive takes the partitions in the order
+of their oldest visible message (:func:`_in_order`), so the same requests on the same
+messages get the same answers, whichever thread serves them.
 
 **Receipt handles** are the vsqs receipt (``id.expiry``), ``~`` and the receive count
 of that delivery; on a partitioned (FIFO) queue, ``p<index>-`` first, naming the
@@ -225,12 +223,8 @@ def _receive(
     service: Context, queue: Queue, count: int, visibility: int | None, wait: int
 ) -> list[Message]:
     """Up to *count* messages, waiting up to *wait* seconds on the queue's own waiting,
-    in slices so that a shutdown of the server ends the wait within :data:`_SLICE`.
-
-    On a partitioned (FIFO) queue each slice starts with :func:`_in_order`, so that the
-    same requests on the same messages get the same answers whichever thread serves
-    them; what that finds nothing of, the queue's own receive waits for.
-    """
+    in slices so that a shutdown of the server ends the wait within :data:`_SLICE`; on
+    a FIFO queue each slice first takes :func:`_in_order`."""
     deadline = time.monotonic() + wait
     partitioned = len(queue.partition_queues) > 1
     while True:
@@ -239,7 +233,7 @@ def _receive(
         try:
             got = _in_order(queue, count, visibility) if partitioned else []
             if not got:
-                # RACE: what came after the pass (or sits in the queue's own directory,
+                # RACE: what comes after that look (or sits in the queue's own directory,
                 # a vsqs 0.3 producer's) is claimed in the order of the thread's spread.
                 got = queue.receive_batch(count, visibility_timeout=visibility, timeout=timeout)
         except QueueDrained:
@@ -251,16 +245,12 @@ def _receive(
 
 
 def _in_order(queue: Queue, count: int, visibility: int | None) -> list[Message]:
-    """Up to *count* messages of a partitioned queue without waiting: its ended leases
-    returned, its partitions taken in the order of their oldest ready message (ties by
-    index), each as a receive of its own.
+    """Up to *count* messages of a partitioned queue, not waiting: its ended leases
+    returned, its partitions taken in the order of their oldest ready message (then by
+    index), each a receive of its own (``fifo=True``: a group in order, one in flight).
 
-    A partitioned queue's own receive starts at the thread's home partition (see
-    :mod:`vsqs._sets._spread`): which groups a receive gets would depend on the thread
-    that serves it. This order depends only on the messages, so the same requests get
-    the same answers, and the group of the oldest message comes first. Each partition
-    keeps ``fifo=True``'s order and one message in flight per group; a group's messages
-    are all in one partition. Two listings per partition more than the queue's receive.
+    Not the queue's own receive, which starts at the serving thread's home partition:
+    this order depends on the messages alone. It costs two listings per partition.
     """
     parts = queue.partition_queues
     oldest: list[tuple[int, int]] = []
@@ -279,7 +269,6 @@ def _in_order(queue: Queue, count: int, visibility: int | None) -> list[Message]
             continue  # this partition is shut down and empty; the others may not be
         if len(got) == count:
             break
-    # RACE: a lease that ends after its partition's look waits for the next receive.
     return got
 
 
