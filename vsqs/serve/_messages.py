@@ -8,7 +8,7 @@ receiver whichever server it asks; ``DeleteMessage`` unlinks exactly the held fi
 
 **FIFO order.** A FIFO queue is a partitioned ``fifo=True`` queue (a group in one
 partition, in order, one message in flight). A receive takes the partitions in the order
-of their oldest visible message (:func:`_in_order`), so the same requests on the same
+of their oldest ready message (:func:`_in_order`), so the same requests on the same
 messages get the same answers, whichever thread serves them.
 
 **Receipt handles** are the vsqs receipt (``id.expiry``), ``~`` and the receive count
@@ -245,18 +245,20 @@ def _receive(
 
 
 def _in_order(queue: Queue, count: int, visibility: int | None) -> list[Message]:
-    """Up to *count* messages of a partitioned queue, not waiting: its ended leases
-    returned, its partitions taken in the order of their oldest ready message (then by
-    index), each a receive of its own (``fifo=True``: a group in order, one in flight).
+    """Up to *count* messages of a partitioned queue, not waiting: its partitions taken
+    in the order of their oldest ready message (then by index; one with none ready
+    once its ended leases are back), each a receive of its own (``fifo=True``: a group
+    in order, one in flight).
 
     Not the queue's own receive, which starts at the serving thread's home partition:
-    this order depends on the messages alone. It costs two listings per partition.
+    this order depends on the messages alone. It costs a listing per partition.
     """
     parts = queue.partition_queues
     oldest: list[tuple[int, int]] = []
     for index, part in enumerate(parts):
-        part.requeue_expired()  # an ended lease is visible again, with its own age
         key = part.peek_oldest_key()
+        if key is None and part.requeue_expired():  # ended leases: visible again
+            key = part.peek_oldest_key()
         if key is not None:
             oldest.append((key, index))
     got: list[Message] = []
