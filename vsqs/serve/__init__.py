@@ -18,10 +18,8 @@ through one is received through another, or through the library.
 * ``MessageId`` is a UUID that holds the vsqs id's digits; the account id
   in URLs and ARNs is ``000000000000`` (any is accepted), the region the one a request
   was signed for (``us-east-1`` unsigned).
-* FIFO queues: at most
-  :data:`~vsqs.serve._queue_attrs.FIFO_PARTITIONS` message groups are in flight at once
-  (one per partition); the ``ReceiveRequestAttemptId`` answer is kept by the server
-  that gave it, in memory, for five minutes.
+* FIFO queues: the ``ReceiveRequestAttemptId`` answer is kept by the server that gave
+  it, in memory, for five minutes.
 * A message keeps at most 10 stored attributes of at most 8 KiB in all: 10 message
   attributes *and* an explicit deduplication id or a trace header are refused.
 * ``Policy``, ``RedriveAllowPolicy``, ``FifoThroughputLimit``, the KMS attributes and

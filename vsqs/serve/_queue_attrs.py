@@ -46,8 +46,8 @@ if TYPE_CHECKING:
 __all__ = ["FIFO_PARTITIONS", "apply", "check_same", "create", "get", "parse_set"]
 
 FIFO_PARTITIONS: Final = 8
-"""Partitions of a FIFO queue made through the API: up to this many message groups are
-in flight at once (each partition delivers one message at a time)."""
+"""Partitions of a FIFO queue made through the API (a group is in one of them; it
+waits only for its own message in flight, see :mod:`vsqs._groups`)."""
 DEFAULT_RETENTION: Final = 345600
 MAX_RETENTION: Final = 1209600
 DEFAULT_MAX_SIZE: Final = 1048576
@@ -70,11 +70,6 @@ _CHOICES: Final = {
 }
 _FIFO_ONLY: Final = ("ContentBasedDeduplication", "DeduplicationScope", "FifoThroughputLimit")
 _FREE: Final = ("Policy", "RedrivePolicy", "RedriveAllowPolicy", "KmsMasterKeyId")
-_READ_ONLY: Final = (
-    "ApproximateNumberOfMessages", "ApproximateNumberOfMessagesNotVisible",
-    "ApproximateNumberOfMessagesDelayed", "CreatedTimestamp", "LastModifiedTimestamp",
-    "QueueArn",
-)  # fmt: skip
 _SETTABLE: Final = (*_RANGES, *_CHOICES, *_FREE)
 ALL: Final = (
     "Policy", "VisibilityTimeout", "MaximumMessageSize", "MessageRetentionPeriod",
@@ -114,15 +109,15 @@ def parse_set(  # noqa: PLR0912 - one check per SQS rule
         raise invalid("Attributes", raw, "must be a map of name to value.")
     result: dict[str, str] = {}
     for name, given in raw.items():
-        if name in _READ_ONLY or (name == "FifoQueue" and not creating):
-            raise SqsError("InvalidAttributeName", f"Attribute {name} cannot be set.")
-        if name not in _SETTABLE:
-            raise SqsError("InvalidAttributeName", f"Unknown Attribute {name}.")
+        if name not in _SETTABLE:  # the read-only ones too, as SQS words it
+            raise unknown_attribute(name)
         if not isinstance(given, str):
             raise SqsError("InvalidAttributeValue", f"Invalid value for the parameter {name}.")
         # SQS takes True, TRUE... for FifoQueue.
         value = given.lower() if name == "FifoQueue" else given
-        if name in _RANGES:
+        if name == "FifoQueue" and not creating:
+            pass  # SetQueueAttributes: its queue decides (see apply)
+        elif name in _RANGES:
             low, high = _RANGES[name]
             try:
                 number = int(value, 10)
@@ -259,8 +254,22 @@ def create(
 def apply(
     service: Context, caller: Caller, name: str, queue: AnyQueue, attributes: Mapping[str, str]
 ) -> None:
-    """Store *attributes* (SetQueueAttributes)."""
-    settings, extra = _split(service, caller, name, queue.fifo, attributes)
+    """Store *attributes* (SetQueueAttributes).
+
+    ``FifoQueue`` is refused on a standard queue as an unknown attribute, and on a FIFO
+    queue taken as it is when ``true`` and refused otherwise, as SQS answers (a queue's
+    type is set when it is made)."""
+    fifo = queue.fifo
+    if "FifoQueue" in attributes:
+        if not fifo:
+            raise unknown_attribute("FifoQueue")
+        if attributes["FifoQueue"] != "true":
+            raise SqsError(
+                "InvalidAttributeValue",
+                "Invalid value for the parameter FifoQueue. Reason: Modifying queue type is "
+                "not supported.",
+            )
+    settings, extra = _split(service, caller, name, fifo, attributes)
     if settings:
         try:
             queue.configure(**settings)

@@ -157,7 +157,7 @@ class _Outgoing:
             raise invalid(
                 "MessageDeduplicationId",
                 dedup,
-                "The request include parameter that is not valid for this queue type",
+                "The request include parameter that is not valid for this queue type.",
             )
         else:
             dedup_id = None
