@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 PY     := $(BIN)/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo check test lint typecheck unit integration docs bench bench-quick stress clean
+.PHONY: demo check test lint typecheck unit integration docs bench bench-quick bench-serve-peers stress clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -16,7 +16,7 @@ $(VENV)/.core: $(BIN)/python pyproject.toml
 	touch $@
 
 $(STAMP): $(BIN)/python pyproject.toml
-	$(PY) -m pip install --quiet -e '.[test,cli,spark,docs,celery,metrics]'
+	$(PY) -m pip install --quiet -e '.[test,cli,serve,spark,docs,celery,metrics]'
 	touch $@
 
 ## demo: producers and consumers in separate processes share one queue
@@ -24,6 +24,8 @@ demo: $(VENV)/.core
 	$(PY) -m vsqs._demo
 
 LINTED := vsqs tests benchmarks examples docs
+# Coverage of every process the tests start (xdist's workers included), combined after.
+COVER  := COVERAGE_FILE=$(CURDIR)/.coverage COVERAGE_PROCESS_START=$(CURDIR)/pyproject.toml $(BIN)/coverage run
 
 ## check: the quick tier, in minutes: ruff, mypy, the import contracts and the tests that
 ## need nothing but Python and a local filesystem (tests/conftest.py INTEGRATION lists the
@@ -47,10 +49,12 @@ integration: $(STAMP)
 typecheck: $(STAMP)
 	$(BIN)/mypy
 
-## test: lint, type-check, the whole suite with coverage, and the docs build
+## test: lint, type-check, the whole suite with coverage (the quick tier on every core, then
+## the integration tier), and the docs build
 test: $(STAMP)
 	sh tests/reliability/setup-filesystems.sh
 	sh tests/multihost/setup-sshfs.sh
+	PYTHON=$(PYTHON) sh tests/multihost/setup-juicefs.sh
 	sh tests/setup-java.sh
 	sh tests/setup-browser.sh
 	PYTHON=$(PYTHON) sh tests/setup-sqs-clients.sh
@@ -60,7 +64,8 @@ test: $(STAMP)
 	$(BIN)/mypy
 	$(BIN)/lint-imports
 	$(BIN)/coverage erase
-	COVERAGE_FILE=$(CURDIR)/.coverage COVERAGE_PROCESS_START=$(CURDIR)/pyproject.toml $(BIN)/coverage run -m pytest
+	$(COVER) -m pytest -q -m "not integration" -n auto
+	$(COVER) -m pytest -m integration
 	$(BIN)/coverage combine -q
 	$(BIN)/coverage report
 	$(MAKE) docs
@@ -78,6 +83,11 @@ $(VENV)/.bench: $(STAMP)
 	$(PY) -m pip install --quiet -e '.[bench]' -r benchmarks/requirements-peers.txt
 	touch $@
 
+## bench and bench-quick: sqslite and the query-protocol boto3 for bench_serve too
+bench bench-quick: bench-serve-peers
+bench-serve-peers:
+	PYTHON=$(PYTHON) sh benchmarks/setup-sqslite.sh
+
 ## bench: the full side-by-side benchmark (peers installed from PyPI)
 bench: $(VENV)/.bench
 	$(PY) -m benchmarks.run --full
@@ -93,4 +103,4 @@ stress: $(STAMP)
 	$(BIN)/pytest -m stress --stress-long tests
 
 clean:
-	rm -rf $(VENV) .venv-awscli .venv-query .venv-moto tests/serve/js/node_modules docs/_build .pytest_cache .mypy_cache .ruff_cache .coverage*
+	rm -rf $(VENV) .venv-awscli .venv-query .venv-moto .venv-juicefs tests/serve/js/node_modules benchmarks/sqslite/node_modules docs/_build .pytest_cache .mypy_cache .ruff_cache .coverage*

@@ -129,16 +129,16 @@ def qdir(tmp_path: Path) -> Path:
 
 
 @pytest.fixture
-def q(qdir: Path, clock: ManualClock) -> vsqs.Queue:
+def q(qdir: Path, clock: ManualClock) -> vsqs.PlainQueue:
     """A durable queue on the manual clock, 30 s visibility timeout."""
-    return vsqs.Queue(qdir, visibility_timeout=30, clock=clock)
+    return vsqs.PlainQueue(qdir, visibility_timeout=30, clock=clock)
 
 
 @pytest.fixture
 def qpath(qdir: Path) -> str:
     """The path of a queue made there (not durable), for tests that open their own
     handles (in other processes too)."""
-    vsqs.Queue(qdir, durable=False)
+    vsqs.PlainQueue(qdir, durable=False)
     return str(qdir)
 
 

@@ -32,21 +32,21 @@ def load(path: str) -> Any:
 
 def produce(path: str, producer: str, count: int, options: dict[str, Any]) -> None:
     """Publish ``<producer>:<n>`` for n in range(count); blocks on a full bounded queue."""
-    queue = vsqs.Queue(path, **options)
+    queue = vsqs.PlainQueue(path, **options)
     for n in range(count):
         queue.publish(f"{producer}:{n}".encode())
 
 
 def produce_sized(path: str, sizes: list[int]) -> None:
     """Publish one message of each size; leave the counters to the exit handlers."""
-    queue = vsqs.Queue(path, durable=False)
+    queue = vsqs.PlainQueue(path, durable=False)
     for size in sizes:
         queue.publish(b"x" * size)
 
 
 def consume_all(path: str, report: str, options: dict[str, Any]) -> None:
     """Receive and delete until the queue is shut down and drained; report bodies and counts."""
-    queue = vsqs.Queue(path, **options)
+    queue = vsqs.PlainQueue(path, **options)
     seen = []
     for message in queue.consume():
         seen.append([message.body.decode(), message.receive_count])
@@ -56,7 +56,7 @@ def consume_all(path: str, report: str, options: dict[str, Any]) -> None:
 
 def receive_one(path: str, report: str, options: dict[str, Any], timeout: float | None) -> None:
     """One blocking receive; report the message, ``None``, or that the queue drained."""
-    queue = vsqs.Queue(path, **options)
+    queue = vsqs.PlainQueue(path, **options)
     try:
         message = queue.receive(timeout=timeout)
     except vsqs.QueueDrained:
@@ -71,7 +71,7 @@ def receive_one(path: str, report: str, options: dict[str, Any], timeout: float 
 
 def consume_to_end(path: str, report: str, options: dict[str, Any]) -> None:
     """Iterate ``consume()`` until it stops by itself; report what it yielded."""
-    queue = vsqs.Queue(path, **options)
+    queue = vsqs.PlainQueue(path, **options)
     bodies = []
     for message in queue.consume():
         bodies.append(message.body.decode())
@@ -81,7 +81,7 @@ def consume_to_end(path: str, report: str, options: dict[str, Any]) -> None:
 
 def receive_and_delete(path: str, count: int) -> None:
     """Receive and delete *count* messages, waiting as long as needed for each."""
-    queue = vsqs.Queue(path, durable=False)
+    queue = vsqs.PlainQueue(path, durable=False)
     for _ in range(count):
         message = queue.receive(timeout=None)
         assert message is not None
@@ -107,7 +107,7 @@ def watch(path: str, stop: str, report: str) -> None:
 
 def publish_when_closed(path: str, report: str) -> None:
     """Try to publish to a queue closed by another process; report what happened."""
-    queue = vsqs.Queue(path, durable=False)
+    queue = vsqs.PlainQueue(path, durable=False)
     closed = queue.is_shutdown
     try:
         queue.publish(b"too late")
@@ -119,7 +119,7 @@ def publish_when_closed(path: str, report: str) -> None:
 
 def close_queue(path: str, report: str) -> None:
     """Shut a queue down; report the error type if that raised."""
-    queue = vsqs.Queue(path, durable=False)
+    queue = vsqs.PlainQueue(path, durable=False)
     try:
         queue.shutdown()
     except vsqs.QueueClosed as exc:
@@ -130,7 +130,7 @@ def close_queue(path: str, report: str) -> None:
 
 def release_later(path: str, ready: Any, go: Any) -> None:
     """Receive a message with a long lease, signal *ready*, wait for *go*, then release it."""
-    queue = vsqs.Queue(path, durable=False, visibility_timeout=3600)
+    queue = vsqs.PlainQueue(path, durable=False, visibility_timeout=3600)
     message = queue.receive(timeout=0)
     assert message is not None
     ready.set()
@@ -160,11 +160,11 @@ def permission_probe(locked: str, report: str) -> None:
     """
 
     def probe() -> None:
-        existing = vsqs.Queue(f"{locked}/q", durable=False)
+        existing = vsqs.PlainQueue(f"{locked}/q", durable=False)
         dump(
             report,
             {
-                "create": _outcome(lambda: vsqs.Queue(f"{locked}/new-queue")),
+                "create": _outcome(lambda: vsqs.PlainQueue(f"{locked}/new-queue")),
                 "publish": _outcome(lambda: existing.publish(b"x")),
                 "receive": _outcome(lambda: existing.receive(timeout=0)),
                 "delete": _outcome(lambda: existing.delete("1700000000000000")),
@@ -181,17 +181,17 @@ def bounded_produce(path: str, producer: str, count: int, capacity: int) -> None
 
 def bounded_publish_one(path: str, report: str) -> None:
     """Block on a full capacity-1 queue (re-check an hour away) until room appears."""
-    queue = vsqs.Queue(path, durable=False, capacity=1, wait="inotify", poll_interval=3600)
+    queue = vsqs.PlainQueue(path, durable=False, capacity=1, wait="inotify", poll_interval=3600)
     dump(report, queue.publish(b"waited", timeout=None))
 
 
 def report_closed(path: str, report: str) -> None:
-    dump(report, vsqs.Queue(path, durable=False).is_shutdown)
+    dump(report, vsqs.PlainQueue(path, durable=False).is_shutdown)
 
 
 def consume_some(path: str, count: int, report: str) -> None:
     """Receive and delete *count* messages; report their total size."""
-    queue = vsqs.Queue(path, durable=False)
+    queue = vsqs.PlainQueue(path, durable=False)
     total = 0
     for _ in range(count):
         message = queue.receive(timeout=60)
@@ -201,7 +201,7 @@ def consume_some(path: str, count: int, report: str) -> None:
     dump(report, total)
 
 
-def publish_with(queue: vsqs.Queue, count: int) -> None:
+def publish_with(queue: vsqs.PlainQueue, count: int) -> None:
     """Publish through a Queue object inherited from the parent (fork only)."""
     for _ in range(count):
         queue.publish(b"child")
@@ -209,7 +209,7 @@ def publish_with(queue: vsqs.Queue, count: int) -> None:
 
 def consume_in_order(path: str, report: str) -> None:
     """Receive and delete until the queue is empty; report the bodies as ints, in order."""
-    queue = vsqs.Queue(path, durable=False)
+    queue = vsqs.PlainQueue(path, durable=False)
     got = []
     while (message := queue.receive(timeout=0)) is not None:
         got.append(int(message.body))
@@ -222,7 +222,7 @@ def publish_after(path: str, delay: float) -> None:
     import time
 
     time.sleep(delay)
-    vsqs.Queue(path, durable=False).publish(b"late")
+    vsqs.PlainQueue(path, durable=False).publish(b"late")
 
 
 def multi_waiter_child(waiter: vsqs.MultiWaiter, path: str) -> None:

@@ -31,9 +31,9 @@ MAX = 10**12  # vsqs._ids.MAX_DURATION, what a name holds
         lambda q: q.receive(visibility_timeout=1e13),
         lambda q: q.publish(b"x", delay=2e13),
         lambda q: q.change_visibility(q.receive() or "1", 1e13),
-        lambda q: vsqs.Queue(q.path, visibility_timeout=1e13),
-        lambda q: vsqs.Queue(q.path, delay=1e13),
-        lambda q: vsqs.Queue(q.path, retention=1e13),
+        lambda q: vsqs.PlainQueue(q.path, visibility_timeout=1e13),
+        lambda q: vsqs.PlainQueue(q.path, delay=1e13),
+        lambda q: vsqs.PlainQueue(q.path, retention=1e13),
         lambda q: q.configure(visibility_timeout=1e13),
         lambda q: q.lease(q.receive(), visibility_timeout=1e13),
         lambda q: q.lease(q.receive(), max_duration=1e13),
@@ -51,7 +51,7 @@ MAX = 10**12  # vsqs._ids.MAX_DURATION, what a name holds
     ],
 )
 def test_a_duration_past_the_grammar_is_refused_naming_the_maximum(
-    q: vsqs.Queue, call: object
+    q: vsqs.PlainQueue, call: object
 ) -> None:
     q.publish(b"m")
     with pytest.raises(ValueError, match=r"at most 1e\+12 seconds"):
@@ -60,7 +60,7 @@ def test_a_duration_past_the_grammar_is_refused_naming_the_maximum(
     assert all(len(name.rpartition(".")[2]) <= 19 for name in _names(q))
 
 
-def test_the_longest_duration_still_makes_a_name_the_queue_reads(q: vsqs.Queue) -> None:
+def test_the_longest_duration_still_makes_a_name_the_queue_reads(q: vsqs.PlainQueue) -> None:
     q.publish(b"late", delay=MAX)
     q.publish(b"m")
     message = q.receive(visibility_timeout=MAX)
@@ -72,7 +72,7 @@ def test_the_longest_duration_still_makes_a_name_the_queue_reads(q: vsqs.Queue) 
 
 
 def test_the_cli_refuses_a_duration_past_the_grammar(qdir: Path) -> None:
-    vsqs.Queue(qdir).close()
+    vsqs.PlainQueue(qdir).close()
     runner = CliRunner()
     for args in (
         ["config", str(qdir), "--visibility-timeout", "1e13"],
@@ -82,15 +82,15 @@ def test_the_cli_refuses_a_duration_past_the_grammar(qdir: Path) -> None:
         result = runner.invoke(cli, args)
         assert result.exit_code == 2, (args, result.output)
         assert "1000000000000" in result.output
-    assert vsqs.Queue(qdir).settings().get("visibility_timeout") is None
+    assert vsqs.PlainQueue(qdir).settings().get("visibility_timeout") is None
 
 
 def test_a_stored_duration_past_the_grammar_is_refused(qdir: Path) -> None:
-    vsqs.Queue(qdir).close()
+    vsqs.PlainQueue(qdir).close()
     (qdir / ".vsqs").mkdir(exist_ok=True)
     (qdir / ".vsqs" / "settings.json").write_text('{"visibility_timeout": 1e13}')
     with pytest.raises(vsqs.InvalidSettings, match=r"at most 1e\+12"):
-        vsqs.Queue(qdir)
+        vsqs.PlainQueue(qdir)
 
 
 def test_spark_and_kombu_options_are_bounded_too(qdir: Path, tmp_path: Path) -> None:
@@ -111,7 +111,7 @@ def test_spark_and_kombu_options_are_bounded_too(qdir: Path, tmp_path: Path) -> 
     assert math.isfinite(MAX)
 
 
-def _names(q: vsqs.Queue) -> list[str]:
+def _names(q: vsqs.PlainQueue) -> list[str]:
     return [p.name for p in Path(q.path).iterdir() if p.name != ".vsqs"]
 
 
@@ -122,7 +122,7 @@ def test_clean_keeps_user_files_and_directories_named_like_pokes(qdir: Path) -> 
     """Only empty regular files of the exact poke/announcement grammar go; a user's
     `.wake-up-notes.txt` stays, a `.wake-dir` directory neither crashes clean() nor stops
     its later work (orphaned metadata here)."""
-    q = vsqs.Queue(qdir, durable=False)
+    q = vsqs.PlainQueue(qdir, durable=False)
     q.publish(b"kept")
     (qdir / ".wake-up-notes.txt").write_bytes(b"twenty bytes of note")
     (qdir / ".wake-dir").mkdir()
@@ -166,7 +166,7 @@ def _plant(qdir: Path, kind: str, name: str = PLANTED) -> None:
 def test_purge_removes_the_messages_and_skips_a_planted_entry(
     qdir: Path, kind: str, caplog: pytest.LogCaptureFixture
 ) -> None:
-    q = vsqs.Queue(qdir, durable=False)
+    q = vsqs.PlainQueue(qdir, durable=False)
     q.publish_batch([b"m"] * 200)
     _plant(qdir, kind)
     _plant(qdir, kind, PLANTED + ".1000000000000002")  # and under a held name
@@ -178,7 +178,7 @@ def test_purge_removes_the_messages_and_skips_a_planted_entry(
 
 
 def test_the_cli_purge_skips_a_planted_directory(qdir: Path) -> None:
-    q = vsqs.Queue(qdir, durable=False)
+    q = vsqs.PlainQueue(qdir, durable=False)
     q.publish_batch([b"m"] * 200)
     _plant(qdir, "directory")
     result = CliRunner().invoke(cli, ["purge", str(qdir), "--yes"])
@@ -192,7 +192,7 @@ def test_a_shut_down_queue_with_a_planted_entry_drains(
     qdir: Path, clock: ManualClock, kind: str
 ) -> None:
     """consume() ends once the real messages are gone; stats() counts no planted entry."""
-    q = vsqs.Queue(qdir, durable=False, clock=clock)
+    q = vsqs.PlainQueue(qdir, durable=False, clock=clock)
     q.publish(b"real")
     _plant(qdir, kind)
     _plant(qdir, kind, PLANTED[:-1] + "3.new")
@@ -212,7 +212,7 @@ def test_a_dead_letter_queue_swapped_for_a_link_gets_nothing_outside(
     tmp_path: Path, clock: ManualClock, caplog: pytest.LogCaptureFixture
 ) -> None:
     dlq_path, outside = tmp_path / "dlq", tmp_path / "outside"
-    q = vsqs.Queue(tmp_path / "q", dead_letter=dlq_path, max_receives=1, clock=clock)
+    q = vsqs.PlainQueue(tmp_path / "q", dead_letter=dlq_path, max_receives=1, clock=clock)
     q.publish(b"poison")
     assert q.receive() is not None
     dlq_path.rename(tmp_path / "dlq-real")  # swapped after the handle was made
@@ -228,14 +228,14 @@ def test_a_dead_letter_queue_swapped_for_a_link_gets_nothing_outside(
     (tmp_path / "dlq-real").rename(dlq_path)
     clock.advance(31)
     assert q.receive(timeout=0) is None
-    assert [m.body for m in vsqs.Queue(dlq_path, clock=clock).receive_batch(10)] == [b"poison"]
+    assert [m.body for m in vsqs.PlainQueue(dlq_path, clock=clock).receive_batch(10)] == [b"poison"]
 
 
 def test_retention_into_a_dead_letter_queue_swapped_for_a_link_moves_nothing_outside(
     tmp_path: Path, clock: ManualClock
 ) -> None:
     dlq_path, outside = tmp_path / "dlq", tmp_path / "outside"
-    q = vsqs.Queue(tmp_path / "q", dead_letter=dlq_path, retention=10, clock=clock)
+    q = vsqs.PlainQueue(tmp_path / "q", dead_letter=dlq_path, retention=10, clock=clock)
     q.publish(b"old")
     dlq_path.rename(tmp_path / "dlq-real")
     outside.mkdir()
@@ -248,8 +248,8 @@ def test_retention_into_a_dead_letter_queue_swapped_for_a_link_moves_nothing_out
 
 
 def test_a_redrive_target_swapped_for_a_link_is_refused(tmp_path: Path) -> None:
-    dlq = vsqs.Queue(tmp_path / "dlq", durable=False)
-    target = vsqs.Queue(tmp_path / "target", durable=False)
+    dlq = vsqs.PlainQueue(tmp_path / "dlq", durable=False)
+    target = vsqs.PlainQueue(tmp_path / "target", durable=False)
     dlq.publish(b"m")
     (tmp_path / "target").rename(tmp_path / "target-real")
     (tmp_path / "outside").mkdir()
@@ -281,13 +281,13 @@ def _peak(call: Callable[[], object]) -> tuple[object, int]:
 
 
 def test_a_huge_settings_file_is_refused_naming_it_without_being_read(qdir: Path) -> None:
-    vsqs.Queue(qdir).close()
+    vsqs.PlainQueue(qdir).close()
     (qdir / ".vsqs").mkdir(exist_ok=True)
     _sparse(qdir / ".vsqs" / "settings.json")
 
     def open_it() -> object:
         with pytest.raises(vsqs.InvalidSettings, match=r"settings\.json.*larger than 65536"):
-            vsqs.Queue(qdir)
+            vsqs.PlainQueue(qdir)
         return None
 
     _, peak = _peak(open_it)
@@ -295,7 +295,7 @@ def test_a_huge_settings_file_is_refused_naming_it_without_being_read(qdir: Path
 
 
 def test_a_huge_counter_file_is_ignored_and_reported_once(
-    q: vsqs.Queue, caplog: pytest.LogCaptureFixture
+    q: vsqs.PlainQueue, caplog: pytest.LogCaptureFixture
 ) -> None:
     q.publish(b"m")
     stats_dir = Path(q.path) / ".vsqs" / "stats"
@@ -310,7 +310,7 @@ def test_a_huge_counter_file_is_ignored_and_reported_once(
 
 
 def test_a_huge_metadata_record_is_ignored_and_the_message_delivered(
-    q: vsqs.Queue, caplog: pytest.LogCaptureFixture
+    q: vsqs.PlainQueue, caplog: pytest.LogCaptureFixture
 ) -> None:
     message_id = q.publish(b"m", attributes={"a": "b"})
     _sparse(Path(q.path) / ".vsqs" / "meta" / message_id, GIB // 2)
@@ -323,7 +323,7 @@ def test_a_huge_metadata_record_is_ignored_and_the_message_delivered(
 
 
 def test_huge_dedup_capacity_and_closed_files_cost_no_memory(qdir: Path) -> None:
-    q = vsqs.Queue(qdir, durable=False, capacity=5)
+    q = vsqs.PlainQueue(qdir, durable=False, capacity=5)
     q.publish(b"first", dedup_id="key")
     vsqs_dir = qdir / ".vsqs"
     (marker,) = (vsqs_dir / "dedup").iterdir()
@@ -334,7 +334,7 @@ def test_huge_dedup_capacity_and_closed_files_cost_no_memory(qdir: Path) -> None
     assert peak < 8 << 20
     q.shutdown()
     _sparse(vsqs_dir / "closed")
-    is_shut, peak = _peak(lambda: vsqs.Queue(qdir, durable=False).is_shutdown)
+    is_shut, peak = _peak(lambda: vsqs.PlainQueue(qdir, durable=False).is_shutdown)
     assert is_shut is True
     assert peak < 8 << 20
     assert q.counts().ready == 2

@@ -13,8 +13,8 @@ from typing import TypeVar
 import pytest
 
 import vsqs
+from vsqs._reactor import reactor
 from vsqs.aio import AsyncQueue
-from vsqs.aio._reactor import reactor
 
 T = TypeVar("T")
 
@@ -41,7 +41,7 @@ def test_a_blocked_receive_wakes_promptly_for_a_message_in_any_partition(
     message another process publishes straight into partition 3 wakes it at once, not
     at the next re-check (``poll_interval``: 10 s here, longer than the timeout)."""
     path = fast_tmp_path / "q"
-    vsqs.Queue(path, partitions=4)
+    vsqs.PartitionedQueue(path, partitions=4)
 
     async def main() -> float:
         async with AsyncQueue(path, durable=False, poll_interval=10) as aq:
@@ -67,13 +67,13 @@ def test_a_blocked_receive_wakes_promptly_for_a_message_in_any_partition(
 
 def test_aclose_stops_watching_every_partition(fast_tmp_path: Path) -> None:
     path = fast_tmp_path / "q"
-    vsqs.Queue(path, partitions=3)
+    vsqs.PartitionedQueue(path, partitions=3)
 
     async def main() -> None:
         aq = AsyncQueue(path, durable=False)
         assert await aq.receive(timeout=0.01) is None
         watched = set(reactor()._waiters)
-        assert watched == {aq.path, *(part.path for part in aq.queue.partition_queues)}
+        assert watched == {aq.path, *(part.path for part in vsqs.partitions_of(aq.queue))}
         await aq.aclose()
         assert reactor()._waiters == {}
 
@@ -107,7 +107,7 @@ def test_groups_keep_their_order_through_async_queue(fast_tmp_path: Path, durabl
             return seen
 
     seen = run(main)
-    plain = vsqs.Queue(path)
+    plain = vsqs.PartitionedQueue(path)
     for group, messages in seen.items():
         assert [int(m.body) for m in messages] == list(range(30)), group
         assert {m.queue for m in messages} == {plain.partition_for(group).path}

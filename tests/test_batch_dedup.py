@@ -55,7 +55,7 @@ def _die_after_renames(monkeypatch: pytest.MonkeyPatch, count: int) -> None:
     monkeypatch.setattr(_fs, "rename_noreplace_at", rename_at)
 
 
-def test_a_batch_published_again_adds_nothing(q: vsqs.Queue, qdir: Path) -> None:
+def test_a_batch_published_again_adds_nothing(q: vsqs.PlainQueue, qdir: Path) -> None:
     """Same batch id within the window: the first batch's ids, no message, no file."""
     first = q.publish_batch(BODIES, batch_dedup_id="job:0")
     assert len(_markers(qdir)) == 1  # one marker for the whole batch
@@ -68,14 +68,14 @@ def test_a_batch_published_again_adds_nothing(q: vsqs.Queue, qdir: Path) -> None
     assert q.counts().total == 0
 
 
-def test_batch_and_message_ids_do_not_collide(q: vsqs.Queue) -> None:
+def test_batch_and_message_ids_do_not_collide(q: vsqs.PlainQueue) -> None:
     """A batch id equal to a message's dedup id is another key."""
     q.publish(b"one", dedup_id="k")
     q.publish_batch([b"two"], batch_dedup_id="k")
     assert [m.body for m in drain(q)] == [b"one", b"two"]
 
 
-def test_batch_id_with_per_message_ids_is_refused(q: vsqs.Queue) -> None:
+def test_batch_id_with_per_message_ids_is_refused(q: vsqs.PlainQueue) -> None:
     with pytest.raises(ValueError, match="not both"):
         q.publish_batch([b"a"], dedup_ids=["x"], batch_dedup_id="y")
     with pytest.raises(ValueError, match="batch_dedup_id must be a non-empty str"):
@@ -83,7 +83,7 @@ def test_batch_id_with_per_message_ids_is_refused(q: vsqs.Queue) -> None:
     assert q.counts().total == 0
 
 
-def test_the_window_expires_a_batch(q: vsqs.Queue, clock: ManualClock) -> None:
+def test_the_window_expires_a_batch(q: vsqs.PlainQueue, clock: ManualClock) -> None:
     """Past ``dedup_window`` the same batch id publishes again (and the old marker goes)."""
     first = q.publish_batch(BODIES[:2], batch_dedup_id="b")
     clock.advance(q.dedup_window + 1)
@@ -98,14 +98,14 @@ def test_a_retry_completes_a_batch_killed_midway(
 ) -> None:
     """Killed after two of six commit renames: the retry publishes the other four, with
     the first attempt's ids, in order; the batch is exactly once."""
-    q = vsqs.Queue(tmp_path / "q", clock=clock, durable=durable)
+    q = vsqs.PlainQueue(tmp_path / "q", clock=clock, durable=durable)
     with monkeypatch.context() as patch:
         _die_after_renames(patch, 2)
         with pytest.raises(SystemExit):
             q.publish_batch(BODIES, batch_dedup_id="task-3")
     assert [m.body for m in q.browse()] == BODIES[:2]
     clock.advance(60)  # the writer is presumed dead at once: its marker is that old
-    retry = vsqs.Queue(tmp_path / "q", clock=clock, durable=durable)
+    retry = vsqs.PlainQueue(tmp_path / "q", clock=clock, durable=durable)
     ids = retry.publish_batch(BODIES, batch_dedup_id="task-3")
     assert [m.id for m in retry.browse()] == ids
     assert [m.body for m in drain(retry)] == BODIES
@@ -113,7 +113,7 @@ def test_a_retry_completes_a_batch_killed_midway(
 
 
 def test_a_retry_waits_for_a_live_writer_then_takes_over(
-    q: vsqs.Queue, clock: ManualClock, monkeypatch: pytest.MonkeyPatch
+    q: vsqs.PlainQueue, clock: ManualClock, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A duplicate that finds the batch unfinished and young waits for its writer (up to
     ``IN_PROGRESS_LIMIT``) before completing it itself."""
@@ -128,7 +128,7 @@ def test_a_retry_waits_for_a_live_writer_then_takes_over(
 
 
 def test_clean_completes_a_batch_whose_writer_died(
-    q: vsqs.Queue, clock: ManualClock, monkeypatch: pytest.MonkeyPatch
+    q: vsqs.PlainQueue, clock: ManualClock, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """``clean`` rolls a dead writer's batch forward (with its attributes and delay)
     rather than removing its ``.new`` files; a later retry then adds nothing."""
@@ -147,7 +147,7 @@ def test_clean_completes_a_batch_whose_writer_died(
 
 
 def test_a_failure_before_the_commit_point_leaves_nothing(
-    q: vsqs.Queue, qdir: Path, monkeypatch: pytest.MonkeyPatch
+    q: vsqs.PlainQueue, qdir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A shutdown seen before the marker: every staged body removed, no marker; a retry
     on an open queue publishes the batch whole."""
@@ -171,7 +171,7 @@ def test_a_failure_before_the_commit_point_leaves_nothing(
 
 
 def test_a_batch_past_its_commit_point_survives_a_shutdown(
-    q: vsqs.Queue, clock: ManualClock, monkeypatch: pytest.MonkeyPatch
+    q: vsqs.PlainQueue, clock: ManualClock, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A shutdown between the marker and the renames does not cut the batch in half."""
     with monkeypatch.context() as patch:
@@ -186,7 +186,7 @@ def test_a_batch_past_its_commit_point_survives_a_shutdown(
         q.publish_batch(BODIES, batch_dedup_id="other")
 
 
-def test_a_torn_or_planted_marker_does_not_block_the_batch(q: vsqs.Queue, qdir: Path) -> None:
+def test_a_torn_or_planted_marker_does_not_block_the_batch(q: vsqs.PlainQueue, qdir: Path) -> None:
     """A record that does not parse reads as expired: the batch is published."""
     q.publish_batch([b"x"], batch_dedup_id="t")
     (marker,) = _markers(qdir)
@@ -199,7 +199,7 @@ def test_a_torn_or_planted_marker_does_not_block_the_batch(q: vsqs.Queue, qdir: 
 
 
 def _publisher(qdir: str, barrier: Any, out: str) -> None:
-    queue = vsqs.Queue(qdir)
+    queue = vsqs.PlainQueue(qdir)
     barrier.wait(timeout=60)
     ids = queue.publish_batch([f"{n}".encode() for n in range(200)], batch_dedup_id="same")
     with open(out, "w", encoding="ascii") as handle:
@@ -210,7 +210,7 @@ def test_concurrent_publishers_of_one_batch_publish_it_once(tmp_path: Path) -> N
     """Four processes publish the same 200-message batch at once: 200 messages, and
     every publisher is told the same ids."""
     qdir = tmp_path / "q"
-    vsqs.Queue(qdir)
+    vsqs.PlainQueue(qdir)
     ctx = forkserver()
     barrier = ctx.Barrier(4)
     outs = [tmp_path / f"out{n}" for n in range(4)]
@@ -221,12 +221,14 @@ def test_concurrent_publishers_of_one_batch_publish_it_once(tmp_path: Path) -> N
         proc.join(120)
         assert proc.exitcode == 0
     assert len({out.read_text() for out in outs}) == 1
-    q = vsqs.Queue(qdir)
+    q = vsqs.PlainQueue(qdir)
     assert [m.body for m in drain(q)] == [f"{n}".encode() for n in range(200)]
     assert not [n for n in os.listdir(qdir) if n.endswith(".new")]
 
 
-def test_clean_removes_expired_batch_markers(q: vsqs.Queue, qdir: Path, clock: ManualClock) -> None:
+def test_clean_removes_expired_batch_markers(
+    q: vsqs.PlainQueue, qdir: Path, clock: ManualClock
+) -> None:
     """A complete batch's marker goes once the window is over, like a message's."""
     q.publish_batch(BODIES, batch_dedup_id="t")
     q.publish(b"one", dedup_id="k")
@@ -238,7 +240,7 @@ def test_clean_removes_expired_batch_markers(q: vsqs.Queue, qdir: Path, clock: M
 
 
 def test_a_taken_id_is_redrawn_and_the_retry_is_told_the_final_ids(
-    q: vsqs.Queue, qdir: Path, clock: ManualClock
+    q: vsqs.PlainQueue, qdir: Path, clock: ManualClock
 ) -> None:
     """An id taken by a message in another state (a skewed peer) is drawn again, by
     renaming the recorded ``.new`` straight to the fresh id; the record follows."""
@@ -254,7 +256,7 @@ def test_a_taken_id_is_redrawn_and_the_retry_is_told_the_final_ids(
 def test_staging_skips_a_taken_new_name_and_keeps_the_mode(tmp_path: Path) -> None:
     """A ``.new`` name another publisher holds is skipped; a queue's umask applies."""
     clock = ManualClock(1_700_000_000.0)
-    q = vsqs.Queue(tmp_path / "q", clock=clock, umask=0o027)
+    q = vsqs.PlainQueue(tmp_path / "q", clock=clock, umask=0o027)
     taken = tmp_path / "q" / f"{clock.time_us()}.new"
     taken.write_bytes(b"another publisher's")
     ids = q.publish_batch(BODIES[:2], batch_dedup_id="t")
@@ -263,7 +265,7 @@ def test_staging_skips_a_taken_new_name_and_keeps_the_mode(tmp_path: Path) -> No
     assert {os.stat(tmp_path / "q" / i).st_mode & 0o777 for i in ids} == {0o640}
 
 
-def test_a_planted_marker_is_replaced(q: vsqs.Queue, qdir: Path) -> None:
+def test_a_planted_marker_is_replaced(q: vsqs.PlainQueue, qdir: Path) -> None:
     """A directory planted under a batch's marker name reads as expired, never blocks."""
     q.publish_batch([b"x"], batch_dedup_id="t")
     (marker,) = _markers(qdir)
@@ -277,7 +279,7 @@ def test_a_planted_marker_is_replaced(q: vsqs.Queue, qdir: Path) -> None:
 
 
 def test_two_finishers_of_one_batch_make_each_message_ready_once(
-    q: vsqs.Queue, clock: ManualClock, monkeypatch: pytest.MonkeyPatch
+    q: vsqs.PlainQueue, clock: ManualClock, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Another finisher renames a recorded ``.new`` just before we do: ours finds it
     gone and moves on (RACE in ``_finish_chunk``)."""

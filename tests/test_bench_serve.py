@@ -1,7 +1,8 @@
 """benchmarks/bench_serve.py runs and prints its table (no timing is asserted).
 
-moto is not in ``make test``'s venv (it is a peer of ``make bench``), so this runs the
-floor and ``vsqs serve`` on tmpfs: the clients, the barrier, both phases, the table.
+sqslite and moto are peers of ``make bench``, not of ``make test``: this runs ``vsqs
+serve`` on tmpfs alone, through every phase (send, receive, depth, 64 clients'
+latencies) and the library's durable rate, and checks the table.
 """
 
 from __future__ import annotations
@@ -18,32 +19,18 @@ def test_bench_serve_smoke() -> None:
         "1",
         "--clients",
         "1,2",
+        "--depth",
+        "200",
         "--servers",
-        "floor,vsqs shm",
+        "vsqs shm",
     )
     lines = done.stdout.splitlines()
-    assert "vsqs shm / floor" in lines[1], done.stdout
-    rows = [line.split() for line in lines[3:-1]]
-    assert [row[:2] for row in rows] == [["send", "1"], ["send", "2"], ["receive", "1"],
-                                         ["receive", "2"]]  # fmt: skip
-    for row in rows:
-        floor, served = (float(cell.replace(",", "")) for cell in row[2:4])
-        assert floor > 0
-        assert served > 0  # vsqs serve sent, received and deleted messages
-
-
-def test_bench_serve_cpu_smoke() -> None:
-    """``--cpu``: the server's CPU time a request, for the floor and vsqs serve, and
-    their ratio (a few requests: no figure is asserted beyond being one)."""
-    done = run_benchmark(
-        "bench_serve", "--cpu", "--requests", "100", "--rounds", "1", "--servers", "floor,vsqs shm"
-    )
-    lines = done.stdout.splitlines()
-    assert lines[1].split() == ["request", "floor", "(ms)", "vsqs", "shm", "(ms)", "vsqs", "shm",
-                                "/", "floor"], done.stdout  # fmt: skip
-    assert lines[3].startswith("SendMessageBatch (10)")
-    assert lines[4].startswith("ReceiveMessage (10) + DeleteMessageBatch")
-    for line in lines[3:5]:
-        *_, floor, served, ratio = line.split()
-        assert float(floor) >= 0 and float(served) > 0, line
-        assert ratio == "n/a" or float(ratio.removesuffix("x")) > 0, line
+    assert lines[1].split() == ["figure", "vsqs", "shm"], done.stdout
+    rows = {line[:50].strip(): line[50:].split() for line in lines[3:-1]}
+    library = "library durable publish_batch (1 thread, /var/tmp)"
+    assert list(rows) == ["send 1", "receive 1", "send 2", "receive 2", "depth", "median ms",
+                          "p99 ms", library]  # fmt: skip
+    for cells in rows.values():
+        median, least = cells[0], cells[1]
+        assert float(median.replace(",", "")) > 0, done.stdout
+        assert least.startswith("(") and least.endswith(")")

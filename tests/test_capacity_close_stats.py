@@ -39,7 +39,7 @@ def test_producers_in_many_processes_never_exceed_the_capacity(qpath: str, tmp_p
             kids.start(procs.bounded_produce, qpath, f"p{n}", per_producer, capacity)
         for producer in kids.processes[3:]:
             kids.join(producer, timeout=120)
-        vsqs.Queue(qpath, durable=False).shutdown()
+        vsqs.PlainQueue(qpath, durable=False).shutdown()
         for consumer in consumers:
             kids.join(consumer, timeout=120)
         Path(stop).touch()
@@ -54,7 +54,7 @@ def test_producers_in_many_processes_never_exceed_the_capacity(qpath: str, tmp_p
 
 def test_a_blocked_producer_wakes_when_another_process_deletes(qpath: str, tmp_path: Path) -> None:
     """Its re-check is an hour away: only the delete's file event can wake it in time."""
-    vsqs.Queue(qpath, durable=False, capacity=1).publish(b"first")
+    vsqs.PlainQueue(qpath, durable=False, capacity=1).publish(b"first")
     report = str(tmp_path / "producer.json")
     with children() as kids:
         producer = kids.start(procs.bounded_publish_one, qpath, report)
@@ -62,7 +62,7 @@ def test_a_blocked_producer_wakes_when_another_process_deletes(qpath: str, tmp_p
         assert not os.path.exists(report)  # still blocked: the queue is full
         kids.join(kids.start(procs.consume_some, qpath, 1, str(tmp_path / "consumer.json")))
         kids.join(producer)
-    queue = vsqs.Queue(qpath, durable=False)
+    queue = vsqs.PlainQueue(qpath, durable=False)
     message = queue.receive(timeout=0)
     assert message is not None and message.body == b"waited"
     assert message.id == procs.load(report)
@@ -70,7 +70,7 @@ def test_a_blocked_producer_wakes_when_another_process_deletes(qpath: str, tmp_p
 
 def test_publish_with_timeout_zero_on_a_full_queue_raises_at_once(qpath: str) -> None:
     clock = ManualClock()
-    queue = vsqs.Queue(qpath, durable=False, capacity=2, clock=clock)
+    queue = vsqs.PlainQueue(qpath, durable=False, capacity=2, clock=clock)
     queue.publish_batch([b"a", b"b"])
     with pytest.raises(vsqs.QueueFull) as info:
         queue.publish(b"c", timeout=0)
@@ -83,7 +83,7 @@ def test_publish_with_timeout_zero_on_a_full_queue_raises_at_once(qpath: str) ->
     with pytest.raises(ValueError, match="can never fit"):
         queue.publish_batch([b"x"] * 3, timeout=0)
     # A delete by another queue object (another process) makes room for exactly one.
-    other = vsqs.Queue(qpath, durable=False, clock=clock)
+    other = vsqs.PlainQueue(qpath, durable=False, clock=clock)
     message = other.receive(timeout=0)
     assert message is not None and other.delete(message)
     queue.publish(b"c", timeout=0)
@@ -97,10 +97,10 @@ def test_publish_with_timeout_zero_on_a_full_queue_raises_at_once(qpath: str) ->
 
 def test_shutting_down_twice_is_harmless_in_any_process(qpath: str, tmp_path: Path) -> None:
     """As Python 3.13's queue.Queue.shutdown(): a second shutdown does nothing."""
-    queue = vsqs.Queue(qpath, durable=False)
+    queue = vsqs.PlainQueue(qpath, durable=False)
     queue.shutdown()
     queue.shutdown()
-    vsqs.Queue(qpath, durable=False).shutdown()
+    vsqs.PlainQueue(qpath, durable=False).shutdown()
     report = str(tmp_path / "close.json")
     with children() as kids:
         kids.join(kids.start(procs.close_queue, qpath, report))
@@ -113,7 +113,7 @@ def test_shutting_down_twice_is_harmless_in_any_process(qpath: str, tmp_path: Pa
 def test_closed_is_visible_and_enforced_in_other_processes(qpath: str, tmp_path: Path) -> None:
     before, after = str(tmp_path / "before.json"), str(tmp_path / "after.json")
     publish = str(tmp_path / "publish.json")
-    queue = vsqs.Queue(qpath, durable=False)
+    queue = vsqs.PlainQueue(qpath, durable=False)
     with children() as kids:
         kids.join(kids.start(procs.report_closed, qpath, before))
         seen = [queue.is_shutdown]
@@ -129,7 +129,7 @@ def test_closed_is_visible_and_enforced_in_other_processes(qpath: str, tmp_path:
     with pytest.raises(vsqs.QueueClosed):
         queue.publish_batch([b"a"])
     with pytest.raises(vsqs.QueueClosed):
-        vsqs.Queue(qpath, durable=False, capacity=3).publish(b"bounded")
+        vsqs.PlainQueue(qpath, durable=False, capacity=3).publish(b"bounded")
     assert queue.stats().is_shutdown is True
 
 
@@ -151,7 +151,7 @@ def test_stats_equal_what_several_processes_did(qpath: str, tmp_path: Path, meth
         kids.start(procs.consume_some, qpath, 10, reports[0])
         kids.start(procs.consume_some, qpath, 5, reports[1])
         kids.join_all()
-    stats = vsqs.Queue(qpath, durable=False).stats()
+    stats = vsqs.PlainQueue(qpath, durable=False).stats()
     flat = [size for batch in sizes for size in batch]
     assert (stats.produced_messages, stats.produced_bytes) == (len(flat), sum(flat))
     consumed_bytes = procs.load(reports[0]) + procs.load(reports[1])
@@ -164,7 +164,7 @@ def test_stats_equal_what_several_processes_did(qpath: str, tmp_path: Path, meth
 def test_stats_of_one_process_are_exact_at_once(qpath: str) -> None:
     # Ahead of every id this process drew before: ids never go back, so they would lead.
     clock = ManualClock(time.time() + 10 * 365 * 86400)
-    queue = vsqs.Queue(qpath, durable=False, clock=clock)
+    queue = vsqs.PlainQueue(qpath, durable=False, clock=clock)
     queue.publish(b"abc")
     queue.publish_batch([b"de", b""])
     queue.publish(b"later", delay=60)
@@ -181,7 +181,7 @@ def test_stats_of_one_process_are_exact_at_once(qpath: str) -> None:
 def test_a_forked_child_counts_what_it_does_with_an_inherited_queue(qpath: str) -> None:
     """The child uses the parent's Queue object: its counts are its own (not lost when it
     first flushes, not doubled with the parent's)."""
-    queue = vsqs.Queue(qpath, durable=False)
+    queue = vsqs.PlainQueue(qpath, durable=False)
     queue.publish(b"parent")  # the first count is flushed at once...
     queue.publish(b"parent")  # ...this one waits in memory across the fork
     with children("fork") as kids:
@@ -192,20 +192,20 @@ def test_a_forked_child_counts_what_it_does_with_an_inherited_queue(qpath: str) 
 
 def test_a_queue_dropped_without_detach_keeps_its_counts(qpath: str) -> None:
     def publish_and_forget() -> None:
-        queue = vsqs.Queue(qpath, durable=False)
+        queue = vsqs.PlainQueue(qpath, durable=False)
         queue.publish(b"a")  # flushed at once (the first count)
         queue.publish(b"bb")  # waits in memory for the next flush
 
     publish_and_forget()
     gc.collect()  # the queue object (reference cycles) is collected here
-    stats = vsqs.Queue(qpath, durable=False).stats()
+    stats = vsqs.PlainQueue(qpath, durable=False).stats()
     assert (stats.produced_messages, stats.produced_bytes) == (2, 3)
 
 
 # -- the bound holds for moves too (issue 32.2) ------------------------------------------
 
 
-def _poison(q: vsqs.Queue, clock: ManualClock, count: int) -> None:
+def _poison(q: vsqs.PlainQueue, clock: ManualClock, count: int) -> None:
     """Publish *count* messages, receive each once and let every lease end."""
     q.publish_batch([b"m%d" % n for n in range(count)])
     for _ in range(count):
@@ -218,8 +218,8 @@ def test_dead_lettering_takes_room_in_a_bounded_dead_letter_queue(tmp_path: Path
     others stay in their source, held back (counted in ``stats().held_back``, never
     delivered), and move once room is made and their hold ends. None is lost or copied."""
     clock = ManualClock()
-    vsqs.Queue(tmp_path / "dlq", clock=clock).configure(capacity=3)
-    q = vsqs.Queue(
+    vsqs.PlainQueue(tmp_path / "dlq", clock=clock).configure(capacity=3)
+    q = vsqs.PlainQueue(
         tmp_path / "q", clock=clock, visibility_timeout=1, dead_letter=tmp_path / "dlq",
         max_receives=1,
     )  # fmt: skip
@@ -244,8 +244,8 @@ def test_retention_dead_letters_take_room_and_wait_for_it(tmp_path: Path) -> Non
     """Retention's dead-lettering takes room too; what finds none is held back without a
     receive being counted, and moves when room is made."""
     clock = ManualClock()
-    dlq = vsqs.Queue(tmp_path / "dlq", clock=clock, capacity=1)
-    q = vsqs.Queue(tmp_path / "q", clock=clock, retention=10, dead_letter=dlq)
+    dlq = vsqs.PlainQueue(tmp_path / "dlq", clock=clock, capacity=1)
+    q = vsqs.PlainQueue(tmp_path / "q", clock=clock, retention=10, dead_letter=dlq)
     q.publish_batch([b"a", b"b"])
     clock.advance(11)
     assert q.clean() == 2  # both were past retention: one moved, one held back
@@ -268,8 +268,8 @@ def test_redrive_stops_when_the_target_is_full(tmp_path: Path, stored: bool) -> 
     passed as ``to``) that holds 1 moves 1 of 4 dead letters, returns 1, and leaves the
     other 3 ready in the dead-letter queue."""
     clock = ManualClock()
-    dlq = vsqs.Queue(tmp_path / "dlq", clock=clock)
-    q = vsqs.Queue(
+    dlq = vsqs.PlainQueue(tmp_path / "dlq", clock=clock)
+    q = vsqs.PlainQueue(
         tmp_path / "q", clock=clock, visibility_timeout=1, dead_letter=dlq, max_receives=1
     )
     _poison(q, clock, 4)
@@ -278,7 +278,7 @@ def test_redrive_stops_when_the_target_is_full(tmp_path: Path, stored: bool) -> 
     q.publish(b"fresh")
     if stored:
         q.configure(capacity=2)
-    target = None if stored else vsqs.Queue(q.path, clock=clock, capacity=2)
+    target = None if stored else vsqs.PlainQueue(q.path, clock=clock, capacity=2)
     assert dlq.redrive(to=target) == 1
     assert q.counts().total == 2
     assert dlq.counts().ready == 3
@@ -310,7 +310,7 @@ class _Gate:
 def _publisher(qdir: Path, clock: ManualClock, out: list[object]) -> threading.Thread:
     def run() -> None:
         try:
-            out.append(vsqs.Queue(qdir, durable=False, clock=clock).publish(b"late"))
+            out.append(vsqs.PlainQueue(qdir, durable=False, clock=clock).publish(b"late"))
         except vsqs.QueueClosed as exc:
             out.append(exc)
 
@@ -325,7 +325,7 @@ def test_a_drain_waits_for_a_publisher_whose_clock_is_70_s_behind(
     mtime as well as id, as ``clean`` does): the message is delivered, then the queue
     is drained, and nothing is left behind."""
     qdir = tmp_path / "q"
-    consumer = vsqs.Queue(qdir, durable=False, clock=ManualClock(time.time()))
+    consumer = vsqs.PlainQueue(qdir, durable=False, clock=ManualClock(time.time()))
     gate = _Gate(monkeypatch, "rename_noreplace", "publisher")
     out: list[object] = []
     publisher = _publisher(qdir, ManualClock(time.time() - 70), out)
@@ -353,7 +353,7 @@ def test_a_publisher_stalled_before_its_rename_through_a_shutdown_leaves_nothing
     down and withdraws its ``.new``: no message is left once ``consume()`` has returned."""
     qdir = tmp_path / "q"
     start = time.time()
-    consumer = vsqs.Queue(qdir, durable=False, clock=ManualClock(start))
+    consumer = vsqs.PlainQueue(qdir, durable=False, clock=ManualClock(start))
     consumer.publish(b"early")
     gate = _Gate(monkeypatch, "exists", "publisher")  # its shutdown check, after the body
     out: list[object] = []

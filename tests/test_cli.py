@@ -39,6 +39,25 @@ def shell(args: list[str]) -> subprocess.CompletedProcess[str]:
     return subprocess.run(args, capture_output=True, text=True, env=ENV, timeout=120, check=False)
 
 
+def wait_blocked(pid: int, timeout: float = 60) -> None:
+    """Return once the process *pid* waits for a message: it holds an inotify descriptor
+    (opened by its waiter after the imports and the first look) and sleeps. A fixed sleep
+    would signal a process still importing on a loaded machine."""
+    deadline = time.monotonic() + timeout
+    fds = Path(f"/proc/{pid}/fd")
+    while time.monotonic() < deadline:
+        try:
+            waiting = any(os.readlink(fd) == "anon_inode:inotify" for fd in fds.iterdir())
+            state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        except (FileNotFoundError, ProcessLookupError):
+            waiting, state = False, "?"  # RACE: a descriptor closed between the two looks
+        if waiting and state == "S":
+            time.sleep(0.2)  # it may still be between its look and the wait itself
+            return
+        time.sleep(0.02)
+    raise AssertionError(f"process {pid} never blocked waiting within {timeout} s")
+
+
 def finish(child: subprocess.Popen[str], timeout: float = 60) -> tuple[str, str]:
     """The output of a child told to stop; one still running after *timeout* is killed
     (never leaked into the rest of the run, as one that ignores SIGINT would be) and the
@@ -385,7 +404,7 @@ def test_clean_removes_old_debris_only(tmp_path: Path) -> None:
     os.utime(old, (1_600_000_000, 1_600_000_000))
     young = tmp_path / f"{time.time_ns() // 1000}.new"
     young.write_bytes(b"being written")
-    assert run("clean", str(tmp_path)).stdout == "removed 1 entries\n"
+    assert run("clean", str(tmp_path)).stdout == "removed 1 entry\n"
     assert not old.exists()
     assert young.exists()
     assert run("clean", str(tmp_path), "--older-than", "-1").exit_code == 2
@@ -395,7 +414,7 @@ def test_requeue_returns_expired_leases(tmp_path: Path) -> None:
     run("publish", str(tmp_path), "a")
     # --keep prints each message once, even when its lease ends during the run.
     assert run("receive", str(tmp_path), "--keep", "--visibility-timeout", "0").stdout == "a\n"
-    assert run("requeue", str(tmp_path)).stdout == "requeued 1 messages\n"
+    assert run("requeue", str(tmp_path)).stdout == "requeued 1 message\n"
     assert vsqs.Queue(tmp_path).counts().ready == 1
 
 
@@ -407,7 +426,7 @@ def test_redrive_to_the_source_and_to_another_queue(tmp_path: Path) -> None:
         assert queue.receive(timeout=0, visibility_timeout=0) is not None
         assert queue.requeue_expired() == 0  # one receive ended undeleted: dead-lettered
     assert vsqs.Queue(dlq).counts().ready == 3
-    assert run("redrive", str(dlq), "--limit", "1").stdout == "redrove 1 messages\n"
+    assert run("redrive", str(dlq), "--limit", "1").stdout == "redrove 1 message\n"
     assert bodies(source) == [b"x"]
     vsqs.Queue(other)
     assert run("redrive", str(dlq), "--to", str(other)).stdout == "redrove 2 messages\n"
@@ -536,7 +555,7 @@ def test_ctrl_c_exits_130_without_a_traceback(tmp_path: Path) -> None:
         text=True,
         env=ENV,
     )
-    time.sleep(1.0)  # let it start and block (a real process: no manual clock to step)
+    wait_blocked(child.pid)
     child.send_signal(signal.SIGINT)
     out, err = finish(child)
     assert (child.returncode, out, err) == (130, "", "vsqs: interrupted\n")
@@ -900,7 +919,7 @@ def test_sigterm_while_waiting_for_a_message_exits_143_with_a_line(tmp_path: Pat
         text=True,
         env=ENV,
     )
-    time.sleep(1.0)  # let it start and block (a real process: no manual clock to step)
+    wait_blocked(child.pid)
     child.send_signal(signal.SIGTERM)
     out, err = finish(child)
     assert (child.returncode, out, err) == (143, "", "vsqs: stopped by SIGTERM\n")

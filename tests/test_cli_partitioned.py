@@ -26,7 +26,7 @@ def test_create_stores_the_partition_count_and_fifo(tmp_path: Path) -> None:
     assert isinstance(queue, vsqs.PartitionedQueue)
     assert (queue.partitions, queue.fifo) == (4, True)
     assert run("create", plain).stdout == f"{plain}\n"
-    assert vsqs.Queue(plain).partitions == 1
+    assert len(vsqs.partitions_of(vsqs.Queue(plain))) == 1
     again = run("create", orders)  # opened as it is
     assert (again.exit_code, again.stdout) == (0, f"{orders}  (partitions=4, fifo)\n")
     fifo_only = run("create", str(tmp_path / "f"), "--fifo")
@@ -39,7 +39,7 @@ def test_create_refuses_another_count_naming_both(tmp_path: Path) -> None:
     refused = run("create", orders, "--partitions", "2")
     assert refused.exit_code == 2
     assert "partitions=4" in refused.output and "partitions=2" in refused.output
-    assert vsqs.Queue(orders).partitions == 4
+    assert vsqs.PartitionedQueue(orders).partitions == 4
     bad = run("create", str(tmp_path / "x"), "--partitions", "0")
     assert bad.exit_code == 2 and not (tmp_path / "x").exists()
 
@@ -51,39 +51,39 @@ def test_queues_create_takes_partitions_and_fifo(tmp_path: Path) -> None:
     assert made.stdout.splitlines() == [
         f"{root}/a  (partitions=2, fifo)", f"{root}/b  (partitions=2, fifo)",
     ]  # fmt: skip
-    assert vsqs.QueueRoot(root).get("a").partitions == 2
+    assert len(vsqs.partitions_of(vsqs.QueueRoot(root).get("a"))) == 2
     refused = run("queues", "--root", root, "create", "a", "--partitions", "3")
     assert refused.exit_code == 2 and "partitions=2" in refused.output
 
 
 def test_config_shows_and_sets_fifo_and_refuses_partitions(tmp_path: Path) -> None:
     orders = str(tmp_path / "orders")
-    vsqs.Queue(orders, partitions=3)
+    vsqs.PartitionedQueue(orders, partitions=3)
     shown = run("config", orders)
     assert "fifo                false  (default)\n" in shown.stdout
     assert "partitions          3\n" in shown.stdout
     on = run("config", orders, "--fifo", "--json")
     assert on.exit_code == 0, on.output
     assert json.loads(on.stdout) == {"fifo": True, "partitions": 3}
-    queue = vsqs.Queue(orders)
+    queue = vsqs.PartitionedQueue(orders)
     assert queue.fifo and all(part.fifo for part in queue.partition_queues)
     off = run("config", orders, "--no-fifo")
     assert "fifo                false\n" in off.stdout
-    assert not any(part.fifo for part in vsqs.Queue(orders).partition_queues)
+    assert not any(part.fifo for part in vsqs.partitions_of(vsqs.Queue(orders)))
     refused = run("config", orders, "--partitions", "6")
     assert refused.exit_code == 2
     assert "fixed when a queue is created" in refused.output and "redrive" in refused.output
-    assert vsqs.Queue(orders).partitions == 3
+    assert vsqs.PartitionedQueue(orders).partitions == 3
     unset = run("config", orders, "--unset", "fifo", "--json")
     assert json.loads(unset.stdout) == {"partitions": 3}
 
 
 def test_publish_group_keeps_a_group_in_its_partition_in_order(tmp_path: Path) -> None:
     orders = str(tmp_path / "orders")
-    vsqs.Queue(orders, partitions=4)
+    vsqs.PartitionedQueue(orders, partitions=4)
     for n in range(3):
         assert run("publish", orders, "--group", "customer-42", f"a{n}", f"b{n}").exit_code == 0
-    queue = vsqs.Queue(orders)
+    queue = vsqs.PartitionedQueue(orders)
     home = queue.partition_for("customer-42")
     assert [m.body for m in home.browse()] == [b"a0", b"b0", b"a1", b"b1", b"a2", b"b2"]
     assert {m.group for m in home.browse()} == {"customer-42"}
@@ -99,7 +99,7 @@ def test_publish_group_keeps_a_group_in_its_partition_in_order(tmp_path: Path) -
 
 def test_stats_shows_every_partition_in_the_table_and_json(tmp_path: Path) -> None:
     orders = str(tmp_path / "orders")
-    queue = vsqs.Queue(orders, partitions=3)
+    queue = vsqs.PartitionedQueue(orders, partitions=3)
     queue.partition_queues[1].publish_batch([b"x", b"y"])
     queue.partition_queues[2].publish(b"z")
     table = run("stats", orders)

@@ -15,15 +15,17 @@ from vsqs.testing import ManualClock
 START = 1_700_000_000.0
 
 
-def two_hosts(qdir: Path, **options: object) -> tuple[vsqs.Queue, vsqs.Queue, ManualClock]:
+def two_hosts(
+    qdir: Path, **options: object
+) -> tuple[vsqs.PlainQueue, vsqs.PlainQueue, ManualClock]:
     """Two handles on one queue with separate id sources; the first one's clock."""
     clock_a, clock_b = ManualClock(START), ManualClock(START)
-    a = vsqs.Queue(qdir, clock=clock_a, durable=False, **options)  # type: ignore[arg-type]
-    b = vsqs.Queue(qdir, clock=clock_b, durable=False, **options)  # type: ignore[arg-type]
+    a = vsqs.PlainQueue(qdir, clock=clock_a, durable=False, **options)  # type: ignore[arg-type]
+    b = vsqs.PlainQueue(qdir, clock=clock_b, durable=False, **options)  # type: ignore[arg-type]
     return a, b, clock_a
 
 
-def drain(queue: vsqs.Queue) -> list[vsqs.Message]:
+def drain(queue: vsqs.PlainQueue) -> list[vsqs.Message]:
     got = []
     while (message := queue.receive(timeout=0)) is not None:
         got.append(message)
@@ -63,11 +65,11 @@ def test_two_delayed_publishes_of_one_id_keep_their_delay(qdir: Path) -> None:
     got = drain(a)
     assert sorted(m.body for m in got) == [b"a", b"b"]
     assert [m.receive_count for m in got] == [1, 1]
-    assert vsqs.Queue(dlq).size() == 0
+    assert vsqs.PlainQueue(dlq).size() == 0
 
 
 def test_claim_into_a_taken_lease_name_overwrites_nothing(qdir: Path, clock: ManualClock) -> None:
-    q = vsqs.Queue(qdir, clock=clock, durable=False, visibility_timeout=30)
+    q = vsqs.PlainQueue(qdir, clock=clock, durable=False, visibility_timeout=30)
     message_id = q.publish(b"mine")
     # A peer whose clock agrees claimed a same-id message into the very same expiry.
     planted = qdir / f"{message_id}.{clock.time_us() + 30_000_000}"
@@ -83,22 +85,23 @@ def test_claim_into_a_taken_lease_name_overwrites_nothing(qdir: Path, clock: Man
 def test_extending_into_a_taken_lease_name_moves_one_microsecond(
     qdir: Path, clock: ManualClock
 ) -> None:
-    q = vsqs.Queue(qdir, clock=clock, durable=False, visibility_timeout=30)
+    q = vsqs.PlainQueue(qdir, clock=clock, durable=False, visibility_timeout=30)
     q.publish(b"mine")
     message = q.receive(timeout=0)
     assert message is not None
     target = clock.time_us() + 60_000_000
-    planted = qdir / f"{message.id}.{target}"
+    delivery = message.receipt.split(".")[1]  # an extended lease carries its delivery
+    planted = qdir / f"{message.id}.{target}.{delivery}"
     planted.write_bytes(b"theirs")
     extended = q.change_visibility(message, 60)
-    assert extended.receipt == f"{message.id}.{target + 1}"
+    assert extended.receipt == f"{message.id}.{target + 1}.{delivery}"
     assert planted.read_bytes() == b"theirs"
     assert q.delete(extended)
     assert planted.read_bytes() == b"theirs"
 
 
 def test_requeue_hold_name_taken_moves_on(qdir: Path, clock: ManualClock) -> None:
-    q = vsqs.Queue(qdir, clock=clock, durable=False, visibility_timeout=1)
+    q = vsqs.PlainQueue(qdir, clock=clock, durable=False, visibility_timeout=1)
     q.publish(b"mine")
     message = q.receive(timeout=0)
     assert message is not None
@@ -115,7 +118,7 @@ def test_requeue_hold_name_taken_moves_on(qdir: Path, clock: ManualClock) -> Non
 def test_link_then_unlink_cut_short_is_one_message(qdir: Path, clock: ManualClock) -> None:
     """A requeue by link+unlink (filesystems without a no-replace rename) that died between
     the two calls leaves one inode under both names: it is delivered once, not twice."""
-    q = vsqs.Queue(qdir, clock=clock, durable=False, visibility_timeout=1)
+    q = vsqs.PlainQueue(qdir, clock=clock, durable=False, visibility_timeout=1)
     q.publish(b"once")
     message = q.receive(timeout=0)
     assert message is not None
@@ -127,8 +130,8 @@ def test_link_then_unlink_cut_short_is_one_message(qdir: Path, clock: ManualCloc
 
 
 def test_dead_letter_into_a_taken_id(tmp_path: Path, clock: ManualClock) -> None:
-    dlq = vsqs.Queue(tmp_path / "dlq", clock=ManualClock(START), durable=False)
-    q = vsqs.Queue(
+    dlq = vsqs.PlainQueue(tmp_path / "dlq", clock=ManualClock(START), durable=False)
+    q = vsqs.PlainQueue(
         tmp_path / "q", clock=clock, durable=False, visibility_timeout=1, dead_letter=dlq,
         max_receives=1,
     )  # fmt: skip
@@ -144,7 +147,7 @@ def test_dead_letter_into_a_taken_id(tmp_path: Path, clock: ManualClock) -> None
 
 
 def test_receipt_caches_stay_bounded_and_correct(qdir: Path, clock: ManualClock) -> None:
-    q = vsqs.Queue(qdir, clock=clock, durable=False, visibility_timeout=60)
+    q = vsqs.PlainQueue(qdir, clock=clock, durable=False, visibility_timeout=60)
     q.publish_batch([b"x"] * 4200)
     held = q.receive_batch(4200)
     assert len(held) == 4200
@@ -155,7 +158,7 @@ def test_receipt_caches_stay_bounded_and_correct(qdir: Path, clock: ManualClock)
 
 
 def test_browse_skips_what_was_taken_meanwhile(qdir: Path, clock: ManualClock) -> None:
-    q = vsqs.Queue(qdir, clock=clock, durable=False)
+    q = vsqs.PlainQueue(qdir, clock=clock, durable=False)
     first, second, third = q.publish_batch([b"1", b"2", b"3"])
     seen = q.browse()
     assert next(seen).id == first
@@ -166,7 +169,7 @@ def test_browse_skips_what_was_taken_meanwhile(qdir: Path, clock: ManualClock) -
 
 
 def test_a_delayed_publish_into_a_taken_name_draws_again(qdir: Path, clock: ManualClock) -> None:
-    q = vsqs.Queue(qdir, clock=clock, durable=False)
+    q = vsqs.PlainQueue(qdir, clock=clock, durable=False)
     # A peer's message held until exactly when ours would come due, under our next id.
     planted = qdir / f"{int(START * 1e6)}.{int((START + 10) * 1e6)}"
     planted.write_bytes(b"theirs")

@@ -31,7 +31,7 @@ def test_concurrent_publishers_of_one_dedup_id_publish_once(tmp_path: Path) -> N
     """Six processes publish the same dedup id at the same moment: one message, and
     every publisher is told its id."""
     qdir = tmp_path / "q"
-    vsqs.Queue(qdir)
+    vsqs.PlainQueue(qdir)
     ctx = forkserver()
     barrier = ctx.Barrier(6)
     outs = [tmp_path / f"out{n}" for n in range(6)]
@@ -47,10 +47,10 @@ def test_concurrent_publishers_of_one_dedup_id_publish_once(tmp_path: Path) -> N
     ids = {out.read_text() for out in outs}
     assert len(ids) == 1
     assert names(qdir) == sorted(ids)
-    assert_consistent(vsqs.Queue(qdir))
+    assert_consistent(vsqs.PlainQueue(qdir))
 
 
-def test_same_dedup_id_within_the_window_publishes_once(q: vsqs.Queue, qdir: Path) -> None:
+def test_same_dedup_id_within_the_window_publishes_once(q: vsqs.PlainQueue, qdir: Path) -> None:
     """A retried publish returns the first id and adds nothing, even after a delete."""
     first = q.publish(b"row 1", dedup_id="batch-1")
     assert q.publish(b"row 1 again", dedup_id="batch-1") == first
@@ -63,7 +63,7 @@ def test_same_dedup_id_within_the_window_publishes_once(q: vsqs.Queue, qdir: Pat
 
 def test_window_expiry(qdir: Path, clock: ManualClock) -> None:
     """After the window (default 300 s) the same dedup id publishes again."""
-    q = vsqs.Queue(qdir, clock=clock)
+    q = vsqs.PlainQueue(qdir, clock=clock)
     first = q.publish(b"x", dedup_id="k")
     clock.advance(300)
     assert q.publish(b"x", dedup_id="k") == first  # exactly 300 s: still inside
@@ -74,7 +74,7 @@ def test_window_expiry(qdir: Path, clock: ManualClock) -> None:
 
 
 def test_crashed_publisher_marker_is_taken_over(
-    q: vsqs.Queue, qdir: Path, clock: ManualClock
+    q: vsqs.PlainQueue, qdir: Path, clock: ManualClock
 ) -> None:
     """A marker whose message is still ``.new`` long after (its publisher died between
     marker and rename) does not swallow a retry: the retry publishes."""
@@ -90,7 +90,7 @@ def test_crashed_publisher_marker_is_taken_over(
 
 
 def test_young_in_progress_marker_is_waited_for_then_taken_over(
-    q: vsqs.Queue, qdir: Path, clock: ManualClock
+    q: vsqs.PlainQueue, qdir: Path, clock: ManualClock
 ) -> None:
     """A marker written just now whose ``.new`` never becomes ready: the duplicate waits
     (30 manual seconds), then publishes its own copy rather than lose the message."""
@@ -104,7 +104,7 @@ def test_young_in_progress_marker_is_waited_for_then_taken_over(
 
 
 def test_clean_frees_the_key_of_a_crashed_publisher(
-    q: vsqs.Queue, qdir: Path, clock: ManualClock
+    q: vsqs.PlainQueue, qdir: Path, clock: ManualClock
 ) -> None:
     """``clean()`` removes the stale ``.new`` *and* its marker, so a later retry is
     published instead of being taken for a duplicate of a message that never was."""
@@ -127,7 +127,7 @@ def test_clean_right_after_a_killed_dedup_publisher_never_loses_the_retry(
     ``clean(older_than=0)`` at once: the ``.new`` its marker names is kept, so the retry
     (after the marker's in-progress limit) publishes instead of returning the dead id."""
     qdir = tmp_path / "q"
-    vsqs.Queue(qdir)
+    vsqs.PlainQueue(qdir)
     child = forkserver().Process(
         target=dedup_publisher_dying_before_rename, args=(str(qdir), "job-1")
     )
@@ -138,7 +138,7 @@ def test_clean_right_after_a_killed_dedup_publisher_never_loses_the_retry(
     assert dead.endswith(".new")
     assert _marker(qdir, "job-1").exists()
     clock = ManualClock(time.time())  # the retry waits on it, not for real
-    q = vsqs.Queue(qdir, clock=clock)
+    q = vsqs.PlainQueue(qdir, clock=clock)
     q.clean(older_than=0)
     assert names(qdir) == [dead]  # named by a marker in force: spared
     retry = q.publish(b"retry", dedup_id="job-1")
@@ -150,7 +150,7 @@ def test_clean_right_after_a_killed_dedup_publisher_never_loses_the_retry(
 
 
 def test_expired_markers_are_swept_by_clean_and_by_publishers(
-    q: vsqs.Queue, qdir: Path, clock: ManualClock
+    q: vsqs.PlainQueue, qdir: Path, clock: ManualClock
 ) -> None:
     """Markers older than the window are removed by ``clean()``, and every window by a
     deduplicating publisher."""
@@ -169,7 +169,7 @@ def test_expired_markers_are_swept_by_clean_and_by_publishers(
 
 
 def test_marker_sweep_never_lists_the_queue_directory(
-    q: vsqs.Queue, qdir: Path, clock: ManualClock, monkeypatch: pytest.MonkeyPatch
+    q: vsqs.PlainQueue, qdir: Path, clock: ManualClock, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The publishers' sweep lists only ``.vsqs/dedup``: its cost does not grow with the
     backlog (2000 ready messages here)."""
@@ -200,7 +200,7 @@ def test_marker_sweep_never_lists_the_queue_directory(
     assert os.listdir(qdir / ".vsqs" / "dedup") == [_marker(qdir, "sweeper").name]
 
 
-def test_dedup_id_must_be_a_non_empty_str(q: vsqs.Queue) -> None:
+def test_dedup_id_must_be_a_non_empty_str(q: vsqs.PlainQueue) -> None:
     with pytest.raises(ValueError, match="dedup_id"):
         q.publish(b"x", dedup_id="")
     with pytest.raises(ValueError, match="dedup_id"):

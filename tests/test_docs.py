@@ -391,7 +391,7 @@ def test_the_docstring_and_the_guides_agree_on_max_receives() -> None:
     import vsqs
 
     phrase = "after exactly ``max_receives`` receives"
-    docstring = " ".join((vsqs.Queue.__doc__ or "").split())
+    docstring = " ".join((vsqs.PlainQueue.__doc__ or "").split())
     guide = " ".join((DOCS / "guides" / "lifecycle.rst").read_text(encoding="utf-8").split())
     concepts = " ".join((DOCS / "concepts.rst").read_text(encoding="utf-8").split())
     for where, text in (("Queue", docstring), ("lifecycle", guide), ("concepts", concepts)):

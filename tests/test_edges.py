@@ -33,10 +33,10 @@ START = 1_700_000_000.0
 
 def test_a_queue_cannot_be_its_own_dead_letter_queue(qdir: Path) -> None:
     with pytest.raises(ValueError, match="own dead-letter queue"):
-        vsqs.Queue(qdir, dead_letter=qdir)
+        vsqs.PlainQueue(qdir, dead_letter=qdir)
 
 
-def test_batch_arguments(q: vsqs.Queue) -> None:
+def test_batch_arguments(q: vsqs.PlainQueue) -> None:
     assert q.publish_batch([]) == []
     with pytest.raises(ValueError, match="2 dedup_ids for 1 bodies"):
         q.publish_batch([b"x"], dedup_ids=["a", "b"])
@@ -47,7 +47,7 @@ def test_batch_arguments(q: vsqs.Queue) -> None:
 
 
 def test_files_and_streams_refuse_bounded_queues(qdir: Path, tmp_path: Path) -> None:
-    q = vsqs.Queue(qdir, capacity=10, durable=False)
+    q = vsqs.PlainQueue(qdir, capacity=10, durable=False)
     source = tmp_path / "body"
     source.write_bytes(b"x")
     with pytest.raises(ValueError, match="do not support bounded queues"):
@@ -57,20 +57,20 @@ def test_files_and_streams_refuse_bounded_queues(qdir: Path, tmp_path: Path) -> 
     assert source.exists() and q.size() == 0
 
 
-def test_history_wants_a_message_or_a_name(q: vsqs.Queue) -> None:
+def test_history_wants_a_message_or_a_name(q: vsqs.PlainQueue) -> None:
     with pytest.raises(vsqs.InvalidId, match="expected a Message"):
         q.history(123)  # type: ignore[arg-type]
 
 
 def test_repr_names_the_path(qdir: Path) -> None:
-    q = vsqs.Queue(qdir)
+    q = vsqs.PlainQueue(qdir)
     assert repr(q) == f"Queue({str(qdir)!r})"
-    other = vsqs.Queue(qdir.parent / "other")
+    other = vsqs.PlainQueue(qdir.parent / "other")
     assert repr(vsqs.QueueSet(q, other)) == f"QueueSet({q!r}, {other!r}, order='oldest')"
 
 
 def test_queue_set_arguments(tmp_path: Path) -> None:
-    queues = [vsqs.Queue(tmp_path / "a"), vsqs.Queue(tmp_path / "b")]
+    queues = [vsqs.PlainQueue(tmp_path / "a"), vsqs.PlainQueue(tmp_path / "b")]
     for bad in (0, -1, True, "1"):
         with pytest.raises(ValueError, match="recheck must be a positive number"):
             vsqs.QueueSet(*queues, recheck=bad)  # type: ignore[arg-type]
@@ -97,7 +97,7 @@ def test_umask_fixes_an_existing_directory_and_every_file(tmp_path: Path) -> Non
     qdir = tmp_path / "shared"
     qdir.mkdir(mode=0o700)
     os.chmod(qdir, 0o2700)  # set-group-id, as a shared group directory has
-    q = vsqs.Queue(qdir, umask=0o002)
+    q = vsqs.PlainQueue(qdir, umask=0o002)
     assert stat.S_IMODE(qdir.stat().st_mode) == 0o2775  # widened; set-group-id kept
     message_id = q.publish(b"x", attributes={"a": "b"})
     assert stat.S_IMODE((qdir / message_id).stat().st_mode) == 0o664
@@ -129,7 +129,7 @@ def test_null_queue_answers_every_call() -> None:
 # -- leases left after they were lost ----------------------------------------------------
 
 
-def test_a_lease_lost_before_an_exception_lets_the_exception_through(q: vsqs.Queue) -> None:
+def test_a_lease_lost_before_an_exception_lets_the_exception_through(q: vsqs.PlainQueue) -> None:
     q.publish(b"job")
     message = q.receive(timeout=0)
     assert message is not None
@@ -145,7 +145,7 @@ def test_a_lease_lost_before_an_exception_lets_the_exception_through(q: vsqs.Que
     assert lease.ended
 
 
-def test_release_of_a_lost_lease_raises_lease_lost(q: vsqs.Queue) -> None:
+def test_release_of_a_lost_lease_raises_lease_lost(q: vsqs.PlainQueue) -> None:
     q.publish(b"job")
     message = q.receive(timeout=0)
     assert message is not None
@@ -161,7 +161,7 @@ def test_release_of_a_lost_lease_raises_lease_lost(q: vsqs.Queue) -> None:
 
 
 def test_a_closed_handles_waiter_is_detached(tmp_path: Path) -> None:
-    q = vsqs.Queue(tmp_path / "q", wait="inotify")
+    q = vsqs.PlainQueue(tmp_path / "q", wait="inotify")
     assert q.receive(timeout=0.01) is None  # the watch exists
     waiter = q.waiter()
     q.close()
@@ -184,7 +184,7 @@ def test_stats_shows_the_oldest_age_in_a_readable_unit(
     tmp_path: Path, age: int, shown: str
 ) -> None:
     qdir = tmp_path / "q"
-    vsqs.Queue(qdir)
+    vsqs.PlainQueue(qdir)
     # A message published *age* seconds ago (its id is its creation time).
     (qdir / str(int((time.time() - age) * 1e6))).write_bytes(b"old")
     result = CliRunner().invoke(cli, ["stats", str(qdir)])
@@ -196,7 +196,7 @@ def test_stats_shows_the_oldest_age_in_a_readable_unit(
 
 
 def test_stats_ignore_temporary_torn_and_foreign_counter_files(qdir: Path) -> None:
-    q = vsqs.Queue(qdir, durable=False)
+    q = vsqs.PlainQueue(qdir, durable=False)
     q.publish(b"x")
     q.close()  # flushes this process's counters
     stats_dir = next(p for p in (qdir / ".vsqs").iterdir() if p.name == "stats")
@@ -205,7 +205,7 @@ def test_stats_ignore_temporary_torn_and_foreign_counter_files(qdir: Path) -> No
     (stats_dir / "a-list").write_text("[1, 2]")
     (stats_dir / "a-dir").mkdir()
     (stats_dir / "strings").write_text(json.dumps({"produced_messages": "7"}))
-    assert vsqs.Queue(qdir).stats().produced_messages == 1
+    assert vsqs.PlainQueue(qdir).stats().produced_messages == 1
 
 
 def test_stats_of_a_queue_whose_metadata_is_a_file(tmp_path: Path) -> None:
@@ -213,7 +213,7 @@ def test_stats_of_a_queue_whose_metadata_is_a_file(tmp_path: Path) -> None:
     qdir.mkdir()
     (qdir / ".vsqs").write_text("not a directory")
     (qdir / "1700000000000000").write_bytes(b"x")
-    stats = vsqs.Queue(qdir).stats()
+    stats = vsqs.PlainQueue(qdir).stats()
     assert stats.produced_messages == 0 and stats.ready == 1
 
 
@@ -236,8 +236,8 @@ def test_dead_letter_across_filesystems_into_a_taken_id(
     tmp_path: Path, shm_dir: Path, with_attributes: bool
 ) -> None:
     clock = ManualClock(START)
-    dlq = vsqs.Queue(shm_dir / "dlq", clock=ManualClock(START), durable=True)
-    q = vsqs.Queue(
+    dlq = vsqs.PlainQueue(shm_dir / "dlq", clock=ManualClock(START), durable=True)
+    q = vsqs.PlainQueue(
         tmp_path / "q", clock=clock, durable=True, visibility_timeout=1, dead_letter=dlq,
         max_receives=1,
     )  # fmt: skip
@@ -259,7 +259,7 @@ def test_dead_letter_across_filesystems_into_a_taken_id(
 
 
 def test_clean_survives_planted_entries_among_dedup_markers(qdir: Path, clock: ManualClock) -> None:
-    q = vsqs.Queue(qdir, clock=clock, durable=False, dedup_window=60)
+    q = vsqs.PlainQueue(qdir, clock=clock, durable=False, dedup_window=60)
     first = q.publish(b"x", dedup_id="order-1")
     dedup = next(p for p in (qdir / ".vsqs").iterdir() if p.name == "dedup")
     (dedup / "planted-dir").mkdir()
@@ -278,7 +278,7 @@ def test_clean_removes_pokes_and_announcements_a_dead_process_left(qdir: Path) -
     """A process killed between making a poke (`.wake-*`) or an announcement
     (`.wake-*-meta`) and removing it leaves an empty file: clean() removes old ones only,
     and never another dot-file."""
-    q = vsqs.Queue(qdir, durable=False)
+    q = vsqs.PlainQueue(qdir, durable=False)
     q.publish(b"kept")
     left = [".wake-41-0a1b2c3d", ".wake-41-0a1b2c3e-meta"]
     for name in [*left, ".wake-young", ".my-notes"]:
@@ -302,7 +302,7 @@ import vsqs
 # Ctrl-C as at a terminal, even when the tests run with SIGINT ignored (nohup, `&`),
 # which a child inherits and which would make it deaf to the signal sent below.
 signal.signal(signal.SIGINT, signal.default_int_handler)
-queue = vsqs.Queue(sys.argv[1])
+queue = vsqs.PlainQueue(sys.argv[1])
 try:
     while True:
         queue.publish_batch([b"0123456789"] * 100)  # one syncfs, then 100 renames

@@ -15,7 +15,7 @@ from vsqs.cli import cli
 from vsqs.testing import assert_consistent, drain
 
 
-def test_assert_consistent_names_every_problem(q: vsqs.Queue, qdir: Path) -> None:
+def test_assert_consistent_names_every_problem(q: vsqs.PlainQueue, qdir: Path) -> None:
     q.publish(b"x", attributes={"a": "b"})
     assert_consistent(q)
     (qdir / "1700000000000001").mkdir()  # a directory under a message name
@@ -35,10 +35,10 @@ def test_assert_consistent_refuses_metadata_that_is_not_a_directory(tmp_path: Pa
     qdir.mkdir()
     (qdir / ".vsqs").write_text("planted")
     with pytest.raises(AssertionError, match=r"\.vsqs is not a directory"):
-        assert_consistent(vsqs.Queue(qdir))
+        assert_consistent(vsqs.PlainQueue(qdir))
 
 
-def test_drain_with_a_limit_and_without_deleting(q: vsqs.Queue) -> None:
+def test_drain_with_a_limit_and_without_deleting(q: vsqs.PlainQueue) -> None:
     q.publish_batch([b"1", b"2", b"3"])
     got = drain(q, delete=False, limit=2)
     assert [m.body for m in got] == [b"1", b"2"]
@@ -74,7 +74,7 @@ def test_an_interrupt_is_one_line_and_exit_status_130(tmp_path: Path) -> None:
     assert result.exit_code == 130, result.output
     assert "vsqs: interrupted" in result.output
     # The line read before the interrupt is published, whole; nothing is left half-made.
-    assert [m.body for m in drain(vsqs.Queue(qdir))] == [b"one"]
+    assert [m.body for m in drain(vsqs.PlainQueue(qdir))] == [b"one"]
     assert not [n for n in os.listdir(qdir) if n.endswith(".new")]
 
 
@@ -84,7 +84,7 @@ def test_exec_whose_message_is_taken_while_it_runs_says_it_will_come_again(
     """CMD outlives its lease while someone else takes the message: the heartbeat finds the
     lease lost and stops renewing; at exit vsqs deletes nothing and says so."""
     qdir = tmp_path / "q"
-    with vsqs.Queue(qdir) as queue:
+    with vsqs.PlainQueue(qdir) as queue:
         queue.publish(b"job")
     # CMD: wait past the first heartbeat, then rename the held file away, as a consumer
     # that took it over would, then outlive the next heartbeat.

@@ -41,6 +41,7 @@ _ARGUMENTS: dict[str, Any] = {
     "queue": "/q",
     "message_id": "1732257000123456",
     "message": "a message",
+    "timeout": 2.5,
 }
 
 
@@ -110,7 +111,7 @@ def test_the_tree_and_the_search_see_the_errors_expected() -> None:
     assert TREE["QueueDrained"] == ("QueueClosed", frozenset({"EOFError"}))
     assert TREE["UnsafeEntry"] == ("VsqsError", frozenset({"OSError"}))
     assert {"SqsError", "StateMismatch", "MessageGone", "UnsafeEntry", "Stopped"} <= set(CLASSES)
-    assert {"Stopped", "CliError", "Refused", "NotKombu"} == INTERNAL
+    assert {"Stopped", "CliError", "Refused", "NotKombu", "Parked"} == INTERNAL
 
 
 @pytest.mark.parametrize("name", sorted(PUBLIC))

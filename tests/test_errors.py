@@ -21,6 +21,7 @@ from .fixtures_core import children
 
 BUILTIN_OF: dict[type[vsqs.VsqsError], type[BaseException]] = {
     vsqs.QueueFull: TimeoutError,
+    vsqs.LockTimeout: TimeoutError,
     vsqs.InvalidId: ValueError,
     vsqs.InvalidName: ValueError,
     vsqs.InvalidAttributes: ValueError,
@@ -36,6 +37,7 @@ BUILTIN_OF: dict[type[vsqs.VsqsError], type[BaseException]] = {
 SAMPLES: list[vsqs.VsqsError] = [
     vsqs.VsqsError("plain"),
     vsqs.QueueFull("/q", 7),
+    vsqs.LockTimeout("/q/.vsqs/settings.lock", 10.0),
     vsqs.QueueClosed("/q"),
     vsqs.QueueDrained("/q"),
     vsqs.InvalidId("../x", "path separators"),

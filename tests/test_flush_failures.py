@@ -44,13 +44,13 @@ def _failing(
     return calls
 
 
-def _names(queue: vsqs.Queue) -> list[str]:
+def _names(queue: vsqs.PlainQueue) -> list[str]:
     return sorted(n for n in os.listdir(queue.path) if not n.startswith("."))
 
 
 @pytest.mark.parametrize("code", [errno.EIO, errno.ENOSPC])
 def test_a_failed_body_flush_leaves_nothing_visible(
-    q: vsqs.Queue, monkeypatch: pytest.MonkeyPatch, code: int
+    q: vsqs.PlainQueue, monkeypatch: pytest.MonkeyPatch, code: int
 ) -> None:
     """publish, publish_stream: the body's fsync fails before the commit rename."""
     _failing(monkeypatch, "fsync", code=code)
@@ -64,7 +64,7 @@ def test_a_failed_body_flush_leaves_nothing_visible(
 
 @pytest.mark.parametrize("batch_key", [None, "job-1"])
 def test_a_failed_batch_flush_leaves_nothing_visible(
-    q: vsqs.Queue, monkeypatch: pytest.MonkeyPatch, batch_key: str | None
+    q: vsqs.PlainQueue, monkeypatch: pytest.MonkeyPatch, batch_key: str | None
 ) -> None:
     """publish_batch (with and without batch_dedup_id): the bodies' flush fails."""
     _failing(monkeypatch, "sync_files")
@@ -77,7 +77,7 @@ def test_a_failed_batch_flush_leaves_nothing_visible(
 
 
 def test_a_failed_directory_flush_after_publish_names_the_message(
-    q: vsqs.Queue, monkeypatch: pytest.MonkeyPatch
+    q: vsqs.PlainQueue, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """publish: the directory fsync after the commit rename fails."""
     _failing(monkeypatch, "fsync_dir")
@@ -94,7 +94,7 @@ def test_a_failed_directory_flush_after_publish_names_the_message(
 
 @pytest.mark.parametrize("barrier", [True, False], ids=["syncfs", "fsync-each"])
 def test_a_failed_flush_after_a_batch_names_every_visible_message(
-    q: vsqs.Queue, monkeypatch: pytest.MonkeyPatch, barrier: bool
+    q: vsqs.PlainQueue, monkeypatch: pytest.MonkeyPatch, barrier: bool
 ) -> None:
     """publish_batch with dedup ids: the final flush (one syncfs where it is a barrier,
     else the directory fsync) fails; a retry with the same ids adds nothing."""
@@ -116,7 +116,7 @@ def test_a_failed_flush_after_a_batch_names_every_visible_message(
 
 
 def test_a_failed_flush_after_a_recorded_batch_names_it(
-    q: vsqs.Queue, monkeypatch: pytest.MonkeyPatch
+    q: vsqs.PlainQueue, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """publish_batch with batch_dedup_id: the directory fsync after the renames fails."""
     _failing(monkeypatch, "fsync_dir")
@@ -129,7 +129,7 @@ def test_a_failed_flush_after_a_recorded_batch_names_it(
 
 
 def test_a_failed_record_flush_leaves_nothing_visible_nor_recorded(
-    q: vsqs.Queue, monkeypatch: pytest.MonkeyPatch
+    q: vsqs.PlainQueue, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """publish_batch with batch_dedup_id: the record's directory flush fails before any
     message is visible: nothing is left that `clean` or a retry would publish."""
@@ -152,7 +152,7 @@ def test_a_failed_record_flush_leaves_nothing_visible_nor_recorded(
 
 
 def test_a_batch_that_fails_midway_names_the_messages_already_visible(
-    q: vsqs.Queue, monkeypatch: pytest.MonkeyPatch
+    q: vsqs.PlainQueue, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """publish_batch: the second commit rename fails; the first message is visible and
     not flushed, the rest is gone."""
@@ -165,7 +165,7 @@ def test_a_batch_that_fails_midway_names_the_messages_already_visible(
 
 
 def test_publish_file_names_the_message_when_a_flush_after_it_fails(
-    q: vsqs.Queue, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+    q: vsqs.PlainQueue, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     """publish_file: the directory fsync after the commit fails."""
     source = tmp_path / "in.bin"
@@ -177,7 +177,9 @@ def test_publish_file_names_the_message_when_a_flush_after_it_fails(
     assert q.receive(timeout=0) is not None
 
 
-def test_a_failed_fsync_is_never_retried(q: vsqs.Queue, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_failed_fsync_is_never_retried(
+    q: vsqs.PlainQueue, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Each flush is tried once: after a failure nothing flushes the same file again
     and reports success (fsyncgate)."""
     calls = _failing(monkeypatch, "fsync")
@@ -192,7 +194,7 @@ def test_a_process_that_flushed_on_the_fsync_threads_exits_quietly(tmp_path: Pat
     script = (
         "import sys, vsqs\n"
         "vsqs._fs.syncfs_is_barrier = lambda directory: False\n"
-        "q = vsqs.Queue(sys.argv[1])\n"
+        "q = vsqs.PlainQueue(sys.argv[1])\n"
         "q.publish_batch([b'a', b'b', b'c'], attributes={'k': 'v'})\n"
     )
     done = subprocess.run(

@@ -61,6 +61,7 @@ def test_the_readme_keeps_two_setup_commands_and_says_what_make_test_installs() 
         "tests/reliability/setup-filesystems.sh",
         "tests/setup-java.sh",
         "tests/setup-sqs-clients.sh",
+        "tests/multihost/setup-juicefs.sh",
     ):
         assert f"sh {script}" in makefile
         assert f"``{script}``" in setup

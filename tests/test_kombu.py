@@ -62,7 +62,7 @@ def _get(conn: Connection) -> Iterator[Message]:
             yield got.pop()
 
 
-def _tasks(root: Path) -> vsqs.Queue:
+def _tasks(root: Path) -> vsqs.AnyQueue:
     return vsqs.QueueRoot(root).get("tasks")
 
 
@@ -551,16 +551,16 @@ def test_a_poison_message_taken_back_during_its_move_is_kept_twice_never_lost(
     """The lease runs out while the message is copied aside (a paused worker) and
     another consumer takes it: the late delete removes nothing, a warning says so."""
     _plant(root_path, b"garbage")
-    publish = vsqs.Queue.publish
+    publish = vsqs.PlainQueue.publish
     stolen: list[vsqs.Message] = []
 
-    def publish_after_the_lease_ran_out(self: vsqs.Queue, data: Any, **kwargs: Any) -> str:
+    def publish_after_the_lease_ran_out(self: vsqs.PlainQueue, data: Any, **kwargs: Any) -> str:
         other = vsqs.QueueRoot(root_path).get("tasks")
         while self.path.endswith("poison") and not stolen:  # the lease lasts a millisecond
             stolen.extend(filter(None, [other.receive(timeout=0)]))
         return publish(self, data, **kwargs)
 
-    monkeypatch.setattr(vsqs.Queue, "publish", publish_after_the_lease_ran_out)
+    monkeypatch.setattr(vsqs.PlainQueue, "publish", publish_after_the_lease_ran_out)
     with _connect(root_path, visibility_timeout=0.001, max_lease=0) as conn:
         assert list(_get(conn)) == []
     monkeypatch.undo()
@@ -574,10 +574,10 @@ def test_an_expired_message_taken_back_before_its_delete_is_not_counted(
 ) -> None:
     """Its lease runs out between the claim and the drop, and another consumer takes it:
     the late delete removes nothing and the channel counts nothing."""
-    delete = vsqs.Queue.delete
+    delete = vsqs.PlainQueue.delete
     stolen: list[vsqs.Message] = []
 
-    def delete_after_the_lease_ran_out(self: vsqs.Queue, message: Any) -> bool:
+    def delete_after_the_lease_ran_out(self: vsqs.PlainQueue, message: Any) -> bool:
         other = vsqs.QueueRoot(root_path).get("tasks")
         while not stolen:  # the lease lasts a millisecond
             stolen.extend(filter(None, [other.receive(timeout=0)]))
@@ -585,7 +585,7 @@ def test_an_expired_message_taken_back_before_its_delete_is_not_counted(
 
     with _connect(root_path, visibility_timeout=0.001, max_lease=0) as conn:
         _publish_expiring(conn, "too late", 0)
-        monkeypatch.setattr(vsqs.Queue, "delete", delete_after_the_lease_ran_out)
+        monkeypatch.setattr(vsqs.PlainQueue, "delete", delete_after_the_lease_ran_out)
         assert list(_get(conn)) == []
         monkeypatch.undo()
         assert conn.default_channel.expired == {}
@@ -615,7 +615,7 @@ def test_the_event_loop_yields_the_descriptor_to_a_thread_reading_it(
     hub = Hub()
     got: list[str] = []
     instance = _inotify_hub.process_instance()
-    other = vsqs.Queue(tmp_path / "other", durable=False, poll_interval=3600)
+    other = vsqs.PlainQueue(tmp_path / "other", durable=False, poll_interval=3600)
     real_read = _inotify.read_events
     with _connect(root_path, polling_interval=3600) as conn:
         transport = conn.transport

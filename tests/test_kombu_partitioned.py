@@ -99,6 +99,7 @@ def test_a_bad_group_is_refused_at_publish(tasks_root: Path) -> None:
 def _publish_into_partition_3(root: Path) -> str:
     """A group of partition 3, published from another connection."""
     queue = vsqs.QueueRoot(root).get("tasks")
+    assert isinstance(queue, vsqs.PartitionedQueue)
     group = next(
         f"g{n}" for n in range(1000) if queue.partition_for(f"g{n}") is queue.partition_queues[3]
     )

@@ -39,13 +39,13 @@ def path(tmp_path: Path) -> str:
 
 
 @pytest.fixture
-def short_lease_queue(path: str) -> Iterator[vsqs.Queue]:
-    q = vsqs.Queue(path, visibility_timeout=0.3, durable=False)
+def short_lease_queue(path: str) -> Iterator[vsqs.PlainQueue]:
+    q = vsqs.PlainQueue(path, visibility_timeout=0.3, durable=False)
     yield q
     q.close()
 
 
-def received(queue: vsqs.Queue, body: bytes = b"job") -> vsqs.Message:
+def received(queue: vsqs.PlainQueue, body: bytes = b"job") -> vsqs.Message:
     queue.publish(body)
     message = queue.receive(timeout=0)
     assert message is not None
@@ -61,7 +61,7 @@ def test_a_3s_job_under_a_half_second_timeout_is_never_delivered_twice(
     """The *extend* arrow on a timer: while a 3 s job runs under a 0.5 s visibility
     timeout, a consumer in another process polls all along and gets nothing."""
     started, go, stop, report = (str(tmp_path / n) for n in ("started", "go", "stop", "report"))
-    queue = vsqs.Queue(path, visibility_timeout=0.5, durable=False)
+    queue = vsqs.PlainQueue(path, visibility_timeout=0.5, durable=False)
     queue.publish(b"slow job")
     with children() as kids:
         poller = kids.start(workers.poll_until_stopped, path, started, go, stop, report)
@@ -82,7 +82,7 @@ def test_a_killed_workers_message_comes_back_after_the_timeout(path: str, tmp_pa
     """A worker killed with SIGKILL renews no more: its lease runs out and the message
     is delivered again (receive count 2). While it lived, nobody else got it."""
     holding = str(tmp_path / "holding")
-    queue = vsqs.Queue(path, visibility_timeout=0.5, durable=False)
+    queue = vsqs.PlainQueue(path, visibility_timeout=0.5, durable=False)
     queue.publish(b"job")
     with children() as kids:
         worker = kids.start(workers.lease_and_hang, path, holding)
@@ -104,8 +104,10 @@ def test_an_exception_releases_at_once_and_counts_a_receive(path: str, tmp_path:
     """The *extend* then *ready* arrows (a release): leaving the block by an exception
     puts the message back now (not after the 30 s timeout), counted, so max_receives
     dead-letters it."""
-    dlq = vsqs.Queue(tmp_path / "dlq", durable=False)
-    queue = vsqs.Queue(path, visibility_timeout=30, durable=False, dead_letter=dlq, max_receives=2)
+    dlq = vsqs.PlainQueue(tmp_path / "dlq", durable=False)
+    queue = vsqs.PlainQueue(
+        path, visibility_timeout=30, durable=False, dead_letter=dlq, max_receives=2
+    )
     message = received(queue, b"poison")
     with pytest.raises(RuntimeError, match="boom"), queue.lease(message):
         raise RuntimeError("boom")
@@ -127,7 +129,7 @@ def test_a_lease_lost_while_the_process_was_stopped_raises_and_deletes_nothing(
     test receives the message meanwhile; when the worker resumes, its renewal finds the
     lease lost and leaving the block raises LeaseLost; the test's copy is untouched."""
     holding, report = str(tmp_path / "holding"), str(tmp_path / "report")
-    queue = vsqs.Queue(path, visibility_timeout=0.5, durable=False)
+    queue = vsqs.PlainQueue(path, visibility_timeout=0.5, durable=False)
     queue.publish(b"job")
     with children() as kids:
         worker = kids.start(workers.lease_through_a_pause, path, holding, report)
@@ -147,11 +149,11 @@ def test_a_lease_lost_while_the_process_was_stopped_raises_and_deletes_nothing(
 
 
 def test_past_max_duration_the_lease_runs_out_and_leaving_raises(
-    short_lease_queue: vsqs.Queue, path: str
+    short_lease_queue: vsqs.PlainQueue, path: str
 ) -> None:
     """Renewals stop at max_duration: another consumer gets the message; leaving the
     block raises LeaseLost("expired") and does not delete the other consumer's copy."""
-    other = vsqs.Queue(path, visibility_timeout=30, durable=False)
+    other = vsqs.PlainQueue(path, visibility_timeout=30, durable=False)
     message = received(short_lease_queue)
     with (
         pytest.raises(vsqs.LeaseLost) as raised,
@@ -169,7 +171,7 @@ def test_past_max_duration_the_lease_runs_out_and_leaving_raises(
 
 
 def test_many_leases_on_one_handle_share_one_thread_that_ends_with_them(
-    short_lease_queue: vsqs.Queue,
+    short_lease_queue: vsqs.PlainQueue,
 ) -> None:
     """Fifty leases, one renewal thread; it ends when the last lease does."""
     assert renewer_threads() == []
@@ -188,7 +190,9 @@ def test_many_leases_on_one_handle_share_one_thread_that_ends_with_them(
     assert short_lease_queue.counts().total == 0
 
 
-def test_close_stops_renewing_and_a_later_lease_starts_again(short_lease_queue: vsqs.Queue) -> None:
+def test_close_stops_renewing_and_a_later_lease_starts_again(
+    short_lease_queue: vsqs.PlainQueue,
+) -> None:
     lease = short_lease_queue.lease(received(short_lease_queue))
     wait_until(lambda: lease.renewals >= 1, "a renewal")
     short_lease_queue.close()
@@ -202,7 +206,7 @@ def test_close_stops_renewing_and_a_later_lease_starts_again(short_lease_queue: 
 
 
 def test_the_renewal_and_the_user_never_act_on_one_lease_at_once(
-    short_lease_queue: vsqs.Queue, monkeypatch: pytest.MonkeyPatch
+    short_lease_queue: vsqs.PlainQueue, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """While the renewal thread is inside its rename, a delete from the user's thread
     waits for it, then deletes the renewed lease (no LeaseLost, nothing left)."""
@@ -230,7 +234,7 @@ def test_the_renewal_and_the_user_never_act_on_one_lease_at_once(
 
 
 def test_a_renewal_costs_one_rename_and_nothing_else(
-    short_lease_queue: vsqs.Queue, monkeypatch: pytest.MonkeyPatch
+    short_lease_queue: vsqs.PlainQueue, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Every filesystem call the renewal thread makes goes through _fs (or lists the
     directory through _scan): trace them all; renewals are one rename_noreplace each."""
@@ -256,7 +260,7 @@ def test_a_renewal_costs_one_rename_and_nothing_else(
 
 
 @pytest.mark.filterwarnings("ignore:This process .* is multi-threaded:DeprecationWarning")
-def test_a_forked_child_starts_its_own_renewal_thread(short_lease_queue: vsqs.Queue) -> None:
+def test_a_forked_child_starts_its_own_renewal_thread(short_lease_queue: vsqs.PlainQueue) -> None:
     """The child inherits no renewal thread (it did not survive the fork) and no leases
     (they are the parent's): its own first lease starts a thread of its own."""
     parents = short_lease_queue.lease(received(short_lease_queue, b"parent's"))
@@ -282,7 +286,7 @@ def test_a_forked_child_starts_its_own_renewal_thread(short_lease_queue: vsqs.Qu
 # -- the user's controls ------------------------------------------------------------------
 
 
-def test_release_with_a_delay_is_a_backoff(short_lease_queue: vsqs.Queue) -> None:
+def test_release_with_a_delay_is_a_backoff(short_lease_queue: vsqs.PlainQueue) -> None:
     with short_lease_queue.lease(received(short_lease_queue)) as lease:
         lease.release(delay=0.4)
         lease.release()  # ended: nothing more happens
@@ -292,7 +296,7 @@ def test_release_with_a_delay_is_a_backoff(short_lease_queue: vsqs.Queue) -> Non
     assert again is not None and again.receive_count == 2
 
 
-def test_delete_inside_the_block_ends_it(short_lease_queue: vsqs.Queue) -> None:
+def test_delete_inside_the_block_ends_it(short_lease_queue: vsqs.PlainQueue) -> None:
     with short_lease_queue.lease(received(short_lease_queue)) as lease:
         lease.delete()
         lease.delete()  # idempotent
@@ -300,7 +304,7 @@ def test_delete_inside_the_block_ends_it(short_lease_queue: vsqs.Queue) -> None:
     assert short_lease_queue.counts().total == 0
 
 
-def test_the_message_follows_the_renewals(short_lease_queue: vsqs.Queue) -> None:
+def test_the_message_follows_the_renewals(short_lease_queue: vsqs.PlainQueue) -> None:
     message = received(short_lease_queue)
     with short_lease_queue.lease(message, visibility_timeout=0.3) as lease:
         wait_until(lambda: lease.renewals >= 1, "a renewal")
@@ -309,7 +313,7 @@ def test_the_message_follows_the_renewals(short_lease_queue: vsqs.Queue) -> None
         assert lease.message.body == message.body
 
 
-def test_consume_leases_yields_leases_until_the_timeout(short_lease_queue: vsqs.Queue) -> None:
+def test_consume_leases_yields_leases_until_the_timeout(short_lease_queue: vsqs.PlainQueue) -> None:
     short_lease_queue.publish_batch([b"a", b"b"])
     bodies = []
     for lease in short_lease_queue.consume_leases(timeout=0):
@@ -319,7 +323,7 @@ def test_consume_leases_yields_leases_until_the_timeout(short_lease_queue: vsqs.
     assert short_lease_queue.counts().total == 0
 
 
-def test_bad_arguments_are_refused(short_lease_queue: vsqs.Queue, tmp_path: Path) -> None:
+def test_bad_arguments_are_refused(short_lease_queue: vsqs.PlainQueue, tmp_path: Path) -> None:
     message = received(short_lease_queue)
     with pytest.raises(ValueError, match="max_duration"):
         short_lease_queue.lease(message, max_duration=-1)
@@ -328,7 +332,7 @@ def test_bad_arguments_are_refused(short_lease_queue: vsqs.Queue, tmp_path: Path
     with pytest.raises(vsqs.InvalidId):
         short_lease_queue.lease(message.receipt)  # type: ignore[arg-type]
     with pytest.raises(vsqs.InvalidId):
-        vsqs.Queue(tmp_path / "other").lease(message)
+        vsqs.PlainQueue(tmp_path / "other").lease(message)
     assert renewer_threads() == []  # no lease was made
 
 
@@ -345,16 +349,16 @@ def test_a_stale_receipt_of_a_long_lease_that_was_released_is_not_superseded(
     """A lease extended past the requeue hold's length and then released: its receipt,
     used again, says "expired" (returned), never "superseded" with another consumer's
     lease as ``current`` (which a caller would then act on)."""
-    queue = vsqs.Queue(fast_tmp_path / "q", visibility_timeout=30)
+    queue = vsqs.PlainQueue(fast_tmp_path / "q", visibility_timeout=30)
     queue.publish(b"x")
     first = queue.receive(timeout=0)
     assert first is not None
     extended = queue.change_visibility(first, 3600)
     queue.change_visibility(extended, 0)  # released: back to the queue
-    other = vsqs.Queue(queue.path)
+    other = vsqs.PlainQueue(queue.path)
     again = other.receive(timeout=0)
     assert again is not None and again.receive_count == 2
     with pytest.raises(vsqs.LeaseLost) as lost:
-        vsqs.Queue(queue.path).change_visibility(extended.receipt, 10)
+        vsqs.PlainQueue(queue.path).change_visibility(extended.receipt, 10)
     assert lost.value.reason == "expired"
     assert other.delete(again)  # the other consumer's lease was never touched

@@ -22,7 +22,7 @@ T0 = 1_700_000_000.0
 pytestmark = pytest.mark.usefixtures("fresh_ids")
 
 
-def _receive(queue: vsqs.Queue) -> vsqs.Message:
+def _receive(queue: vsqs.PlainQueue) -> vsqs.Message:
     message = queue.receive(timeout=0)
     assert message is not None
     return message
@@ -38,7 +38,7 @@ def test_poison_reaches_dlq_after_exactly_n_receives_under_concurrent_consumers(
     than the first metadata)."""
     qdir, dlq, stop = tmp_path / "q", tmp_path / "dlq", tmp_path / "stop"
     max_receives, poison = 4, 5
-    source = vsqs.Queue(qdir)
+    source = vsqs.PlainQueue(qdir)
     ids = [
         source.publish(
             f"poison {n}".encode(), attributes={"n": str(n)} if with_attributes else None
@@ -55,7 +55,7 @@ def test_poison_reaches_dlq_after_exactly_n_receives_under_concurrent_consumers(
     ]
     for proc in procs:
         proc.start()
-    dead = vsqs.Queue(dlq)
+    dead = vsqs.PlainQueue(dlq)
     deadline = time.monotonic() + 120  # generous: not a speed check
     while dead.size() < poison and time.monotonic() < deadline:
         time.sleep(0.05)
@@ -82,8 +82,8 @@ def test_poison_reaches_dlq_after_exactly_n_receives_under_concurrent_consumers(
 def test_dlq_keeps_body_attributes_and_history(tmp_path: Path, clock: ManualClock) -> None:
     """A dead letter keeps its body, attributes, and history: first sent, last received,
     count, source queue and id, when and why it was moved."""
-    dlq = vsqs.Queue(tmp_path / "dlq", clock=clock)
-    q = vsqs.Queue(
+    dlq = vsqs.PlainQueue(tmp_path / "dlq", clock=clock)
+    q = vsqs.PlainQueue(
         tmp_path / "q", visibility_timeout=10, dead_letter=dlq, max_receives=2, clock=clock
     )
     message_id = q.publish(b"body", attributes={"kind": "poison"})
@@ -112,9 +112,11 @@ def test_dlq_keeps_body_attributes_and_history(tmp_path: Path, clock: ManualCloc
     assert_consistent(q)
 
 
-def _dead_lettered(tmp_path: Path, clock: ManualClock, count: int) -> tuple[vsqs.Queue, list[str]]:
-    dlq = vsqs.Queue(tmp_path / "dlq", clock=clock)
-    q = vsqs.Queue(
+def _dead_lettered(
+    tmp_path: Path, clock: ManualClock, count: int
+) -> tuple[vsqs.PlainQueue, list[str]]:
+    dlq = vsqs.PlainQueue(tmp_path / "dlq", clock=clock)
+    q = vsqs.PlainQueue(
         tmp_path / "q", visibility_timeout=1, dead_letter=dlq, max_receives=1, clock=clock
     )
     ids = [q.publish(f"m{n}".encode(), attributes={"n": str(n)}) for n in range(count)]
@@ -158,7 +160,7 @@ def test_redrive_up_to_a_count_and_to_another_queue(tmp_path: Path, clock: Manua
 
 def test_redrive_skips_messages_without_a_source(tmp_path: Path, clock: ManualClock) -> None:
     """A message published straight into a DLQ has no source: it stays."""
-    dlq = vsqs.Queue(tmp_path / "dlq", clock=clock)
+    dlq = vsqs.PlainQueue(tmp_path / "dlq", clock=clock)
     message_id = dlq.publish(b"orphan")
     assert dlq.redrive() == 0
     assert names(tmp_path / "dlq") == [message_id]
@@ -167,7 +169,7 @@ def test_redrive_skips_messages_without_a_source(tmp_path: Path, clock: ManualCl
 def test_retention_drops_only_older_messages(qdir: Path, clock: ManualClock) -> None:
     """Retention by the publisher's clock: older than *retention* is dropped, a message
     exactly *retention* old or younger is kept."""
-    q = vsqs.Queue(qdir, retention=60, clock=clock)
+    q = vsqs.PlainQueue(qdir, retention=60, clock=clock)
     old = q.publish(b"old")
     clock.advance(40)
     edge = q.publish(b"edge")
@@ -185,8 +187,8 @@ def test_retention_drops_only_older_messages(qdir: Path, clock: ManualClock) -> 
 def test_retention_dead_letters_when_configured(tmp_path: Path, clock: ManualClock) -> None:
     """With a DLQ, expired messages are moved there (reason ``retention``), and
     ``clean()`` applies retention too, without a consumer."""
-    dlq = vsqs.Queue(tmp_path / "dlq", clock=clock)
-    q = vsqs.Queue(tmp_path / "q", retention=10, dead_letter=dlq, clock=clock)
+    dlq = vsqs.PlainQueue(tmp_path / "dlq", clock=clock)
+    q = vsqs.PlainQueue(tmp_path / "q", retention=10, dead_letter=dlq, clock=clock)
     stale = q.publish(b"stale", attributes={"a": "b"})
     clock.advance(11)
     fresh = q.publish(b"fresh")
@@ -200,7 +202,7 @@ def test_retention_dead_letters_when_configured(tmp_path: Path, clock: ManualClo
 
 def test_plain_message_is_the_seed_file(qdir: Path, clock: ManualClock) -> None:
     """No attributes, no dedup id: exactly the seed's file, and no metadata at all."""
-    q = vsqs.Queue(qdir, clock=clock)
+    q = vsqs.PlainQueue(qdir, clock=clock)
     message_id = q.publish(b"plain")
     assert names(qdir) == [message_id]
     assert (qdir / message_id).read_bytes() == b"plain"
@@ -218,7 +220,7 @@ def test_vsqs_03_directory_counts_from_the_first_receive_we_see(
     leased = str(round(T0 * 1e6) + 1)
     (qdir / plain).write_bytes(b"plain")
     (qdir / f"{leased}.{round((T0 - 5) * 1e6)}.25").write_bytes(b"leased by 0.3")
-    q = vsqs.Queue(qdir, visibility_timeout=5, clock=clock)
+    q = vsqs.PlainQueue(qdir, visibility_timeout=5, clock=clock)
     first = _receive(q)
     assert (first.id, first.receive_count) == (plain, 1)
     second = _receive(q)  # the expired 0.3 lease, requeued and counted by us
@@ -229,7 +231,7 @@ def test_vsqs_03_directory_counts_from_the_first_receive_we_see(
     assert _receive(q).receive_count == 3
 
 
-def test_release_counts_as_a_receive(q: vsqs.Queue, clock: ManualClock) -> None:
+def test_release_counts_as_a_receive(q: vsqs.PlainQueue, clock: ManualClock) -> None:
     """``change_visibility(m, 0)`` ends the receive: the next delivery counts one more."""
     q.publish(b"m")
     first = _receive(q)
@@ -241,7 +243,7 @@ def test_release_counts_as_a_receive(q: vsqs.Queue, clock: ManualClock) -> None:
 
 
 def test_requeuer_crash_after_its_hold_keeps_the_count_exact(
-    q: vsqs.Queue, qdir: Path, clock: ManualClock
+    q: vsqs.PlainQueue, qdir: Path, clock: ManualClock
 ) -> None:
     """A requeuer that died after taking its hold (``<id>.<hold>``) but before counting:
     the next requeue counts the lost lease once; one that died after counting (the
@@ -265,7 +267,7 @@ def test_requeuer_crash_after_its_hold_keeps_the_count_exact(
     assert _receive(q).receive_count == 3  # not 4
 
 
-def test_history_of_a_fresh_message(q: vsqs.Queue) -> None:
+def test_history_of_a_fresh_message(q: vsqs.PlainQueue) -> None:
     """A message never requeued has count 0 and only its first-sent time."""
     message_id = q.publish(b"m")
     assert q.history(message_id) == vsqs.History(0, T0, None)
@@ -273,7 +275,7 @@ def test_history_of_a_fresh_message(q: vsqs.Queue) -> None:
         q.history("not-an-id")
 
 
-def test_attributes_round_trip(q: vsqs.Queue, clock: ManualClock) -> None:
+def test_attributes_round_trip(q: vsqs.PlainQueue, clock: ManualClock) -> None:
     """Attributes come back on receive, browse and after a requeue; unicode is kept."""
     attributes = {"content-type": "application/json", "ünï": "cödé", "empty": ""}
     q.publish(b"m", attributes=attributes)
@@ -297,7 +299,7 @@ def test_attributes_round_trip(q: vsqs.Queue, clock: ManualClock) -> None:
         ([("k", "v")], "expected a mapping"),
     ],
 )
-def test_attribute_limits(q: vsqs.Queue, qdir: Path, attributes: Any, reason: str) -> None:
+def test_attribute_limits(q: vsqs.PlainQueue, qdir: Path, attributes: Any, reason: str) -> None:
     """Too many, too big, not str: a clear InvalidAttributes (a ValueError), nothing
     published."""
     with pytest.raises(vsqs.InvalidAttributes, match=reason) as info:
@@ -306,7 +308,7 @@ def test_attribute_limits(q: vsqs.Queue, qdir: Path, attributes: Any, reason: st
     assert names(qdir) == []
 
 
-def test_attribute_limits_accept_the_maximum(q: vsqs.Queue) -> None:
+def test_attribute_limits_accept_the_maximum(q: vsqs.PlainQueue) -> None:
     """Exactly 10 attributes of 8192 bytes together are accepted."""
     attributes = {f"k{n}": "v" * 817 for n in range(9)} | {"k9": "v" * 817}
     assert sum(len(k) + len(v) for k, v in attributes.items()) == 8190
@@ -317,8 +319,8 @@ def test_attribute_limits_accept_the_maximum(q: vsqs.Queue) -> None:
 def test_a_release_that_ends_the_last_receive_dead_letters_not_lease_lost(tmp_path: Path) -> None:
     """Releasing (visibility 0) the max_receives-th receive moves the message to the DLQ;
     that is not a lost lease."""
-    dlq = vsqs.Queue(tmp_path / "dlq")
-    q = vsqs.Queue(tmp_path / "q", dead_letter=dlq, max_receives=1)
+    dlq = vsqs.PlainQueue(tmp_path / "dlq")
+    q = vsqs.PlainQueue(tmp_path / "q", dead_letter=dlq, max_receives=1)
     message_id = q.publish(b"poison")
     message = q.receive(timeout=0)
     assert message is not None

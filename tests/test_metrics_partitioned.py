@@ -15,9 +15,9 @@ from vsqs.metrics import QueueCollector, observe
 from vsqs.testing import ManualClock
 
 
-def _orders(tmp_path: Path, clock: ManualClock) -> vsqs.Queue:
+def _orders(tmp_path: Path, clock: ManualClock) -> vsqs.PartitionedQueue:
     """3 partitions: 2 ready in partition 1 (the oldest 5 s old), 1 held in partition 2."""
-    queue = vsqs.Queue(tmp_path / "orders", partitions=3, durable=False, clock=clock)
+    queue = vsqs.PartitionedQueue(tmp_path / "orders", partitions=3, durable=False, clock=clock)
     queue.partition_queues[1].publish_batch([b"a", b"b"])
     clock.advance(3)
     queue.partition_queues[2].publish(b"c")

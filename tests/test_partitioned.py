@@ -18,7 +18,7 @@ from vsqs._sets._spread import STICKY_RUN, VISIT_EVERY, partition_name
 from vsqs.testing import ManualClock
 
 
-def _drain(queue: Queue) -> list[vsqs.Message]:
+def _drain(queue: vsqs.AnyQueue) -> list[vsqs.Message]:
     got = []
     while (message := queue.receive(timeout=0)) is not None:
         got.append(message)
@@ -26,7 +26,7 @@ def _drain(queue: Queue) -> list[vsqs.Message]:
     return got
 
 
-def _partition_of(queue: Queue, message: vsqs.Message) -> int:
+def _partition_of(queue: PartitionedQueue, message: vsqs.Message) -> int:
     return [part.path for part in queue.partition_queues].index(message.queue)
 
 
@@ -34,7 +34,7 @@ def _partition_of(queue: Queue, message: vsqs.Message) -> int:
 
 
 def test_partitions_are_stored_and_each_is_a_plain_queue_directory(fast_tmp_path: Path) -> None:
-    queue = Queue(fast_tmp_path / "q", partitions=4)
+    queue = PartitionedQueue(fast_tmp_path / "q", partitions=4)
     assert isinstance(queue, PartitionedQueue)
     assert queue.partitions == 4
     assert not queue.fifo
@@ -49,40 +49,40 @@ def test_partitions_are_stored_and_each_is_a_plain_queue_directory(fast_tmp_path
     queue.publish(b"x", group="g")
     part = queue.partition_for("g")
     alone = Queue(part.path)
-    assert type(alone) is Queue
+    assert type(alone) is vsqs.PlainQueue
     assert alone.receive(timeout=0).body == b"x"  # type: ignore[union-attr]
 
 
 def test_one_partition_is_todays_queue_byte_for_byte(fast_tmp_path: Path) -> None:
     queue = Queue(fast_tmp_path / "q", partitions=1)
-    assert type(queue) is Queue
-    assert queue.partition_queues == (queue,)
-    assert queue.partition_for("any") is queue
+    assert type(queue) is vsqs.PlainQueue
+    assert vsqs.partitions_of(queue) == (queue,)
+    assert not hasattr(queue, "partition_for")  # a plain queue knows nothing of partitions
     message_id = queue.publish(b"x")
     assert [n for n in os.listdir(queue.path) if n != ".vsqs"] == [message_id]  # no partition
     assert not (fast_tmp_path / "q" / ".vsqs" / "settings.json").exists()
 
 
 def test_a_conflicting_count_is_refused_naming_both(fast_tmp_path: Path) -> None:
-    queue = Queue(fast_tmp_path / "q", partitions=4)
+    queue = PartitionedQueue(fast_tmp_path / "q", partitions=4)
     with pytest.raises(ValueError, match=r"partitions=4.*partitions=2"):
-        Queue(queue.path, partitions=2)
+        PartitionedQueue(queue.path, partitions=2)
     with pytest.raises(ValueError, match=r"partitions=4.*partitions=1"):
         Queue(queue.path, partitions=1)
     with pytest.raises(ValueError, match=r"fixed when a queue is created.*redrive"):
         queue.configure(partitions=8)
-    assert Queue(queue.path).partitions == 4
+    assert PartitionedQueue(queue.path).partitions == 4
 
 
 def test_a_plain_queue_with_messages_is_not_partitioned_in_place(fast_tmp_path: Path) -> None:
     plain = Queue(fast_tmp_path / "q")
     plain.publish(b"kept")
     with pytest.raises(ValueError, match=r"holds 1 messages.*redrive"):
-        Queue(plain.path, partitions=4)
+        PartitionedQueue(plain.path, partitions=4)
     assert "partitions" not in plain.settings()
-    assert type(Queue(plain.path)) is Queue
+    assert type(Queue(plain.path)) is vsqs.PlainQueue
     # The documented way: a new queue, and a redrive that moves every message.
-    bigger = Queue(fast_tmp_path / "q4", partitions=4)
+    bigger = PartitionedQueue(fast_tmp_path / "q4", partitions=4)
     assert plain.redrive(to=bigger) == 1
     assert [m.body for m in _drain(bigger)] == [b"kept"]
 
@@ -93,8 +93,8 @@ def test_bad_counts_and_groups_are_refused(fast_tmp_path: Path) -> None:
     with pytest.raises(TypeError, match="partitions must be an int"):
         Queue(fast_tmp_path / "b", partitions="4")  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="at most 1024"):
-        Queue(fast_tmp_path / "c", partitions=5000)
-    queue = Queue(fast_tmp_path / "q", partitions=2)
+        PartitionedQueue(fast_tmp_path / "c", partitions=5000)
+    queue = PartitionedQueue(fast_tmp_path / "q", partitions=2)
     for bad in ("", "with space", "x" * 129, "é"):
         with pytest.raises(ValueError, match="group must be 1 to 128 printable ASCII"):
             queue.publish(b"x", group=bad)
@@ -111,12 +111,13 @@ def test_queue_root_creates_partitioned_and_fifo_queues(fast_tmp_path: Path) -> 
     assert isinstance(queue, PartitionedQueue)
     assert (queue.partitions, queue.fifo, queue.visibility_timeout) == (3, True, 5)
     again = root.get("orders")
+    assert isinstance(again, PartitionedQueue)
     assert (again.partitions, again.fifo) == (3, True)
     assert root.list() == ["orders"]  # partitions are inside the queue, not beside it
 
 
 def test_pickled_handle_opens_the_same_partitioned_queue(fast_tmp_path: Path) -> None:
-    queue = Queue(fast_tmp_path / "q", partitions=3)
+    queue = PartitionedQueue(fast_tmp_path / "q", partitions=3)
     copy = pickle.loads(pickle.dumps(queue))  # noqa: S301 - our own object
     assert isinstance(copy, PartitionedQueue)
     assert copy.partitions == 3
@@ -128,7 +129,7 @@ def test_pickled_handle_opens_the_same_partitioned_queue(fast_tmp_path: Path) ->
 
 
 def test_a_group_keeps_its_order_in_its_stable_partition(fast_tmp_path: Path) -> None:
-    queue = Queue(fast_tmp_path / "q", partitions=4)
+    queue = PartitionedQueue(fast_tmp_path / "q", partitions=4)
     for i in range(40):
         queue.publish(f"{i}".encode(), group=f"customer-{i % 5}")
     queue.publish_batch([b"b0", b"b1"], group="customer-1")
@@ -145,7 +146,7 @@ def test_a_group_keeps_its_order_in_its_stable_partition(fast_tmp_path: Path) ->
 
 
 def test_a_publisher_without_groups_spreads_in_ordered_runs(fast_tmp_path: Path) -> None:
-    queue = Queue(fast_tmp_path / "q", partitions=4)
+    queue = PartitionedQueue(fast_tmp_path / "q", partitions=4)
     ids = [queue.publish(b"%d" % i) for i in range(4 * STICKY_RUN)]
     per_partition = [part.counts().ready for part in queue.partition_queues]
     assert per_partition == [STICKY_RUN] * 4
@@ -157,7 +158,7 @@ def test_a_publisher_without_groups_spreads_in_ordered_runs(fast_tmp_path: Path)
 
 
 def test_dedup_ids_are_unique_across_the_whole_queue(fast_tmp_path: Path) -> None:
-    queue = Queue(fast_tmp_path / "q", partitions=4)
+    queue = PartitionedQueue(fast_tmp_path / "q", partitions=4)
     other = Queue(queue.path)  # another handle: another sticky partition
     first = [queue.publish(b"x", dedup_id=f"job-{i}") for i in range(20)]
     again = [other.publish(b"x", dedup_id=f"job-{i}") for i in range(20)]
@@ -171,7 +172,7 @@ def test_dedup_ids_are_unique_across_the_whole_queue(fast_tmp_path: Path) -> Non
 
 
 def test_consumers_claim_from_their_home_first_and_steal_when_empty(fast_tmp_path: Path) -> None:
-    queue = Queue(fast_tmp_path / "q", partitions=2)
+    queue = PartitionedQueue(fast_tmp_path / "q", partitions=2)
     parts = queue.partition_queues
     for part in parts:
         part.publish_batch([b"%d" % i for i in range(10)])
@@ -189,8 +190,8 @@ def test_consumers_claim_from_their_home_first_and_steal_when_empty(fast_tmp_pat
 
 
 def test_no_partition_starves_behind_a_busy_home(fast_tmp_path: Path) -> None:
-    queue = Queue(fast_tmp_path / "q", partitions=2)
-    consumer = Queue(queue.path)
+    queue = PartitionedQueue(fast_tmp_path / "q", partitions=2)
+    consumer = PartitionedQueue(queue.path)
     assert consumer.receive(timeout=0) is None
     for part in consumer.partition_queues:
         part.publish(b"probe")
@@ -210,7 +211,7 @@ def test_no_partition_starves_behind_a_busy_home(fast_tmp_path: Path) -> None:
 
 
 def test_a_blocked_receive_wakes_for_a_message_in_any_partition(fast_tmp_path: Path) -> None:
-    queue = Queue(fast_tmp_path / "q", partitions=4)
+    queue = PartitionedQueue(fast_tmp_path / "q", partitions=4)
     consumer = Queue(queue.path)
     target = queue.partition_queues[3]
     timer = threading.Timer(0.2, target.publish, (b"late",))
@@ -223,7 +224,7 @@ def test_a_blocked_receive_wakes_for_a_message_in_any_partition(fast_tmp_path: P
 
 
 def test_messages_left_in_the_queue_directory_itself_are_delivered(fast_tmp_path: Path) -> None:
-    queue = Queue(fast_tmp_path / "q", partitions=2)
+    queue = PartitionedQueue(fast_tmp_path / "q", partitions=2)
     # As a vsqs 0.3 producer writes: a file named by its id, in the queue directory.
     stray = Path(queue.path) / str(time.time_ns() // 1000)
     stray.write_bytes(b"from 0.3")
@@ -240,7 +241,7 @@ def test_messages_left_in_the_queue_directory_itself_are_delivered(fast_tmp_path
 
 def test_delete_and_change_visibility_route_by_message_and_receipt(fast_tmp_path: Path) -> None:
     clock = ManualClock()
-    queue = Queue(fast_tmp_path / "q", partitions=3, clock=clock, visibility_timeout=10)
+    queue = PartitionedQueue(fast_tmp_path / "q", partitions=3, clock=clock, visibility_timeout=10)
     for group in "abc":
         queue.publish(group.encode(), group=group)
     got = [queue.receive(timeout=0) for _ in range(3)]
@@ -261,7 +262,7 @@ def test_delete_and_change_visibility_route_by_message_and_receipt(fast_tmp_path
 
 
 def test_capacity_is_a_total_over_every_partition(fast_tmp_path: Path) -> None:
-    queue = Queue(fast_tmp_path / "q", partitions=4, capacity=3)
+    queue = PartitionedQueue(fast_tmp_path / "q", partitions=4, capacity=3)
     for group in ("a", "b", "c"):
         queue.publish(b"x", group=group)
     with pytest.raises(QueueFull):
@@ -275,7 +276,7 @@ def test_capacity_is_a_total_over_every_partition(fast_tmp_path: Path) -> None:
 
 
 def test_shutdown_drains_the_whole_queue(fast_tmp_path: Path) -> None:
-    queue = Queue(fast_tmp_path / "q", partitions=3)
+    queue = PartitionedQueue(fast_tmp_path / "q", partitions=3)
     queue.publish_batch([b"1", b"2"], group="g")
     queue.shutdown()
     assert queue.is_shutdown
@@ -304,6 +305,7 @@ def test_dead_letters_retention_and_redrive_keep_groups(fast_tmp_path: Path) -> 
     assert queue.counts().total == 0
     dead = list(dlq.browse())
     assert [(m.body, m.group, dict(m.attributes)) for m in dead] == [(b"poison", "g1", {"k": "v"})]
+    assert isinstance(dlq, PartitionedQueue)
     assert dead[0].queue == dlq.partition_for("g1").path
     assert dlq.history(dead[0]).source == first.queue
     assert dlq.redrive() == 1
@@ -319,7 +321,7 @@ def test_dead_letters_retention_and_redrive_keep_groups(fast_tmp_path: Path) -> 
 
 def test_delay_attributes_stats_purge_and_clean(fast_tmp_path: Path) -> None:
     clock = ManualClock()
-    queue = Queue(fast_tmp_path / "q", partitions=2, clock=clock)
+    queue = PartitionedQueue(fast_tmp_path / "q", partitions=2, clock=clock)
     queue.publish(b"later", delay=5, group="a")
     queue.publish(b"now", attributes={"x": "1"}, group="b")
     counts = queue.counts()
@@ -346,7 +348,7 @@ def test_delay_attributes_stats_purge_and_clean(fast_tmp_path: Path) -> None:
 
 
 def test_a_queue_set_reads_a_partitioned_queue(fast_tmp_path: Path) -> None:
-    partitioned = Queue(fast_tmp_path / "p", partitions=3)
+    partitioned = PartitionedQueue(fast_tmp_path / "p", partitions=3)
     plain = Queue(fast_tmp_path / "plain")
     partitioned.publish(b"p", group="g")
     plain.publish(b"q")
@@ -383,7 +385,7 @@ def test_fifo_holds_a_groups_next_message_until_the_first_is_done(fast_tmp_path:
 
 
 def test_fifo_does_not_hold_other_partitions(fast_tmp_path: Path) -> None:
-    queue = Queue(fast_tmp_path / "q", partitions=4, fifo=True)
+    queue = PartitionedQueue(fast_tmp_path / "q", partitions=4, fifo=True)
     groups = ["a", "b", "c", "d", "e", "f", "g", "h"]
     partitions = {g: queue.partition_for(g).path for g in groups}
     distinct = list({path: g for g, path in partitions.items()}.values())
@@ -398,7 +400,7 @@ def test_fifo_does_not_hold_other_partitions(fast_tmp_path: Path) -> None:
 
 def test_a_blocked_fifo_receive_wakes_when_the_holder_deletes(fast_tmp_path: Path) -> None:
     queue = Queue(fast_tmp_path / "q", partitions=1, fifo=True)
-    assert type(queue) is Queue and queue.fifo  # fifo on one directory: one in flight
+    assert type(queue) is vsqs.PlainQueue and queue.fifo  # fifo on one directory: one in flight
     queue.publish_batch([b"1", b"2"], group="g")
     held = queue.receive(timeout=0)
     assert held is not None
@@ -413,9 +415,9 @@ def test_a_blocked_fifo_receive_wakes_when_the_holder_deletes(fast_tmp_path: Pat
 
 
 def test_fifo_can_be_turned_off_and_on_for_every_partition(fast_tmp_path: Path) -> None:
-    queue = Queue(fast_tmp_path / "q", partitions=2, fifo=True)
+    queue = PartitionedQueue(fast_tmp_path / "q", partitions=2, fifo=True)
     queue.configure(fifo=False)
-    reopened = Queue(queue.path)
+    reopened = PartitionedQueue(queue.path)
     assert not reopened.fifo
     assert all(not part.fifo for part in reopened.partition_queues)
     reopened.publish_batch([b"1", b"2"], group="g")
@@ -424,7 +426,7 @@ def test_fifo_can_be_turned_off_and_on_for_every_partition(fast_tmp_path: Path) 
 
 
 def test_a_lease_changed_by_its_receipt_alone_names_its_partition(fast_tmp_path: Path) -> None:
-    queue = Queue(fast_tmp_path / "q", partitions=3)
+    queue = PartitionedQueue(fast_tmp_path / "q", partitions=3)
     queue.publish(b"x", group="g")
     message = queue.receive(timeout=0)
     assert message is not None
@@ -437,7 +439,7 @@ def test_a_lease_changed_by_its_receipt_alone_names_its_partition(fast_tmp_path:
 
 
 def test_a_dedup_id_is_unique_across_groups_and_partitions(fast_tmp_path: Path) -> None:
-    queue = Queue(fast_tmp_path / "q", partitions=4)
+    queue = PartitionedQueue(fast_tmp_path / "q", partitions=4)
     groups = [f"g{i}" for i in range(16)]
     apart = {queue.partition_for(g).path: g for g in groups}
     assert len(apart) >= 2  # groups that live in different partitions

@@ -8,12 +8,12 @@ from typing import Any
 
 import pytest
 
-from vsqs import PartitionedQueue, Queue, QueueDrained, _scan
+from vsqs import PartitionedQueue, QueueDrained, _scan
 from vsqs._sets._spread import VISIT_EVERY
 from vsqs.testing import ManualClock
 
 
-def _home(consumer: Queue) -> int:
+def _home(consumer: PartitionedQueue) -> int:
     """The home partition of *consumer* (the one its first receive takes from)."""
     for part in consumer.partition_queues:
         part.publish(b"probe")
@@ -44,8 +44,8 @@ def test_an_empty_home_is_listed_once_per_visit_not_on_every_receive(
     """A consumer whose home partition is empty claims from the partition it found
     messages in, and looks at its home again once per VISIT_EVERY receives: each look at
     an empty partition lists its directory, which would double the cost of a message."""
-    queue = Queue(fast_tmp_path / "q", partitions=4, durable=False)
-    consumer = Queue(queue.path, durable=False)
+    queue = PartitionedQueue(fast_tmp_path / "q", partitions=4, durable=False)
+    consumer = PartitionedQueue(queue.path, durable=False)
     home = _home(consumer)
     other = consumer.partition_queues[(home + 2) % 4]
     count = 20 * VISIT_EVERY
@@ -66,7 +66,7 @@ def test_the_polling_receive_still_says_drained_when_every_partition_is(
     """``receive(timeout=0)`` (the polling fast path) raises QueueDrained once the queue is
     shut down and every partition empty, whichever partition it was claiming from."""
     clock = ManualClock()
-    queue = Queue(fast_tmp_path / "q", partitions=3, durable=False, clock=clock)
+    queue = PartitionedQueue(fast_tmp_path / "q", partitions=3, durable=False, clock=clock)
     home = _home(queue)
     queue.partition_queues[(home + 1) % 3].publish(b"last")
     queue.shutdown()
@@ -85,9 +85,11 @@ def test_consumers_that_each_serve_a_partition_seldom_look_at_each_others(
     that loses a race there (the other serves it) makes the next look twice as late, so
     over 2,000 receives each takes from the other's partition a handful of times, not
     once per VISIT_EVERY receives (each such look walks past the names the other took)."""
-    queue = Queue(fast_tmp_path / "q", partitions=2, durable=False)
+    queue = PartitionedQueue(fast_tmp_path / "q", partitions=2, durable=False)
     a, b = PartitionedQueue(queue.path, durable=False), PartitionedQueue(queue.path, durable=False)
-    homes = a._threads.spread.home, b._threads.spread.home  # (looking: a receive would move them)
+    # Each takes a home lock (as its first receive would); looking, not receiving, which
+    # would move them.
+    homes = a._gatherer.spread().home, b._gatherer.spread().home
     assert homes[0] != homes[1]  # two handles of one process: two homes
     per_partition = 2000
     for part in queue.partition_queues:
@@ -114,9 +116,9 @@ def test_empty_partitions_are_looked_at_less_and_less_often(
     """A busy consumer's looks at other partitions that find them empty double the
     interval to the next look (up to 1,024 receives): over 2,000 receives it lists the
     three empty partitions of its queue a dozen times or so, not once per 16 receives."""
-    queue = Queue(fast_tmp_path / "q", partitions=4, durable=False)
+    queue = PartitionedQueue(fast_tmp_path / "q", partitions=4, durable=False)
     consumer = PartitionedQueue(queue.path, durable=False)
-    home = consumer.partition_queues[consumer._threads.spread.home]
+    home = consumer.partition_queues[consumer._gatherer.spread().home]
     count = 2000
     home.publish_batch([b"x"] * count)
     listed = _count_listings(monkeypatch)

@@ -21,7 +21,7 @@ from .conftest import names
 pytestmark = pytest.mark.usefixtures("fresh_ids")
 
 
-def test_publish_file_moves_without_copying(q: vsqs.Queue, qdir: Path, tmp_path: Path) -> None:
+def test_publish_file_moves_without_copying(q: vsqs.PlainQueue, qdir: Path, tmp_path: Path) -> None:
     """Same filesystem: the message is the very inode of the source, which is gone."""
     source = tmp_path / "payload.bin"
     source.write_bytes(b"x" * 100_000)
@@ -37,7 +37,9 @@ def test_publish_file_moves_without_copying(q: vsqs.Queue, qdir: Path, tmp_path:
     assert_consistent(q)
 
 
-def test_publish_file_failure_leaves_the_source(q: vsqs.Queue, qdir: Path, tmp_path: Path) -> None:
+def test_publish_file_failure_leaves_the_source(
+    q: vsqs.PlainQueue, qdir: Path, tmp_path: Path
+) -> None:
     """A closed queue, bad attributes, a directory, a missing file: nothing changes."""
     source = tmp_path / "payload"
     source.write_bytes(b"data")
@@ -54,7 +56,7 @@ def test_publish_file_failure_leaves_the_source(q: vsqs.Queue, qdir: Path, tmp_p
     assert names(qdir) == []
 
 
-def test_publish_file_with_a_dedup_id(q: vsqs.Queue, tmp_path: Path) -> None:
+def test_publish_file_with_a_dedup_id(q: vsqs.PlainQueue, tmp_path: Path) -> None:
     """A duplicate file is consumed (removed) and the first id returned."""
     first, second = tmp_path / "a", tmp_path / "b"
     first.write_bytes(b"1")
@@ -95,7 +97,7 @@ def other_fs(tmp_path: Path) -> Iterator[Path]:
 
 
 def test_publish_file_across_filesystems_fails_clearly(
-    q: vsqs.Queue, qdir: Path, other_fs: Path
+    q: vsqs.PlainQueue, qdir: Path, other_fs: Path
 ) -> None:
     """Another filesystem: an OSError with errno EXDEV that says so; no copy, source kept."""
     assert other_fs.stat().st_dev != qdir.stat().st_dev
@@ -114,7 +116,7 @@ def test_publish_file_across_filesystems_fails_clearly(
 
 def test_publish_stream_round_trip(qdir: Path, clock: ManualClock) -> None:
     """Chunked copy; attributes, delay and dedup as publish; text streams refused."""
-    q = vsqs.Queue(qdir, clock=clock)
+    q = vsqs.PlainQueue(qdir, clock=clock)
     body = os.urandom(3 * CHUNK + 17)
     message_id = q.publish_stream(io.BytesIO(body), attributes={"a": "b"}, chunk_size=CHUNK)
     assert q.publish_stream(io.BytesIO(b"dup"), dedup_id="d") == q.publish_stream(

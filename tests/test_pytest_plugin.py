@@ -14,7 +14,7 @@ README_EXAMPLE = """
 import vsqs
 
 
-def test_worker(vsqs_queue: vsqs.Queue) -> None:
+def test_worker(vsqs_queue: vsqs.AnyQueue) -> None:
     vsqs_queue.publish(b"resize cat.jpg")
     message = vsqs_queue.receive(timeout=0)  # None if nothing was ready
     assert message is not None and message.body == b"resize cat.jpg"

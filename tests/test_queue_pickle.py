@@ -12,13 +12,13 @@ import pytest
 import vsqs
 
 
-def _publish_from_child(queue: vsqs.Queue) -> None:
+def _publish_from_child(queue: vsqs.PlainQueue) -> None:
     queue.publish(b"from the child")
 
 
 def test_pickle_round_trip_keeps_path_and_options(tmp_path: Path) -> None:
-    dlq = vsqs.Queue(tmp_path / "dlq")
-    q = vsqs.Queue(
+    dlq = vsqs.PlainQueue(tmp_path / "dlq")
+    q = vsqs.PlainQueue(
         tmp_path / "q", capacity=5, dead_letter=dlq, max_receives=2, precision="ms", durable=False
     )
     copy = pickle.loads(pickle.dumps(q))  # noqa: S301 (our own bytes, this very process)
@@ -31,7 +31,7 @@ def test_pickle_round_trip_keeps_path_and_options(tmp_path: Path) -> None:
 
 
 def test_a_queue_passed_to_a_spawned_process_works(tmp_path: Path) -> None:
-    q = vsqs.Queue(tmp_path / "q")
+    q = vsqs.PlainQueue(tmp_path / "q")
     child = mp.get_context("spawn").Process(target=_publish_from_child, args=(q,))
     child.start()
     child.join(60)
@@ -41,7 +41,7 @@ def test_a_queue_passed_to_a_spawned_process_works(tmp_path: Path) -> None:
 
 
 def _delete_in_worker(path: str, message: vsqs.Message) -> tuple[bool, dict[str, str]]:
-    return vsqs.Queue(path).delete(message), dict(message.attributes)
+    return vsqs.PlainQueue(path).delete(message), dict(message.attributes)
 
 
 @pytest.mark.parametrize("attributes", [None, {"tenant": "a"}])
@@ -50,7 +50,7 @@ def test_a_received_message_pickles_and_deletes_after_unpickling(
 ) -> None:
     """Issue 32.4: a received message, with or without attributes, pickles; the copy
     equals it and deletes the message through its receipt."""
-    q = vsqs.Queue(tmp_path / "q")
+    q = vsqs.PlainQueue(tmp_path / "q")
     q.publish(b"job", attributes=attributes)
     message = q.receive(timeout=0)
     assert message is not None
@@ -68,7 +68,7 @@ def test_a_received_message_is_deleted_by_a_process_pool_worker(
 ) -> None:
     """Issue 32.4: handing a received message to a ``ProcessPoolExecutor`` worker (a
     ``multiprocessing`` pickle round trip) works, and the worker's delete takes it."""
-    q = vsqs.Queue(tmp_path / "q")
+    q = vsqs.PlainQueue(tmp_path / "q")
     q.publish(b"job", attributes=attributes)
     message = q.receive(timeout=0)
     assert message is not None

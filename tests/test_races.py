@@ -71,9 +71,9 @@ class Background:
         return self._value
 
 
-def peer(qdir: Path, clock: ManualClock | None = None, **options: Any) -> vsqs.Queue:
+def peer(qdir: Path, clock: ManualClock | None = None, **options: Any) -> vsqs.PlainQueue:
     """Another consumer or producer of the same directory."""
-    return vsqs.Queue(qdir, durable=False, clock=clock, **options)
+    return vsqs.PlainQueue(qdir, durable=False, clock=clock, **options)
 
 
 # -- two consumers, one message -------------------------------------------------------
@@ -101,7 +101,7 @@ def _claim_race(directory: Path, clock: ManualClock | None, patch: pytest.Monkey
 
     results: dict[str, vsqs.Message | None] = {}
 
-    def consumer(queue: vsqs.Queue, name: str) -> None:
+    def consumer(queue: vsqs.PlainQueue, name: str) -> None:
         results[name] = queue.receive(timeout=0)
 
     with patch.context() as patched:
@@ -137,7 +137,7 @@ def test_two_consumers_claiming_one_message(
 # -- requeue versus delete ------------------------------------------------------------
 
 
-def _received(qdir: Path, clock: ManualClock) -> tuple[vsqs.Queue, vsqs.Message]:
+def _received(qdir: Path, clock: ManualClock) -> tuple[vsqs.PlainQueue, vsqs.Message]:
     owner = peer(qdir, clock, visibility_timeout=30)
     owner.publish(b"job")
     message = owner.receive(timeout=0)
@@ -146,7 +146,7 @@ def _received(qdir: Path, clock: ManualClock) -> tuple[vsqs.Queue, vsqs.Message]
     return owner, message
 
 
-REQUEUERS: dict[str, Callable[[vsqs.Queue], object]] = {
+REQUEUERS: dict[str, Callable[[vsqs.PlainQueue], object]] = {
     "requeue_expired": lambda q: q.requeue_expired(),
     "receive": lambda q: q.receive(timeout=0),
 }
@@ -154,7 +154,7 @@ REQUEUERS: dict[str, Callable[[vsqs.Queue], object]] = {
 
 @pytest.mark.parametrize("requeue", REQUEUERS.values(), ids=REQUEUERS.keys())
 def test_delete_lands_while_a_requeue_is_under_way(
-    qdir: Path, monkeypatch: pytest.MonkeyPatch, requeue: Callable[[vsqs.Queue], object]
+    qdir: Path, monkeypatch: pytest.MonkeyPatch, requeue: Callable[[vsqs.PlainQueue], object]
 ) -> None:
     """The owner deletes between another consumer's decision to requeue the expired
     lease and its rename: the message stays deleted (no resurrection) and nobody errs.
@@ -178,7 +178,7 @@ def test_delete_lands_while_a_requeue_is_under_way(
 
 @pytest.mark.parametrize("requeue", REQUEUERS.values(), ids=REQUEUERS.keys())
 def test_requeue_lands_before_the_late_delete(
-    qdir: Path, requeue: Callable[[vsqs.Queue], object]
+    qdir: Path, requeue: Callable[[vsqs.PlainQueue], object]
 ) -> None:
     """The expired lease is requeued first; the owner's late delete deletes nothing and
     says so, and the message is delivered again (at least once)."""

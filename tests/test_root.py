@@ -39,7 +39,7 @@ def test_create_get_list_delete(parent: Path) -> None:
     root = vsqs.QueueRoot(parent / "root", durable=False)
     assert root.list() == []
     orders = root.create("orders")
-    assert isinstance(orders, vsqs.Queue) and orders.path == str(parent / "root" / "orders")
+    assert isinstance(orders, vsqs.PlainQueue) and orders.path == str(parent / "root" / "orders")
     root.create("orders.dlq").publish(b"dead")
     root.create("a-b_C9")
     assert root.list() == ["a-b_C9", "orders", "orders.dlq"]

@@ -17,7 +17,7 @@ from ._lifecycle_workers import forkserver, interleaved_producer, late_publisher
 pytestmark = pytest.mark.usefixtures("fresh_ids")
 
 
-def _produce(tmp_path: Path, count: int) -> list[vsqs.Queue]:
+def _produce(tmp_path: Path, count: int) -> list[vsqs.AnyQueue]:
     """Two producer processes, each cycling over three queues at once."""
     paths = [str(tmp_path / f"q{n}") for n in range(3)]
     ctx = forkserver()
@@ -202,7 +202,7 @@ def test_null_queue_accepts_and_discards(tmp_path: Path) -> None:
 def test_null_queue_in_place_of_a_queue(tmp_path: Path) -> None:
     """A pipeline stage switched off: the producer code runs unchanged."""
 
-    def stage(out: vsqs.Queue | vsqs.NullQueue) -> int:
+    def stage(out: vsqs.AnyQueue | vsqs.NullQueue) -> int:
         for n in range(3):
             out.publish(str(n).encode())
         return out.size()

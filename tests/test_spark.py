@@ -54,7 +54,7 @@ def _rows(reader: StreamReader, partition: InputPartition) -> list[tuple[Any, ..
     return rows
 
 
-def _bodies(queue: vsqs.Queue) -> list[str]:
+def _bodies(queue: vsqs.PlainQueue) -> list[str]:
     return sorted(m.body.decode() for m in queue.browse())
 
 
@@ -73,7 +73,7 @@ def test_publish_partition_task_retry_adds_no_duplicates(
     df = spark.createDataFrame(rows).repartition(3)
     publish = functools.partial(spark_helpers.publish_then_fail, queue_path, uuid.uuid4().hex)
     df.foreachPartition(publish)
-    assert _bodies(vsqs.Queue(queue_path)) == sorted(f"m{i}" for i in range(60))
+    assert _bodies(vsqs.PlainQueue(queue_path)) == sorted(f"m{i}" for i in range(60))
 
 
 def test_publish_task_killed_mid_batch_publishes_each_row_once(
@@ -88,7 +88,7 @@ def test_publish_task_killed_mid_batch_publishes_each_row_once(
     df = spark.createDataFrame(rows).coalesce(1)
     publish = functools.partial(spark_helpers.publish_killed_midway, queue_path, uuid.uuid4().hex)
     df.foreachPartition(publish)
-    queue = vsqs.Queue(queue_path)
+    queue = vsqs.PlainQueue(queue_path)
     assert [m.body.decode() for m in queue.browse()] == [f"m{i:03d}" for i in range(40)]
     markers = os.listdir(os.path.join(queue_path, ".vsqs", "dedup"))
     assert len(markers) == 6  # one per batch of 7 (40 rows), none per message
@@ -104,7 +104,7 @@ def test_publish_dataframe_counts_rows_once_under_retry(
     )
     df = spark.createDataFrame(rdd.map(lambda s: Row(body=s)))
     assert vsqs.spark.publish_dataframe(df, queue_path) == 40
-    assert _bodies(vsqs.Queue(queue_path)) == sorted(f"r{i}" for i in range(40))
+    assert _bodies(vsqs.PlainQueue(queue_path)) == sorted(f"r{i}" for i in range(40))
 
 
 def test_publish_by_key_column_and_json_rows(spark: SparkSession, tmp_path: Path) -> None:
@@ -113,7 +113,7 @@ def test_publish_by_key_column_and_json_rows(spark: SparkSession, tmp_path: Path
     df = spark.createDataFrame([Row(k=i, v=f"v{i}") for i in range(10)])
     for _ in range(2):
         vsqs.spark.publish_dataframe(df, queue_path, key_column="k", json_rows=True)
-    got = sorted((json.loads(m.body) for m in vsqs.Queue(queue_path).browse()), key=str)
+    got = sorted((json.loads(m.body) for m in vsqs.PlainQueue(queue_path).browse()), key=str)
     assert got == sorted(({"k": i, "v": f"v{i}"} for i in range(10)), key=str)
 
 
@@ -157,14 +157,14 @@ def test_batch_write_then_browse_then_consume(spark: SparkSession, tmp_path: Pat
         )
         assert {bytes(r.body).decode(): r.attributes["n"] for r in consumed}["b7"] == "7"
         assert all(r.receive_count == 1 for r in consumed)
-        assert vsqs.Queue(queue_path).counts().held == 25  # nothing deleted before the end
-    assert vsqs.Queue(queue_path).counts().total == 0
+        assert vsqs.PlainQueue(queue_path).counts().held == 25  # nothing deleted before the end
+    assert vsqs.PlainQueue(queue_path).counts().total == 0
 
 
 def test_consume_with_a_failing_task_loses_nothing(spark: SparkSession, tmp_path: Path) -> None:
     """Issue 15.1: a task that fails on attempt 0 used to leave 0 of 2,000 rows written
     and the queue empty. Now every row reaches the parquet output, then the queue empties."""
-    queue = vsqs.Queue(tmp_path / "q", durable=False)
+    queue = vsqs.PlainQueue(tmp_path / "q", durable=False)
     queue.publish_batch([f"c{i:04d}".encode() for i in range(2000)])
     out = str(tmp_path / "out")
     with vsqs.spark.consume(spark, queue.path, num_partitions=4) as df:
@@ -181,7 +181,7 @@ def test_consume_reads_the_same_messages_on_every_action(
 ) -> None:
     """show() and count() before the final action read the planned messages and delete
     nothing; a block that raises releases every message to the queue at once."""
-    queue = vsqs.Queue(tmp_path / "q", durable=False)
+    queue = vsqs.PlainQueue(tmp_path / "q", durable=False)
     queue.publish_batch([f"a{i}".encode() for i in range(50)])
 
     def fail_after_reading() -> None:
@@ -204,7 +204,7 @@ def test_format_consume_mode_is_refused_and_deletes_nothing(
 ) -> None:
     """Issue 15.1: .show(3) on a consume read deleted all 5,000 messages. The format no
     longer consumes: it says to use vsqs.spark.consume, and the queue is untouched."""
-    queue = vsqs.Queue(tmp_path / "q", durable=False)
+    queue = vsqs.PlainQueue(tmp_path / "q", durable=False)
     queue.publish_batch([f"m{i}".encode() for i in range(5000)])
     with pytest.raises(Exception, match=r"vsqs\.spark\.consume"):
         spark.read.format("vsqs").option("mode", "consume").load(queue.path).show(3)
@@ -219,12 +219,12 @@ def test_batch_write_task_retry_adds_no_duplicates(spark: SparkSession, tmp_path
     )
     df = spark.createDataFrame(rdd.map(lambda s: Row(body=s)))
     df.write.format("vsqs").mode("append").save(queue_path)
-    assert _bodies(vsqs.Queue(queue_path)) == sorted(f"w{i}" for i in range(30))
+    assert _bodies(vsqs.PlainQueue(queue_path)) == sorted(f"w{i}" for i in range(30))
 
 
 def test_consume_respects_max_messages(spark: SparkSession, tmp_path: Path) -> None:
     """consume(max_messages=4) takes at most that many and leaves the rest."""
-    queue = vsqs.Queue(tmp_path / "q")
+    queue = vsqs.PlainQueue(tmp_path / "q")
     queue.publish_batch([f"c{i}".encode() for i in range(10)])
     with vsqs.spark.consume(spark, queue.path, max_messages=4) as df:
         assert len(df.collect()) == 4
@@ -249,12 +249,12 @@ def test_save_without_a_mode_says_to_append(spark: SparkSession, tmp_path: Path)
     (tmp_path / "p").mkdir()
     with pytest.raises(AnalysisException, match="PATH_ALREADY_EXISTS"):
         df.write.format("parquet").save(str(tmp_path / "p"))
-    assert not (tmp_path / "q").exists() or vsqs.Queue(tmp_path / "q").counts().total == 0
+    assert not (tmp_path / "q").exists() or vsqs.PlainQueue(tmp_path / "q").counts().total == 0
 
 
 def test_stream_read_and_stream_write(spark: SparkSession, tmp_path: Path) -> None:
     """A stream from one queue into another moves every message once and empties the source."""
-    source = vsqs.Queue(tmp_path / "in")
+    source = vsqs.PlainQueue(tmp_path / "in")
     source.publish_batch([f"s{i}".encode() for i in range(120)])
     query = (
         spark.readStream.format("vsqs")
@@ -267,7 +267,7 @@ def test_stream_read_and_stream_write(spark: SparkSession, tmp_path: Path) -> No
         .start(str(tmp_path / "out"))
     )
     query.awaitTermination(120)
-    assert _bodies(vsqs.Queue(tmp_path / "out")) == sorted(f"s{i}" for i in range(120))
+    assert _bodies(vsqs.PlainQueue(tmp_path / "out")) == sorted(f"s{i}" for i in range(120))
     assert source.counts().total == 0
     states = list((tmp_path / "in" / ".vsqs" / "spark" / "streams").iterdir())
     assert len(states) == 1  # one epoch: this checkpoint's
@@ -281,7 +281,7 @@ def test_stream_killed_mid_batch_loses_and_duplicates_nothing(
     spark: SparkSession, tmp_path: Path
 ) -> None:
     """Kill a driver inside micro-batch 2; restart from the checkpoint here; compare."""
-    queue = vsqs.Queue(tmp_path / "q")
+    queue = vsqs.PlainQueue(tmp_path / "q")
     expected = sorted(f"k{i:03d}" for i in range(300))
     queue.publish_batch([body.encode() for body in expected])
     out = tmp_path / "out"
@@ -319,7 +319,7 @@ def test_stream_vsqs_to_vsqs_killed_mid_batch_publishes_each_once(
     then restart from the checkpoint. The replayed batch has the same messages in the
     same partitions, so the sink's ids match and nothing is published twice (the old
     code released the batch and published its first half again under later ids)."""
-    queue = vsqs.Queue(tmp_path / "q", durable=False)
+    queue = vsqs.PlainQueue(tmp_path / "q", durable=False)
     expected = sorted(f"v{i:03d}" for i in range(300))
     queue.publish_batch([body.encode() for body in expected])
     out, checkpoint = str(tmp_path / "out"), str(tmp_path / "ckpt")
@@ -332,10 +332,10 @@ def test_stream_vsqs_to_vsqs_killed_mid_batch_publishes_each_once(
     command = [sys.executable, "-m", "tests.spark_helpers", queue.path, checkpoint, out]
     killed = subprocess.run([*command, "--copy", "--kill-batch", "2"], env=env, check=False)
     assert killed.returncode == -9
-    assert 125 <= vsqs.Queue(out).counts().ready < 150  # batches 0, 1 and half of 2
+    assert 125 <= vsqs.PlainQueue(out).counts().ready < 150  # batches 0, 1 and half of 2
 
     spark_helpers.run_copy(spark, queue.path, checkpoint, out, kill_batch=-1)
-    bodies = [m.body.decode() for m in vsqs.Queue(out).browse()]
+    bodies = [m.body.decode() for m in vsqs.PlainQueue(out).browse()]
     assert sorted(bodies) == expected  # each once
     assert queue.counts().total == 0
 
@@ -344,7 +344,7 @@ def test_two_queries_never_settle_each_others_batches(spark: SparkSession, tmp_p
     """Issue 15.3: query A is killed holding a batch; query B, run again later, used to
     take A's batch for one of its own completed ones and delete it (lost). Now each
     checkpoint has its own state; A's restart serves its batch again."""
-    queue = vsqs.Queue(tmp_path / "q", durable=False)
+    queue = vsqs.PlainQueue(tmp_path / "q", durable=False)
     out_a, out_b = tmp_path / "out_a", tmp_path / "out_b"
     out_a.mkdir()
     out_b.mkdir()
@@ -381,7 +381,7 @@ def test_two_queries_never_settle_each_others_batches(spark: SparkSession, tmp_p
 def test_stream_on_a_shut_down_queue_is_no_new_data(spark: SparkSession, tmp_path: Path) -> None:
     """Issue 15.4: once a shut-down queue is drained, a running query (processing-time
     trigger) keeps running with no new data instead of dying of QueueDrained."""
-    queue = vsqs.Queue(tmp_path / "q", durable=False)
+    queue = vsqs.PlainQueue(tmp_path / "q", durable=False)
     queue.publish_batch([f"d{i}".encode() for i in range(30)])
     queue.shutdown()
     out = str(tmp_path / "out")
@@ -405,7 +405,7 @@ def test_stream_on_a_shut_down_queue_is_no_new_data(spark: SparkSession, tmp_pat
         assert len(query.recentProgress) >= done + 3
     finally:
         query.stop()
-    assert _bodies(vsqs.Queue(out)) == sorted(f"d{i}" for i in range(30))
+    assert _bodies(vsqs.PlainQueue(out)) == sorted(f"d{i}" for i in range(30))
     assert queue.counts().total == 0
 
 
@@ -413,7 +413,7 @@ def test_a_drained_shut_down_queue_is_no_new_data_for_the_reader(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Issue 15.4: QueueDrained from the claim is the end of input, not an error."""
-    queue = vsqs.Queue(tmp_path / "q")
+    queue = vsqs.PlainQueue(tmp_path / "q")
     queue.publish_batch([b"x", b"y"])
     queue.shutdown()
     reader = StreamReader(SourceOptions.parse({"path": queue.path}))
@@ -423,11 +423,11 @@ def test_a_drained_shut_down_queue_is_no_new_data_for_the_reader(
         assert end["seq"] == 1
         reader.commit(end)
 
-        def drained(self: vsqs.Queue, *args: object, **kwargs: object) -> list[vsqs.Message]:
+        def drained(self: vsqs.PlainQueue, *args: object, **kwargs: object) -> list[vsqs.Message]:
             raise vsqs.QueueDrained(self.path)
 
         # Once the shutdown grace has passed, every claim raises QueueDrained.
-        monkeypatch.setattr(vsqs.Queue, "receive_batch", drained)
+        monkeypatch.setattr(vsqs.PlainQueue, "receive_batch", drained)
         assert reader.latestOffset(end, ReadMaxRows(10)) == end
     finally:
         reader.stop()
@@ -437,7 +437,7 @@ def test_a_drained_shut_down_queue_is_no_new_data_for_the_reader(
 def test_stream_large_bodies_are_read_on_the_executors(spark: SparkSession, tmp_path: Path) -> None:
     """Issue 15.5: 64 KiB bodies. Partitions carry receipts, not bodies, and a byte limit
     per micro-batch (maxBytesPerBatch) bounds each batch besides the message limit."""
-    queue = vsqs.Queue(tmp_path / "q", durable=False)
+    queue = vsqs.PlainQueue(tmp_path / "q", durable=False)
     body = b"x" * 65536
     queue.publish_batch([body] * 200)
     query = (
@@ -455,14 +455,14 @@ def test_stream_large_bodies_are_read_on_the_executors(spark: SparkSession, tmp_
     sizes = [p["numInputRows"] for p in query.recentProgress if p["numInputRows"]]
     assert sum(sizes) == 200
     assert max(sizes) <= 64  # 4 MiB of 64 KiB bodies
-    assert all(m.body == body for m in vsqs.Queue(tmp_path / "out").browse())
+    assert all(m.body == body for m in vsqs.PlainQueue(tmp_path / "out").browse())
     assert queue.counts().total == 0
 
 
 def test_partitions_carry_receipts_and_survive_renewal(tmp_path: Path) -> None:
     """A planned partition holds no body; a heartbeat that renames the lease after
     planning does not make it unreadable."""
-    queue = vsqs.Queue(tmp_path / "q")
+    queue = vsqs.PlainQueue(tmp_path / "q")
     queue.publish_batch([b"p" * 10_000 for _ in range(4)])
     options = SourceOptions.parse({"path": queue.path, "heartbeatInterval": "3600"})
     reader = StreamReader(options)
@@ -483,7 +483,7 @@ def test_partitions_carry_receipts_and_survive_renewal(tmp_path: Path) -> None:
 
 def test_heartbeat_extends_leases_until_commit(tmp_path: Path) -> None:
     """A claimed batch outlives its visibility timeout while the heartbeat runs."""
-    queue = vsqs.Queue(tmp_path / "q")
+    queue = vsqs.PlainQueue(tmp_path / "q")
     queue.publish_batch([b"a", b"b", b"c"])
     options = SourceOptions.parse(
         {"path": queue.path, "visibilityTimeout": "1", "heartbeatInterval": "0.2"}
@@ -506,7 +506,7 @@ def test_heartbeat_extends_leases_until_commit(tmp_path: Path) -> None:
 def test_restarted_reader_replays_logged_and_releases_unlogged(tmp_path: Path) -> None:
     """Recovery: completed batches are deleted, a logged batch is served again with the
     same messages, a batch Spark never logged is released."""
-    queue = vsqs.Queue(tmp_path / "q")
+    queue = vsqs.PlainQueue(tmp_path / "q")
     queue.publish_batch([f"r{i}".encode() for i in range(9)])
     options = SourceOptions.parse(
         {"path": queue.path, "visibilityTimeout": "300", "maxMessagesPerBatch": "3"}
@@ -547,7 +547,7 @@ def test_restarted_reader_replays_logged_and_releases_unlogged(tmp_path: Path) -
 
 def test_state_mismatch_fails_loudly(tmp_path: Path) -> None:
     """Issue 15.3: a checkpoint whose epoch has no state here is refused, with what to do."""
-    queue = vsqs.Queue(tmp_path / "q")
+    queue = vsqs.PlainQueue(tmp_path / "q")
     queue.publish(b"m")
     reader = StreamReader(SourceOptions.parse({"path": queue.path}))
     try:
@@ -569,14 +569,14 @@ def test_one_value_column_and_kafka_columns(spark: SparkSession, tmp_path: Path)
     assert vsqs.spark.publish_dataframe(lines, str(tmp_path / "a")) == 20
     lines.write.format("vsqs").mode("append").save(str(tmp_path / "b"))
     for name in ("a", "b"):
-        assert _bodies(vsqs.Queue(tmp_path / name)) == sorted(f"line{i}" for i in range(20))
+        assert _bodies(vsqs.PlainQueue(tmp_path / name)) == sorted(f"line{i}" for i in range(20))
 
     kafka = spark.createDataFrame(
         [(f"k{i % 5}", f"v{i}", {"h": str(i)}) for i in range(10)],
         "key string, value string, headers map<string,string>",
     )
     kafka.write.format("vsqs").mode("append").save(str(tmp_path / "c"))
-    got = list(vsqs.Queue(tmp_path / "c").browse())
+    got = list(vsqs.PlainQueue(tmp_path / "c").browse())
     assert len(got) == 5  # one per key within the dedup window
     assert all(m.attributes["h"] == m.body.decode()[1:] for m in got)
 
@@ -590,12 +590,12 @@ def test_bad_columns_fail_on_the_driver(spark: SparkSession, tmp_path: Path) -> 
         numbers.write.format("vsqs").mode("append").save(str(tmp_path / "q"))
     with pytest.raises(ValueError, match="must be binary or string, not int"):
         vsqs.spark.publish_dataframe(numbers.select("a"), str(tmp_path / "q"))
-    assert vsqs.Queue(tmp_path / "q").counts().total == 0
+    assert vsqs.PlainQueue(tmp_path / "q").counts().total == 0
 
 
 def test_unknown_option_is_named_with_the_known_ones(spark: SparkSession, tmp_path: Path) -> None:
     """Issue 15.7: .option("modee", "consume") used to browse quietly."""
-    queue = vsqs.Queue(tmp_path / "q")
+    queue = vsqs.PlainQueue(tmp_path / "q")
     with pytest.raises(Exception, match=r"unknown option 'modee'.*known: batchSize"):
         spark.read.format("vsqs").option("modee", "consume").load(queue.path).collect()
     with pytest.raises(ValueError, match="unknown option 'maxoffsetspertrigger'"):
@@ -646,13 +646,13 @@ def test_arrow_record_batches_publish_the_batches_rows_do(tmp_path: Path) -> Non
     whatever the record batches' sizes: a retry by either path adds nothing."""
     fmt = resolve_format(["value"], {"value": "string"})
     rows = [{"value": f"m{i:02d}"} for i in range(23)]
-    by_rows = vsqs.Queue(tmp_path / "rows")
+    by_rows = vsqs.PlainQueue(tmp_path / "rows")
     assert publish_rows(by_rows, rows, fmt, "p:", batch_size=5) == 23
     cuts = ((0, 3), (3, 17), (17, 23))
     batches = [
         pa.RecordBatch.from_pydict({"value": [r["value"] for r in rows[a:b]]}) for a, b in cuts
     ]
-    by_arrow = vsqs.Queue(tmp_path / "arrow")
+    by_arrow = vsqs.PlainQueue(tmp_path / "arrow")
     assert publish_arrow(by_arrow, batches, fmt, "p:", batch_size=5) == 23
     dedup = ".vsqs/dedup"
     assert sorted(os.listdir(by_rows.path + "/" + dedup)) == sorted(
@@ -662,12 +662,12 @@ def test_arrow_record_batches_publish_the_batches_rows_do(tmp_path: Path) -> Non
     assert [m.body for m in by_arrow.browse()] == [r["value"].encode() for r in rows]
     nulls = pa.RecordBatch.from_pydict({"value": ["a", None]})
     with pytest.raises(ValueError, match="row 1 has a null 'value'"):
-        publish_arrow(vsqs.Queue(tmp_path / "n"), [nulls], fmt, "p:", batch_size=5)
+        publish_arrow(vsqs.PlainQueue(tmp_path / "n"), [nulls], fmt, "p:", batch_size=5)
 
 
 def test_kafka_headers_become_attributes(tmp_path: Path) -> None:
     """Kafka's headers (a list of key/value pairs, values as bytes) are attributes."""
-    queue = vsqs.Queue(tmp_path / "q")
+    queue = vsqs.PlainQueue(tmp_path / "q")
     rows = [{"value": b"v", "headers": [("h", b"1"), ("g", "2")]}]
     fmt = resolve_format(["value", "headers"])
     assert publish_rows(queue, rows, fmt, "test:") == 1
@@ -678,7 +678,7 @@ def test_kafka_headers_become_attributes(tmp_path: Path) -> None:
 
 def test_read_planned_skips_deleted_messages_when_told(tmp_path: Path) -> None:
     """failOnDataLoss=false: a message deleted by someone else is skipped, not fatal."""
-    queue = vsqs.Queue(tmp_path / "q")
+    queue = vsqs.PlainQueue(tmp_path / "q")
     queue.publish_batch([b"a", b"b"])
     held = queue.receive_batch(2, timeout=0)
     plan: list[Planned] = [(m.id, m.receipt, {}, 1, m.sent_at, "") for m in held]
@@ -699,9 +699,9 @@ def test_consume_checks_its_arguments(spark: SparkSession, tmp_path: Path) -> No
 # -- partitioned queues (issue 27, item 5) ----------------------------------------------
 
 
-def _partitioned(path: Path, groups: int, each: int) -> vsqs.Queue:
+def _partitioned(path: Path, groups: int, each: int) -> vsqs.PartitionedQueue:
     """A 4-partition queue holding *each* messages of every group ``g<n>``, in rounds."""
-    queue = vsqs.Queue(path, partitions=4, durable=False)
+    queue = vsqs.PartitionedQueue(path, partitions=4, durable=False)
     for seq in range(each):
         for g in range(groups):
             queue.publish(f"g{g}:{seq:03d}".encode(), group=f"g{g}")
@@ -781,7 +781,7 @@ def test_stream_over_a_partitioned_queue_delivers_every_message_once(
         .start(str(tmp_path / "out"))
     )
     query.awaitTermination(120)
-    out = [m.body.decode() for m in vsqs.Queue(tmp_path / "out").browse()]
+    out = [m.body.decode() for m in vsqs.PlainQueue(tmp_path / "out").browse()]
     assert sorted(out) == sorted(f"g{g}:{s:03d}" for g in range(8) for s in range(15))
     assert source.counts().total == 0
     assert [p["numInputRows"] for p in query.recentProgress if p["numInputRows"]] == [80, 40]
@@ -828,7 +828,7 @@ def test_publish_dataframe_group_column_keeps_each_groups_order(
     rows = [Row(group=f"c{g}", seq=s, body=f"c{g}:{s:03d}") for s in range(30) for g in range(6)]
     # Each group in one Spark partition (3 of them, several groups each), ordered by seq.
     df = spark.createDataFrame(rows).repartition(3, "group").sortWithinPartitions("seq")
-    queue = vsqs.Queue(tmp_path / "q", partitions=4, durable=False)
+    queue = vsqs.PartitionedQueue(tmp_path / "q", partitions=4, durable=False)
     assert (
         vsqs.spark.publish_dataframe(
             df.select("group", "body"),
@@ -847,7 +847,7 @@ def test_publish_dataframe_group_column_keeps_each_groups_order(
     )
     received: dict[str | None, list[str]] = {}
     where: dict[str | None, set[str]] = {}
-    consumer = vsqs.Queue(queue.path, durable=False)
+    consumer = vsqs.PlainQueue(queue.path, durable=False)
     while batch := consumer.receive_batch(25, timeout=0):
         for message in batch:
             received.setdefault(message.group, []).append(message.body.decode())

@@ -31,12 +31,12 @@ pytestmark = pytest.mark.spark
 
 
 @pytest.fixture
-def read_queue(tmp_path: Path) -> vsqs.Queue:
-    return vsqs.Queue(tmp_path / "q", durable=False)
+def read_queue(tmp_path: Path) -> vsqs.PlainQueue:
+    return vsqs.PlainQueue(tmp_path / "q", durable=False)
 
 
 @pytest.fixture
-def reader(read_queue: vsqs.Queue) -> Iterator[StreamReader]:
+def reader(read_queue: vsqs.PlainQueue) -> Iterator[StreamReader]:
     options = SourceOptions.parse(
         {"path": read_queue.path, "maxMessagesPerBatch": "7", "heartbeatInterval": "3600"}
     )
@@ -51,7 +51,7 @@ def test_the_default_limit_is_max_messages_per_batch(reader: StreamReader) -> No
 
 
 def test_available_now_reads_what_was_ready_when_it_began(
-    read_queue: vsqs.Queue, reader: StreamReader
+    read_queue: vsqs.PlainQueue, reader: StreamReader
 ) -> None:
     read_queue.publish_batch([b"before"] * 5)
     reader.prepareForTriggerAvailableNow()
@@ -65,7 +65,7 @@ def test_available_now_reads_what_was_ready_when_it_began(
 
 
 def test_a_byte_limit_ends_a_batch_and_releases_the_rest(
-    read_queue: vsqs.Queue, reader: StreamReader
+    read_queue: vsqs.PlainQueue, reader: StreamReader
 ) -> None:
     read_queue.publish_batch([b"x" * 1000] * 6)
     start = reader.initialOffset()
@@ -80,7 +80,7 @@ def test_a_byte_limit_ends_a_batch_and_releases_the_rest(
     assert read_queue.counts().total == 0
 
 
-def test_progress_reports_the_backlog(read_queue: vsqs.Queue, reader: StreamReader) -> None:
+def test_progress_reports_the_backlog(read_queue: vsqs.PlainQueue, reader: StreamReader) -> None:
     read_queue.publish_batch([b"a", b"b", b"c"])
     start = reader.initialOffset()
     end = reader.latestOffset(start, ReadMaxRows(2))
@@ -103,7 +103,7 @@ def test_progress_reports_the_backlog(read_queue: vsqs.Queue, reader: StreamRead
 
 
 def test_a_failed_delete_is_raised_by_the_commit_and_the_deleter_goes_on(
-    read_queue: vsqs.Queue, reader: StreamReader, monkeypatch: pytest.MonkeyPatch
+    read_queue: vsqs.PlainQueue, reader: StreamReader, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A fault while deleting a completed batch reaches Spark's commit (it used to kill
     the delete thread, and the commit then waited forever); the batch keeps its record
@@ -147,7 +147,7 @@ def test_bad_options_are_named(tmp_path: Path, options: dict[str, str], named: s
         SourceOptions.parse(given)
 
 
-def test_rows_with_bad_cells_publish_nothing_and_say_which(read_queue: vsqs.Queue) -> None:
+def test_rows_with_bad_cells_publish_nothing_and_say_which(read_queue: vsqs.PlainQueue) -> None:
     from pyspark.sql import Row
 
     from vsqs.spark._publish import publish_rows, resolve_format
@@ -173,7 +173,7 @@ def test_rows_with_bad_cells_publish_nothing_and_say_which(read_queue: vsqs.Queu
 # -- the data source's planning side, as Spark's planner process calls it ----------------
 
 
-def test_the_data_source_plans_readers_and_writers(read_queue: vsqs.Queue) -> None:
+def test_the_data_source_plans_readers_and_writers(read_queue: vsqs.PlainQueue) -> None:
     from pyspark.sql.types import BinaryType, StringType, StructField, StructType
 
     from vsqs.spark._source import (
@@ -214,7 +214,7 @@ def test_the_data_source_plans_readers_and_writers(read_queue: vsqs.Queue) -> No
 # -- offsets that do not belong to the reader are refused, naming what to do -------------
 
 
-def test_offsets_of_another_run_are_refused(read_queue: vsqs.Queue, tmp_path: Path) -> None:
+def test_offsets_of_another_run_are_refused(read_queue: vsqs.PlainQueue, tmp_path: Path) -> None:
     from vsqs.spark._state import StateMismatch
 
     read_queue.publish_batch([b"a", b"b"])
@@ -259,7 +259,7 @@ def test_offsets_of_another_run_are_refused(read_queue: vsqs.Queue, tmp_path: Pa
 # -- executors find a renamed message by the grammar alone ------------------------------
 
 
-def test_an_executor_reads_only_names_of_the_grammar(read_queue: vsqs.Queue) -> None:
+def test_an_executor_reads_only_names_of_the_grammar(read_queue: vsqs.PlainQueue) -> None:
     """A planned message deleted meanwhile is gone, even when a foreign file that starts
     with its id (a user's ``<id>.orig`` copy, ``0<id>``) sits in the queue directory."""
     read_queue.publish(b"the message")
@@ -304,7 +304,7 @@ def _snapshot(top: Path) -> dict[str, bytes | None]:
                 "{epoch}/1.json", "{epoch}/lock"],
 )  # fmt: skip
 def test_a_symlink_planted_in_the_spark_state_is_refused(
-    read_queue: vsqs.Queue, tmp_path: Path, planted: str
+    read_queue: vsqs.PlainQueue, tmp_path: Path, planted: str
 ) -> None:
     """A later run of the query refuses a symlink planted at .vsqs/spark or anywhere in
     its state with an error naming it, and never touches what the link points to (the
@@ -335,7 +335,7 @@ def test_a_symlink_planted_in_the_spark_state_is_refused(
 
 @pytest.mark.parametrize("planted", ["", "epoch.json", "1.json", "lock"])
 def test_a_symlink_planted_in_a_named_state_dir_is_refused(
-    read_queue: vsqs.Queue, tmp_path: Path, planted: str
+    read_queue: vsqs.PlainQueue, tmp_path: Path, planted: str
 ) -> None:
     """The same below a stateDir the user named outside the queue (the stateDir itself is
     opened as named: it may be a link the user chose)."""
@@ -373,7 +373,7 @@ def test_the_layout_names_only_directories_inside_vsqs() -> None:
         assert layout.sub_of(elsewhere) is None, elsewhere
 
 
-def test_state_records_round_trip_and_leave_no_temporary_file(read_queue: vsqs.Queue) -> None:
+def test_state_records_round_trip_and_leave_no_temporary_file(read_queue: vsqs.PlainQueue) -> None:
     """What one run records, the next loads; a record that fails to write leaves nothing,
     and what a crashed writer left is removed by the next run's load."""
     state = StateDir(read_queue.path, Layout(read_queue.path).spark_dir("streams"), "e1")
@@ -397,6 +397,37 @@ def test_state_records_round_trip_and_leave_no_temporary_file(read_queue: vsqs.Q
         # A record of a vsqs before partitions names no directory: the queue's own.
         state.save(4, [("18", "18.100", {}, 1, 2.5)])  # type: ignore[list-item]
         assert state.load() == {4: [("18", "18.100", {}, 1, 2.5, "")]}
+    finally:
+        state.close()
+
+
+def test_stream_state_is_read_with_a_bound_like_every_file_under_vsqs(
+    read_queue: vsqs.PlainQueue,
+) -> None:
+    """A sparse 256 MiB ``epoch.json`` (or a batch record past its bound) is refused
+    after one ``fstat``, naming it, never read into memory (before issue 37 it was read
+    whole: a 320 MiB peak); a record too large to be read back is never written."""
+    state = StateDir(read_queue.path, Layout(read_queue.path).spark_dir("streams"), "e1")
+    try:
+        state.create("e1", read_queue.path)
+        epoch = Path(state.path) / "epoch.json"
+        with epoch.open("r+b") as handle:
+            handle.truncate(256 << 20)  # sparse: costs no disk
+        with pytest.raises(OSError, match=r"epoch\.json") as refused:
+            state.info()
+        assert refused.value.errno == errno.EFBIG
+        state.create("e1", read_queue.path)
+        batch = Path(state.path) / "7.json"
+        with batch.open("wb") as handle:
+            handle.truncate((64 << 20) + 1)
+        with pytest.raises(OSError, match=r"7\.json") as refused:
+            state.load()
+        assert refused.value.errno == errno.EFBIG
+        batch.unlink()
+        huge = [("17", "17.100", {"k": "v" * (8 << 10)}, 2, 1.5, "")] * 8200
+        with pytest.raises(ValueError, match="maxMessagesPerBatch"):
+            state.save(8, huge)
+        assert state.load() == {}
     finally:
         state.close()
 

@@ -46,7 +46,7 @@ def test_sixteen_threads_on_one_handle_deliver_each_message_exactly_once(tmp_pat
     deletes, releases (the message comes back), or holds it in a self-renewing lease.
     Every message is deleted exactly once and none is lost; the handle's own bookkeeping
     ends empty (no lease left behind, nothing left to deliver)."""
-    q = vsqs.Queue(tmp_path / "q", durable=False, visibility_timeout=30)
+    q = vsqs.PlainQueue(tmp_path / "q", durable=False, visibility_timeout=30)
     total = PUBLISHERS * PER_PUBLISHER
     deleted: Counter[bytes] = Counter()
     released: Counter[bytes] = Counter()
@@ -107,7 +107,7 @@ def test_leases_taken_by_sixteen_threads_end_in_expiry_order(tmp_path: Path) -> 
     handle knows when the next of its leases ends (a blocked receive sleeps no later),
     and as the clock passes each expiry exactly that message comes back."""
     clock = ManualClock(start=1_700_000_000.0)
-    q = vsqs.Queue(tmp_path / "q", durable=False, clock=clock)
+    q = vsqs.PlainQueue(tmp_path / "q", durable=False, clock=clock)
     for i in range(THREADS):
         q.publish(str(i).encode())
     clock.advance(1)  # past the listing's deferral of messages published "now"
@@ -137,7 +137,9 @@ def test_leases_taken_by_sixteen_threads_end_in_expiry_order(tmp_path: Path) -> 
     q.close()
 
 
-def _race(q: vsqs.Queue, message: vsqs.Message, barrier: threading.Barrier, index: int) -> bool:
+def _race(
+    q: vsqs.PlainQueue, message: vsqs.Message, barrier: threading.Barrier, index: int
+) -> bool:
     """One of many threads given the same message: maybe extend it, then delete it."""
     barrier.wait(timeout=30)
     if index % 2:
@@ -151,7 +153,7 @@ def _race(q: vsqs.Queue, message: vsqs.Message, barrier: threading.Barrier, inde
 def test_threads_racing_to_delete_and_extend_one_message_agree(tmp_path: Path) -> None:
     """Many threads given one received message: exactly one delete wins; every extend
     either moves the lease or raises LeaseLost; the message never comes back."""
-    q = vsqs.Queue(tmp_path / "q", durable=False)
+    q = vsqs.PlainQueue(tmp_path / "q", durable=False)
     for round_ in range(50):
         q.publish(str(round_).encode())
         message = q.receive(timeout=0)
@@ -181,7 +183,7 @@ def test_threads_asking_for_the_waiter_at_once_share_one(
         return waiter
 
     monkeypatch.setattr(_queue, "make_waiter", slow_make_waiter)
-    q = vsqs.Queue(tmp_path / "q")
+    q = vsqs.PlainQueue(tmp_path / "q")
     barrier = threading.Barrier(THREADS)
 
     def ask() -> object:

@@ -22,7 +22,7 @@ from .fixtures_core import wait_until
 
 
 def test_a_lease_left_by_a_break_before_its_block_is_released_at_once(
-    q: vsqs.Queue, clock: ManualClock
+    q: vsqs.PlainQueue, clock: ManualClock
 ) -> None:
     q.publish_batch([b"a", b"b"])
     for lease in q.consume_leases(timeout=0):  # noqa: B007 - the lease is left unentered
@@ -38,7 +38,7 @@ def test_a_lease_left_by_a_break_before_its_block_is_released_at_once(
 
 
 def test_a_lease_skipped_without_its_block_is_not_renewed(
-    q: vsqs.Queue, clock: ManualClock
+    q: vsqs.PlainQueue, clock: ManualClock
 ) -> None:
     """Skipped (the loop asked for the next): not renewed, back after its timeout, and
     not straight away (a loop that skips it does not spin on it)."""
@@ -56,7 +56,9 @@ def test_a_lease_skipped_without_its_block_is_not_renewed(
     ]
 
 
-def test_a_consumed_lease_renews_inside_its_block_only(q: vsqs.Queue, clock: ManualClock) -> None:
+def test_a_consumed_lease_renews_inside_its_block_only(
+    q: vsqs.PlainQueue, clock: ManualClock
+) -> None:
     """max_duration counts from entering the block, not from the claim."""
     q.publish(b"job")
     for lease in q.consume_leases(timeout=0, max_duration=60):
@@ -102,7 +104,7 @@ def test_an_async_lease_left_by_a_break_is_released(tmp_path: Path, clock: Manua
 
     lease = asyncio.run(main())  # closing the handle released it
     assert lease.ended and lease.renewals == 0
-    counts = vsqs.Queue(tmp_path / "q", clock=clock).counts()
+    counts = vsqs.PlainQueue(tmp_path / "q", clock=clock).counts()
     assert (counts.ready, counts.held) == (2, 0)
 
 
@@ -112,7 +114,7 @@ BOUND = 10.0  # seconds: the documented bound is about one; a loaded machine get
 
 
 def _produced(path: Path) -> int:
-    reader = vsqs.Queue(path, durable=False)
+    reader = vsqs.PlainQueue(path, durable=False)
     try:
         return reader.stats().produced_messages
     finally:
@@ -123,7 +125,7 @@ def test_an_idle_producers_counts_show_within_the_bound(tmp_path: Path) -> None:
     path = tmp_path / "q"
     script = (
         "import sys, time, vsqs\n"
-        "q = vsqs.Queue(sys.argv[1], durable=False)\n"
+        "q = vsqs.PlainQueue(sys.argv[1], durable=False)\n"
         "for n in range(100): q.publish(b'%d' % n)\n"
         "print('published', flush=True)\n"
         "time.sleep(120)\n"  # idle, handle open: no exit flush helps
@@ -169,7 +171,7 @@ def test_the_flusher_thread_is_stopped_around_a_fork_and_resumed(tmp_path: Path)
     """A process forks with no flusher thread (Python 3.12+ warns about forking with
     threads), and the counts still due are written after the fork all the same."""
     path = tmp_path / "q"
-    q = vsqs.Queue(path, durable=False)
+    q = vsqs.PlainQueue(path, durable=False)
     q.publish(b"first")  # flushed in passing
     q.publish(b"second")  # left to the flusher
     (before,) = _flushers()

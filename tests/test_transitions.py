@@ -16,7 +16,7 @@ from .fixtures_core import patch_fs
 T0 = 1_700_000_000.0
 
 
-def test_publish_new_to_ready(q: vsqs.Queue, qdir: Path) -> None:
+def test_publish_new_to_ready(q: vsqs.PlainQueue, qdir: Path) -> None:
     """Arrows *create* then *commit* (a publish): ``<id>.new`` -> ``<id>``; the ready file
     holds the whole body."""
     message_id = q.publish(b"payload")
@@ -26,7 +26,7 @@ def test_publish_new_to_ready(q: vsqs.Queue, qdir: Path) -> None:
     assert round(T0 * 1e6) <= int(message_id) < round((T0 + 1) * 1e6)
 
 
-def test_publish_never_shows_a_partial_body(q: vsqs.Queue, qdir: Path) -> None:
+def test_publish_never_shows_a_partial_body(q: vsqs.PlainQueue, qdir: Path) -> None:
     """Arrow *commit*: the ready name appears only after the body is complete."""
     seen: list[list[str]] = []
     real_rename = vsqs._fs.rename_noreplace
@@ -44,7 +44,7 @@ def test_publish_never_shows_a_partial_body(q: vsqs.Queue, qdir: Path) -> None:
     assert seen == [[f"{message_id}.new"]]
 
 
-def test_publish_delayed_new_to_held(q: vsqs.Queue, qdir: Path, clock: ManualClock) -> None:
+def test_publish_delayed_new_to_held(q: vsqs.PlainQueue, qdir: Path, clock: ManualClock) -> None:
     """Arrow *commit* of a delayed message: ``<id>.new`` -> ``<id>.<due>``; then *ready*
     once the delay passes."""
     message_id = q.publish(b"later", delay=10)
@@ -57,7 +57,7 @@ def test_publish_delayed_new_to_held(q: vsqs.Queue, qdir: Path, clock: ManualClo
     assert message.receive_count == 1  # a delay is not a receive
 
 
-def test_receive_ready_to_held(q: vsqs.Queue, qdir: Path) -> None:
+def test_receive_ready_to_held(q: vsqs.PlainQueue, qdir: Path) -> None:
     """Arrow *claim* (a receive): ``<id>`` -> ``<id>.<now + visibility timeout>``."""
     message_id = q.publish(b"m")
     message = q.receive(timeout=0)
@@ -70,7 +70,7 @@ def test_receive_ready_to_held(q: vsqs.Queue, qdir: Path) -> None:
     assert q.receive(timeout=0) is None  # hidden from everybody else
 
 
-def test_heartbeat_held_to_held(q: vsqs.Queue, qdir: Path, clock: ManualClock) -> None:
+def test_heartbeat_held_to_held(q: vsqs.PlainQueue, qdir: Path, clock: ManualClock) -> None:
     """Arrow *extend* (a heartbeat): ``<id>.<expiry>`` -> ``<id>.<later expiry>``."""
     q.publish(b"m")
     message = q.receive(timeout=0)
@@ -82,14 +82,14 @@ def test_heartbeat_held_to_held(q: vsqs.Queue, qdir: Path, clock: ManualClock) -
     clock.advance(30)  # past the first expiry, not the extended one
     assert q.receive(timeout=0) is None
     # Another handle cannot use the old receipt: the lease lives on under the new one.
-    other = vsqs.Queue(qdir, clock=clock)
+    other = vsqs.PlainQueue(qdir, clock=clock)
     with pytest.raises(vsqs.LeaseLost) as lost:
         other.change_visibility(message, 10)
     assert (lost.value.reason, lost.value.current) == ("superseded", extended.receipt)
     assert "newer receipt" in str(lost.value)
 
 
-def test_requeue_expired_held_to_ready(q: vsqs.Queue, qdir: Path, clock: ManualClock) -> None:
+def test_requeue_expired_held_to_ready(q: vsqs.PlainQueue, qdir: Path, clock: ManualClock) -> None:
     """Arrows *extend* (to a hold) then *ready* (a requeue): an expired ``<id>.<expiry>``
     -> ``<id>``, before the next claim."""
     message_id = q.publish(b"m")
@@ -103,7 +103,7 @@ def test_requeue_expired_held_to_ready(q: vsqs.Queue, qdir: Path, clock: ManualC
     assert names(qdir) == [again.receipt]
 
 
-def test_requeue_expired_explicitly(q: vsqs.Queue, qdir: Path, clock: ManualClock) -> None:
+def test_requeue_expired_explicitly(q: vsqs.PlainQueue, qdir: Path, clock: ManualClock) -> None:
     """Arrows *extend* then *ready* (a requeue) by the upkeep call: every expired lease
     goes back at once."""
     ids = q.publish_batch([b"a", b"b"])
@@ -113,7 +113,7 @@ def test_requeue_expired_explicitly(q: vsqs.Queue, qdir: Path, clock: ManualCloc
     assert names(qdir) == sorted(ids)
 
 
-def test_release_held_to_ready(q: vsqs.Queue, qdir: Path) -> None:
+def test_release_held_to_ready(q: vsqs.PlainQueue, qdir: Path) -> None:
     """Arrows *extend* then *ready* (a release): ``change_visibility(m, 0)`` makes it
     ready now."""
     message_id = q.publish(b"m")
@@ -126,7 +126,7 @@ def test_release_held_to_ready(q: vsqs.Queue, qdir: Path) -> None:
     assert again is not None and again.receive_count == 2
 
 
-def test_delete_held_to_gone(q: vsqs.Queue, qdir: Path) -> None:
+def test_delete_held_to_gone(q: vsqs.PlainQueue, qdir: Path) -> None:
     """Arrow *delete*: unlink ``<id>.<expiry>``; deleting twice is not an error."""
     q.publish(b"m")
     message = q.receive(timeout=0)
@@ -137,11 +137,11 @@ def test_delete_held_to_gone(q: vsqs.Queue, qdir: Path) -> None:
     assert q.delete(message.receipt) is False
 
 
-def test_delete_by_bare_id_as_the_design_says(q: vsqs.Queue, qdir: Path) -> None:
+def test_delete_by_bare_id_as_the_design_says(q: vsqs.PlainQueue, qdir: Path) -> None:
     """Arrow *delete* given only an id: whatever state the message is in."""
     ready_id = q.publish(b"ready")
     held_id = q.publish(b"held")
-    other = vsqs.Queue(qdir, clock=q.clock)  # another process knows only the ids
+    other = vsqs.PlainQueue(qdir, clock=q.clock)  # another process knows only the ids
     claimed = q.receive_batch(2)
     assert [m.id for m in claimed] == [ready_id, held_id]
     q.change_visibility(claimed[0], 0)
@@ -150,7 +150,7 @@ def test_delete_by_bare_id_as_the_design_says(q: vsqs.Queue, qdir: Path) -> None
     assert names(qdir) == []
 
 
-def test_fifo_order_for_one_producer_and_one_consumer(q: vsqs.Queue) -> None:
+def test_fifo_order_for_one_producer_and_one_consumer(q: vsqs.PlainQueue) -> None:
     bodies = [str(n).encode() for n in range(500)]
     for body in bodies:
         q.publish(body)
@@ -162,7 +162,7 @@ def test_fifo_order_for_one_producer_and_one_consumer(q: vsqs.Queue) -> None:
 
 
 def test_precision_ms_writes_milliseconds(qdir: Path, clock: ManualClock) -> None:
-    q = vsqs.Queue(qdir, precision="ms", clock=clock, visibility_timeout=2.5)
+    q = vsqs.PlainQueue(qdir, precision="ms", clock=clock, visibility_timeout=2.5)
     message_id = q.publish(b"m")
     assert round(T0 * 1e3) <= int(message_id) < round((T0 + 1) * 1e3)
     message = q.receive(timeout=0)
@@ -170,7 +170,7 @@ def test_precision_ms_writes_milliseconds(qdir: Path, clock: ManualClock) -> Non
     assert message.receipt == f"{message_id}.{round((T0 + 2.5) * 1e3)}"
 
 
-def test_fractional_visibility_timeouts_work(q: vsqs.Queue, clock: ManualClock) -> None:
+def test_fractional_visibility_timeouts_work(q: vsqs.PlainQueue, clock: ManualClock) -> None:
     """vsqs 0.3 wrote ``<id>.<float>`` for 0.5 s and stranded the message; we must not."""
     q.publish(b"m")
     first = q.receive(timeout=0, visibility_timeout=0.5)
@@ -192,7 +192,7 @@ def test_files_are_fsynced_before_rename_and_directory_after(
             return _real(*args)  # type: ignore[operator]
 
         patch_fs(monkeypatch, name, traced)
-    durable = vsqs.Queue(qdir)
+    durable = vsqs.PlainQueue(qdir)
     calls.clear()  # making the queue flushed its new directory's parent
     durable.publish(b"m")
     assert calls == ["fsync", "rename_noreplace", "fsync_dir"]
@@ -200,7 +200,7 @@ def test_files_are_fsynced_before_rename_and_directory_after(
     durable.publish_batch([b"a", b"b", b"c"])
     assert calls == ["sync_filesystem", *["rename_noreplace"] * 3, "fsync_dir"]
     calls.clear()
-    vsqs.Queue(qdir, durable=False).publish(b"fast")
+    vsqs.PlainQueue(qdir, durable=False).publish(b"fast")
     assert calls == ["rename_noreplace"]
 
 
@@ -225,7 +225,7 @@ def test_a_directory_made_by_hand_by_the_seed_rules(tmp_path: Path) -> None:
     for name, body in files.items():
         (qdir / name).write_bytes(body)
     (qdir / "subdir").mkdir()
-    q = vsqs.Queue(qdir, clock=clock)
+    q = vsqs.PlainQueue(qdir, clock=clock)
     assert q.counts() == vsqs.Counts(ready=2, held=2, delayed=0, new=1)
     assert q.size() == 4  # vsqs 0.3's meaning: ready + held
     got = []
@@ -245,13 +245,13 @@ def test_vsqs03_float_expiry_is_recovered(tmp_path: Path) -> None:
     qdir.mkdir()
     now_us = round(T0 * 1e6)
     (qdir / f"{now_us - 10}.{now_us - 5}.0").write_bytes(b"stranded by 0.3")
-    q = vsqs.Queue(qdir, clock=clock)
+    q = vsqs.PlainQueue(qdir, clock=clock)
     message = q.receive(timeout=0)
     assert message is not None and message.body == b"stranded by 0.3"
 
 
 def test_queue_constructor_has_no_side_effects_beyond_the_directory(tmp_path: Path) -> None:
     qdir = tmp_path / "fresh"
-    with vsqs.Queue(qdir, capacity=3, dead_letter=tmp_path / "dlq", max_receives=2):
+    with vsqs.PlainQueue(qdir, capacity=3, dead_letter=tmp_path / "dlq", max_receives=2):
         assert sorted(os.listdir(tmp_path)) == ["dlq", "fresh"]
         assert os.listdir(qdir) == []

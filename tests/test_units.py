@@ -37,3 +37,7 @@ def test_sizes_counts_rates_and_times() -> None:
     assert [_units.rate(v) for v in (None, 0.25, 3, 12.4)] == ["-", "0.2/s", "3/s", "12/s"]
     assert _units.when(0) == "1970-01-01 00:00:00 UTC"
     assert _units.throughput(0, 0, 0) == "0 messages in 0.00 s: 0 messages/s (0.00 MB/s)"
+    assert _units.throughput(1, 0, 1) == "1 message in 1.00 s: 1 messages/s (0.00 MB/s)"
+    assert [_units.count_of(n, "entry", "entries") for n in (0, 1, 1000)] == [
+        "0 entries", "1 entry", "1,000 entries"
+    ]  # fmt: skip

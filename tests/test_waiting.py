@@ -41,7 +41,7 @@ def test_a_consumer_blocked_forever_is_woken_by_a_publish_in_another_process(
     with children() as kids:
         consumer = kids.start(procs.receive_one, qpath, report, NO_RECHECK, None)
         wait_blocked_in_inotify(consumer)
-        vsqs.Queue(qpath, durable=False).publish(b"wake up")
+        vsqs.PlainQueue(qpath, durable=False).publish(b"wake up")
         kids.join(consumer)
     assert procs.load(report) == {"body": "wake up", "receive_count": 1}
 
@@ -51,7 +51,7 @@ def test_a_consumer_blocked_forever_is_woken_by_a_release_in_another_process(
     qpath: str, tmp_path: Path
 ) -> None:
     """The message is held for an hour by another process, which then releases it."""
-    vsqs.Queue(qpath, durable=False).publish(b"released")
+    vsqs.PlainQueue(qpath, durable=False).publish(b"released")
     report = str(tmp_path / "report.json")
     with children() as kids:
         ready, go = procs_events()
@@ -71,7 +71,7 @@ def test_a_consumer_blocked_forever_is_woken_by_an_expiry_without_any_file_event
 ) -> None:
     """Another process holds the message for 2 s and never touches it again: the blocked
     consumer must wake at the expiry it saw in its listing (no file event happens)."""
-    holder = vsqs.Queue(qpath, durable=False)
+    holder = vsqs.PlainQueue(qpath, durable=False)
     holder.publish(b"abandoned")
     held = holder.receive(visibility_timeout=2.0, timeout=0)
     assert held is not None
@@ -92,14 +92,14 @@ def test_close_wakes_every_blocked_consumer(qpath: str, tmp_path: Path) -> None:
         blocked.append(kids.start(procs.consume_to_end, qpath, reports[3], NO_RECHECK))
         for consumer in blocked:
             wait_blocked_in_inotify(consumer)
-        vsqs.Queue(qpath, durable=False).shutdown()
+        vsqs.PlainQueue(qpath, durable=False).shutdown()
         kids.join_all()
     assert [procs.load(r) for r in reports[:3]] == ["drained"] * 3
     assert procs.load(reports[3]) == {"ended": True, "bodies": []}
 
 
 def test_close_lets_consumers_drain_what_is_left_first(qpath: str, tmp_path: Path) -> None:
-    queue = vsqs.Queue(qpath, durable=False)
+    queue = vsqs.PlainQueue(qpath, durable=False)
     queue.publish_batch([b"a", b"b"])
     queue.shutdown()
     report = str(tmp_path / "report.json")
@@ -113,7 +113,7 @@ def test_close_lets_consumers_drain_what_is_left_first(qpath: str, tmp_path: Pat
 @pytest.mark.parametrize("wait", ["auto", "poll"])
 def test_a_receive_with_a_timeout_returns_none_after_about_that_long(qpath: str, wait: str) -> None:
     """Generous bounds: it must neither return early nor hang (not a speed assertion)."""
-    queue = vsqs.Queue(qpath, durable=False, wait=wait, poll_interval=0.05)
+    queue = vsqs.PlainQueue(qpath, durable=False, wait=wait, poll_interval=0.05)
     started = time.monotonic()
     assert queue.receive(timeout=0.3) is None
     elapsed = time.monotonic() - started
@@ -126,7 +126,7 @@ def test_a_receive_with_a_timeout_returns_none_after_about_that_long(qpath: str,
 def test_a_blocked_receive_wakes_when_its_own_earliest_lease_ends(qpath: str) -> None:
     """Leases this handle took end in expiry order, not in claim order: a shorter lease
     taken after longer ones is the one a blocked receive of the same handle waits for."""
-    queue = vsqs.Queue(qpath, **{**NO_RECHECK, "poll_interval": 30})
+    queue = vsqs.PlainQueue(qpath, **{**NO_RECHECK, "poll_interval": 30})
     queue.publish_batch([b"long", b"longer", b"short"])
     assert queue.receive(visibility_timeout=60, timeout=0) is not None
     assert queue.receive(visibility_timeout=120, timeout=0) is not None
@@ -156,7 +156,7 @@ def test_threads_waiting_on_one_queue_share_one_inotify_descriptor(qpath: str) -
             waited.add(threading.get_ident())
         return real_wait(instance, wd, token, seconds)
 
-    queues = [vsqs.Queue(qpath, **{**NO_RECHECK, "poll_interval": 30}) for _ in range(20)]
+    queues = [vsqs.PlainQueue(qpath, **{**NO_RECHECK, "poll_interval": 30}) for _ in range(20)]
     got: list[vsqs.Message | None] = []
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(_inotify_hub._Instance, "wait", counting_wait)
@@ -166,7 +166,7 @@ def test_threads_waiting_on_one_queue_share_one_inotify_descriptor(qpath: str) -
         for thread in threads:
             thread.start()
         wait_until(lambda: len(waited) == 20, "all threads to wait")
-        vsqs.Queue(qpath, durable=False).publish_batch([b"m"] * 20)
+        vsqs.PlainQueue(qpath, durable=False).publish_batch([b"m"] * 20)
         for thread in threads:
             thread.join(60)
     assert len(got) == 20 and all(m is not None for m in got)
@@ -187,17 +187,17 @@ def _threads() -> set[threading.Thread]:
 
 def test_the_constructor_opens_no_descriptor_and_starts_no_thread(qpath: str) -> None:
     before_fds, before_threads = sorted(fd_targets()), _threads()
-    queues = [vsqs.Queue(qpath, wait=wait) for wait in ("auto", "inotify", "poll")]
-    queues.append(vsqs.Queue(qpath, capacity=3, durable=False))
+    queues = [vsqs.PlainQueue(qpath, wait=wait) for wait in ("auto", "inotify", "poll")]
+    queues.append(vsqs.PlainQueue(qpath, capacity=3, durable=False))
     assert sorted(fd_targets()) == before_fds
     assert _threads() == before_threads
     assert inotify_fds() == before_fds.count("anon_inode:inotify")
 
 
 def test_poll_waiting_works_and_opens_no_inotify_descriptor(qpath: str) -> None:
-    queue = vsqs.Queue(qpath, durable=False, wait="poll", poll_interval=0.02)
+    queue = vsqs.PlainQueue(qpath, durable=False, wait="poll", poll_interval=0.02)
     before = inotify_fds()
-    publisher = threading.Timer(0.2, lambda: vsqs.Queue(qpath, durable=False).publish(b"p"))
+    publisher = threading.Timer(0.2, lambda: vsqs.PlainQueue(qpath, durable=False).publish(b"p"))
     publisher.start()
     message = queue.receive(timeout=30)
     publisher.join()
@@ -207,7 +207,7 @@ def test_poll_waiting_works_and_opens_no_inotify_descriptor(qpath: str) -> None:
 
 def test_an_unknown_wait_mode_is_refused_when_the_queue_is_made(qpath: str) -> None:
     with pytest.raises(ValueError, match="wait must be"):
-        vsqs.Queue(qpath, durable=False, wait="sometimes")
+        vsqs.PlainQueue(qpath, durable=False, wait="sometimes")
 
 
 def procs_events() -> tuple[Any, Any]:
@@ -219,7 +219,7 @@ def procs_events() -> tuple[Any, Any]:
 
 def test_no_waiter_is_left_behind_by_a_drained_child(qpath: str, tmp_path: Path) -> None:
     """Sanity check of the harness: a child exits by itself once drained."""
-    vsqs.Queue(qpath, durable=False).shutdown()
+    vsqs.PlainQueue(qpath, durable=False).shutdown()
     report = str(tmp_path / "r.json")
     with children() as kids:
         kids.join(kids.start(procs.receive_one, qpath, report, {"durable": False}, None))
@@ -239,7 +239,7 @@ def test_an_endless_receive_on_a_manual_clock_waits_without_spinning(
     from vsqs.testing import ManualClock
 
     clock = ManualClock()
-    queue = vsqs.Queue(tmp_path / "q", durable=False, clock=clock)
+    queue = vsqs.PlainQueue(tmp_path / "q", durable=False, clock=clock)
     looks: list[int] = []
     real_relist = queue._relist
 
@@ -272,14 +272,16 @@ def test_a_blocked_receive_works_in_a_process_with_over_1024_descriptors(qpath: 
     resource.setrlimit(resource.RLIMIT_NOFILE, (max(soft, 4096), max(hard, 4096)))
     held = [os.open(os.devnull, os.O_RDONLY) for _ in range(1100)]
     try:
-        queue = vsqs.Queue(qpath, **{**NO_RECHECK, "poll_interval": 30})
-        publisher = threading.Timer(0.3, lambda: vsqs.Queue(qpath, durable=False).publish(b"p"))
+        queue = vsqs.PlainQueue(qpath, **{**NO_RECHECK, "poll_interval": 30})
+        publisher = threading.Timer(
+            0.3, lambda: vsqs.PlainQueue(qpath, durable=False).publish(b"p")
+        )
         publisher.start()
         message = queue.receive(timeout=30)
         publisher.join()
         assert message is not None and message.body == b"p"
         assert max(int(fd) for fd in os.listdir("/proc/self/fd")) > 1024
-        bounded = vsqs.Queue(qpath, capacity=1, durable=False)
+        bounded = vsqs.PlainQueue(qpath, capacity=1, durable=False)
         with pytest.raises(vsqs.QueueFull):
             bounded.publish(b"full", timeout=0.2)  # a bounded publish waits the same way
     finally:
@@ -297,7 +299,7 @@ def test_one_inotify_descriptor_serves_more_queues_than_the_instance_limit(
     gc.collect()
     before = inotify_fds()
     paths = [str(tmp_path / f"q{n}") for n in range(140)]
-    queues = [vsqs.Queue(path, **{**NO_RECHECK, "poll_interval": 30}) for path in paths]
+    queues = [vsqs.PlainQueue(path, **{**NO_RECHECK, "poll_interval": 30}) for path in paths]
     for queue in queues:
         assert queue.receive(timeout=0.01) is None  # each adds its watch
     assert inotify_fds() == before + 1
@@ -309,7 +311,7 @@ def test_one_inotify_descriptor_serves_more_queues_than_the_instance_limit(
         thread.start()
     time.sleep(0.2)
     for path in paths[-5:]:
-        vsqs.Queue(path, durable=False).publish(path.encode())
+        vsqs.PlainQueue(path, durable=False).publish(path.encode())
     for thread in waiters:
         thread.join(60)
     assert sorted(m.body for m in got if m is not None) == sorted(p.encode() for p in paths[-5:])
@@ -339,8 +341,10 @@ def test_when_inotify_runs_out_waiting_polls_and_says_so_once(
         taken.append(fd)
         assert len(taken) < 10_000
     try:
-        queue = vsqs.Queue(qpath, durable=False, wait="inotify", poll_interval=0.05)
-        publisher = threading.Timer(0.3, lambda: vsqs.Queue(qpath, durable=False).publish(b"p"))
+        queue = vsqs.PlainQueue(qpath, durable=False, wait="inotify", poll_interval=0.05)
+        publisher = threading.Timer(
+            0.3, lambda: vsqs.PlainQueue(qpath, durable=False).publish(b"p")
+        )
         publisher.start()
         with caplog.at_level("WARNING", logger="vsqs"):
             message = queue.receive(timeout=30)
@@ -367,7 +371,7 @@ def test_a_multi_waiter_wakes_for_any_directory_on_the_one_shared_descriptor(
     gc.collect()
     before = inotify_fds()
     paths = [str(tmp_path / name) for name in "abc"]
-    queues = [vsqs.Queue(path, **NO_RECHECK) for path in paths]
+    queues = [vsqs.PlainQueue(path, **NO_RECHECK) for path in paths]
     assert queues[0].receive(timeout=0.01) is None  # the first queue's own watch
     waiter = vsqs.MultiWaiter(paths, recheck=3600)
     assert waiter.paths == paths and waiter.interval == 3600
@@ -402,8 +406,8 @@ def test_an_event_loop_drains_a_multi_waiter_without_blocking(tmp_path: Path) ->
     import select
 
     first, second = str(tmp_path / "a"), str(tmp_path / "b")
-    vsqs.Queue(first, durable=False).publish(b"before")
-    publisher = vsqs.Queue(second, durable=False)
+    vsqs.PlainQueue(first, durable=False).publish(b"before")
+    publisher = vsqs.PlainQueue(second, durable=False)
     with vsqs.MultiWaiter([first]) as waiter:
         poller = select.poll()
         poller.register(waiter.fileno(), select.POLLIN)
@@ -425,7 +429,7 @@ def test_a_multi_waiter_polls_what_it_cannot_watch(
     and a wait lasts at most the polling interval; on a manual clock it moves the clock
     instead of waiting."""
     path = str(tmp_path / "q")
-    vsqs.Queue(path)
+    vsqs.PlainQueue(path)
     waiter = vsqs.MultiWaiter(wait="poll", poll_interval=0.01, clock=clock)
     assert waiter.add(path) is False
     assert waiter.add(path) is False
@@ -455,7 +459,7 @@ def test_a_multi_waiter_polls_where_inotify_ran_out(
     monkeypatch.setattr(_waiters, "_warned", False)
     monkeypatch.setattr(_inotify, "add_watch", no_room)
     path = str(tmp_path / "q")
-    vsqs.Queue(path)
+    vsqs.PlainQueue(path)
     with caplog.at_level("WARNING", logger="vsqs"):
         waiter = vsqs.MultiWaiter(wait="inotify")
         assert waiter.add(path) is False
@@ -471,7 +475,7 @@ def test_a_multi_waiter_in_a_forked_child_watches_on_its_own_descriptor(
     and is woken there by a publish."""
     paths = [str(tmp_path / name) for name in "ab"]
     for path in paths:
-        vsqs.Queue(path)
+        vsqs.PlainQueue(path)
     waiter = vsqs.MultiWaiter(paths, recheck=3600)
     with children("fork") as kids:
         child = kids.start(procs.multi_waiter_child, waiter, paths[1])
@@ -487,7 +491,7 @@ def test_threads_waiting_on_a_multi_waiter_take_turns_reading_and_all_wake(
     its condition; one publish wakes all three (and no thread spins meanwhile)."""
     paths = [str(tmp_path / name) for name in "ab"]
     for path in paths:
-        vsqs.Queue(path)
+        vsqs.PlainQueue(path)
     waiter = vsqs.MultiWaiter(paths, recheck=3600)
     token = waiter.token()
     woken: list[int] = []
@@ -501,7 +505,7 @@ def test_threads_waiting_on_a_multi_waiter_take_turns_reading_and_all_wake(
         thread.start()
     instance = _inotify_hub.process_instance()
     wait_until(lambda: instance.reader and instance.sleepers == 2, "one reader, two sleepers")
-    vsqs.Queue(paths[0], durable=False).publish(b"x")
+    vsqs.PlainQueue(paths[0], durable=False).publish(b"x")
     for thread in threads:
         thread.join(60)
     assert len(woken) == 3 and token not in woken

@@ -34,7 +34,7 @@ def _publish_raw(qdir: Path, message_id: int, body: bytes) -> None:
 def test_the_waiter_names_what_was_made_ready_since_a_token(tmp_path: Path) -> None:
     qdir = tmp_path / "q"
     qdir.mkdir()
-    waiter = MultiWaiter([str(qdir)], recheck=1.0, clock=vsqs.Queue(qdir).clock)
+    waiter = MultiWaiter([str(qdir)], recheck=1.0, clock=vsqs.PlainQueue(qdir).clock)
     # The waiter watches from its making: nothing happened since, nothing is named.
     token, names = waiter.wait_ready(waiter.token(), 0.01)
     assert names == []
@@ -47,7 +47,7 @@ def test_the_waiter_names_what_was_made_ready_since_a_token(tmp_path: Path) -> N
     (qdir / "x").write_bytes(b"not canonical")
     os.rename(qdir / "x", qdir / "0017")  # digits, but no id (a leading zero): not named
     os.rename(qdir / "notes.txt", qdir / "170000000000000000001")  # too long for an id
-    vsqs.Queue(qdir).layout.announce("meta")
+    vsqs.PlainQueue(qdir).layout.announce("meta")
     _publish_raw(qdir, 42, b"a millisecond id")
     later, made_ready = waiter.wait_ready(token, 1.0)
     assert made_ready == [
@@ -65,7 +65,7 @@ def test_wait_ready_gives_the_next_token_and_the_names_together(tmp_path: Path) 
     names made ready since the old token; a polling or detached waiter says what it can."""
     qdir = tmp_path / "q"
     qdir.mkdir()
-    clock = vsqs.Queue(qdir).clock
+    clock = vsqs.PlainQueue(qdir).clock
     waiter = MultiWaiter([str(qdir)], recheck=1.0, clock=clock)
     token, names = waiter.wait_ready(waiter.token(), 0.01)  # watched since it was made
     assert names == [] and token == waiter.token()
@@ -93,7 +93,7 @@ def _blocked_batch_consumer(path: str, out: Any) -> None:
         return real_scan(path)
 
     _queue._scan.scan = counted  # type: ignore[attr-defined]
-    queue = vsqs.Queue(path, durable=False, poll_interval=3600)
+    queue = vsqs.PlainQueue(path, durable=False, poll_interval=3600)
     assert queue.receive(timeout=0.01) is None  # looked; the watch exists
     before = len(listings)
     got = queue.receive_batch(10, timeout=CHILD_TIMEOUT)
@@ -104,7 +104,7 @@ def test_a_woken_receive_claims_what_the_events_named_oldest_first_without_listi
     tmp_path: Path,
 ) -> None:
     qdir = tmp_path / "q"
-    vsqs.Queue(qdir)
+    vsqs.PlainQueue(qdir)
     ids = [str(2_000_000_000_000_000 + n) for n in range(3)]
     for name in ids:
         (qdir / f"{name}.new").write_bytes(name.encode())
@@ -128,12 +128,12 @@ def test_attributes_of_the_first_message_with_metadata_are_seen_after_a_wake(
     tmp_path: Path,
 ) -> None:
     qdir = tmp_path / "q"
-    consumer_queue = vsqs.Queue(qdir, durable=False)
+    consumer_queue = vsqs.PlainQueue(qdir, durable=False)
     got: list[vsqs.Message | None] = []
     consumer = threading.Thread(target=lambda: got.append(consumer_queue.receive(timeout=30)))
     consumer.start()
     time.sleep(0.3)  # blocked, with no metadata directory in the queue yet
-    vsqs.Queue(qdir, durable=False).publish(b"x", attributes={"trace": "abc"})
+    vsqs.PlainQueue(qdir, durable=False).publish(b"x", attributes={"trace": "abc"})
     consumer.join(10)
     assert got and got[0] is not None
     assert got[0].attributes == {"trace": "abc"}
@@ -144,13 +144,13 @@ def test_a_metadata_directory_made_while_a_receive_sleeps_is_announced(tmp_path:
     announces it before its first record, so a receive that looked before the directory
     existed still gives the message its attributes (it does not list after a wake-up)."""
     qdir = tmp_path / "q"
-    consumer_queue = vsqs.Queue(qdir, durable=False, poll_interval=3600)
+    consumer_queue = vsqs.PlainQueue(qdir, durable=False, poll_interval=3600)
     got: list[vsqs.Message | None] = []
     consumer = threading.Thread(target=lambda: got.append(consumer_queue.receive(timeout=30)))
     consumer.start()
     time.sleep(0.3)  # blocked, having looked for metadata and found none
     (qdir / ".vsqs" / "meta").mkdir(parents=True)  # made, never announced
-    vsqs.Queue(qdir, durable=False).publish(b"x", attributes={"trace": "abc"})
+    vsqs.PlainQueue(qdir, durable=False).publish(b"x", attributes={"trace": "abc"})
     consumer.join(10)
     assert got and got[0] is not None
     assert got[0].attributes == {"trace": "abc"}
@@ -175,7 +175,7 @@ def test_a_waiter_that_lost_track_says_so_and_the_receive_lists(
     tmp_path: Path, events: int, why: str
 ) -> None:
     qdir = tmp_path / "q"
-    queue = vsqs.Queue(qdir, durable=False, poll_interval=3600)
+    queue = vsqs.PlainQueue(qdir, durable=False, poll_interval=3600)
     assert queue.receive(timeout=0.01) is None  # looked; the watch exists
     waiter = queue.waiter()
     token = waiter.token()
@@ -192,7 +192,7 @@ def test_a_waiter_that_lost_track_says_so_and_the_receive_lists(
 
 def test_a_foreign_digit_name_that_is_not_an_id_is_never_taken(tmp_path: Path) -> None:
     qdir = tmp_path / "q"
-    queue = vsqs.Queue(qdir, durable=False, poll_interval=3600)
+    queue = vsqs.PlainQueue(qdir, durable=False, poll_interval=3600)
     got: list[vsqs.Message | None] = []
     consumer = threading.Thread(target=lambda: got.append(queue.receive(timeout=30)))
     consumer.start()
@@ -200,7 +200,7 @@ def test_a_foreign_digit_name_that_is_not_an_id_is_never_taken(tmp_path: Path) -
     (qdir / "00042.new").write_bytes(b"not ours")
     os.rename(qdir / "00042.new", qdir / "00042")  # digits, but a leading zero: not an id
     time.sleep(0.2)
-    vsqs.Queue(qdir, durable=False).publish(b"ours")
+    vsqs.PlainQueue(qdir, durable=False).publish(b"ours")
     consumer.join(10)
     assert got and got[0] is not None and got[0].body == b"ours"
     assert (qdir / "00042").read_bytes() == b"not ours"
@@ -211,7 +211,7 @@ def test_a_slow_look_for_metadata_never_undoes_what_another_thread_saw(tmp_path:
     process wrote metadata must not say "no metadata" over it, or a woken receive would
     trust that and give a message no attributes."""
     qdir = tmp_path / "q"
-    queue = vsqs.Queue(qdir, durable=False)
+    queue = vsqs.PlainQueue(qdir, durable=False)
     store = queue._meta
     assert store.refresh() is False  # a plain queue: no metadata directory yet
     real = store.layout.has_dir
@@ -237,9 +237,9 @@ def test_a_commit_by_link_then_unlink_is_not_missed_by_a_woken_receive(
     where the filesystem may lack the atomic rename: this one is taken for such.)"""
     monkeypatch.setattr(_inotify_hub, "renames_without_replacing", lambda _fstype: False)
     qdir = tmp_path / "q"
-    queue = vsqs.Queue(qdir, durable=False, poll_interval=3600)
+    queue = vsqs.PlainQueue(qdir, durable=False, poll_interval=3600)
     assert queue.receive(timeout=0.01) is None  # looked; the watch exists
-    publisher = vsqs.Queue(qdir, durable=False)
+    publisher = vsqs.PlainQueue(qdir, durable=False)
     real_scan = _scan.scan
     published: list[str] = []
 
@@ -270,11 +270,11 @@ def test_the_removal_of_anything_but_a_ready_name_or_an_announcement_is_unnamed(
     monkeypatch.setattr(_inotify_hub, "renames_without_replacing", lambda _fstype: atomic)
     qdir = tmp_path / "q"
     qdir.mkdir()
-    waiter = MultiWaiter([str(qdir)], recheck=1.0, clock=vsqs.Queue(qdir).clock)
+    waiter = MultiWaiter([str(qdir)], recheck=1.0, clock=vsqs.PlainQueue(qdir).clock)
     token, _ = waiter.wait_ready(waiter.token(), 0.01)
     for name in ("1700000000000001", "1700000000000002.new", "1700000000000003.1800000000000"):
         (qdir / name).touch()
-    vsqs.Queue(qdir).layout.announce("meta")
+    vsqs.PlainQueue(qdir).layout.announce("meta")
     token, names = waiter.wait_ready(token, 1.0)
     assert names == [_inotify.ANNOUNCEMENT]
     os.unlink(qdir / "1700000000000001")  # a ready message's removal: nothing made ready
@@ -296,8 +296,8 @@ def test_an_ack_never_makes_the_next_woken_receive_list(
     base = Path("/dev/shm") if Path("/dev/shm").is_dir() else tmp_path
     qdir = Path(tempfile.mkdtemp(dir=base)) / "q"
     try:
-        consumer = vsqs.Queue(qdir, durable=False, poll_interval=3600)
-        publisher = vsqs.Queue(qdir, durable=False)
+        consumer = vsqs.PlainQueue(qdir, durable=False, poll_interval=3600)
+        publisher = vsqs.PlainQueue(qdir, durable=False)
         published = threading.Event()
         listings: list[bool] = []  # one per listing: whether the message was published
         real_scan = _scan.scan

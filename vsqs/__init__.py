@@ -21,6 +21,7 @@ from ._errors import (
     InvalidPayload,
     InvalidSettings,
     LeaseLost,
+    LockTimeout,
     NotAQueue,
     QueueClosed,
     QueueDrained,
@@ -33,16 +34,17 @@ from ._ids import Precision
 from ._message import Counts, Message
 from ._null import NullQueue
 from ._protocol import QueueLike, Receiver
-from ._queue import Queue
+from ._queue import Queue as PlainQueue
 from ._renewal import Lease
 from ._root import QueueRoot, validate_name
-from ._sets import PartitionedQueue, QueueSet
+from ._sets import AnyQueue, PartitionedQueue, Queue, QueueSet, partitions_of
 from ._stats import Stats
 from ._waiters import MultiWaiter
 
 __version__ = "1.0.0.dev0"
 
 __all__ = [
+    "AnyQueue",
     "Clock",
     "Counts",
     "DurabilityError",
@@ -54,11 +56,13 @@ __all__ = [
     "InvalidSettings",
     "Lease",
     "LeaseLost",
+    "LockTimeout",
     "Message",
     "MultiWaiter",
     "NotAQueue",
     "NullQueue",
     "PartitionedQueue",
+    "PlainQueue",
     "Precision",
     "Queue",
     "QueueClosed",
@@ -73,5 +77,6 @@ __all__ = [
     "SystemClock",
     "VsqsError",
     "__version__",
+    "partitions_of",
     "validate_name",
 ]

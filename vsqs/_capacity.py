@@ -31,17 +31,21 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Final
 
-from . import _fs, _scan
+from . import _scan
 from ._clock import Clock
 from ._errors import QueueFull
 from ._ids import is_hold
 from ._layout import CAPACITY_COUNT, CAPACITY_LOCK, ROOT, Layout
+from ._lock import FileLock
 from ._meta import report_once
 from ._scan import NEW_GRACE_US
 from ._waiters import Waiter
 
 VERIFY_INTERVAL: Final = 1.0
 """Seconds this process trusts the shared counter before checking it with a listing."""
+MOVE_LOCK_WAIT: Final = 0.1
+"""Seconds a move waits for the capacity lock of the queue it moves into; it is held
+back (and tried again later, as for a full queue) if the lock's holder is slower."""
 
 
 class Capacity:
@@ -54,13 +58,19 @@ class Capacity:
         self._layout = layout
         self._dirs = (layout.path, *counted)  # a partitioned queue counts its partitions too
         self._clock = clock
-        # No I/O until acquired. Threads sharing it are serialised by flock itself: each
-        # acquisition opens its own descriptor, and only one holds the lock at a time.
-        self._lock = _FdLock(layout, clock)
+        # No I/O until acquired (vsqs._lock: the lock's policy, and why not filelock).
+        self._lock = FileLock.in_queue(layout, CAPACITY_LOCK, clock)
         self._verified_at = -math.inf  # monotonic time of this process's last listing
 
-    def _filelock(self) -> _FdLock:
-        return self._lock
+    @property
+    def layout(self) -> Layout:
+        """The queue directory whose lock and counter this bound keeps."""
+        return self._layout
+
+    def through(self, layout: Layout) -> Capacity:
+        """This bound with its lock and counter reached through *layout* (a move's
+        pinned layout, see :func:`room_for_move`); it checks the counter with a listing."""
+        return Capacity(layout, self._clock, self.capacity, self._dirs[1:])
 
     def count(self) -> int:
         """The true number of messages (one listing), crashed publishers' debris excluded."""
@@ -87,11 +97,12 @@ class Capacity:
             raise ValueError(f"a batch of {need} can never fit a queue of capacity {self.capacity}")
         clock = self._clock
         deadline = None if timeout is None else clock.monotonic() + timeout
-        lock = self._filelock()
+        lock = self._lock
         while True:
             token = waiter.token() if waiter is not None else 0
-            remaining = math.inf if deadline is None else deadline - clock.monotonic()
-            if not lock.acquire(remaining):
+            # The lock too is waited for within the publish's timeout (its holder may be
+            # stopped), and a timeout spent waiting for it is a full queue's.
+            if not lock.acquire(None if deadline is None else deadline - clock.monotonic()):
                 raise QueueFull(self._layout.path, self.capacity)
             try:
                 bound = self._bound(need)
@@ -142,18 +153,21 @@ class Capacity:
 
 
 @contextmanager
-def room_for_move(capacity: Capacity | None) -> Iterator[None]:
+def room_for_move(capacity: Capacity | None, layout: Layout) -> Iterator[None]:
     """Room for one message moved into a queue of *capacity* (``None``: unbounded).
 
     The body of the ``with`` moves it, under that queue's capacity lock, as a bounded
-    publish does; a move never waits for room.
+    publish does; a move never waits for room, and waits for the lock at most
+    :data:`MOVE_LOCK_WAIT` seconds (a receive makes it, on its own time). The lock and
+    the counter are reached through *layout*, the target's, pinned to the descriptor the
+    move goes through (see ``Queue._opened_target``), never by the target's path.
 
-    :raises QueueFull: the queue is full now.
+    :raises QueueFull: the queue is full now, or its lock stayed held.
     """
     if capacity is None:
         yield
         return
-    with capacity.room(1, None, None):  # waits for the lock only, never for room
+    with capacity.through(layout).room(1, MOVE_LOCK_WAIT, None):
         yield
 
 
@@ -174,41 +188,3 @@ def _read_int(layout: Layout) -> int | None:
         return None if raw is None else int(raw)
     except (OSError, ValueError):
         return None  # never recorded, a hand edit or a planted non-file: count instead
-
-
-class _FdLock:
-    """The cross-process lock of a bounded queue: ``flock`` on ``.vsqs/capacity.lock``.
-
-    Written here rather than taken from ``filelock``, which opens its lock file by path
-    (and so would follow a symlink planted there, and truncate its target): this one is
-    opened through the layout, which never follows a link. Like ``filelock``, it waits
-    by polling a non-blocking ``flock``.
-    """
-
-    _POLL: Final = 0.005
-
-    def __init__(self, layout: Layout, clock: Clock) -> None:
-        self._layout = layout
-        self._clock = clock
-        self._fd = -1
-
-    def acquire(self, timeout: float) -> bool:
-        """Take the lock within *timeout* seconds (``inf``: wait forever); ``False`` if not.
-
-        The file is opened for each acquisition and closed on release, as ``filelock``
-        does: a forked child never shares its parent's lock by sharing a descriptor.
-        """
-        fd = self._layout.open_lock(CAPACITY_LOCK)
-        deadline = self._clock.monotonic() + timeout
-        while not _fs.try_lock(fd):
-            if self._clock.monotonic() >= deadline:
-                _fs.close(fd)
-                return False
-            self._clock.sleep(self._POLL)
-        self._fd = fd
-        return True
-
-    def release(self) -> None:
-        fd, self._fd = self._fd, -1
-        _fs.unlock(fd)
-        _fs.close(fd)

@@ -92,6 +92,19 @@ class Chunk:
     delay_us: int
     """The delay of every message of the batch (µs)."""
 
+    def record(self, ids: list[str] | None = None) -> bytes:
+        """The marker's content: this batch as JSON (its messages under *ids*, if given)."""
+        import json  # noqa: PLC0415 -- 2 ms at import: only where records are read or written
+
+        record = {
+            "time": self.created_us,
+            "ids": [entry[0] for entry in self.entries] if ids is None else ids,
+            "sizes": [entry[1] for entry in self.entries],
+            "attributes": self.attributes,
+            "delay_us": self.delay_us,
+        }
+        return json.dumps(record, separators=(",", ":")).encode()
+
 
 class Deduplicator:
     """The deduplication markers of one queue.
@@ -161,6 +174,15 @@ class Deduplicator:
                 return DedupClaim(marker, created_us, other_id)
             return DedupClaim(marker, now_us, None)
 
+    def published(self, key: str) -> str | None:
+        """The id published under *key* within the window, if its publish is complete
+        (one read; ``None`` if none is, or one is still being written). A bounded
+        queue asks before it waits for room: a retry needs none."""
+        other_id, created_us = self._read(self._marker(key)) or ("", 0)  # ("", 0): none
+        if not other_id or self._clock.time_us() - created_us > self._window_us:
+            return None
+        return None if self._staged(other_id + ".new") else other_id
+
     def repoint(self, claim: DedupClaim, message_id: str) -> None:
         """Point a won marker at the id its message was finally published under."""
         content = f"{message_id} {claim.created_us}".encode()
@@ -207,16 +229,7 @@ class Deduplicator:
         while True:
             now_us = clock.time_us()
             chunk = Chunk(marker, now_us, tuple(entries), dict(attributes), delay_us)
-            record = {
-                "time": now_us,
-                "ids": [entry[0] for entry in entries],
-                "sizes": [entry[1] for entry in entries],
-                "attributes": chunk.attributes,
-                "delay_us": delay_us,
-            }
-            import json  # noqa: PLC0415 -- 2 ms at import: only where records are read or written
-
-            content = json.dumps(record, separators=(",", ":")).encode()
+            content = chunk.record()
             if len(content) > READ_LIMITS[DEDUP]:  # it could never be read back
                 raise ValueError(
                     f"a batch of {len(entries)} messages is too large for one batch_dedup_id "
@@ -257,17 +270,7 @@ class Deduplicator:
     def repoint_chunk(self, chunk: Chunk, ids: list[str]) -> None:
         """Record the ids a batch's messages were finally published under (some were
         drawn again), so a duplicate is told those. Atomic (a rename over the marker)."""
-        record = {
-            "time": chunk.created_us,
-            "ids": ids,
-            "sizes": [entry[1] for entry in chunk.entries],
-            "attributes": chunk.attributes,
-            "delay_us": chunk.delay_us,
-        }
-        import json  # noqa: PLC0415 -- see above
-
-        content = json.dumps(record, separators=(",", ":")).encode()
-        self._layout.write(DEDUP, chunk.marker, content, durable=False)
+        self._layout.write(DEDUP, chunk.marker, chunk.record(ids), durable=False)
 
     def pending(self, chunk: Chunk) -> list[tuple[str, int]]:
         """The entries of *chunk* still staged (``<id>.new``), in order."""

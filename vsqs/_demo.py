@@ -13,7 +13,7 @@ import sys
 import time
 
 from . import _host
-from ._queue import Queue
+from ._sets import Queue
 
 
 def _produce(path: str, producer: int, count: int) -> None:

@@ -8,6 +8,7 @@ this tree names every one, under its parent, with its builtin base::
 
     VsqsError
     ├── QueueFull            (TimeoutError)        publish() waited for room and gave up
+    ├── LockTimeout          (TimeoutError)        one of the queue's locks stayed held too long
     ├── QueueClosed                                publish() to a queue that was shut down
     │   └── QueueDrained     (EOFError)            receive() on a shut-down queue with nothing left
     ├── InvalidId            (ValueError)          an id or receipt that is not one of ours
@@ -38,8 +39,9 @@ process boundaries (multiprocessing, Spark executors).
 
 Not errors a caller sees, so not in the tree: the command line's ``Stopped`` (a signal,
 ended as an exit status) and ``CliError`` (click's one line on stderr), the dashboard's
-``Refused`` (answered as an HTTP status) and the kombu transport's ``NotKombu`` (a body
-that is not kombu's, handled where it is read).
+``Refused`` (answered as an HTTP status), the kombu transport's ``NotKombu`` (a body
+that is not kombu's, handled where it is read) and the server's ``Parked`` (a long poll
+that found nothing, resumed by the event loop).
 """
 
 from __future__ import annotations
@@ -76,6 +78,23 @@ class QueueFull(VsqsError, TimeoutError):
 
     def _pickle_args(self) -> dict[str, Any]:
         return {"path": self.path, "capacity": self.capacity, "message": str(self)}
+
+
+class LockTimeout(VsqsError, TimeoutError):
+    """One of a queue's cross-process locks (``path``, a file in ``.vsqs``) stayed held by
+    another process for the whole *timeout*: that process is stopped, or slow."""
+
+    def __init__(self, path: str, timeout: float, message: str | None = None) -> None:
+        self.path = path
+        self.timeout = timeout
+        super().__init__(
+            message
+            or f"the lock {path!r} stayed held by another process for {timeout:g} s"
+            " (stopped or slow; it is released when that process ends)"
+        )
+
+    def _pickle_args(self) -> dict[str, Any]:
+        return {"path": self.path, "timeout": self.timeout, "message": str(self)}
 
 
 class QueueClosed(VsqsError):

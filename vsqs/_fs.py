@@ -267,10 +267,11 @@ def open_lock_at(name: str, mode: int, dir_fd: int) -> int:
     return fd
 
 
-def try_lock(fd: int) -> bool:
-    """Take an exclusive ``flock`` on *fd* without waiting; ``False`` if another holds it."""
+def try_lock(fd: int, *, shared: bool = False) -> bool:
+    """Take an exclusive (or *shared*) ``flock`` on *fd* without waiting; ``False`` if
+    another holds it."""
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        fcntl.flock(fd, (fcntl.LOCK_SH if shared else fcntl.LOCK_EX) | fcntl.LOCK_NB)
     except BlockingIOError:
         return False
     return True
@@ -433,7 +434,8 @@ def is_plain_dir(path: str) -> bool:
 
 
 def remove_tree(path: str) -> None:
-    """Remove a directory tree that vsqs owns (a deleted named queue)."""
+    """Remove a directory tree that vsqs owns (a deleted named queue); never follows a
+    symlink (``shutil.rmtree`` refuses one at *path*, and removes links inside as links)."""
     import shutil  # noqa: PLC0415 -- 2 ms at import, for deleting a queue
 
     shutil.rmtree(path)

@@ -8,7 +8,8 @@ Pure functions, no I/O. A message file is named by an integer unix timestamp::
     id      = decimal              creation time
     expiry  = decimal ["." digits] visibility deadline (a trailing fraction is tolerated:
                                    vsqs 0.3 wrote one when given a float timeout; ".0"
-                                   marks a requeue hold, :data:`HOLD_TAG`)
+                                   marks a requeue hold, :data:`HOLD_TAG`; an extended
+                                   lease's is its delivery, :func:`delivery_of`)
     decimal = "0" | nonzero digit {digit}   at most 19 ASCII digits, no sign, no leading zero
 
 A timestamp is in milliseconds or microseconds. Both may share one directory, so every
@@ -19,7 +20,8 @@ including dot-files, is not a message and is never touched.
 This module is the only one that reads names: every other module asks it
 (:func:`parse_name`, :func:`sort_names` for a listing, :func:`ready_code` and
 :func:`ready_code_of_bytes` for a ready name, :func:`id_of`, :func:`split_name`,
-:func:`is_hold`; :func:`decode_ready` turns a packed id back into its name), and
+:func:`is_hold`, :func:`delivery_of`; :func:`decode_ready` turns a packed id back into
+its name), and
 ``tests/test_architecture.py`` checks that none takes a name apart itself.
 """
 
@@ -126,6 +128,21 @@ def split_name(name: str) -> tuple[str, str]:
     after it (``""`` for a ready name). No check, as :func:`id_of`."""
     message_id, _, lease = name.partition(".")
     return message_id, lease
+
+
+def delivery_of(name: str) -> str:
+    """The delivery a held name or receipt belongs to: the expiry its receive gave it.
+
+    An extension carries it as the name's fraction (``<id>.<expiry>.<delivery>``, see
+    :meth:`vsqs.Queue.change_visibility`), so a name with none is a receive's own lease,
+    its delivery its expiry. ``""`` for a requeue hold and a ready name: no delivery.
+    No check, as :func:`id_of`.
+    """
+    _, _, lease = name.partition(".")
+    whole, dot, fraction = lease.partition(".")
+    if dot and fraction == HOLD_TAG[1:]:
+        return ""
+    return fraction or whole
 
 
 def is_hold(name: str) -> bool:

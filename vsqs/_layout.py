@@ -87,6 +87,7 @@ class Layout:
     :param file_mode: the mode forced on created files; ``None`` leaves it to the umask.
     :param durable: flush the parent of each directory created, so that what is flushed
         inside it later survives a power loss.
+    :param base: reach the directory by this descriptor (:meth:`open_queue`), not its path.
     """
 
     def __init__(
@@ -96,6 +97,7 @@ class Layout:
         file_mode: int | None = None,
         *,
         durable: bool = True,
+        base: int | None = None,
     ) -> None:
         self.path = path
         self.durable = durable
@@ -106,6 +108,7 @@ class Layout:
         self._fds: dict[str, int] = {}
         self._lock = threading.RLock()  # _open takes it again for the parent
         self._pid = os.getpid()
+        self._base = base
 
     def message(self, name: str) -> str:
         """The path of a message file named *name* (any state)."""
@@ -142,10 +145,9 @@ class Layout:
         _fs.unlink(name)
 
     def remove_poke(self, name: str, *, older_than: float) -> bool:
-        """Remove the poke or announcement *name* that a process died between making and
+        """Remove the poke or announcement *name* a process died between making and
         removing, if it is an empty regular file (not a link) last changed before
-        *older_than* (wall clock): what such debris looks like, and nothing a user keeps
-        (one ``lstat``); whether it did."""
+        *older_than* (wall clock), as such debris is and no user's file (one ``lstat``)."""
         try:
             info = _host.lstatus(self.message(name))
         except FileNotFoundError:
@@ -166,14 +168,16 @@ class Layout:
         :raises OSError: the directory or the files could not be made (a full disk).
         """
         self._open(sub, create=True)
-        staged = self.wake()
+        base, at = self._base, () if self._base is None else (self._base,)
+        staged = self.wake() if base is None else os.path.basename(self.wake())
         announced = f"{staged}-{sub}"
-        _fs.close(_fs.create_exclusive(staged))
+        _fs.close(_fs.create_exclusive(staged, 0o666, *at))
         try:
-            _fs.rename_noreplace(staged, announced)
+            _fs.rename_noreplace(staged, announced, *at)
         finally:  # nobody else makes these names (a process id and a random suffix)
-            if not _fs.unlink(announced):
-                _fs.unlink(staged)
+            for name in (announced, staged):  # the first that is there
+                if _fs.unlink(name) if base is None else _fs.unlink_at(name, base):
+                    break
 
     @property
     def create_mode(self) -> int:
@@ -204,12 +208,12 @@ class Layout:
                 if parent is None:
                     return None
             else:
-                parent = _fs.open_queue_dir(self.path)
+                parent = _fs.open_queue_dir(self.path) if self._base is None else self._base
                 name = DIR
             try:
                 fd = self._open_child(parent, name, sub, create=create)
             finally:
-                if not sub:
+                if not sub and parent != self._base:
                     _fs.close(parent)
             if fd is not None:
                 fds[sub] = fd
@@ -259,12 +263,10 @@ class Layout:
 
     def open_queue(self) -> int:
         """A new descriptor of the queue directory, its own name opened without following
-        a symlink (the path above it is the user's, links they chose included): what a
-        move into this queue goes through (the caller closes it).
+        a symlink (the path above it is the user's): what a move into this queue goes
+        through, before it writes anything (the caller closes it).
 
-        :raises UnsafeEntry: the queue's name is now a symlink or not a directory (a
-            dead-letter or redrive target swapped for a link after the handle was made);
-            :class:`FileNotFoundError` if it is gone.
+        :raises UnsafeEntry: the queue's name is now a symlink or not a directory.
         """
         above, name = os.path.split(self.path)
         parent = _fs.open_queue_dir(above or "/")

@@ -151,6 +151,12 @@ class NullQueue:
         receipt = message.receipt if isinstance(message, Message) else str(message)
         raise LeaseLost(receipt, f"the null queue holds no lease {receipt!r}")
 
+    def try_receive(
+        self, max_messages: int = 1, *, visibility_timeout: float | None = None
+    ) -> list[Message]:
+        """Finds nothing."""
+        return []
+
     def lease(
         self,
         message: Message,

@@ -39,15 +39,15 @@ class Unset(enum.Enum):
 UNSET: Final = Unset.UNSET
 
 
-class QueueOptions(TypedDict, total=False):
-    """The keyword options of :class:`~vsqs.Queue` (for ``QueueRoot(**options)``)."""
+class HandleOptions(TypedDict, total=False):
+    """The keyword options every queue handle takes, plain or partitioned, but
+    ``dead_letter`` and ``partitions`` (see :class:`QueueOptions`)."""
 
     visibility_timeout: float
     durable: bool
     delay: float
     precision: str | Precision
     capacity: int | None
-    dead_letter: str | os.PathLike[str] | None
     max_receives: int | None
     retention: float | None
     dedup_window: float
@@ -56,16 +56,28 @@ class QueueOptions(TypedDict, total=False):
     refresh_interval: float
     umask: int | None
     clock: Clock | None
-    partitions: int
     fifo: bool
+
+
+class PlainOptions(HandleOptions, total=False):
+    """The keyword options of a plain queue (:meth:`Config.options`)."""
+
+    dead_letter: str | os.PathLike[str] | None
+
+
+class QueueOptions(PlainOptions, total=False):
+    """The keyword options of :func:`vsqs.Queue` (for ``QueueRoot(**options)``)."""
+
+    partitions: int
 
 
 MAX_PARTITIONS: Final = 1024
 """The most partitions a queue may have (each is a directory)."""
 
 FIFO_PARTITIONS: Final = 8
-"""The partitions of a ``fifo=True`` queue created without a count: enough that
-unrelated groups rarely share one (they wait behind each other when they do)."""
+"""The partitions of a ``fifo=True`` queue created without a count: a ``fifo`` claim
+lists its partition, so many short partitions keep it cheap (groups that share one
+never wait for each other: see :mod:`vsqs._groups`)."""
 
 
 def partition_count(value: object, name: str = "partitions") -> int:
@@ -146,10 +158,8 @@ class Config:
     refresh_interval: float = 1.0
     umask: int | None = None
     clock: Clock = field(default=SYSTEM_CLOCK, compare=False)
-    partitions: int = 1
-    """How many partition directories hold the messages (1: the queue directory itself)."""
     fifo: bool = False
-    """One message in flight per message group (per partition directory)."""
+    """One message in flight per message group."""
 
     @classmethod
     def build(
@@ -169,7 +179,6 @@ class Config:
         refresh_interval: object = 1.0,
         umask: object = None,
         clock: object = None,
-        partitions: object = 1,
         fifo: object = False,
     ) -> Config:
         """Check every option and return the configuration; an error names the option."""
@@ -202,7 +211,6 @@ class Config:
             refresh_interval=seconds(refresh_interval, "refresh_interval"),
             umask=cast("int | None", umask),
             clock=SYSTEM_CLOCK if clock is None else clock,
-            partitions=partition_count(partitions),
             fifo=flag(fifo, "fifo"),
         )
 
@@ -221,9 +229,9 @@ class Config:
         """The mode to force on created files; ``None``: leave it to the process umask."""
         return None if self.umask is None else 0o666 & ~self.umask
 
-    def options(self) -> QueueOptions:
+    def options(self) -> PlainOptions:
         """The options to rebuild this configuration (``Queue(path, **options)``)."""
-        return QueueOptions(
+        return PlainOptions(
             visibility_timeout=self.visibility_timeout,
             durable=self.durable,
             delay=self.delay,
@@ -238,6 +246,5 @@ class Config:
             refresh_interval=self.refresh_interval,
             umask=self.umask,
             clock=None if self.clock is SYSTEM_CLOCK else self.clock,
-            partitions=self.partitions,
             fifo=self.fifo,
         )

@@ -1,22 +1,26 @@
 """What queue-like objects offer, as protocols that mypy checks against each of them.
 
-:class:`Receiver` is what a consumer needs: :class:`~vsqs.Queue`,
-:class:`~vsqs.QueueSet` and :class:`~vsqs.NullQueue` all offer it. :class:`QueueLike` is
-everything a queue offers, producer side included: :class:`~vsqs.Queue` and
-:class:`~vsqs.NullQueue` offer it, so a null queue can stand in for a real one. Code
-typed against these protocols accepts any of them; the test suite assigns each class to
-its protocols, so a signature that drifts fails ``mypy --strict``.
+:class:`Receiver` is what a consumer needs: :class:`~vsqs.PlainQueue`,
+:class:`~vsqs.PartitionedQueue`, :class:`~vsqs.QueueSet` and :class:`~vsqs.NullQueue`
+all offer it. :class:`QueueLike` is everything a queue offers, producer side and
+housekeeping included: a plain queue, a partitioned one and a null queue offer it, so
+each can stand in for the others. Code typed against these protocols accepts any of
+them; the test suite assigns each class to its protocols (so a signature that drifts
+fails ``mypy --strict``) and calls every method of :class:`QueueLike` on each.
+``isinstance(obj, QueueLike)`` checks that the methods are there.
 """
 
 from __future__ import annotations
 
 import os
 from collections.abc import Iterable, Iterator, Mapping
-from typing import Protocol
+from typing import Any, Protocol, runtime_checkable
 
 from ._history import History
 from ._message import Counts, Message
+from ._renewal import Lease
 from ._stats import Stats
+from ._stored import Settings
 
 
 class Receiver(Protocol):
@@ -49,6 +53,7 @@ class Receiver(Protocol):
     def __len__(self) -> int: ...
 
 
+@runtime_checkable
 class QueueLike(Receiver, Protocol):
     """Everything a queue offers: publishing, receiving, looking, housekeeping."""
 
@@ -99,6 +104,28 @@ class QueueLike(Receiver, Protocol):
         chunk_size: int = ...,
     ) -> str: ...
 
+    def try_receive(
+        self, max_messages: int = 1, *, visibility_timeout: float | None = None
+    ) -> list[Message]: ...
+
+    def lease(
+        self,
+        message: Message,
+        *,
+        max_duration: float = 3600.0,
+        visibility_timeout: float | None = None,
+    ) -> Lease: ...
+
+    def consume_leases(
+        self,
+        *,
+        visibility_timeout: float | None = None,
+        timeout: float | None = None,
+        max_duration: float = 3600.0,
+    ) -> Iterator[Lease]: ...
+
+    def next_look(self, deadline: float | None = None) -> float: ...
+
     def counts(self) -> Counts: ...
 
     def browse(self) -> Iterator[Message]: ...
@@ -123,3 +150,12 @@ class QueueLike(Receiver, Protocol):
     def clean(self, older_than: float = 3600.0) -> int: ...
 
     def history(self, message: Message | str) -> History: ...
+
+    # *to*: a queue object or a path; each class says which queues it can move into.
+    def redrive(self, to: Any = None, limit: int | None = None) -> int: ...
+
+    def settings(self) -> Settings: ...
+
+    def __enter__(self) -> Any: ...
+
+    def __exit__(self, *exc_info: object) -> None: ...

@@ -38,9 +38,9 @@ import math
 import os
 import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from contextlib import AbstractContextManager, nullcontext
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import replace
-from typing import Final, cast
+from typing import Final, Protocol, cast
 
 from . import _fs, _history, _ingest, _scan, _stored
 from ._capacity import Capacity, held_back, room_for_move
@@ -57,12 +57,14 @@ from ._errors import (
     QueueFull,
     UnsafeEntry,
 )
+from ._groups import CLAIM_RETRY, CLAIM_WAIT, Groups
 from ._history import History
 from ._host import stable_inode
 from ._ids import (
     HOLD_TAG,
     Precision,
     decode_ready,
+    delivery_of,
     encode_ready,
     format_time,
     id_of,
@@ -73,10 +75,12 @@ from ._ids import (
 )
 from ._ids import State as _State
 from ._layout import FIFO_LOCK, Layout
+from ._lock import FileLock
 from ._message import NO_ATTRIBUTES, Counts, Message, received
 from ._meta import Meta, MetaStore, report_once, split_group, validate_attributes, with_group
-from ._options import UNSET, Config, QueueOptions, Unset, batch_size, queue_path
+from ._options import UNSET, Config, Unset, batch_size, queue_path
 from ._options import seconds as _seconds
+from ._protocol import QueueLike
 from ._renewal import Lease, Renewer, until_entered
 from ._shutdown import ShutdownWatch
 from ._stats import Counters, Stats, read_totals
@@ -104,6 +108,19 @@ def _as_view(data: object) -> memoryview:
         view = memoryview(data)
         return view if view.c_contiguous and view.format == "B" else memoryview(view.tobytes())
     raise InvalidPayload(type(data).__name__)
+
+
+class MoveTarget(QueueLike, Protocol):
+    """A queue a moved message (dead-lettered, redriven) may go to: one that says which
+    directory a message of a given group lands in, and which bound it counts against
+    (a plain queue: itself; a partitioned one: the group's partition, and its total)."""
+
+    def landing(self, group: str | None) -> tuple[Queue, Capacity | None]: ...
+
+
+def _is_target(value: object) -> bool:
+    """Whether a ``dead_letter`` or ``to`` is a queue object rather than a path."""
+    return hasattr(value, "landing") and not isinstance(value, type)
 
 
 class Queue:
@@ -150,41 +167,17 @@ class Queue:
     :raises InvalidSettings: the queue's stored settings file cannot be trusted.
     """
 
-    _partitioned: type[Queue] | None = None  # the subclass for partitions > 1 (registered)
-
-    def __init_subclass__(cls, *, partitioned: bool = False, **kwargs: object) -> None:
-        super().__init_subclass__(**kwargs)
-        if partitioned:  # the partitioned queue, a layer up, registers itself here
-            Queue._partitioned = cls
-
-    def __new__(cls, path: str | os.PathLike[str], **options: object) -> Queue:
-        """A :class:`~vsqs.PartitionedQueue` when the queue has (or is created with) more
-        than one partition, a plain queue otherwise (one read of its stored settings)."""
-        kind, partitioned = cls, Queue._partitioned
-        if cls is Queue and partitioned is not None:
-            where = queue_path(path)
-            stored = _stored.load(where)
-            given: dict[str, object] = {
-                key: options[key] for key in _stored.SHAPE if options.get(key, UNSET) is not UNSET
-            }
-            wanted = _stored.shape(where, stored, given)
-            count = wanted.get("partitions", stored.get("partitions", 1))
-            if isinstance(count, int) and count > 1:
-                kind = partitioned
-        return object.__new__(kind)
-
     def __init__(
         self,
         path: str | os.PathLike[str],
         *,
-        partitions: int | Unset = UNSET,
         fifo: bool | Unset = UNSET,
         visibility_timeout: float | Unset = UNSET,
         durable: bool = True,
         delay: float | Unset = UNSET,
         precision: str | Precision = Precision.US,
         capacity: int | Unset | None = UNSET,
-        dead_letter: Queue | str | os.PathLike[str] | Unset | None = UNSET,
+        dead_letter: MoveTarget | str | os.PathLike[str] | Unset | None = UNSET,
         max_receives: int | Unset | None = UNSET,
         retention: float | Unset | None = UNSET,
         dedup_window: float | Unset = UNSET,
@@ -199,16 +192,15 @@ class Queue:
             "visibility_timeout": visibility_timeout,
             "delay": delay,
             "capacity": capacity,
-            "dead_letter": dead_letter.path if isinstance(dead_letter, Queue) else dead_letter,
+            "dead_letter": cast("MoveTarget", dead_letter).path
+            if _is_target(dead_letter)
+            else dead_letter,
             "max_receives": max_receives,
             "retention": retention,
             "dedup_window": dedup_window,
         }
         on_disk = _stored.load(self.path)
-        shape = {"partitions": partitions, "fifo": fifo}
-        adopt = _stored.shape(
-            self.path, on_disk, {key: value for key, value in shape.items() if value is not UNSET}
-        )
+        adopt = _stored.shape(self.path, on_disk, {} if fifo is UNSET else {"fifo": fifo})
         stored = _stored.resolve(
             self.path,
             cast("_stored.Settings", {**on_disk, **adopt}),
@@ -242,9 +234,9 @@ class Queue:
         """Where every file of this queue lives (the on-disk format; see ``docs/concepts``)."""
         if adopt:
             self._adopt(adopt)
-        dlq: Queue | None = None
-        if isinstance(dead_letter, Queue):
-            dlq = dead_letter
+        dlq: MoveTarget | None = None
+        if _is_target(dead_letter):
+            dlq = cast("MoveTarget", dead_letter)
         elif config.dead_letter is not None:
             dlq = self._sibling(config.dead_letter)
         self.dead_letter: Final = dlq
@@ -262,19 +254,21 @@ class Queue:
         self._waiter: MultiWaiter | None = None
         self._lock = threading.Lock()  # guards _waiter and _renewer, made on first use
         self._consumer = Consumer(config.refresh_interval)  # all receive bookkeeping
-        self._fifo_lock = threading.Lock()  # fifo=True: one claim at a time in this process
+        # fifo=True: one claim step at a time in this directory, across processes and
+        # hosts that share flock, and this handle's threads (held for the step only).
+        self._claim_lock = FileLock.in_queue(self.layout, FIFO_LOCK, self.clock)
+        self._groups = Groups(self._meta)
+        self._claim_missed = False  # the last fifo claim found the claim lock held
 
     def _adopt(self, shape: dict[str, object]) -> None:
         """Store the shape this handle creates the queue with (see ``_stored.shape``)."""
         _stored.adopt(self.layout, self.clock, shape)
 
-    def _partition(self, path: str, options: QueueOptions) -> Queue:
-        """A plain queue on the partition directory *path* of this (partitioned) queue,
-        keeping its deduplication markers with this queue's (one set for every
-        partition, so a ``dedup_id`` is unique across the whole queue)."""
-        part: Queue = Queue(path, **options)
-        part._dedup = self._dedup
-        return part
+    def use_deduplicator(self, dedup: Deduplicator) -> None:
+        """Keep this directory's deduplication markers in *dedup* from now on: one set
+        for several directories read as one queue, so a
+        ``dedup_id`` is unique across all of them. Call it before publishing."""
+        self._dedup = dedup
 
     @classmethod
     def from_config(cls, path: str | os.PathLike[str], config: Config) -> Queue:
@@ -360,26 +354,15 @@ class Queue:
         return waiter
 
     @property
-    def partitions(self) -> int:
-        """How many partition directories hold this queue's messages (a stored setting;
-        1: the queue directory itself)."""
-        return self.config.partitions
-
-    @property
     def fifo(self) -> bool:
         """Whether a message group's next message waits while an earlier one is held
-        (a stored setting; see :class:`~vsqs.PartitionedQueue`)."""
+        (a stored setting)."""
         return self.config.fifo
 
-    @property
-    def partition_queues(self) -> tuple[Queue, ...]:
-        """A plain queue on each partition directory (this queue itself, unpartitioned)."""
-        return (self,)
-
-    def partition_for(self, group: str | None = None, *, key: str | None = None) -> Queue:
-        """The partition a message of *group* (or, without one, of dedup *key*) is
-        published to: this queue itself, unpartitioned."""
-        return self
+    def landing(self, group: str | None) -> tuple[Queue, Capacity | None]:
+        """Where a message of *group* moved here (dead-lettered, redriven) lands, and the
+        bound it counts against: this directory and its own capacity."""
+        return self, self._capacity
 
     @property
     def claim_misses(self) -> int:
@@ -420,8 +403,8 @@ class Queue:
         :param timeout: for a bounded queue: seconds to wait for room (``None`` forever,
             ``0`` not at all).
         :param group: the message group (1 to 128 printable ASCII characters): a group's
-            messages keep their publish order, and in a partitioned queue live in one
-            partition (``partition_for(group)``); returned as ``Message.group``.
+            messages keep their publish order (and in a partitioned queue live in one
+            partition); returned as ``Message.group``.
         :raises InvalidPayload: *data* is not bytes-like.
         :raises QueueClosed: the queue was shut down.
         :raises QueueFull: the queue stayed full for *timeout* seconds.
@@ -444,6 +427,10 @@ class Queue:
                 attrs = with_group(validate_attributes(attributes), group)
                 delay_us = self._delay_us(delay)
                 _check_dedup_id(dedup_id)
+                if dedup_id is not None and self._capacity is not None:
+                    earlier = self._dedup.published(dedup_id)
+                    if earlier is not None:
+                        return earlier  # a retry adds nothing: it needs no room
                 with self._room(1, timeout):
                     new, size = self._stage(body, staged=staged, sync=self.durable)
                     ids.append(self._commit_keyed(new, size, attrs, delay_us, dedup_id))
@@ -495,16 +482,11 @@ class Queue:
             return []
         attrs = with_group(validate_attributes(attributes), group)
         delay_us = self._delay_us(delay)
-        keys: list[str | None] = [None] * len(views) if dedup_ids is None else list(dedup_ids)
-        if len(keys) != len(views):
-            raise ValueError(f"{len(keys)} dedup_ids for {len(views)} bodies")
-        for key in keys:
-            _check_dedup_id(key)
-        if batch_dedup_id is not None:
-            _check_dedup_id(batch_dedup_id, "batch_dedup_id")
-            if dedup_ids is not None:
-                raise ValueError("give dedup_ids or batch_dedup_id, not both")
+        keys = _batch_keys(len(views), dedup_ids, batch_dedup_id)
         durable = self.durable
+        earlier = self._published_batch(keys, batch_dedup_id)
+        if earlier is not None:
+            return earlier  # a retry of a published batch: it needs no room
         with self._room(len(views), timeout):
             if batch_dedup_id is not None:
                 return self._publish_chunk(views, attrs, delay_us, batch_dedup_id)
@@ -524,6 +506,21 @@ class Queue:
             with _fs.flushing_published(ids):
                 _fs.fsync_dir(self.path)
         return ids
+
+    def _published_batch(self, keys: list[str | None], batch_key: str | None) -> list[str] | None:
+        """In a bounded queue, the ids of a batch already published whole under its
+        *batch_key* or its *keys* (every message has one) within the window; ``None``
+        otherwise, and in an unbounded queue (whose publish finds them without waiting)."""
+        dedup = self._dedup
+        if self._capacity is None:
+            return None
+        if batch_key is not None:
+            chunk = dedup.find_chunk(batch_key)
+            if chunk is None or dedup.pending(chunk):
+                return None
+            return [message_id for message_id, _ in chunk.entries]
+        found = [None if key is None else dedup.published(key) for key in keys]
+        return None if None in found else cast("list[str]", found)
 
     def _delay_us(self, delay: float) -> int:
         """A publish's *delay* (or the queue's own) in µs, checked."""
@@ -761,6 +758,7 @@ class Queue:
         recorded: bool = False,
         moved: bool = False,
         dir_fd: int | None = None,
+        metas: MetaStore | None = None,
     ) -> str:
         """The *commit* (or *delay*) arrow: make a created ``<id>.new`` ready (or
         delayed, ``<id>.<due>``); return the id it got.
@@ -776,6 +774,8 @@ class Queue:
         it): no shutdown check, and a failure leaves it for whoever completes the batch.
         *moved*: a copy moved in from another queue (:meth:`_copy_to`): no shutdown check
         and not counted as produced. Otherwise, on failure, the ``.new`` is discarded.
+        *metas*: where the metadata goes (a move's, reached through *dir_fd*); this
+        queue's own by default.
         """
         source = new if dir_fd is not None else self.layout.message(new)
         message_id = new[:-4] if to is None else to
@@ -785,7 +785,7 @@ class Queue:
                     self._shutdown.check_open()
                 target: str | None = message_id
                 if meta is not None or delay_us:
-                    target = self._describe(message_id, meta, delay_us, source, dir_fd)
+                    target = self._describe(message_id, meta, delay_us, source, dir_fd, metas=metas)
                 if target is not None:
                     try:
                         if dir_fd is None:
@@ -795,7 +795,7 @@ class Queue:
                         break
                     except BaseException as exc:
                         if meta is not None or delay_us:
-                            self._undescribe(message_id, meta, delay_us)
+                            self._undescribe(message_id, meta, delay_us, metas)
                         if not isinstance(exc, FileExistsError):
                             raise
                 # RACE: a message with this id exists in another state (a publisher with
@@ -812,30 +812,41 @@ class Queue:
         return message_id
 
     def _describe(
-        self, message_id: str, meta: Meta | None, delay_us: int, source: str, dir_fd: int | None
+        self,
+        message_id: str,
+        meta: Meta | None,
+        delay_us: int,
+        source: str,
+        dir_fd: int | None,
+        *,
+        metas: MetaStore | None = None,
     ) -> str | None:
         """Before a commit: create the message's metadata and, if delayed, its delay
         marker; the name to commit to, or ``None`` if the id is another message's."""
+        store = self._meta if metas is None else metas
         if meta is not None:
             meta.inode = _fs.inode(source, dir_fd)  # matches the metadata to this file
-            if not self._meta.create(message_id, meta, durable=self.durable):
+            if not store.create(message_id, meta, durable=self.durable):
                 return None
         if not delay_us:
             return message_id
-        if not self._meta.mark_delayed(message_id):
+        if not store.mark_delayed(message_id):
             # RACE: a peer's delayed message has this id (same tick, another host): its
             # marker is not ours to share or remove.
             if meta is not None:
-                self._meta.remove(message_id)  # ours: created just above
+                store.remove(message_id)  # ours: created just above
             return None
         return f"{message_id}.{format_time(self.clock.time_us() + delay_us, self.precision)}"
 
-    def _undescribe(self, message_id: str, meta: Meta | None, delay_us: int) -> None:
+    def _undescribe(
+        self, message_id: str, meta: Meta | None, delay_us: int, metas: MetaStore | None = None
+    ) -> None:
         """Undo :meth:`_describe` after a commit rename that failed."""
+        store = self._meta if metas is None else metas
         if meta is not None:
-            self._meta.remove(message_id)
+            store.remove(message_id)
         if delay_us:
-            self._meta.unmark_delayed(message_id)
+            store.unmark_delayed(message_id)
 
     def _new_id(self) -> str:
         """A fresh id: the queue's clock, strictly increasing within this process."""
@@ -864,11 +875,6 @@ class Queue:
         :raises QueueClosed: the queue was shut down.
         """
         attrs, delay_us = self._check_extras(attributes, delay, dedup_id, group)
-        target = self.partition_for(group, key=dedup_id)
-        if target is not self:  # a partitioned queue: the message's partition publishes it
-            return target.publish_file(
-                path, attributes=attributes, delay=delay, dedup_id=dedup_id, group=group
-            )
         source = _ingest.Linked.of(os.fspath(path))
         self._shutdown.check_open()  # fail before touching anything
         ids: list[str] = []
@@ -901,12 +907,6 @@ class Queue:
         :raises InvalidPayload: the stream returns text.
         """
         attrs, delay_us = self._check_extras(attributes, delay, dedup_id, group)
-        target = self.partition_for(group, key=dedup_id)
-        if target is not self:  # a partitioned queue: the message's partition publishes it
-            return target.publish_stream(
-                readable, attributes=attributes, delay=delay, dedup_id=dedup_id, group=group,
-                chunk_size=chunk_size,
-            )  # fmt: skip
         copy = _ingest.stream_writer(readable, chunk_size)
         self._shutdown.check_open()
         ids: list[str] = []
@@ -1070,6 +1070,8 @@ class Queue:
         grace_ends = self._shutdown.grace_ends
         if grace_ends is not None:  # shut down: look again when the grace ends
             pause = min(pause, max(0.0, grace_ends - now) + 0.001)
+        if self._claim_missed:  # another's claim step ends soon: no file event says when
+            pause = min(pause, CLAIM_RETRY)
         return pause
 
     def consume(
@@ -1101,7 +1103,7 @@ class Queue:
 
         Takes the oldest candidate this handle knows of; a lost race (the file is gone)
         moves on to the next one, never further: each consumer claims in id order.
-        *looking* (a partitioned queue's look at a partition other than the one it
+        *looking* (a look at a directory other than the one a consumer of several
         claims from): give up at the first lost race instead, which shows that another
         consumer serves this directory, rather than walk past every name taken since
         this handle listed it (a failed rename each).
@@ -1172,20 +1174,32 @@ class Queue:
         return got
 
     def _claim_in_flight_one(self, limit: int, vt_us: int) -> list[Message]:
-        """``fifo=True``: claim only while no message of this directory is held.
+        """``fifo=True``: claim up to *limit*, oldest first, one group in flight at a time.
 
-        Under the directory's FIFO lock (``flock``, across processes and hosts that share
-        it; a thread lock within this process): list afresh (expired leases come back
-        first, with their old ids), claim nothing while a lease is live (it ends, or its
-        message is deleted, before the next one goes), else claim up to *limit* in id
-        order, stopping at the first lost race. So at most one consumer holds messages
-        of this directory at a time, and each group (all of it in one directory) is
-        delivered in order, its next message only once the earlier one is done with.
+        Under the directory's claim lock (across processes and hosts that share
+        ``flock``, and this handle's threads), held for this step only, never for a
+        lease: list afresh (expired leases come back first, with their old ids), then
+        claim in id order every ready message whose group has nothing held (see
+        :mod:`vsqs._groups`: a group with a live lease waits for it to be deleted or to
+        end; a delayed message holds back only its group's later messages). So a group
+        is delivered in order, its next message only once the earlier one is done with,
+        and unrelated groups never wait for each other; a batch may hold several
+        messages of one group, in order.
+
+        The lock is waited for at most :data:`CLAIM_WAIT` seconds (its holder may be
+        stopped): then nothing is claimed, and a blocked receive looks again within
+        :data:`CLAIM_RETRY` seconds, until its own timeout.
         """
-        with self._fifo_lock, _stored.locked(self.layout, self.clock, FIFO_LOCK):
+        lock = self._claim_lock
+        if not lock.acquire(CLAIM_WAIT):
+            # RACE: another process (or thread) is in its claim step, or stopped in it.
+            self._claim_missed = True
+            return []
+        self._claim_missed = False
+        try:
             now_us = self.clock.time_us()
-            if self._relist(now_us):
-                return []  # one in flight: a live lease holds the directory
+            groups = self._groups
+            gate = groups.gate(self._relist(now_us))
             consumer = self._consumer
             suffix = "." + format_time(now_us + vt_us, self.precision)
             got: list[Message] = []
@@ -1194,19 +1208,26 @@ class Queue:
                 code = consumer.take()
                 if code is None:
                     # Held back as listed while the listing ran: a second one confirms them.
-                    if relisted or not consumer.deferred() or self._relist(now_us):
+                    if relisted or not consumer.deferred():
                         break
+                    gate = groups.gate(self._relist(now_us))
                     relisted = True
                     continue
                 message_id = decode_ready(code)
+                group = gate.admits(code, message_id)
+                if group is None:
+                    continue  # its group has a message held (or delayed) before it
                 if not self._claim_one(message_id, message_id + suffix):
                     # RACE: a peer that ignores the lock (vsqs 0.3, a purge) took it.
-                    break
+                    gate.close(group)
+                    continue
                 message = self._open_claimed(message_id, message_id + suffix, code, now_us + vt_us)
                 if message is not None:
                     got.append(message)
             consumer.invalidate()  # the next look lists again, under the lock
             return got
+        finally:
+            lock.release()
 
     def _claim_one(self, message_id: str, receipt: str) -> bool:
         """The *claim* arrow: ``<id>`` to ``<id>.<expiry>`` (*receipt*), one no-replace
@@ -1250,9 +1271,9 @@ class Queue:
             message_id, body, receipt, expiry / 1e6, 1, NO_ATTRIBUTES, sent_at, self.path
         )
 
-    def _relist(self, now_us: int) -> int:
+    def _relist(self, now_us: int) -> list[tuple[int, str]]:
         """List the directory, return expired leases, apply retention, reload the view;
-        how many leases are live (held by any consumer)."""
+        the live leases and delays (``(end, name)``, of any consumer)."""
         clock = self.clock
         started = clock.monotonic()
         started_us = clock.time_us()
@@ -1276,7 +1297,7 @@ class Queue:
         # made after the listing (and after our own requeues) covers every listed message.
         self._meta.refresh()
         consumer.load(codes, waiting, started_us, clock.monotonic(), clock.monotonic() - started)
-        return len(waiting)
+        return waiting
 
     # -- leases: extend, release, delete ------------------------------------------------
 
@@ -1356,10 +1377,13 @@ class Queue:
         """Extend a lease (a heartbeat) or, with ``0``, release the message now.
 
         Atomic: one rename of the held file. Returns the message with its new receipt
-        and expiry. On this object, the receipt it replaced keeps working (it stands for
-        the same lease); elsewhere only the new one does, so pass the returned message
-        on. A release that ends the message's last allowed receive (``max_receives``)
-        moves it to the dead-letter queue instead; the returned message then names that
+        and expiry: ``<id>.<expiry>.<delivery>``, where *delivery* is the expiry of
+        the receive that began the lease (kept by every extension), so that a holder
+        of an older receipt can tell this lease from a later delivery of the message.
+        On this object, the receipt it replaced keeps working (it stands for the same
+        lease); elsewhere only the new one does, so pass the returned message on. A
+        release that ends the message's last allowed receive (``max_receives``) moves
+        it to the dead-letter queue instead; the returned message then names that
         queue in ``queue``. Of several threads or processes changing one lease at once,
         each rename either succeeds or raises :class:`~vsqs.LeaseLost`.
 
@@ -1389,7 +1413,12 @@ class Queue:
                 return replace(message, receipt=message_id, queue=self.dead_letter.path)
             self._consumer.invalidate()  # the released message should be served again soon
             return replace(message, receipt=message_id, expires_at=now_us / 1e6)
-        moved = self._extend_lease(receipt, self.clock.time_us() + round(duration * 1e6))
+        # The extended lease carries its delivery (the first receipt's expiry) as its
+        # fraction: whoever holds an older receipt of this delivery can tell it from a
+        # later delivery of the message, with no record to write or read.
+        moved = self._extend_lease(
+            receipt, self.clock.time_us() + round(duration * 1e6), tag="." + delivery_of(receipt)
+        )
         if moved is None:
             raise self._lease_lost(receipt)
         target, expiry = moved
@@ -1411,7 +1440,7 @@ class Queue:
         tick = 1000 if self._ms else 1
         while True:
             target = f"{message_id}.{format_time(expiry_us, self.precision)}{tag}"
-            if target == name and not tag:
+            if target == name and tag != HOLD_TAG:
                 return name, expiry_us  # already there: nothing to rename
             try:
                 _fs.rename_noreplace(self.layout.message(name), self.layout.message(target))
@@ -1425,32 +1454,20 @@ class Queue:
     def _lease_lost(self, receipt: str) -> LeaseLost:
         """A :class:`LeaseLost` for *receipt* that says what became of the lease.
 
-        A diagnosis after the fact, from one listing and one metadata read: a message
-        held under another name was either extended through another handle (its lease
-        lives on) or returned and received again. A return after our lease is recorded
-        in the metadata (every requeue writes its hold there), so no such record means
-        the lease was extended.
+        A diagnosis after the fact, from one listing: a message held under another name
+        was either extended through another handle (its lease lives on, and carries
+        our delivery: :func:`~vsqs._ids.delivery_of`) or returned and received again
+        (a later delivery, which never carries ours). Positive evidence, in the name
+        itself: no record is needed, so a requeue that could not record its receive
+        (a full disk, a vsqs 0.3 peer) is never taken for an extension.
         """
         message_id = id_of(receipt)
         held = _scan.held_names_for(self.path, message_id)
         if held:
-            ours = parse_name(receipt)
-            meta = self._meta.read(message_id)
-            # The lease that last ended undeleted (recorded since 1.0; before, its hold,
-            # which a lease extended past the hold's length outlives).
-            last = (meta.ended or meta.lease) if meta else ""
-            ended = parse_name(f"{message_id}.{last}") if last else None
-            if ended is None or ended.expires is None:
-                returned_since = False
-            elif ours is None or ours.expires is None:
-                returned_since = True
-            elif meta is not None and meta.ended:
-                # Ours, or a lease extended from ours, ended: it was returned since.
-                returned_since = ended.expires >= ours.expires
-            else:
-                returned_since = ended.expires > ours.expires
-            if not returned_since:
-                return LeaseLost(receipt, reason="superseded", current=held[0])
+            ours = delivery_of(receipt)
+            for name in held:
+                if delivery_of(name) == ours:
+                    return LeaseLost(receipt, reason="superseded", current=name)
             return LeaseLost(receipt, reason="expired")
         if _fs.exists(self.layout.message(message_id)):
             return LeaseLost(receipt, reason="expired")
@@ -1630,9 +1647,9 @@ class Queue:
         meta.lease = split_name(taken[0])[1]
         self._write_count(message_id, meta)
 
-    def _transfer(self, held_name: str, to: Queue, meta: Meta) -> str | None:
+    def _transfer(self, held_name: str, to: MoveTarget, meta: Meta) -> str | None:
         """The *move* arrow (dead-letter, redrive): a held message of this queue into
-        *to* (its partition for the message's group, if partitioned), ready, with
+        *to* (where *to* lands a message of its group: :meth:`landing`), ready, with
         *meta*; its id there.
 
         The metadata is created (exclusively) in *dest* before the one no-replace rename
@@ -1644,54 +1661,96 @@ class Queue:
 
         :raises QueueFull: *dest* is full: nothing moved.
         """
-        with room_for_move(to._capacity):  # a partitioned queue's bound is its total
-            dest: Queue = to.partition_for(split_group(meta.attributes)[1])
+        landed = to.landing(split_group(meta.attributes)[1])
+        dest: Queue = landed[0]
+        with self._opened_target(dest, landed[1]) as (into, metas):
             source = self.layout.message(held_name)
             target = id_of(held_name)
             with_meta = meta.to_json() != b"{}"
-            # Through a descriptor of *dest*'s directory, its name opened now without
-            # following a link: a target swapped for a symlink after this handle was made
-            # raises UnsafeEntry, before anything is written, and nothing lands outside it.
-            into = dest.layout.open_queue()
             try:
+                meta.inode = _fs.inode(source)  # a rename keeps it: the metadata matches
+            except FileNotFoundError:
+                return None  # RACE: another process moved or deleted it first
+            while True:
+                if with_meta and not metas.create(target, meta, durable=dest.durable):
+                    target = dest._new_id()  # the id is taken in *dest*
+                    continue
                 try:
-                    meta.inode = _fs.inode(source)  # a rename keeps it: the metadata matches
-                except FileNotFoundError:
-                    return None  # RACE: another process moved or deleted it first
-                while True:
-                    if with_meta and not dest._meta.create(target, meta, durable=dest.durable):
-                        target = dest._new_id()  # the id is taken in *dest*
+                    # *source* is absolute: only *target* is resolved in *into*.
+                    _fs.rename_noreplace(source, target, into)
+                except OSError as exc:
+                    if with_meta:
+                        metas.remove(target)
+                    if isinstance(exc, FileNotFoundError):
+                        return None  # RACE: another process moved or deleted it first
+                    if isinstance(exc, FileExistsError):
+                        target = dest._new_id()  # RACE: a message took that id in *dest*
                         continue
-                    try:
-                        # *source* is absolute: only *target* is resolved in *into*.
-                        _fs.rename_noreplace(source, target, into)
-                    except OSError as exc:
-                        if with_meta:
-                            dest._meta.remove(target)
-                        if isinstance(exc, FileNotFoundError):
-                            return None  # RACE: another process moved or deleted it first
-                        if isinstance(exc, FileExistsError):
-                            target = dest._new_id()  # RACE: a message took that id in *dest*
-                            continue
-                        if exc.errno != errno.EXDEV:
-                            raise
-                        copied = self._copy_to(dest, held_name, target, meta if with_meta else None)
-                        if copied is not None:
-                            self._meta.remove(id_of(held_name))
-                        return copied
-                    break
-            finally:
-                _fs.close(into)
+                    if exc.errno != errno.EXDEV:
+                        raise
+                    copied = self._copy_to(
+                        dest, held_name, target, meta if with_meta else None, into=into,
+                        metas=metas,
+                    )  # fmt: skip
+                    if copied is not None:
+                        self._meta.remove(id_of(held_name))
+                    return copied
+                break
             self._meta.remove(id_of(held_name))
             if dest.durable:
                 with _fs.flushing_published([target]):  # moved: a failed flush says so
-                    _fs.fsync_dir(dest.path)
+                    _fs.fsync(into)
                     _fs.fsync_dir(self.path)
             return target
 
-    def _copy_to(self, dest: Queue, held_name: str, target: str, meta: Meta | None) -> str | None:
+    @contextmanager
+    def _opened_target(
+        self, dest: Queue, bound: Capacity | None
+    ) -> Iterator[tuple[int, MetaStore]]:
+        """Room under *bound* (the target's capacity: a partitioned queue's is its total,
+        at its root) for a move into the queue *dest*: a descriptor of *dest*'s
+        directory, and *dest*'s metadata reached through it.
+
+        The target's names are opened now, without following a link, before anything is
+        written: a target swapped for a symlink after this handle was made raises
+        :class:`UnsafeEntry` here, and one swapped later gets everything of the move
+        (the capacity lock and counter, the metadata, the message) through the
+        descriptors, so nothing lands where the link points.
+
+        :raises QueueFull: *bound* is full.
+        """
+        into = dest.layout.open_queue()
+        bound_fd = into
+        try:
+            bound_layout = dest.layout if bound is None else bound.layout
+            if bound_layout.path != dest.layout.path:  # a partitioned queue's root
+                bound_fd = bound_layout.open_queue()
+            pinned, layout = _pinned(bound_layout, bound_fd), _pinned(dest.layout, into)
+            try:
+                with room_for_move(bound, pinned):
+                    yield into, MetaStore(layout)
+            finally:
+                layout.close()
+                pinned.close()
+        finally:
+            if bound_fd != into:
+                _fs.close(bound_fd)
+            _fs.close(into)
+
+    def _copy_to(
+        self,
+        dest: Queue,
+        held_name: str,
+        target: str,
+        meta: Meta | None,
+        *,
+        into: int,
+        metas: MetaStore,
+    ) -> str | None:
         """The *copy* arrow, a move across filesystems: *create* a copy in *dest*,
-        *commit* it there, *delete* the original here.
+        *commit* it there, *delete* the original here; *dest*'s names are resolved
+        from its open directory *into*, its metadata through *metas* (see
+        :meth:`_opened_target`).
 
         Exactly once without a crash: the copy is created in *dest* while this process
         keeps renewing its claim on the source (so no requeue can hand the message to
@@ -1724,26 +1783,27 @@ class Queue:
                     lambda out: _fs.copy_fd(source, out, claim.renew),
                     staged=staged,
                     sync=dest.durable,
+                    dir_fd=into,
                 )
             finally:
                 _fs.close(source)
             if not claim.renew(force=True):
-                dest._discard_all(staged)  # withdrawn before anyone could see it
+                dest._discard_all(staged, into)  # withdrawn before anyone could see it
                 return None
             # A copy is a new inode: _commit matches the metadata to it.
-            target = dest._commit(new, size, meta, to=target, moved=True)
+            target = dest._commit(new, size, meta, to=target, moved=True, dir_fd=into, metas=metas)
         except _ClaimLost:
-            dest._discard_all(staged)
+            dest._discard_all(staged, into)
             return None  # RACE: another process took the message while we copied
         except BaseException:
-            dest._discard_all(staged)  # cut short: the copy is never left half made
+            dest._discard_all(staged, into)  # cut short: the copy is never left half made
             raise
         if not self._unlink_message(claim.name):
             # RACE: the claim ran out between the renewal and now (a stall longer than
             # a lease): the other copy is whoever took it. Ours is visible already.
             report_once(self.path, "a moved message was taken back during its move", target)
         if dest.durable:
-            _fs.fsync_dir(dest.path)
+            _fs.fsync(into)
             _fs.fsync_dir(self.path)
         return target
 
@@ -1952,7 +2012,7 @@ class Queue:
         return removed + _history.remove_orphans(self.layout, self._meta, live, wall_cutoff)
 
     def redrive(
-        self, to: Queue | str | os.PathLike[str] | None = None, limit: int | None = None
+        self, to: MoveTarget | str | os.PathLike[str] | None = None, limit: int | None = None
     ) -> int:
         """Move dead letters back: call it on a dead-letter queue; return how many moved.
 
@@ -1971,9 +2031,11 @@ class Queue:
         bad_limit = isinstance(limit, bool) or not isinstance(limit, int) or limit < 0
         if limit is not None and bad_limit:
             raise ValueError(f"limit must be an int >= 0 or None, not {limit!r}")
-        fixed = to if to is None or isinstance(to, Queue) else self._sibling(os.fspath(to))
+        fixed: MoveTarget | None = None
+        if to is not None:
+            fixed = cast("MoveTarget", to) if _is_target(to) else self._sibling(os.fspath(to))  # type: ignore[arg-type]
         moved = 0
-        targets: dict[str, Queue] = {}
+        targets: dict[str, MoveTarget] = {}
         for code in _scan.scan(self.path).ready:
             if limit is not None and moved >= limit:
                 break
@@ -2038,12 +2100,11 @@ class Queue:
         visibility_timeout: float | Unset | None = UNSET,
         delay: float | Unset | None = UNSET,
         capacity: int | Unset | None = UNSET,
-        dead_letter: Queue | str | os.PathLike[str] | Unset | None = UNSET,
+        dead_letter: MoveTarget | str | os.PathLike[str] | Unset | None = UNSET,
         max_receives: int | Unset | None = UNSET,
         retention: float | Unset | None = UNSET,
         dedup_window: float | Unset | None = UNSET,
         fifo: bool | Unset | None = UNSET,
-        partitions: int | Unset | None = UNSET,
     ) -> _stored.Settings:
         """Store settings with the queue (as SQS ``SetQueueAttributes``); return them all.
 
@@ -2058,9 +2119,7 @@ class Queue:
             point outside that directory.
         :raises TypeError: a value of the wrong type.
         :raises ValueError: a value out of range, ``max_receives`` without a
-            ``dead_letter``, a dead-letter queue that is not beside this one, or any
-            ``partitions`` (fixed when the queue is created; the error says how to move
-            the messages to a queue with another count).
+            ``dead_letter``, or a dead-letter queue that is not beside this one.
         :raises InvalidSettings: the stored file cannot be trusted (nothing is changed).
 
         >>> import tempfile, vsqs
@@ -2070,8 +2129,8 @@ class Queue:
         >>> vsqs.Queue(q.path).visibility_timeout
         60.0
         """
-        if isinstance(dead_letter, Queue):
-            dead_letter = dead_letter.path
+        if _is_target(dead_letter):
+            dead_letter = cast("MoveTarget", dead_letter).path
         if isinstance(dead_letter, str) and dead_letter and "/" not in dead_letter:
             dead_letter = os.path.join(os.path.dirname(self.path), dead_letter)  # a name
         if dead_letter is not UNSET and dead_letter is not None:
@@ -2091,7 +2150,6 @@ class Queue:
             "retention": retention,
             "dedup_window": dedup_window,
             "fifo": fifo,
-            "partitions": partitions,
         }
         return self._store({k: v for k, v in changes.items() if v is not UNSET})
 
@@ -2205,7 +2263,7 @@ class _Publishing:
         if kind is not None:
             for new in self.staged:  # cut short (Ctrl-C too): no `.new` is left behind
                 self._discard(new)
-        elif self._directory is not None:
+        elif self._directory is not None and self._ids:  # a dedup retry published nothing
             with _fs.flushing_published(self._ids):
                 _fs.fsync_dir(self._directory)
 
@@ -2262,6 +2320,30 @@ def _write_body(fd: int, body: bytes | memoryview | Callable[[int], int] | _inge
     if isinstance(body, _ingest.Linked):
         return body.size  # the file is the body already
     return body(fd)
+
+
+def _pinned(layout: Layout, dir_fd: int) -> Layout:
+    """*layout* reached through *dir_fd*, a descriptor of its queue directory, never
+    by its path (see :meth:`Queue._opened_target`)."""
+    return Layout(
+        layout.path, layout.dir_mode, layout.file_mode, durable=layout.durable, base=dir_fd
+    )
+
+
+def _batch_keys(
+    count: int, dedup_ids: Iterable[str | None] | None, batch_dedup_id: str | None
+) -> list[str | None]:
+    """The checked deduplication id (or ``None``) of each of *count* bodies of a batch."""
+    keys: list[str | None] = [None] * count if dedup_ids is None else list(dedup_ids)
+    if len(keys) != count:
+        raise ValueError(f"{len(keys)} dedup_ids for {count} bodies")
+    for key in keys:
+        _check_dedup_id(key)
+    if batch_dedup_id is not None:
+        _check_dedup_id(batch_dedup_id, "batch_dedup_id")
+        if dedup_ids is not None:
+            raise ValueError("give dedup_ids or batch_dedup_id, not both")
+    return keys
 
 
 def _check_dedup_id(key: object, name: str = "dedup_id") -> None:

@@ -2,14 +2,19 @@
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import os
 import re
+import time
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Final, cast
 
 from . import _fs, _host
 from ._errors import InvalidName, NotAQueue, QueueNotFound
-from ._options import Config, QueueOptions
-from ._queue import Queue
+from ._options import Config, QueueOptions, partition_count
+from ._queue import Queue as PlainQueue
+from ._sets import PartitionedQueue, Queue
 from ._stored import SHAPE, STORED
 
 if TYPE_CHECKING:
@@ -19,6 +24,13 @@ if TYPE_CHECKING:
 # allowed inside so that "orders.dlq" reads naturally, but never first (dot-entries are
 # vsqs metadata) and never two in a row (no "..").
 _NAME: Final = re.compile(r"[A-Za-z0-9_-](?:[A-Za-z0-9_-]|\.(?!\.)){0,79}")
+_DELETED: Final = ".deleted-"  # a deleted queue's directory, until it is removed
+_REMOVE_TRIES: Final = 10
+_REMOVE_PAUSE: Final = 0.002  # seconds, times the attempt: 0.09 s in all at most
+_GATE: Final = ".names.lock"  # held by a deleter waiting for the names lock
+_LOCK_WAIT: Final = 30.0
+_LOCK_POLL: Final = 0.001
+_NO_FLOCK: Final = frozenset({errno.EBADF, errno.ENOLCK, errno.EOPNOTSUPP, errno.EINVAL})
 
 
 def validate_name(name: object) -> str:
@@ -56,7 +68,10 @@ class QueueRoot:
             raise NotAQueue(self.path) from None
         if not _host.is_dir(self.path):
             raise NotAQueue(self.path)
-        Config.build(**options)  # a wrong option fails here, naming it, not at create()
+        # A wrong option fails here, naming it, not at create().
+        Config.build(**{k: v for k, v in options.items() if k != "partitions"})
+        if "partitions" in options:
+            partition_count(options["partitions"])
         self._options = options
 
     def __repr__(self) -> str:
@@ -70,7 +85,7 @@ class QueueRoot:
         never followed, by any verb (it could lead anywhere)."""
         return _fs.is_plain_dir(path)
 
-    def create(self, name: str, **options: Unpack[QueueOptions]) -> Queue:
+    def create(self, name: str, **options: Unpack[QueueOptions]) -> PlainQueue | PartitionedQueue:
         """Create (or open, if it exists) the queue *name*, storing its settings.
 
         The options that a queue stores (``visibility_timeout``, ``delay``,
@@ -97,14 +112,20 @@ class QueueRoot:
             queue = Queue(path, **merged)  # a handle that uses what was just stored
         return queue
 
-    def get(self, name: str, **options: Unpack[QueueOptions]) -> Queue:
+    def get(self, name: str, **options: Unpack[QueueOptions]) -> PlainQueue | PartitionedQueue:
         """Open the existing queue *name*; :class:`QueueNotFound` if it does not exist
-        (a symlink under that name is not a queue)."""
+        (a symlink under that name is not a queue).
+
+        Never makes the queue again: the check and the opening hold the root's names
+        lock shared, which :meth:`delete` holds exclusively while it takes the name away
+        (``Queue(path)`` would otherwise make an empty queue where one was just deleted).
+        """
         path = self._dir(name)
-        if not self._is_queue(path):
-            raise QueueNotFound(name, self.path)
         merged: QueueOptions = {**self._options, **options}
-        return Queue(path, **merged)
+        with self._names_locked(shared=True):
+            if not self._is_queue(path):
+                raise QueueNotFound(name, self.path)
+            return Queue(path, **merged)
 
     def __contains__(self, name: object) -> bool:
         try:
@@ -125,8 +146,99 @@ class QueueRoot:
         return sorted(names)
 
     def delete(self, name: str) -> None:
-        """Delete the queue *name* and every message in it."""
+        """Delete the queue *name* and every message in it, all at once.
+
+        Atomic: one rename takes the queue's directory out of the way, to a hidden name
+        in the root that no queue can have (``.deleted-NAME-RANDOM``), so every other
+        process sees the whole queue or none of it (never one without its settings or
+        partitions); the hidden directory is removed after. A publish racing the delete
+        either landed before it (and goes with the queue) or finds no queue
+        (:class:`QueueNotFound` or ``FileNotFoundError``): no process makes the queue
+        again by opening it through :meth:`get`. Nothing outside the root is touched.
+
+        :raises QueueNotFound: there is no queue *name* (deleted first by another).
+        """
         path = self._dir(name)
-        if not self._is_queue(path):
-            raise QueueNotFound(name, self.path)
-        _fs.remove_tree(path)
+        aside = os.path.join(self.path, f"{_DELETED}{name}-{os.urandom(6).hex()}")
+        with self._names_locked(shared=False):
+            if not self._is_queue(path):
+                raise QueueNotFound(name, self.path)
+            try:
+                _fs.rename_noreplace(path, aside)
+            except FileNotFoundError:
+                raise QueueNotFound(name, self.path) from None  # RACE: another deleter
+        self._remove_deleted()
+
+    def _remove_deleted(self) -> None:
+        """Remove the hidden directories of deleted queues (this delete's, and any an
+        earlier one left: a handle opened before a delete may still write into its
+        directory, which makes a removal fail with ``ENOTEMPTY``; the next one ends it)."""
+        for entry in _fs.scandir(self.path):
+            if not entry.name.startswith(_DELETED):
+                continue
+            for attempt in range(_REMOVE_TRIES):
+                try:
+                    if entry.is_dir(follow_symlinks=False):
+                        _fs.remove_tree(entry.path)
+                    else:
+                        _fs.unlink(entry.path)  # a link swapped in: removed, never followed
+                    break
+                except OSError:
+                    # RACE: a handle opened before the delete wrote into it (ENOTEMPTY),
+                    # or moved a file in it (ENOENT), meanwhile; or another deleter
+                    # removed it. Left hidden after the last try, for the next delete.
+                    if not _fs.exists(entry.path):
+                        break
+                    time.sleep(_REMOVE_PAUSE * attempt)
+
+    @contextlib.contextmanager
+    def _names_locked(self, *, shared: bool) -> Iterator[None]:
+        """Hold the root's names lock (``flock`` on the root directory): shared while a
+        queue is looked up and opened, exclusive while one is renamed away.
+
+        A deleter first takes the gate (``flock`` on ``.names.lock`` in the root), which
+        openers only look at: a steady stream of openers cannot keep a deleter waiting.
+        Bounded: waits at most :data:`_LOCK_WAIT` seconds (holders keep it for a few
+        system calls). On a filesystem whose directories take no ``flock`` (NFS), the
+        lock is skipped: deletion stays one rename, but an opening racing it may make
+        the queue again, empty.
+        """
+        names = _fs.open_queue_dir(self.path)
+        gate = -1
+        try:
+            gate = _fs.open_lock_at(_GATE, 0o666, names)
+            if shared:
+                _wait(lambda: _passes(gate), self.path)  # RACE: a deleter is waiting
+                _wait(lambda: _fs.try_lock(names, shared=True), self.path)
+            else:
+                _wait(lambda: _fs.try_lock(gate), self.path)
+                _wait(lambda: _fs.try_lock(names), self.path)
+        except OSError as exc:
+            if exc.errno not in _NO_FLOCK:
+                _fs.close(names)
+                if gate >= 0:
+                    _fs.close(gate)
+                raise
+        try:
+            yield
+        finally:
+            _fs.close(names)  # closing releases the locks
+            if gate >= 0:
+                _fs.close(gate)
+
+
+def _passes(gate: int) -> bool:
+    """Whether no deleter holds the gate (taken shared and given back at once)."""
+    if not _fs.try_lock(gate, shared=True):
+        return False
+    _fs.unlock(gate)
+    return True
+
+
+def _wait(ready: Callable[[], bool], root: str) -> None:
+    """Poll *ready* until it is true, for at most :data:`_LOCK_WAIT` seconds."""
+    deadline = time.monotonic() + _LOCK_WAIT
+    while not ready():
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"the names lock of the root {root!r} is held too long")
+        time.sleep(_LOCK_POLL)

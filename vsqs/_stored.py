@@ -32,14 +32,15 @@ from __future__ import annotations
 import errno
 import os
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Final, TypedDict, cast
 
 from . import _fs
 from ._clock import Clock
 from ._errors import InvalidSettings, UnsafeEntry
 from ._layout import READ_LIMITS, ROOT, SETTINGS, SETTINGS_LOCK, Layout
-from ._options import FIFO_PARTITIONS, count, flag, partition_count, seconds
+from ._lock import FileLock
+from ._options import count, flag, partition_count, seconds
 
 STORED: Final = (
     "visibility_timeout",
@@ -64,7 +65,8 @@ OVERRIDABLE: Final = tuple(key for key in STORED if key != "capacity" and key no
 
 # A settings file is a few hundred bytes; more is not ours (and is never read whole).
 _MAX_BYTES: Final = READ_LIMITS[ROOT]
-_LOCK_POLL: Final = 0.001
+LOCK_WAIT: Final = 10.0
+"""Seconds a settings change waits for another process's before giving up."""
 # What reading a planted non-file gives: a symlink (ELOOP: opened with O_NOFOLLOW), a
 # FIFO or directory (EINVAL from _fs's regular-file check, EISDIR), a socket (ENXIO).
 # And a file larger than _layout.READ_LIMITS allows (EFBIG): refused without being read.
@@ -216,8 +218,7 @@ def shape(queue: str, stored: Settings, given: Mapping[str, object]) -> dict[str
     *given* holds the shape options the handle was given (absent: not given). A stored
     value is final: a handle that gives another one is refused, naming both. A value
     that differs from the default and is not stored yet is returned, to be stored (the
-    handle creates the queue with it). A ``fifo=True`` queue created without a partition
-    count gets :data:`~vsqs._options.FIFO_PARTITIONS`.
+    handle creates the queue with it).
 
     :raises ValueError: *given* contradicts what *queue* stores.
     """
@@ -236,8 +237,6 @@ def shape(queue: str, stored: Settings, given: Mapping[str, object]) -> dict[str
                 )
         elif value != default:
             store[key] = value
-    if store.get("fifo") and "partitions" not in stored and "partitions" not in given:
-        store["partitions"] = FIFO_PARTITIONS
     return store
 
 
@@ -250,6 +249,7 @@ def resolve(queue: str, stored: Settings, given: Mapping[str, object]) -> dict[s
     path beside *queue*.
     """
     options: dict[str, object] = dict(stored)
+    options.pop("partitions", None)  # the directory's shape, not an option of a handle
     if "dead_letter" in stored:
         options["dead_letter"] = os.path.join(os.path.dirname(queue), stored["dead_letter"])
     options.update(given)
@@ -346,22 +346,11 @@ def set_aside(queue: str, clock: Clock) -> str | None:
         layout.close()
 
 
-class locked:  # noqa: N801 - used as a function: ``with locked(layout, clock):``
-    """Hold ``flock`` on ``.vsqs/<name>`` (opened through the layout, never a link):
-    the settings lock by default, or another of the queue's locks (``fifo.lock``)."""
+def locked(layout: Layout, clock: Clock) -> FileLock:
+    """The settings lock (``.vsqs/settings.lock``), for ``with locked(layout, clock):``.
 
-    def __init__(self, layout: Layout, clock: Clock, name: str = SETTINGS_LOCK) -> None:
-        self._layout = layout
-        self._sleep: Callable[[float], None] = clock.sleep
-        self._name = name
-        self._fd = -1
-
-    def __enter__(self) -> None:
-        fd = self._layout.open_lock(self._name)
-        while not _fs.try_lock(fd):
-            self._sleep(_LOCK_POLL)  # another process holds it (changing the settings...)
-        self._fd = fd
-
-    def __exit__(self, *exc_info: object) -> None:
-        _fs.unlock(self._fd)
-        _fs.close(self._fd)
+    Waited for up to :data:`LOCK_WAIT` seconds, then :class:`~vsqs.LockTimeout` is
+    raised and nothing is changed: its holder is stopped (it holds it only to rewrite
+    one small file).
+    """
+    return FileLock.in_queue(layout, SETTINGS_LOCK, clock, timeout=LOCK_WAIT)

@@ -13,7 +13,7 @@ from __future__ import annotations
 import time
 from typing import Final
 
-__all__ = ["age", "count", "rate", "size", "throughput", "when"]
+__all__ = ["age", "count", "count_of", "rate", "size", "throughput", "when"]
 
 _BYTES: Final = ("B", "KiB", "MiB", "GiB", "TiB")
 
@@ -25,6 +25,11 @@ def count(value: float | None) -> str:
     if value == int(value):
         return f"{int(value):,}"
     return f"{value:,.1f}"
+
+
+def count_of(number: int, singular: str, plural: str | None = None) -> str:
+    """``1 message``, ``2 messages``, ``1,000 messages``: a count and its noun."""
+    return f"{number:,} {singular if number == 1 else plural or singular + 's'}"
 
 
 def age(seconds: float | None, *, second_decimals: int = 0) -> str:
@@ -66,7 +71,7 @@ def throughput(messages: int, nbytes: int, elapsed: float) -> str:
     """``N messages in T s: R messages/s (B MB/s)``, a load generator's result."""
     elapsed = max(elapsed, 1e-9)
     return (
-        f"{messages:,} messages in {elapsed:.2f} s: {messages / elapsed:,.0f} messages/s"
+        f"{count_of(messages, 'message')} in {elapsed:.2f} s: {messages / elapsed:,.0f} messages/s"
         f" ({nbytes / elapsed / 1e6:,.2f} MB/s)"
     )
 

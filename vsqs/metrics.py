@@ -37,7 +37,7 @@ import threading
 import time
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Final
+from typing import TYPE_CHECKING, Final, cast
 
 from ._extras import missing_extra
 
@@ -47,7 +47,7 @@ try:
 except ModuleNotFoundError as error:
     raise missing_extra(error, "metrics", "vsqs.metrics") from None
 
-from . import Queue, QueueNotFound, QueueRoot, QueueSet, Stats, VsqsError
+from . import AnyQueue, QueueNotFound, QueueRoot, QueueSet, Stats, VsqsError
 
 if TYPE_CHECKING:
     from opentelemetry.metrics import CallbackOptions, Meter, Observation
@@ -65,7 +65,7 @@ __all__ = [
     "targets",
 ]
 
-Source = Queue | QueueRoot | QueueSet | tuple[str, Queue]
+Source = AnyQueue | QueueRoot | QueueSet | tuple[str, AnyQueue]
 """What metrics are taken of: a queue (labelled by its path), every queue of a root
 (labelled by name, found anew at each collection), each queue of a set, or a
 ``(label, queue)`` pair."""
@@ -111,9 +111,9 @@ _FAULTS: Final = (VsqsError, OSError, ValueError)
 
 def targets(
     sources: Iterable[Source],
-    opened: dict[str, Queue] | None = None,
+    opened: dict[str, AnyQueue] | None = None,
     down: list[Down] | None = None,
-) -> Iterator[tuple[str, Queue]]:
+) -> Iterator[tuple[str, AnyQueue]]:
     """The ``(label, queue)`` pairs of *sources*; *opened* caches a root's queue objects
     (those no longer listed are dropped from it). A root's queue that cannot be opened
     is appended to *down* (if given) instead."""
@@ -138,14 +138,14 @@ def targets(
                 yield name, queue
         elif isinstance(source, QueueSet):
             yield from ((queue.path, queue) for queue in source.queues)
-        elif isinstance(source, Queue):
+        elif isinstance(source, AnyQueue):
             yield source.path, source
         else:
             label, queue = source
             yield label, queue
 
 
-def samples(pairs: Iterable[tuple[str, Queue]]) -> Iterator[Sample | Down]:
+def samples(pairs: Iterable[tuple[str, AnyQueue]]) -> Iterator[Sample | Down]:
     """One :class:`Sample` per ``(label, queue)``, leaving out queues removed meanwhile;
     a :class:`Down` for a queue that cannot be sampled (the others are, all the same)."""
     for label, queue in pairs:
@@ -170,7 +170,9 @@ class _Health:
         self._down: dict[str, str] = {}
         self._seen: set[str] = set()
 
-    def collect(self, sources: Iterable[Source], opened: dict[str, Queue]) -> list[Sample | Down]:
+    def collect(
+        self, sources: Iterable[Source], opened: dict[str, AnyQueue]
+    ) -> list[Sample | Down]:
         """One sample (or :class:`Down`) per queue of *sources*; changes logged once."""
         down: list[Down] = []
         got = [*samples(targets(sources, opened, down)), *down]
@@ -190,7 +192,7 @@ class _Health:
         return got
 
 
-def sample(label: str, queue: Queue) -> Sample:
+def sample(label: str, queue: AnyQueue) -> Sample:
     """Take one :class:`Sample` of *queue*: its stats, dead-letter depth, oldest receives.
 
     Read-only, from any process; reads counter files, lists the directory once (and the
@@ -198,7 +200,7 @@ def sample(label: str, queue: Queue) -> Sample:
     snapshot: the numbers may be a few microseconds apart.
     """
     stats = queue.stats()
-    dead = queue.dead_letter
+    dead = cast("AnyQueue | None", queue.dead_letter)
     oldest = stats.oldest_ready_id
     return Sample(
         queue=label,
@@ -224,7 +226,7 @@ class QueueCollector(Collector):
 
     def __init__(self, *sources: Source) -> None:
         self.sources = sources
-        self._opened: dict[str, Queue] = {}
+        self._opened: dict[str, AnyQueue] = {}
         self._health = _Health()
 
     def collect(self) -> Iterator[Metric]:
@@ -328,7 +330,7 @@ class _Snapshots:
         self._taken = -float("inf")
         self._samples: list[Sample] = []
         self._down: list[Down] = []
-        self._opened: dict[str, Queue] = {}
+        self._opened: dict[str, AnyQueue] = {}
         self._health = _Health()
 
     def get(self) -> list[Sample]:

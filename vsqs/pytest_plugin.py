@@ -34,8 +34,8 @@ from typing import TYPE_CHECKING, Any, Protocol
 import pytest
 
 from ._options import QueueOptions
-from ._queue import Queue
 from ._root import QueueRoot, validate_name
+from ._sets import AnyQueue, Queue
 from .testing import ManualClock
 
 if TYPE_CHECKING:
@@ -45,7 +45,7 @@ if TYPE_CHECKING:
 class QueueFactory(Protocol):
     """The type of the ``vsqs_queue_factory`` fixture: options are checked by mypy."""
 
-    def __call__(self, name: str = "queue", **options: Unpack[QueueOptions]) -> Queue: ...
+    def __call__(self, name: str = "queue", **options: Unpack[QueueOptions]) -> AnyQueue: ...
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -67,9 +67,9 @@ def vsqs_queue_factory(tmp_path: Path, vsqs_clock: ManualClock) -> Iterator[Queu
     Options default to the manual clock and ``durable=False``; any :class:`vsqs.Queue`
     option may be given. Names follow :func:`vsqs.validate_name`.
     """
-    made: list[Queue] = []
+    made: list[AnyQueue] = []
 
-    def factory(name: str = "queue", **options: Unpack[QueueOptions]) -> Queue:
+    def factory(name: str = "queue", **options: Unpack[QueueOptions]) -> AnyQueue:
         options.setdefault("clock", vsqs_clock)
         options.setdefault("durable", False)
         queue = Queue(tmp_path / "vsqs" / validate_name(name), **options)
@@ -82,7 +82,7 @@ def vsqs_queue_factory(tmp_path: Path, vsqs_clock: ManualClock) -> Iterator[Queu
 
 
 @pytest.fixture
-def vsqs_queue(request: pytest.FixtureRequest, vsqs_queue_factory: QueueFactory) -> Queue:
+def vsqs_queue(request: pytest.FixtureRequest, vsqs_queue_factory: QueueFactory) -> AnyQueue:
     """A fresh, empty queue on the manual clock (options from ``@pytest.mark.vsqs``)."""
     options: dict[str, Any] = {}
     for marker in reversed(list(request.node.iter_markers("vsqs"))):

@@ -29,7 +29,8 @@ from ._ids import IDS, State, parse_name, source_for
 from ._layout import DIR as META_DIR
 from ._layout import META
 from ._message import Message
-from ._queue import Queue
+from ._protocol import QueueLike
+from ._sets import PartitionedQueue, PlainQueue
 
 _T = TypeVar("_T")
 
@@ -113,8 +114,14 @@ def fresh_ids(clock: object | None = None) -> Iterator[None]:
     For tests that play two processes in one, or that compare ids across tests. Not
     thread-safe against publishes running in other threads as the block opens or closes.
 
-    >>> with fresh_ids():
-    ...     pass
+    >>> import tempfile, vsqs
+    >>> from vsqs.testing import fresh_ids
+    >>> path = tempfile.mkdtemp()
+    >>> first = vsqs.Queue(path).publish(b"a")
+    >>> with fresh_ids():  # as a second process would: its first id may be the same
+    ...     second = vsqs.Queue(path).publish(b"b")
+    >>> second != first  # the publisher saw the collision and drew again
+    True
     """
     source = IDS if clock is None else source_for(clock)
     before = source.restart()
@@ -124,7 +131,7 @@ def fresh_ids(clock: object | None = None) -> Iterator[None]:
         source.restart(before)
 
 
-def drain(queue: Queue, *, delete: bool = True, limit: int | None = None) -> list[Message]:
+def drain(queue: QueueLike, *, delete: bool = True, limit: int | None = None) -> list[Message]:
     """Receive every message that is ready now, oldest first (deleting each by default)."""
     out: list[Message] = []
     while limit is None or len(out) < limit:
@@ -137,13 +144,13 @@ def drain(queue: Queue, *, delete: bool = True, limit: int | None = None) -> lis
     return out
 
 
-def assert_empty(queue: Queue) -> None:
+def assert_empty(queue: QueueLike) -> None:
     """Fail unless the queue holds no message in any state."""
     counts = queue.counts()
     assert counts.total == 0, f"queue {queue.path!r} is not empty: {counts}"
 
 
-def assert_consistent(queue: Queue, *, allow_new: bool = False) -> None:
+def assert_consistent(queue: QueueLike, *, allow_new: bool = False) -> None:  # noqa: PLR0912 - one per problem
     """Fail if the directory holds anything vsqs should not have left there.
 
     Checks that no ``.new`` file is left (unless *allow_new*), that every entry vsqs could
@@ -151,9 +158,11 @@ def assert_consistent(queue: Queue, *, allow_new: bool = False) -> None:
     message that no longer exists. A partitioned queue is checked partition by partition,
     and its own directory too.
     """
-    if queue.partitions > 1:
+    if isinstance(queue, PartitionedQueue):
         for part in queue.partition_queues:
             assert_consistent(part, allow_new=allow_new)
+    if not isinstance(queue, (PlainQueue, PartitionedQueue)):
+        raise TypeError(f"expected a queue stored in a directory, not {queue!r}")
     problems: list[str] = []
     ids: set[str] = set()
     for entry in _fs.scandir(queue.path):

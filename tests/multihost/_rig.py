@@ -19,9 +19,9 @@ import socket
 import subprocess
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Final
+from typing import Final, Protocol, TypeVar
 
 SSHD: Final = "/usr/sbin/sshd"
 SETUP_HINT: Final = "run tests/multihost/setup-sshfs.sh as root (make test does)"
@@ -63,7 +63,8 @@ def why_no_faketime() -> str | None:
     return None
 
 
-def _free_port() -> int:
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 free right now (another process may take it first)."""
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         return int(probe.getsockname()[1])
@@ -94,7 +95,7 @@ class Rig:
         shutil.copy(keys / "client.pub", keys / "authorized_keys")
         Path("/run/sshd").mkdir(mode=0o755, exist_ok=True)  # sshd's privilege-separation dir
         for attempt in range(5):
-            self.port = _free_port()
+            self.port = free_port()
             config = keys / "sshd_config"
             config.write_text(
                 f"Port {self.port}\nListenAddress 127.0.0.1\nHostKey {keys / 'host'}\n"
@@ -162,14 +163,28 @@ class Rig:
             self._sshd = None
 
 
+class _Rig(Protocol):
+    def start(self) -> None: ...
+    def close(self) -> None: ...
+
+
+_R = TypeVar("_R", bound=_Rig)
+
+
 @contextlib.contextmanager
-def rig() -> Iterator[Rig]:
-    """A started :class:`Rig` in a temporary directory, torn down whatever happens."""
-    base = Path(tempfile.mkdtemp(prefix="vsqs-multihost-"))
-    made = Rig(base)
+def started(make: Callable[[Path], _R], prefix: str) -> Iterator[_R]:
+    """``make(base)`` on a fresh temporary directory *base*, started; closed and its
+    directory removed whatever happens."""
+    base = Path(tempfile.mkdtemp(prefix=prefix))
+    made = make(base)
     try:
         made.start()
         yield made
     finally:
         made.close()
         shutil.rmtree(base, ignore_errors=True)
+
+
+def rig() -> contextlib.AbstractContextManager[Rig]:
+    """A started :class:`Rig` in a temporary directory, torn down whatever happens."""
+    return started(Rig, "vsqs-multihost-")

@@ -66,13 +66,17 @@ def publish(
     options: dict[str, Any],
     dedup: bool = False,
     pause: float = 0.0,
+    groups: int = 0,
 ) -> None:
-    """Publish ``<name>:<n>`` for n in range(count); report ``[n, id]`` or ``[n, error]``."""
+    """Publish ``<name>:<n>`` for n in range(count); report ``[n, id]`` or ``[n, error]``.
+    With *groups*, message *n* goes to the group ``<name>.<n % groups>``."""
     q = vsqs.Queue(queue, **options)
     for n in range(count):
         try:
             message_id = q.publish(
-                f"{name}:{n}".encode(), dedup_id=f"{name}:{n}" if dedup else None
+                f"{name}:{n}".encode(),
+                dedup_id=f"{name}:{n}" if dedup else None,
+                group=f"{name}.{n % groups}" if groups else None,
             )
         except Exception as exc:  # noqa: BLE001 - every failure is reported, then judged
             _report(report, [n, f"error: {exc!r}"])
@@ -113,6 +117,28 @@ def consume(
         q.delete(message)
 
 
+def consume_in_turn(
+    *, queue: str, report: str, stop: str, options: dict[str, Any], hold: float, idle: float = 1.5
+) -> None:
+    """As :func:`consume`, for checking one in flight per group: holds each message *hold*
+    seconds, then reports ``[body, group, got, released]`` and deletes it, where *got*
+    (right after the receive) and *released* (right before the delete) are read from
+    ``time.monotonic()``, one clock for every process of this machine."""
+    q = vsqs.Queue(queue, **options)
+    last = time.monotonic()
+    while True:
+        message = q.receive(timeout=0.2)
+        got = time.monotonic()
+        if message is None:
+            if os.path.exists(stop) and got - last > idle:
+                return
+            continue
+        time.sleep(hold)
+        last = time.monotonic()
+        _report(report, [message.body.decode(), message.group, got, last])
+        assert q.delete(message), f"lost the lease of {message.body!r}"
+
+
 def wake(*, queue: str, report: str, options: dict[str, Any], count: int) -> None:
     """Block in receive *count* times; report when each message came (time.time())."""
     q = vsqs.Queue(queue, **options)
@@ -143,6 +169,7 @@ def stream(*, queue: str, report: str) -> None:
 ROLES: dict[str, Callable[..., None]] = {
     "publish": publish,
     "consume": consume,
+    "consume_in_turn": consume_in_turn,
     "wake": wake,
     "hold": hold,
     "stream": stream,

@@ -1,8 +1,9 @@
-"""Fixtures of the multi-host suite: the loopback sshd and the sshfs views of one directory.
+"""Fixtures of the multi-host suite: the loopback sshd and the sshfs views of one
+directory; a JuiceFS volume (Redis metadata, a local object store) mounted three times.
 
-The rig (sshd, keys, mounts) is made once per session and torn down at its end, also
-when a test fails; where it cannot run (not root, no FUSE, tools missing) every test of
-the suite skips with one line naming what is missing.
+Each rig (sshd, keys, mounts; Redis, volume, mounts) is made once per session and torn
+down at its end, also when a test fails; where it cannot run (not root, no FUSE, tools
+missing) every test on it skips with one line naming what is missing.
 """
 
 from __future__ import annotations
@@ -12,6 +13,8 @@ from pathlib import Path
 
 import pytest
 
+from . import _juicefs
+from ._juicefs import JuiceRig, juice_rig
 from ._rig import OPTION_SETS, Rig, rig, why_not
 
 
@@ -54,3 +57,27 @@ def hosts(
     name = f"q{next(_counter)}"
     b, c = views[option_set]
     return sshfs_rig.owner / name, b / name, c / name
+
+
+@pytest.fixture(scope="session")
+def juicefs_rig() -> Iterator[JuiceRig]:
+    """Redis on a free loopback port and a JuiceFS volume formatted on it; see :mod:`._juicefs`."""
+    reason = _juicefs.why_not()
+    if reason is not None:
+        pytest.skip(f"cannot test on JuiceFS: {reason}")
+    with juice_rig() as made:
+        yield made
+
+
+@pytest.fixture(scope="session")
+def juicefs_mounts(juicefs_rig: JuiceRig) -> tuple[Path, Path, Path]:
+    """Three mounts of the volume, each its own client: hosts A, B and C."""
+    return (juicefs_rig.mount("a"), juicefs_rig.mount("b"), juicefs_rig.mount("c"))
+
+
+@pytest.fixture
+def juicefs_hosts(juicefs_mounts: tuple[Path, Path, Path]) -> tuple[Path, Path, Path]:
+    """One fresh queue path seen from the three JuiceFS hosts."""
+    name = f"q{next(_counter)}"
+    a, b, c = juicefs_mounts
+    return a / name, b / name, c / name

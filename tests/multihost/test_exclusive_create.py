@@ -58,9 +58,16 @@ def test_a_name_lost_to_another_host_is_file_exists(
     name (sshfs has no atomic one: vsqs links then unlinks, and the link races)."""
     owner, b, c = hosts
     owner.mkdir()
+    race_for_names(b, c, mode)
+
+
+def race_for_names(first: Path, second: Path, mode: str) -> None:
+    """Two processes, one through each path of one directory, race for the same
+    :data:`NAMES` names (*mode* as :func:`_contend`): each name is made once, by one of
+    them, and the other is told ``FileExistsError``, nothing else."""
     ctx = mp.get_context("spawn")
     start, out = ctx.Event(), ctx.Queue()
-    procs = [ctx.Process(target=_contend, args=(str(p), mode, start, out)) for p in (b, c)]
+    procs = [ctx.Process(target=_contend, args=(str(p), mode, start, out)) for p in (first, second)]
     for proc in procs:
         proc.start()
     start.set()

@@ -70,7 +70,8 @@ _STALE: Final = (
 )
 _UNKNOWN_NAME: Final = (
     "creates a queue with the attribute 'VisibilityTimeout ' (a trailing space), which "
-    "moto ignores; SQS knows no such attribute and answers InvalidAttributeName, as vsqs"
+    "moto reads as VisibilityTimeout; SQS knows no such attribute, and CreateQueue's "
+    "documented answer to one is InvalidAttributeName, as vsqs's"
 )
 
 KNOWN_DIFFERENCES: Final = {
@@ -81,48 +82,47 @@ KNOWN_DIFFERENCES: Final = {
     "test_delete_batch_operation": _UNKNOWN_NAME,
     "test_delete_message_after_visibility_timeout": _UNKNOWN_NAME,
     "test_message_retention_period": (
-        "creates a queue with MessageRetentionPeriod=1; SQS's least is 60 seconds and "
-        "it refuses 1 with InvalidAttributeValue, as vsqs"
+        "creates a queue with MessageRetentionPeriod=1; SQS documents 60 to 1,209,600 "
+        "seconds and refuses 1 with InvalidAttributeValue, as vsqs"
     ),
     "test_change_message_visibility_on_old_message": _STALE,
     "test_delete_message_using_old_receipt_handle": _STALE,
     "test_batch_change_message_visibility_on_old_message": _STALE,
     "test_create_queue_with_different_attributes_fail": (
-        "creates a queue with FifoQueue=tru, which moto reads as false; SQS takes true or "
-        "false (in any case) and refuses anything else, as vsqs"
+        "creates a queue named as a standard one with FifoQueue=tru, which moto reads as "
+        "false; SQS takes only true or false, and refuses FifoQueue on a standard queue "
+        "even as false (recorded from SQS), so it refuses this, as vsqs"
     ),
     "test_create_fifo_queue_with_dlq": (
         "creates a standard queue with FifoQueue=false; SQS answers InvalidAttributeName "
         "'Unknown Attribute FifoQueue.' (recorded from SQS), as vsqs"
     ),
     "test_remove_permission_errors": (
-        "expects 'can't find label on existing policy.'; SQS says 'Reason: can't find "
-        "label.' (recorded from SQS), as vsqs"
+        "expects 'can't find label on existing policy.' for a queue without a policy; "
+        "SQS says 'Value <label> for parameter Label is invalid. Reason: can't find "
+        "label.' (recorded from SQS, on a queue whose permissions were all removed), as "
+        "vsqs"
     ),
     "test_send_messages_to_fifo_without_message_group_id": (
         "expects MissingParameter for a FIFO batch entry without MessageGroupId; SQS "
-        "refuses the batch with InvalidParameterValue (recorded from SQS), as vsqs"
+        "refuses the batch with InvalidParameterValue 'The request must contain the "
+        "parameter MessageGroupId.' (recorded from SQS), as vsqs"
     ),
     "test_message_delay_is_more_than_15_minutes": (
-        "sends MessageDeduplicationId to a standard queue, which moto ignores; SQS refuses "
-        "it (the parameter is not valid for the queue type), as vsqs"
+        "sends MessageDeduplicationId to a standard queue, which moto ignores; SQS "
+        "documents it for FIFO queues only and refuses it elsewhere ('... Reason: The "
+        "request include parameter that is not valid for this queue type.', seen from "
+        "SQS), as vsqs"
     ),
     "test_get_queue_attributes": (
-        "expects RedrivePolicy back with the spacing it was sent with; SQS answers it "
-        "normalized (compact JSON, maxReceiveCount a number), as vsqs"
+        "expects RedrivePolicy back with the spacing it was sent with; SQS gives it back "
+        "re-serialized, compact JSON with maxReceiveCount a number (AWS CLI reference, "
+        "get-queue-attributes), as vsqs"
     ),
 }
 """Test functions where vsqs answers as SQS documents and moto otherwise."""
 
-NOT_YET: Final = {
-    "test_receive_messages_with_message_group_id": (
-        "expects two messages of one group from one receive; a vsqs FIFO queue delivers "
-        "one message at a time from each of its partitions (message groups share them), "
-        "so which of the two groups comes with the first depends on the partitions the "
-        "receive tries first: passes or fails from run to run until the core claims per "
-        "group"
-    ),
-}
+NOT_YET: Final[dict[str, str]] = {}
 """Tests vsqs does not pass yet, nor always fail: ``xfail`` not strict, with the reason."""
 
 

@@ -58,14 +58,14 @@ class Acks:
         self.log([f"{first + k} {message_id}" for k, message_id in enumerate(ids)])
 
 
-def _singles(queue: vsqs.Queue, acks: Acks, publish: Callable[[int], str]) -> None:
+def _singles(queue: vsqs.PlainQueue, acks: Acks, publish: Callable[[int], str]) -> None:
     n = 0
     while True:
         acks.messages(n, [publish(n)])
         n += 1
 
 
-def _batches(queue: vsqs.Queue, acks: Acks, mode: str) -> None:
+def _batches(queue: vsqs.PlainQueue, acks: Acks, mode: str) -> None:
     n = 0
     while True:
         bodies = [body(n + k) for k in range(BATCH)]
@@ -79,7 +79,7 @@ def _batches(queue: vsqs.Queue, acks: Acks, mode: str) -> None:
         n += BATCH
 
 
-def _files(queue: vsqs.Queue, acks: Acks) -> None:
+def _files(queue: vsqs.PlainQueue, acks: Acks) -> None:
     # The sources sit on the same filesystem (publish_file links, never copies).
     sources = Path(queue.path).parent / "sources"
     sources.mkdir(exist_ok=True)
@@ -128,7 +128,7 @@ def _cli(path: str, acks: Acks) -> None:
 def _consume(path: str, acks: Acks) -> None:
     """A consumer beside the producer: receive, log ``deleted <id>``, delete (logged
     first: the power may fail between the two, and a message may go only if logged)."""
-    queue = vsqs.Queue(path, visibility_timeout=30)
+    queue = vsqs.PlainQueue(path, visibility_timeout=30)
     while True:
         message = queue.receive(timeout=0.05)
         if message is not None:
@@ -140,7 +140,7 @@ def _with_consumer(path: str, acks: Acks) -> None:
     """Batches of 10 while another process consumes them (both die with the power: the
     harness kills the process group)."""
     subprocess.Popen([sys.executable, __file__, "consumer", path, acks.path])
-    _batches(vsqs.Queue(path), acks, "batch")
+    _batches(vsqs.PlainQueue(path), acks, "batch")
 
 
 def _kombu(path: str, acks: Acks) -> None:
@@ -188,7 +188,7 @@ def _spark(path: str, acks: Acks) -> None:
         n += BATCH
 
 
-def _configure(queue: vsqs.Queue, acks: Acks) -> None:
+def _configure(queue: vsqs.PlainQueue, acks: Acks) -> None:
     n = 1
     while True:
         queue.configure(visibility_timeout=float(n), max_receives=n, dead_letter="dlq")
@@ -196,7 +196,7 @@ def _configure(queue: vsqs.Queue, acks: Acks) -> None:
         n += 1
 
 
-def _dead_letters(queue: vsqs.Queue) -> None:
+def _dead_letters(queue: vsqs.PlainQueue) -> None:
     """Receive each message once and release it: its last receive, so it moves to the
     dead-letter queue (``max_receives=1``)."""
     while True:
@@ -206,7 +206,7 @@ def _dead_letters(queue: vsqs.Queue) -> None:
         queue.change_visibility(message, 0)
 
 
-def _redrive(dead: vsqs.Queue, to: vsqs.Queue) -> None:
+def _redrive(dead: vsqs.PlainQueue, to: vsqs.PlainQueue) -> None:
     while dead.redrive(to=to, limit=1):
         pass
 
@@ -225,7 +225,7 @@ def run(kind: str, path: str, acks_path: str) -> None:
         _kombu(path, acks)
     elif kind == "spark":
         _spark(path, acks)
-    queue = vsqs.Queue(path)
+    queue = vsqs.PlainQueue(path)
     dead = Path(path).parent / "dlq"
     if kind == "publish":
         _singles(queue, acks, lambda n: queue.publish(body(n)))
@@ -240,9 +240,9 @@ def run(kind: str, path: str, acks_path: str) -> None:
     elif kind == "configure":
         _configure(queue, acks)
     elif kind == "dead_letter":
-        _dead_letters(vsqs.Queue(path, dead_letter=dead, max_receives=1))
+        _dead_letters(vsqs.PlainQueue(path, dead_letter=dead, max_receives=1))
     elif kind == "redrive":
-        _redrive(vsqs.Queue(dead), queue)
+        _redrive(vsqs.PlainQueue(dead), queue)
     else:
         raise SystemExit(f"unknown kind {kind!r}")
     acks.log(["done"])  # the dead-letter kinds end when there is nothing left to move

@@ -29,9 +29,9 @@ import pytest
 
 import vsqs
 from vsqs.aio import AsyncQueue
-from vsqs.testing import ManualClock
+from vsqs.testing import ManualClock, drain
 
-from ._mount import LazyMount
+from ._mount import LazyMount, lazy_mount
 from ._power import cut_power
 from .conftest import require_lazyfs
 
@@ -64,10 +64,29 @@ def test_the_power_fails_while_a_producer_runs(
         assert outcome.acknowledged > 0
 
 
+def test_a_batch_acknowledged_before_a_power_loss_adds_nothing_when_retried(
+    tmp_path: Path,
+) -> None:
+    """``publish_batch(..., batch_dedup_id=)`` returned, then the power failed on the
+    filesystem that also undoes unflushed directory operations: the batch's record
+    survived with it (its directory entry was flushed), so the retry of the
+    acknowledged batch returns its ids and adds nothing (the mutant that did not flush
+    the record published the batch a second time)."""
+    require_lazyfs()
+    with lazy_mount(tmp_path, roll_back_directories=True) as mount:
+        with vsqs.Queue(mount.mountpoint / "data" / "q") as queue:
+            ids = queue.publish_batch([b"a", b"b"], batch_dedup_id="job-7")
+        mount.crash()
+        backing = mount.backing
+    with vsqs.Queue(backing / "data" / "q") as after:
+        assert after.publish_batch([b"a", b"b"], batch_dedup_id="job-7") == ids
+        assert [m.body for m in drain(after)] == [b"a", b"b"]
+
+
 @pytest.fixture
-def lazy_queue(lazy: LazyMount) -> Iterator[vsqs.Queue]:
+def lazy_queue(lazy: LazyMount) -> Iterator[vsqs.PlainQueue]:
     """A durable queue on the power-loss filesystem (closed before it is unmounted)."""
-    with vsqs.Queue(lazy.mountpoint / "q") as opened:
+    with vsqs.PlainQueue(lazy.mountpoint / "q") as opened:
         yield opened
 
 
@@ -75,7 +94,7 @@ def _names(path: str) -> list[str]:
     return sorted(n for n in os.listdir(path) if not n.startswith("."))
 
 
-def _publishes(queue: vsqs.Queue, source: Path) -> dict[str, Callable[[], object]]:
+def _publishes(queue: vsqs.PlainQueue, source: Path) -> dict[str, Callable[[], object]]:
     def publish_file() -> object:
         source.write_bytes(b"from a file")
         return queue.publish_file(source)
@@ -103,7 +122,7 @@ PATHS = ["publish", "publish_keyed", "publish_batch", "publish_batch_keys",
 @pytest.mark.parametrize("code", ["EIO", "ENOSPC"])
 @pytest.mark.parametrize("path", PATHS)
 def test_a_failed_body_flush_leaves_nothing_visible(
-    lazy: LazyMount, lazy_queue: vsqs.Queue, path: str, code: str
+    lazy: LazyMount, lazy_queue: vsqs.PlainQueue, path: str, code: str
 ) -> None:
     lazy.command(f"fail-fsync {code}")
     with pytest.raises(OSError, match=os.strerror(getattr(errno, code))) as info:
@@ -116,7 +135,7 @@ def test_a_failed_body_flush_leaves_nothing_visible(
 
 @pytest.mark.parametrize("path", PATHS)
 def test_a_failed_directory_flush_names_what_is_visible(
-    lazy: LazyMount, lazy_queue: vsqs.Queue, path: str
+    lazy: LazyMount, lazy_queue: vsqs.PlainQueue, path: str
 ) -> None:
     """The directory flush after the commit fails. (A batch with a ``batch_dedup_id``
     flushes its record's directory before any message is visible: nothing is.)"""
@@ -136,20 +155,20 @@ def test_a_failed_directory_flush_names_what_is_visible(
     assert info.value.ids
 
 
-def _settings_change(queue: vsqs.Queue) -> object:
+def _settings_change(queue: vsqs.PlainQueue) -> object:
     return queue.configure(visibility_timeout=45)
 
 
-def _shutdown(queue: vsqs.Queue) -> object:
+def _shutdown(queue: vsqs.PlainQueue) -> object:
     queue.shutdown()
     return None
 
 
-def _dead_letter(queue: vsqs.Queue) -> object:
+def _dead_letter(queue: vsqs.PlainQueue) -> object:
     """A message that used up its one receive is moved when its lease ends."""
     clock = ManualClock(start=time.time())
-    dlq = vsqs.Queue(Path(queue.path).parent / "dlq", clock=clock)
-    bounced = vsqs.Queue(queue.path, dead_letter=dlq, max_receives=1, clock=clock)
+    dlq = vsqs.PlainQueue(Path(queue.path).parent / "dlq", clock=clock)
+    bounced = vsqs.PlainQueue(queue.path, dead_letter=dlq, max_receives=1, clock=clock)
     bounced.publish(b"bounced")
     clock.advance(1)
     assert bounced.receive(timeout=0, visibility_timeout=1) is not None
@@ -157,11 +176,11 @@ def _dead_letter(queue: vsqs.Queue) -> object:
     return bounced.requeue_expired()
 
 
-def _redrive(queue: vsqs.Queue) -> object:
-    dlq = vsqs.Queue(Path(queue.path).parent / "dlq2", durable=False)
+def _redrive(queue: vsqs.PlainQueue) -> object:
+    dlq = vsqs.PlainQueue(Path(queue.path).parent / "dlq2", durable=False)
     dlq.publish(b"to move")
     dlq.close()
-    return vsqs.Queue(dlq.path).redrive(to=queue)
+    return vsqs.PlainQueue(dlq.path).redrive(to=queue)
 
 
 ELSEWHERE: Final = {
@@ -176,7 +195,7 @@ ELSEWHERE: Final = {
 @pytest.mark.parametrize("kind", ["fail-fsync", "fail-fsyncdir"])
 @pytest.mark.parametrize("what", list(ELSEWHERE))
 def test_a_failed_flush_outside_publishing_is_raised_never_hidden(
-    lazy: LazyMount, lazy_queue: vsqs.Queue, what: str, kind: str, code: str
+    lazy: LazyMount, lazy_queue: vsqs.PlainQueue, what: str, kind: str, code: str
 ) -> None:
     """Settings, the shutdown marker, a dead-letter move and a redrive: each flushes what
     it wrote; when that flush fails (EIO, ENOSPC, on a file or on a directory), the call

@@ -27,21 +27,21 @@ VT: Final = 30.0
 KILLED: Final = 137
 
 
-def open_queue(root: Path, scenario: str, now: float) -> vsqs.Queue:
+def open_queue(root: Path, scenario: str, now: float) -> vsqs.PlainQueue:
     """The queue a scenario works on, as parent and child both open it."""
     options: dict[str, Any] = {"visibility_timeout": VT, "clock": ManualClock(now)}
     if scenario == "dead_letter":
         options |= {"dead_letter": root / "dlq", "max_receives": 1}
     if scenario == "publish_nondurable":
         options["durable"] = False
-    return vsqs.Queue(root / "q", **options)
+    return vsqs.PlainQueue(root / "q", **options)
 
 
-def _receive(q: vsqs.Queue, receipt: str) -> None:
+def _receive(q: vsqs.PlainQueue, receipt: str) -> None:
     q.receive(timeout=0)
 
 
-ACTIONS: Final[dict[str, Callable[[vsqs.Queue, str], object]]] = {
+ACTIONS: Final[dict[str, Callable[[vsqs.PlainQueue, str], object]]] = {
     "publish": lambda q, _: q.publish(BODY),
     "publish_nondurable": lambda q, _: q.publish(BODY),
     "publish_attributes": lambda q, _: q.publish(BODY, attributes={"k": "v"}),

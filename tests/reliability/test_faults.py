@@ -64,7 +64,7 @@ def public_dir() -> Iterator[Path]:
     shutil.rmtree(path)
 
 
-def _publish_until_it_fails(q: vsqs.Queue) -> tuple[list[bytes], OSError]:
+def _publish_until_it_fails(q: vsqs.PlainQueue) -> tuple[list[bytes], OSError]:
     acknowledged: list[bytes] = []
     for n in range(1000):
         body = b"%04d" % n + b"x" * 8000
@@ -79,7 +79,7 @@ def _publish_until_it_fails(q: vsqs.Queue) -> tuple[list[bytes], OSError]:
 def test_enospc_on_a_full_tmpfs(tiny_tmpfs: Path) -> None:
     """ENOSPC: publish fails clearly, leaves no `.new`, loses nothing; works after deletes."""
     clock = ManualClock()
-    q = vsqs.Queue(tiny_tmpfs / "q", clock=clock)
+    q = vsqs.PlainQueue(tiny_tmpfs / "q", clock=clock)
     acknowledged, error = _publish_until_it_fails(q)
     assert error.errno == errno.ENOSPC, error
     assert acknowledged, "the tmpfs was full before the first publish"
@@ -99,7 +99,7 @@ def test_enospc_on_a_full_tmpfs(tiny_tmpfs: Path) -> None:
 def test_erofs_on_a_read_only_remount(scratch_tmpfs: Path) -> None:
     """EROFS: every changing operation fails clearly and at once; after remount rw, all is there."""
     clock = ManualClock()
-    q = vsqs.Queue(scratch_tmpfs / "q", clock=clock)
+    q = vsqs.PlainQueue(scratch_tmpfs / "q", clock=clock)
     ids = [q.publish(b"m%d" % n) for n in range(3)]
     held = q.receive(timeout=0)
     assert held is not None
@@ -123,7 +123,7 @@ def test_eacces_for_another_user(public_dir: Path) -> None:
     """EACCES: a user without write permission gets PermissionError at once, not a loop."""
     if not is_root():
         pytest.skip("needs root to switch to user nobody and back")
-    q = vsqs.Queue(public_dir / "q")
+    q = vsqs.PlainQueue(public_dir / "q")
     q.publish(b"root's message")
     os.chmod(q.path, 0o755)  # noqa: S103 (readable, not writable, by others: the fault)
     results = _faultchild.run(_faultchild.as_nobody, q.path, str(public_dir / "out.json"))
@@ -140,7 +140,7 @@ def test_eacces_for_another_user(public_dir: Path) -> None:
     results = _faultchild.run(_faultchild.as_nobody, q.path, str(public_dir / "out2.json"))
     assert results["publish"]["ok"], results["publish"]
     assert results["receive"] == {"ok": True, "value": "from nobody"}  # root holds its own
-    later = vsqs.Queue(q.path, clock=ManualClock(time.time() + 60))  # every lease ended
+    later = vsqs.PlainQueue(q.path, clock=ManualClock(time.time() + 60))  # every lease ended
     assert sorted(m.body for m in drain(later)) == [b"from nobody", b"root's message"]
     assert_consistent(later)
 
@@ -151,7 +151,7 @@ def test_eperm_on_an_immutable_directory(tmp_path: Path) -> None:
         pytest.skip("chattr +i needs root and e2fsprogs")
     if filesystem_of(tmp_path) not in ("ext4", "ext3", "ext2", "xfs", "btrfs"):
         pytest.skip(f"{filesystem_of(tmp_path)} has no immutable attribute")
-    q = vsqs.Queue(tmp_path / "q", clock=ManualClock())
+    q = vsqs.PlainQueue(tmp_path / "q", clock=ManualClock())
     message_id = q.publish(b"kept")
     subprocess.run(["chattr", "+i", q.path], check=True)
     try:
@@ -167,7 +167,7 @@ def test_eperm_on_an_immutable_directory(tmp_path: Path) -> None:
 
 def test_enoent_when_the_queue_directory_is_deleted(tmp_path: Path) -> None:
     """ENOENT: a blocked receive raises FileNotFoundError naming the queue; no silent re-create."""
-    q = vsqs.Queue(tmp_path / "q", poll_interval=0.05)
+    q = vsqs.PlainQueue(tmp_path / "q", poll_interval=0.05)
     q.publish(b"first")
     assert q.receive(timeout=0) is not None
     errors: list[BaseException] = []
@@ -189,7 +189,7 @@ def test_enoent_when_the_queue_directory_is_deleted(tmp_path: Path) -> None:
     assert q.path in str(error.filename)
     assert not os.path.exists(q.path), "publish re-created a deleted queue behind our back"
     # The fault gone (the queue opened, hence created, again): it works.
-    again = vsqs.Queue(q.path)
+    again = vsqs.PlainQueue(q.path)
     again.publish(b"again")
     assert [m.body for m in drain(again)] == [b"again"]
     q.detach()
@@ -204,7 +204,7 @@ def test_emfile_with_too_many_open_files(tmp_path: Path) -> None:
         assert not results[step]["is_vsqs"]  # passed through unchanged, not re-wrapped
     assert results["publish_after"]["ok"], results["publish_after"]
     assert results["receive_after"] == {"ok": True, "value": "before"}
-    q = vsqs.Queue(path)
+    q = vsqs.PlainQueue(path)
     assert_consistent(q)
     assert [m.body for m in drain(q)] == [b"after"]
 
@@ -233,7 +233,7 @@ def test_a_bounded_publish_on_a_full_disk_never_raises_after_publishing(
     """Issue 32.3: one page left: the bounded publish's message takes it and becomes
     visible, then the counter's rewrite finds no room. The publish returns (the caller
     must not retry a visible message), and the bound is recounted, never undercounted."""
-    q = vsqs.Queue(tiny_tmpfs / "q", capacity=3, durable=False)
+    q = vsqs.PlainQueue(tiny_tmpfs / "q", capacity=3, durable=False)
     first = q.publish(b"1")  # the counter and the lock exist now
     _fill_leaving(tiny_tmpfs / "filler", free=4096)
     second = q.publish(b"2", timeout=0)  # raised ENOSPC here, its message visible

@@ -68,7 +68,7 @@ def test_queue_names_cannot_escape_the_root(tmp_path: Path, sentinel: Path) -> N
 
 @pytest.mark.usefixtures("sentinel")  # a directory beside the queue, kept as it was
 @pytest.mark.parametrize("value", ESCAPES)
-def test_ids_and_receipts_with_paths_are_refused(q: vsqs.Queue, value: str) -> None:
+def test_ids_and_receipts_with_paths_are_refused(q: vsqs.PlainQueue, value: str) -> None:
     q.publish(b"m")
     with pytest.raises(vsqs.InvalidId):
         q.delete(value)
@@ -78,7 +78,7 @@ def test_ids_and_receipts_with_paths_are_refused(q: vsqs.Queue, value: str) -> N
 
 
 @pytest.mark.usefixtures("sentinel")  # a directory beside the queue, kept as it was
-def test_forged_messages_cannot_point_outside(q: vsqs.Queue, tmp_path: Path) -> None:
+def test_forged_messages_cannot_point_outside(q: vsqs.PlainQueue, tmp_path: Path) -> None:
     """A Message rebuilt by hand (or unpickled from elsewhere) is checked like a receipt."""
     q.publish(b"m")
     for receipt in ESCAPES:
@@ -93,14 +93,14 @@ def test_forged_messages_cannot_point_outside(q: vsqs.Queue, tmp_path: Path) -> 
     assert q.counts().ready == 1
 
 
-def _held_name(q: vsqs.Queue, message_id: str, seconds: float) -> str:
+def _held_name(q: vsqs.PlainQueue, message_id: str, seconds: float) -> str:
     return f"{message_id}.{q.clock.time_us() + round(seconds * 1e6)}"
 
 
 @pytest.mark.parametrize("kind", ["symlink", "fifo", "directory"])
 @pytest.mark.parametrize("state", ["ready", "held"])
 def test_planted_entries_are_never_followed_or_delivered(
-    q: vsqs.Queue, sentinel: Path, kind: str, state: str
+    q: vsqs.PlainQueue, sentinel: Path, kind: str, state: str
 ) -> None:
     """A symlink, FIFO or directory under a message name: skipped, never blocking."""
     clock = q.clock
@@ -133,7 +133,7 @@ def test_planted_entries_are_never_followed_or_delivered(
 
 
 @pytest.mark.usefixtures("sentinel")  # a directory beside the queue, kept as it was
-def test_hard_links_only_lose_their_queue_name(q: vsqs.Queue, tmp_path: Path) -> None:
+def test_hard_links_only_lose_their_queue_name(q: vsqs.PlainQueue, tmp_path: Path) -> None:
     """Deleting a message unlinks its name in the queue only; other links keep the data."""
     outside = tmp_path / "outside"
     outside.mkdir()
@@ -151,7 +151,7 @@ def test_hard_links_only_lose_their_queue_name(q: vsqs.Queue, tmp_path: Path) ->
 
 
 @pytest.mark.usefixtures("sentinel")  # a directory beside the queue, kept as it was
-def test_garbage_names_are_ignored_and_untouched(q: vsqs.Queue) -> None:
+def test_garbage_names_are_ignored_and_untouched(q: vsqs.PlainQueue) -> None:
     clock = q.clock
     assert isinstance(clock, ManualClock)
     for name in GARBAGE_NAMES:
@@ -172,7 +172,7 @@ def test_garbage_names_are_ignored_and_untouched(q: vsqs.Queue) -> None:
 
 @pytest.mark.usefixtures("sentinel")  # a directory beside the queue, kept as it was
 @pytest.mark.parametrize("payload", ["text", 42, None, [b"a"], {"a": 1}, 3.5, object()])
-def test_non_bytes_payloads_are_refused(q: vsqs.Queue, payload: object) -> None:
+def test_non_bytes_payloads_are_refused(q: vsqs.PlainQueue, payload: object) -> None:
     with pytest.raises(vsqs.InvalidPayload) as caught:
         q.publish(payload)  # type: ignore[arg-type]
     assert type(payload).__name__ in str(caught.value)
@@ -183,7 +183,7 @@ def test_non_bytes_payloads_are_refused(q: vsqs.Queue, payload: object) -> None:
 
 
 @pytest.mark.usefixtures("sentinel")  # a directory beside the queue, kept as it was
-def test_empty_and_unusual_bytes_like_payloads_work(q: vsqs.Queue) -> None:
+def test_empty_and_unusual_bytes_like_payloads_work(q: vsqs.PlainQueue) -> None:
     strided = memoryview(b"a-b-c-")[::2]  # not contiguous: copied, not refused
     q.publish(b"")
     q.publish(bytearray(b"ba"))
@@ -195,7 +195,7 @@ def test_a_queue_owned_by_another_user_with_a_restrictive_mode(public_dir: Path)
     """Another user's 0700 queue: PermissionError naming the path, at once, not a loop."""
     if os.geteuid() != 0:
         pytest.skip("needs root to switch to user nobody")
-    q = vsqs.Queue(public_dir / "q")
+    q = vsqs.PlainQueue(public_dir / "q")
     q.publish(b"private")
     os.chmod(q.path, 0o700)
     results = _faultchild.run(_faultchild.as_nobody, q.path, str(public_dir / "out.json"))
@@ -238,7 +238,7 @@ def test_fuzz_parse_name(name: str) -> None:
     seconds=st.sampled_from([0, 1, 60]),
 )
 def test_fuzz_public_api_with_random_receipts(
-    q: vsqs.Queue, sentinel: Path, receipt: str, seconds: int
+    q: vsqs.PlainQueue, sentinel: Path, receipt: str, seconds: int
 ) -> None:
     """Random receipts: only False, InvalidId or LeaseLost; the real message survives."""
     if not q.counts().total:

@@ -72,7 +72,7 @@ def _commit_calls(calls: list[list[str]]) -> list[int]:
     ]
 
 
-def _visible_bodies(q: vsqs.Queue) -> list[bytes]:
+def _visible_bodies(q: vsqs.PlainQueue) -> list[bytes]:
     """The bodies of every ready or held file, read directly."""
     bodies = []
     for entry in os.scandir(q.path):
@@ -82,7 +82,7 @@ def _visible_bodies(q: vsqs.Queue) -> list[bytes]:
     return bodies
 
 
-def _upkeep_and_drain(q: vsqs.Queue) -> list[bytes]:
+def _upkeep_and_drain(q: vsqs.QueueLike) -> list[bytes]:
     q.requeue_expired()
     q.clean(older_than=0)
     assert_consistent(q)

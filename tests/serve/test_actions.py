@@ -4,6 +4,7 @@ checked against what the vsqs library sees in the root."""
 from __future__ import annotations
 
 import base64
+import errno
 import hashlib
 import json
 import threading
@@ -15,6 +16,7 @@ import pytest
 from botocore.exceptions import ClientError
 
 import vsqs
+from vsqs import _fs
 from vsqs.serve import Server
 
 from .conftest import client
@@ -642,6 +644,49 @@ def test_a_handle_stays_valid_through_any_server_after_an_extension(
     with pytest.raises(ClientError) as caught:
         a.change_message_visibility(QueueUrl=url, ReceiptHandle=handle, VisibilityTimeout=5)
     assert _code(caught) == "InvalidParameterValue"
+    b.delete_message(QueueUrl=url, ReceiptHandle=again["ReceiptHandle"])
+    assert queue.counts().total == 0
+
+
+@pytest.mark.parametrize("requeue", ["by a vsqs 0.3 peer", "on a full disk"])
+def test_a_stale_handle_never_acts_on_a_later_delivery(
+    start: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, requeue: str
+) -> None:
+    """A requeue that records no receive count (a vsqs 0.3 peer renames the expired
+    lease straight back; vsqs on a full disk delivers without the count) leaves no
+    record to tell a later delivery from an extension: the lease's name does. The
+    first delivery's handle deletes and changes nothing of the second (before issue 37
+    it deleted B's copy, and B's delete found nothing)."""
+    first, second = start(tmp_path / "shared"), start(tmp_path / "shared")
+    a, b = client(first.url), client(second.url)
+    url = a.create_queue(QueueName="q")["QueueUrl"]
+    queue_dir = tmp_path / "shared" / "q"
+    a.send_message(QueueUrl=url, MessageBody="job")
+    stale = a.receive_message(QueueUrl=url, VisibilityTimeout=0)["Messages"][0]
+    (held,) = [p for p in queue_dir.iterdir() if "." in p.name and p.name[0] != "."]
+    if requeue == "by a vsqs 0.3 peer":
+        held.rename(queue_dir / held.name.split(".")[0])
+    else:
+        real = _fs.create_at
+
+        def full(name: str, mode: int = 0o666, dir_fd: int | None = None) -> int:
+            if name.startswith(".tmp-"):  # the receive count's record: no room for it
+                raise OSError(errno.ENOSPC, "No space left on device", name)
+            return real(name, mode, dir_fd)
+
+        monkeypatch.setattr(_fs, "create_at", full)
+    again = b.receive_message(QueueUrl=url, VisibilityTimeout=300)["Messages"][0]
+    monkeypatch.undo()
+    assert again["Body"] == "job"
+    queue = vsqs.QueueRoot(tmp_path / "shared").get("q")
+    for client_ in (a, b):  # through either server
+        client_.delete_message(QueueUrl=url, ReceiptHandle=stale["ReceiptHandle"])
+        assert queue.counts().held == 1  # the second delivery's lease is untouched
+        with pytest.raises(ClientError) as caught:
+            client_.change_message_visibility(
+                QueueUrl=url, ReceiptHandle=stale["ReceiptHandle"], VisibilityTimeout=5
+            )
+        assert _code(caught) == "InvalidParameterValue"  # as SQS: not in flight
     b.delete_message(QueueUrl=url, ReceiptHandle=again["ReceiptHandle"])
     assert queue.counts().total == 0
 

@@ -14,14 +14,22 @@ from vsqs.serve._server import MAX_BODY
 
 
 def _call(
-    app: Any, method: str, target: str, body: bytes, headers: dict[str, str]
+    app: Any,
+    method: str,
+    target: str,
+    body: bytes,
+    headers: dict[str, str],
+    *,
+    raw_path: bytes | None = None,
 ) -> tuple[int, dict[str, str], bytes]:
     path, _, query = target.partition("?")
     scope = {
         "type": "http",
+        "http_version": "1.1",
+        "client": ("127.0.0.1", 5000),
         "method": method,
         "path": path,
-        "raw_path": path.encode(),
+        "raw_path": path.encode() if raw_path is None else raw_path,
         "query_string": query.encode(),
         "headers": [(k.lower().encode(), v.encode()) for k, v in headers.items()],
         "server": ("sqs.test", 9324),
@@ -69,6 +77,24 @@ def test_the_asgi_app_answers_like_the_server(tmp_path: Path) -> None:
     assert status == 200 and b"/000000000000/q</QueueUrl>" in body
     status, _, _ = _call(app, "POST", "/", b"x" * (MAX_BODY + 2), {})
     assert status == 413
+
+
+def test_the_log_escapes_control_characters(tmp_path: Path) -> None:
+    """Whatever an ASGI server lets through (uvicorn's h11 refuses them in a target),
+    control characters reach the log escaped, tracebacks' line ends kept."""
+    lines: list[str] = []
+    app = asgi_app(tmp_path, log=lines.append)
+    target = "/\x1b[2J\x1b]0;owned\x07\\\x9b?Action=ListQueues"
+    scope_path = target.partition("?")[0]
+    status, _, _ = _call(
+        app, "GET", target, b"", {"Host": "localhost"}, raw_path=scope_path.encode("latin-1")
+    )
+    assert status == 200
+    assert (
+        lines
+        and '"GET /\\x1b[2J\\x1b]0;owned\\x07\\x5c\\x9b?Action=ListQueues HTTP/1.1" 200' in lines[0]
+    )
+    assert not any(ord(c) < 0x20 or 0x7F <= ord(c) <= 0x9F for c in lines[0])
 
 
 def test_a_lifespan_shutdown_stops_the_service(tmp_path: Path) -> None:

@@ -301,6 +301,58 @@ def test_fifo_queue_attribute_in_any_case_and_only_for_fifo_queues(sqs: Any) -> 
     assert "QueueUrls" not in sqs.list_queues(QueueNamePrefix="standard")
 
 
+def test_set_queue_attributes_refuses_to_change_the_queue_type(sqs: Any) -> None:
+    """SQS's recorded answers: ``FifoQueue`` is unknown to a standard queue's
+    SetQueueAttributes; on a FIFO queue ``true`` is taken, anything else refused."""
+    standard = sqs.create_queue(QueueName="standard")["QueueUrl"]
+    fifo = _fifo(sqs)
+    unknown = ("InvalidAttributeName", "Unknown Attribute FifoQueue.", 400)
+    for url, value, answer in [
+        (standard, "true", unknown),
+        (standard, "false", unknown),
+        (fifo, "false", ("InvalidAttributeValue", "Invalid value for the parameter FifoQueue. "
+                         "Reason: Modifying queue type is not supported.", 400)),
+        (standard, "x", unknown),
+    ]:  # fmt: skip
+        with pytest.raises(ClientError) as caught:
+            sqs.set_queue_attributes(QueueUrl=url, Attributes={"FifoQueue": value})
+        assert _error(caught) == answer, (url, value)
+    sqs.set_queue_attributes(QueueUrl=fifo, Attributes={"FifoQueue": "true"})
+    sqs.set_queue_attributes(QueueUrl=fifo, Attributes={"FifoQueue": "TRUE", "DelaySeconds": "3"})
+    got = sqs.get_queue_attributes(QueueUrl=fifo, AttributeNames=["All"])["Attributes"]
+    assert (got["FifoQueue"], got["DelaySeconds"]) == ("true", "3")
+    everything = sqs.get_queue_attributes(QueueUrl=standard, AttributeNames=["All"])
+    assert "FifoQueue" not in everything["Attributes"]
+    with pytest.raises(ClientError) as caught:  # a read-only attribute is as unknown
+        sqs.set_queue_attributes(QueueUrl=standard, Attributes={"QueueArn": "x"})
+    assert _error(caught) == ("InvalidAttributeName", "Unknown Attribute QueueArn.", 400)
+
+
+def test_a_standard_queue_refuses_a_deduplication_id(sqs: Any) -> None:
+    """A deduplication id "applies only to FIFO queues" (SendMessage): SQS refuses it on a
+    standard queue, with the text recorded from it. In a batch the entry fails alone,
+    as vsqs fails every bad entry of a standard queue's batch."""
+    url = sqs.create_queue(QueueName="standard")["QueueUrl"]
+    text = (
+        "Value d for parameter MessageDeduplicationId is invalid. Reason: The request "
+        "include parameter that is not valid for this queue type."
+    )
+    with pytest.raises(ClientError) as caught:
+        sqs.send_message(QueueUrl=url, MessageBody="x", MessageDeduplicationId="d")
+    assert _error(caught) == ("InvalidParameterValue", text, 400)
+    sent = sqs.send_message_batch(
+        QueueUrl=url,
+        Entries=[
+            {"Id": "a", "MessageBody": "a"},
+            {"Id": "b", "MessageBody": "b", "MessageDeduplicationId": "d"},
+        ],
+    )
+    assert [e["Id"] for e in sent["Successful"]] == ["a"]
+    assert [(e["Id"], e["Code"], e["Message"]) for e in sent["Failed"]] == [
+        ("b", "InvalidParameterValue", text)
+    ]
+
+
 def test_json_error_types_as_sqs_sends_them(server: Server) -> None:
     status, headers, answer = json_call(server.url, "CreateQueue", {"QueueName": "bad name"})
     assert status == 400

@@ -5,13 +5,19 @@ from __future__ import annotations
 import hashlib
 import threading
 import time
+from pathlib import Path
 from typing import Any
 
 import pytest
 from botocore.exceptions import ClientError
 
 import vsqs
+from vsqs.serve import Server
 
+from .. import _fifo_workers as workers
+from ..fixtures_core import children, wait_until
+from ..procs import load
+from .conftest import client
 from .test_actions import vsqs_id_of
 
 
@@ -29,7 +35,7 @@ def _fifo(sqs: Any, name: str = "jobs.fifo", **attributes: str) -> str:
 def test_a_fifo_queue_is_a_partitioned_vsqs_queue(sqs: Any, root: vsqs.QueueRoot) -> None:
     url = _fifo(sqs)
     queue = root.get("jobs.fifo")
-    assert queue.fifo and queue.partitions > 1
+    assert queue.fifo and isinstance(queue, vsqs.PartitionedQueue)
     attributes = sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["All"])["Attributes"]
     assert attributes["FifoQueue"] == "true"
     assert attributes["ContentBasedDeduplication"] == "false"
@@ -221,6 +227,40 @@ def test_a_long_poll_on_a_fifo_queue_returns_when_a_message_comes(
     (message,) = got["Messages"]
     assert message["Body"] == "late"
     assert message["Attributes"]["MessageGroupId"] == "g"
+
+
+def test_a_stopped_consumer_never_keeps_a_long_poll_from_answering(
+    server: Server, root: vsqs.QueueRoot, tmp_path: Path
+) -> None:
+    """A consumer stopped (SIGSTOP) while it holds group A's message, then one stopped
+    while it holds the claim lock of that partition: ``ReceiveMessage`` gets group B's
+    message (same partition) at once, and ``WaitTimeSeconds=1`` is answered in time."""
+    sqs = client(server.url)
+    sqs.meta.config.read_timeout = 10  # a server waiting for a stopped holder fails fast
+    url = _fifo(sqs, ContentBasedDeduplication="true")
+    queue = root.get("jobs.fifo")
+    assert isinstance(queue, vsqs.PartitionedQueue)
+    a, b = workers.same_partition(queue, 2)
+    for body, group in [("a:0", a), ("a:1", a), ("b:0", b)]:
+        sqs.send_message(QueueUrl=url, MessageBody=body, MessageGroupId=group)
+
+    def receive(wait: int) -> tuple[list[str], float]:
+        began = time.monotonic()
+        got = sqs.receive_message(QueueUrl=url, WaitTimeSeconds=wait, MaxNumberOfMessages=10)
+        return [m["Body"] for m in got.get("Messages", [])], time.monotonic() - began
+
+    with children() as kids:
+        holder = kids.start(workers.hold_and_stop, queue.path, str(tmp_path / "held"), 60.0)
+        wait_until(lambda: holder.pid is not None and workers.stopped(holder.pid), "the stop")
+        assert load(str(tmp_path / "held")) == ["a:0", a]
+        assert receive(0)[0] == ["b:0"]
+        bodies, took = receive(1)
+        assert bodies == [] and took < 2.5, took
+        part = queue.partition_for(a).path
+        locker = kids.start(workers.lock_and_stop, part, str(tmp_path / "locked"))
+        wait_until(lambda: locker.pid is not None and workers.stopped(locker.pid), "the stop")
+        bodies, took = receive(1)
+        assert bodies == [] and took < 2.5, took
 
 
 def test_attribute_limits_with_a_deduplication_id(sqs: Any) -> None:

@@ -1,6 +1,6 @@
-"""The HTTP/1.1 layer of ``vsqs serve`` (``vsqs.serve._http``): its strict reading of
-header fields, its limits, keep-alive, and the one-write answers; and the per-queue
-memory of the SQS record (``_sidecar.read_cached``), which must never serve a stale one."""
+"""The HTTP/1.1 layer of ``vsqs serve`` (uvicorn with h11): malformed heads refused,
+keep-alive, ``Expect: 100-continue``, ``HEAD``; and the per-queue memory of the SQS
+record (``_sidecar.read_cached``), which must never serve a stale one."""
 
 from __future__ import annotations
 
@@ -24,7 +24,7 @@ from .conftest import Start
 from .http import json_call, raw
 
 _LIST = (
-    b"POST / HTTP/1.1\r\nHost: x\r\nContent-Type: application/x-amz-json-1.0\r\n"
+    b"POST / HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/x-amz-json-1.0\r\n"
     b"X-Amz-Target: AmazonSQS.ListQueues\r\nContent-Length: 2\r\n"
 )
 
@@ -41,7 +41,6 @@ def _alive(server: Server) -> None:
 @pytest.mark.parametrize(
     "field",
     [
-        b"X-Folded: a\r\n continued\r\n",  # obs-fold (RFC 9112 5.2): refused, not joined
         b"X-Spaced : a\r\n",  # whitespace between the name and the colon
         b"no colon here\r\n",
         b"X-Bad\x00Name: a\r\n",
@@ -55,28 +54,44 @@ def test_a_malformed_header_field_is_a_400_and_the_connection_closes(
 ) -> None:
     answer = raw(server.url, _LIST + field + b"\r\n{}")
     assert _status(answer) == 400, answer
-    assert b"Connection: close" in answer
-    assert b"MalformedRequest" in answer
+    assert b"connection: close" in answer.lower()
     _alive(server)
 
 
-def test_the_end_of_the_stream_among_the_fields_is_a_400(server: Server) -> None:
-    answer = raw(server.url, b"POST / HTTP/1.1\r\nHost: x\r\nX-Amz-Target: AmazonSQS.Li")
-    assert _status(answer) == 400, answer
+def test_the_end_of_the_stream_among_the_fields_runs_nothing(server: Server) -> None:
+    body = json.dumps({"QueueName": "never"}).encode()
+    head = (
+        b"POST / HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/x-amz-json-1.0\r\n"
+        b"X-Amz-Target: AmazonSQS.CreateQueue\r\nContent-Length: %d\r\n" % len(body)
+    )
+    assert raw(server.url, head) == b""  # closed unanswered: there was no request
+    assert "never" not in server.service.root
     _alive(server)
 
 
-def test_at_most_100_fields_of_64_kib_each_or_a_431(server: Server) -> None:
-    many = b"".join(b"X-F%d: v\r\n" % n for n in range(101))
-    assert _status(raw(server.url, _LIST + many + b"\r\n{}")) == 431
-    long_line = b"X-Long: " + b"v" * 65536 + b"\r\n"
-    assert _status(raw(server.url, _LIST + long_line + b"\r\n{}")) == 431
-    exactly = b"".join(b"X-F%d: v\r\n" % n for n in range(100 - 4))  # _LIST has 4
-    assert _status(raw(server.url, _LIST + exactly + b"\r\n{}")) == 200
+def test_a_head_beyond_its_limit_is_refused(server: Server) -> None:
+    """The head is read up to about MAX_HEAD (64 KiB) while incomplete; a client that
+    keeps sending header fields is refused, not buffered without bound."""
+    parts = urlsplit(server.url)
+    with socket.create_connection((parts.hostname or "", parts.port or 80), timeout=10) as sock:
+        sock.sendall(_LIST)
+        answer = b""
+        try:
+            for n in range(2000):  # 2000 fields of 1 KiB: 2 MiB of head
+                sock.sendall(b"X-F%d: %s\r\n" % (n, b"v" * 1024))
+        except (BrokenPipeError, ConnectionResetError):
+            pass  # refused and closed while we were still sending
+        try:
+            while chunk := sock.recv(65536):
+                answer += chunk
+        except ConnectionResetError:
+            pass
+    assert answer == b"" or _status(answer) == 400, answer[:200]
     _alive(server)
 
 
-def test_field_names_are_case_blind_values_trimmed_and_repeats_joined(server: Server) -> None:
+def test_field_names_are_case_blind_and_values_trimmed(start: Start) -> None:
+    server = start(allow_hosts=["example.test"])
     body = json.dumps({"QueueName": "q"}).encode()
     answer = raw(
         server.url,
@@ -87,14 +102,6 @@ def test_field_names_are_case_blind_values_trimmed_and_repeats_joined(server: Se
     )
     assert _status(answer) == 200, answer
     assert b'"http://example.test:1/000000000000/q"' in answer
-    # Two Content-Length fields are one "n,n" value: not a length, refused (no smuggling).
-    twice = _LIST.replace(b"Content-Length: 2\r\n", b"Content-Length: 2\r\nContent-Length: 2\r\n")
-    assert _status(raw(server.url, twice + b"\r\n{}")) == 400
-
-
-def test_bare_lf_line_ends_are_read(server: Server) -> None:
-    answer = raw(server.url, _LIST.replace(b"\r\n", b"\n") + b"Connection: close\n\n{}")
-    assert _status(answer) == 200, answer
 
 
 def _exchange(sock: socket.socket, data: bytes) -> bytes:
@@ -121,35 +128,31 @@ def _exchange(sock: socket.socket, data: bytes) -> bytes:
 def test_keep_alive_versions_and_expect_continue(server: Server) -> None:
     parts = urlsplit(server.url)
     with socket.create_connection((parts.hostname or "", parts.port or 80), timeout=10) as sock:
-        # HTTP/1.1: the connection stays open for the next request, and the answer is
-        # one write with the usual fields.
+        # HTTP/1.1: the connection stays open for the next request.
         for _ in range(3):
             answer = _exchange(sock, _LIST + b"\r\n{}")
-            assert answer.startswith(b"HTTP/1.1 200 OK\r\nServer: vsqs\r\nDate: "), answer
-            assert b"Connection: close" not in answer
-            assert b"x-amzn-RequestId: " in answer
+            assert answer.startswith(b"HTTP/1.1 200 OK\r\n"), answer
+            assert b"server: vsqs" in answer.lower()
+            assert b"connection: close" not in answer.lower()
+            assert b"x-amzn-requestid: " in answer.lower()
         # Expect: 100-continue gets its interim answer before the body is sent.
         sock.sendall(_LIST + b"Expect: 100-continue\r\n\r\n")
-        assert sock.recv(65536).startswith(b"HTTP/1.1 100 Continue\r\n\r\n")
+        assert sock.recv(65536).startswith(b"HTTP/1.1 100 Continue\r\n")
         assert _exchange(sock, b"{}").startswith(b"HTTP/1.1 200")
-    # HTTP/1.0 closes after the answer unless asked to keep the connection alive.
+    # HTTP/1.0 closes after the answer.
     answer = raw(server.url, _LIST.replace(b"HTTP/1.1", b"HTTP/1.0") + b"\r\n{}")
-    assert _status(answer) == 200 and b"Connection: close" in answer
-    kept = _LIST.replace(b"HTTP/1.1", b"HTTP/1.0") + b"Connection: keep-alive\r\n\r\n{}"
-    assert b"Connection: close" not in raw(server.url, kept)
-    assert _status(raw(server.url, _LIST.replace(b"HTTP/1.1", b"HTTP/2.0") + b"\r\n{}")) == 505
-    for version in (b"HTTP/1.x", b"HTTP/1", b"HTTP/1.1.1", b"HTTP/1." + b"1" * 11, b"FTP/1.1"):
+    assert _status(answer) == 200 and b"connection: close" in answer.lower()
+    for version in (b"HTTP/1.x", b"HTTP/1", b"HTTP/1.1.1", b"HTTP/01.01", b"FTP/1.1"):
         answer = raw(server.url, _LIST.replace(b"HTTP/1.1", version) + b"\r\n{}")
         assert _status(answer) == 400, (version, answer)
-    assert _status(raw(server.url, _LIST.replace(b"HTTP/1.1", b"HTTP/01.01") + b"\r\n{}")) == 200
 
 
 def test_a_head_request_gets_the_length_without_the_body(start: Start) -> None:
     server = start(pages=lambda *_: None)
-    answer = raw(server.url, b"HEAD /ui HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+    answer = raw(server.url, b"HEAD /ui HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n")
     head, _, body = answer.partition(b"\r\n\r\n")
     assert _status(answer) == 404 and body == b""
-    assert b"Content-Length: " in head
+    assert b"content-length: " in head.lower()
 
 
 # -- the memory of the SQS record -------------------------------------------------------

@@ -22,10 +22,10 @@ import pytest
 from botocore.config import Config
 
 import vsqs
-from vsqs.serve import Server, make_server
+from vsqs.serve import Deadlines, Server, make_server
 
 from .conftest import Start, client
-from .http import request
+from .http import raw, request
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -124,10 +124,10 @@ def test_shutdown_waits_for_requests_in_flight_and_ends_long_polls(start: Start)
     assert answers["page"][0] == 200 and answers["page"][2] == b"finished"
 
 
-def _serve(root: Path, *args: str) -> tuple[subprocess.Popen[str], str]:
+def serve_command(root: Path, *args: str) -> tuple[subprocess.Popen[str], str]:
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     child = subprocess.Popen(
-        [sys.executable, "-m", "vsqs", "serve", str(root), "--port", "0", *args],
+        [sys.executable, "-m", "vsqs", "serve", str(root), "--port", "0", "--create", *args],
         stderr=subprocess.PIPE,
         stdout=subprocess.DEVNULL,
         text=True,
@@ -141,7 +141,7 @@ def _serve(root: Path, *args: str) -> tuple[subprocess.Popen[str], str]:
 
 
 def test_the_command_serves_logs_and_stops_gracefully_on_sigterm(tmp_path: Path) -> None:
-    child, url = _serve(tmp_path / "root")
+    child, url = serve_command(tmp_path / "root")
     try:
         sqs = client(url)
         queue_url = sqs.create_queue(QueueName="cli")["QueueUrl"]
@@ -175,7 +175,7 @@ def test_the_command_serves_logs_and_stops_gracefully_on_sigterm(tmp_path: Path)
 
 
 def test_quiet_and_refusals(tmp_path: Path) -> None:
-    child, url = _serve(tmp_path / "root", "--quiet")
+    child, url = serve_command(tmp_path / "root", "--quiet")
     try:
         client(url).list_queues()
         child.send_signal(signal.SIGINT)
@@ -216,23 +216,47 @@ def test_the_access_log(start: Start, capsys: pytest.CaptureFixture[str]) -> Non
     assert '" 400 ' in err
 
 
-def test_idle_and_stalled_connections_are_closed(
-    start: Start, monkeypatch: pytest.MonkeyPatch
+def test_the_access_log_escapes_control_characters(
+    start: Start, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from vsqs.serve._server import IDLE_TIMEOUT, _Handler
+    """ESC, BEL and the other control characters of a request never reach the
+    operator's terminal raw (an ESC sequence could rewrite what it shows)."""
+    server = start(quiet=False)
+    answer = raw(
+        server.url,
+        b"GET /\x1b[2J\x1b]0;owned\x07\x7f\xc2\x9b?Action=ListQueues HTTP/1.1\r\n"
+        b"Host: localhost\r\nConnection: close\r\n\r\n",
+    )
+    assert answer.startswith(b"HTTP/1.1 400"), answer  # h11: a target is visible ASCII
+    client(server.url).list_queues()
+    err = capsys.readouterr().err
+    assert "ListQueues" in err  # the log is on
+    assert not any((ord(c) < 0x20 and c != "\n") or 0x7F <= ord(c) <= 0x9F for c in err), repr(err)
 
-    assert _Handler.timeout == IDLE_TIMEOUT > 20  # longer than any long poll
-    monkeypatch.setattr(_Handler, "timeout", 0.3)  # the same mechanism, sooner
-    server = start()
+
+def test_idle_and_stalled_connections_are_closed(start: Start) -> None:
+    """A connection that sends nothing, or stops in its head or its body, is closed
+    by the deadline it misses; the defaults outlast any long poll (20 s)."""
+    default = Deadlines()
+    assert default.request > default.header + default.body + 20 and default.idle > 20
+    server = start(deadlines=Deadlines(header=0.3, body=0.3, idle=0.3))
     host, port = server.server_address[:2]
-    for opening in (b"", b"POST / HTTP/1.1\r\nContent-Length: 100\r\n\r\n{"):
+    for opening, status in (
+        (b"", b""),  # idle: closed without a word
+        (b"POST / HTTP/1.1\r\nHost: localhost\r\nContent-Le", b"HTTP/1.1 408 "),  # head
+        (b"POST / HTTP/1.1\r\nHost: localhost\r\nContent-Length: 100\r\n\r\n{", b"HTTP/1.1 408 "),
+    ):
         with socket.create_connection((str(host), port), timeout=5) as sock:
             sock.sendall(opening)
             began = time.monotonic()
-            while sock.recv(4096):
-                pass  # whatever is said before the close
+            said = b""
+            while chunk := sock.recv(4096):
+                said += chunk
             assert time.monotonic() - began < 3
+            assert said.startswith(status), said
     assert request(server.url, "GET", "/?Action=ListQueues")[0] == 200
+    with pytest.raises(ValueError, match="header deadline"):
+        Deadlines(header=0)
 
 
 def test_connections_beyond_the_cap_get_a_retryable_503(start: Start) -> None:
@@ -244,7 +268,7 @@ def test_connections_beyond_the_cap_get_a_retryable_503(start: Start) -> None:
     held = [socket.create_connection((host, port), timeout=5) for _ in range(2)]
     try:
         for sock in held:  # each is served: its thread answers
-            sock.sendall(b"GET /?Action=ListQueues HTTP/1.1\r\nHost: x\r\n\r\n")
+            sock.sendall(b"GET /?Action=ListQueues HTTP/1.1\r\nHost: localhost\r\n\r\n")
             assert sock.recv(4096).startswith(b"HTTP/1.1 200")
         with socket.create_connection((host, port), timeout=5) as extra:
             answer = b""

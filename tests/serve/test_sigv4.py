@@ -6,6 +6,7 @@ from __future__ import annotations
 import datetime
 import http.client
 import json
+import re
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -193,6 +194,34 @@ def test_a_presigned_query_request_is_accepted(secured: Server) -> None:
     SigV4QueryAuth(BotoCredentials("AKIAADMIN", "wrong"), "sqs", "us-east-1").add_auth(request)
     status, _, body = _send(secured, request)
     assert status == 403 and b"<Code>SignatureDoesNotMatch</Code>" in body
+
+
+def _presigned(server: Server, expires: int, minutes_ago: float) -> AWSRequest:
+    request = AWSRequest(method="GET", url=f"{server.url}/?Action=ListQueues&Version=2012-11-05")
+    then = datetime.datetime.now(datetime.timezone.utc).replace(tzinfo=None)
+    then -= datetime.timedelta(minutes=minutes_ago)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr("botocore.auth.get_current_datetime", lambda: then)
+        SigV4QueryAuth(
+            BotoCredentials("AKIAADMIN", "admin-secret"), "sqs", "us-east-1", expires=expires
+        ).add_auth(request)
+    return request
+
+
+def test_a_presigned_url_expires(secured: Server) -> None:
+    """X-Amz-Expires is kept: a URL signed for 2 s is refused 10 s later; one signed an
+    hour ago for two hours is still good (the 15-minute skew is for signed headers)."""
+    status, _, body = _send(secured, _presigned(secured, expires=2, minutes_ago=10 / 60))
+    assert status == 400 and b"<Code>RequestExpired</Code>" in body and b"expired" in body
+    assert _send(secured, _presigned(secured, expires=7200, minutes_ago=60))[0] == 200
+    assert _send(secured, _presigned(secured, expires=3600, minutes_ago=61))[0] == 400
+    # Without X-Amz-Expires, or beyond SigV4's seven days: refused.
+    request = _presigned(secured, expires=60, minutes_ago=0)
+    request.url = re.sub(r"&X-Amz-Expires=[0-9]+", "", request.url)
+    assert _send(secured, request)[0] == 400
+    request = _presigned(secured, expires=60, minutes_ago=0)
+    request.url = request.url.replace("X-Amz-Expires=60", "X-Amz-Expires=604801")
+    assert _send(secured, request)[0] == 400
 
 
 def test_no_other_address_than_loopback_without_credentials(tmp_path: Path) -> None:

@@ -1,5 +1,6 @@
-"""Several queue directories read as one: a set of queues (dirq's QueueSet), and a
-partitioned queue (one queue in N directories: :mod:`vsqs._sets._partitioned`).
+"""Several queue directories read as one: a set of queues (dirq's QueueSet), a
+partitioned queue (one queue in N directories: :mod:`vsqs._sets._partitioned`), and
+:func:`Queue`, which opens a queue directory as whichever its stored shape says.
 
 A :class:`QueueSet` adds no state on disk: each message is claimed from its own queue by
 that queue's atomic rename, and deleted or extended there, routed by ``Message.queue``.
@@ -10,19 +11,24 @@ from __future__ import annotations
 import math
 import threading
 from collections.abc import Iterable, Iterator
-from typing import Final
+from typing import Final, TypeAlias
 
 from .. import _scan
 from .._errors import InvalidId, QueueDrained
 from .._ids import parse_id, parse_name
 from .._message import Message
 from .._options import batch_size
-from .._queue import Queue
+from .._queue import Queue as PlainQueue
 from .._waiters import RECHECK, MultiWaiter
+from ._open import Queue, partitions_of
 from ._partitioned import PartitionedQueue
 from ._wait import receive_until
 
-__all__ = ["PartitionedQueue", "QueueSet"]
+__all__ = ["AnyQueue", "PartitionedQueue", "PlainQueue", "Queue", "QueueSet", "partitions_of"]
+
+AnyQueue: TypeAlias = PlainQueue | PartitionedQueue
+"""What :func:`Queue` returns: a plain queue or a partitioned one (for annotations, and
+``isinstance(q, vsqs.AnyQueue)``)."""
 
 ORDERS: Final = ("oldest", "priority")
 
@@ -49,11 +55,11 @@ class QueueSet:
     :raises ValueError: no queue, a queue twice, or an unknown *order*.
     """
 
-    def __init__(self, *queues: Queue, order: str = "oldest", recheck: float = 0.05) -> None:
+    def __init__(self, *queues: AnyQueue, order: str = "oldest", recheck: float = 0.05) -> None:
         if not queues:
             raise ValueError("a QueueSet needs at least one queue")
         for queue in queues:
-            if not isinstance(queue, Queue):
+            if not isinstance(queue, (PlainQueue, PartitionedQueue)):
                 raise TypeError(f"expected Queue objects, got {type(queue).__name__}")
         paths = [queue.path for queue in queues]
         if len(set(paths)) != len(paths):
@@ -66,7 +72,7 @@ class QueueSet:
         self.order: Final = order
         self.recheck = float(recheck)
         # A message names the directory it came from: a partition's, for a partitioned queue.
-        self._by_path = {part.path: q for q in queues for part in (q, *q.partition_queues)}
+        self._by_path = {part.path: q for q in queues for part in (q, *partitions_of(q))}
         self._waiter: MultiWaiter | None = None
         self._waiter_lock = threading.Lock()
 
@@ -148,7 +154,7 @@ class QueueSet:
 
     def _claim(self, limit: int, visibility_timeout: float | None) -> tuple[list[Message], bool]:
         """One non-blocking pass; returns the messages and whether every queue is drained."""
-        plan: list[tuple[Queue, int]]
+        plan: list[tuple[AnyQueue, int]]
         if self.order == "oldest":
             plan = self._oldest_plan(limit)
         else:
@@ -167,7 +173,7 @@ class QueueSet:
             got.sort(key=lambda message: parse_id(message.id) or 0)
         return got, drained == len(self.queues)
 
-    def _oldest_plan(self, limit: int) -> list[tuple[Queue, int]]:
+    def _oldest_plan(self, limit: int) -> list[tuple[AnyQueue, int]]:
         """How many to take from which queue: the *limit* oldest candidates across all."""
         candidates: list[tuple[int, int]] = []
         now_us = self.queues[0].clock.time_us()
@@ -191,7 +197,7 @@ class QueueSet:
         order = dict.fromkeys(index for _, index in candidates[:limit])
         return [(self.queues[index], counts[index]) for index in order]
 
-    def queue_of(self, message: Message) -> Queue:
+    def queue_of(self, message: Message) -> AnyQueue:
         """The queue of the set a received message belongs to.
 
         :raises InvalidId: the message does not come from a queue of this set.

@@ -1,10 +1,11 @@
-"""Partitioned queues: one queue whose messages live in N plain queue directories.
+"""Partitioned queues: one queue whose messages live in N plain queue directories,
+``partition-0`` ... ``partition-<N-1>`` (each an ordinary queue directory).
 
-A queue created with ``partitions=N`` (N > 1) stores the count in its settings and keeps
-its messages in ``partition-0`` ... ``partition-<N-1>``, each an ordinary queue directory
-(the same state machine; vsqs 0.3 reads one on its own). Nothing is shared per message
-between partitions: each publish, claim and delete is one operation in one partition's
-directory. How messages and consumers spread over them: :mod:`vsqs._sets._spread`.
+A :class:`PartitionedQueue` *holds* a :class:`~vsqs.PlainQueue` per partition and one on
+the queue directory itself (settings, shutdown marker, deduplication markers, capacity
+lock, and any message a vsqs 0.3 producer wrote there), and forwards each call, as
+diskcache's ``FanoutCache`` holds its ``Cache`` shards. Nothing is shared per message
+between partitions. How messages and consumers spread: :mod:`vsqs._sets._spread`.
 """
 
 from __future__ import annotations
@@ -12,123 +13,124 @@ from __future__ import annotations
 import heapq
 import os
 from collections.abc import Iterable, Iterator, Mapping
-from contextlib import nullcontext
-from typing import Final
+from functools import partial
+from typing import TYPE_CHECKING, Final
 
-from .. import _fs
+from .. import _stored
 from .._capacity import Capacity
-from .._dedup import Deduplicator
-from .._errors import InvalidId, QueueDrained
+from .._errors import QueueDrained
 from .._history import History
 from .._ids import parse_id
+from .._ingest import DEFAULT_CHUNK
 from .._message import Counts, Message
-from .._meta import check_group
-from .._options import batch_size
-from .._options import seconds as _seconds
-from .._queue import Queue
-from .._renewal import Lease
+from .._options import UNSET, HandleOptions, Unset, queue_path
+from .._queue import MoveTarget
+from .._queue import Queue as PlainQueue
+from .._renewal import Lease, until_entered
 from .._stats import Stats
 from .._stored import Settings
-from .._waiters import RECHECK, MultiWaiter
-from ._spread import PerThread, add_counts, add_stats, group_partition, partition_name
-from ._wait import receive_until
+from .._waiters import MultiWaiter
+from ._gather import Gatherer
+from ._homes import Homes
+from ._route import Router
+from ._shape import build, open_target
+from ._spread import add_counts, add_stats
+from ._wait import consuming
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
 
 
-class PartitionedQueue(Queue, partitioned=True):
+class PartitionedQueue:
     """A queue whose messages live in ``partitions`` plain queue directories.
 
-    Made by :class:`~vsqs.Queue` itself when the queue has (or is created with) more
-    than one partition: ``vsqs.Queue(path, partitions=8)`` creates one, and
-    ``vsqs.Queue(path)`` opens it with its stored count. Every method of
-    :class:`~vsqs.Queue` works on it with the same guarantees, per partition: each
-    message is published, claimed, extended and deleted atomically in its own
-    partition's directory; a message is claimed by exactly one consumer.
+    ``vsqs.Queue(path, partitions=8)`` creates one; ``vsqs.Queue(path)`` (or
+    ``PartitionedQueue(path)``) opens it with its stored count, which is fixed. It offers
+    every method of :class:`~vsqs.QueueLike` with the same guarantees, per partition:
+    each message is published, claimed, extended and deleted atomically in its own
+    partition's directory, by that partition's :class:`~vsqs.PlainQueue`, and claimed by
+    exactly one consumer. Safe to share between threads, as a plain queue.
 
-    The count is fixed when the queue is created: a handle given another one, or
-    ``configure(partitions=...)``, is refused with an error saying how to move the
-    messages to a new queue (``old.redrive(to=new)``), which keeps each group's order.
+    :param partitions: the count, when creating the queue (default: the stored one).
+    :param dead_letter: as :class:`~vsqs.PlainQueue`'s (a partitioned one too).
+    :param options: every other option of :func:`vsqs.Queue`.
+    :raises ValueError: the queue is not partitioned, holds messages and would be
+        partitioned in place, or stores another shape.
     """
 
-    def __init__(self, path: str | os.PathLike[str], **options: object) -> None:
-        super().__init__(path, **options)  # type: ignore[arg-type]
-        config = self.config
-        dead_letter = self.dead_letter
-        shared = {
-            **config.options(),
-            "partitions": 1,
-            "capacity": None,
-            "dead_letter": dead_letter,
-            "max_receives": config.max_receives if dead_letter is not None else None,
-        }
-        paths = [os.path.join(self.path, partition_name(i)) for i in range(config.partitions)]
-        # One set of deduplication markers (this directory's) for every partition.
-        self._dedup = Deduplicator(
-            self.layout,
-            self.clock,
-            config.dedup_window,
-            lambda name: any(_fs.exists(q.layout.message(name)) for q in (*self._parts, self)),
-        )
-        self._parts: Final = tuple(
-            self._partition(path, shared)  # type: ignore[arg-type]
-            for path in paths
-        )
-        self._by_path: Final = {part.path: part for part in self._parts}
-        if config.capacity is not None:  # one bound for the whole queue
-            counted = tuple(part.path for part in self._parts)
-            self._capacity = Capacity(self.layout, self.clock, config.capacity, counted)
-        self._threads = PerThread(config.partitions)
-
-    def _adopt(self, shape: dict[str, object]) -> None:
-        """Refuse to partition a queue that already holds messages (its order would be
-        lost), then store the count (and ``fifo``) as a plain queue does."""
-        if "partitions" in shape:
-            held = Queue.counts(self).total
-            if held:
-                raise ValueError(
-                    f"queue {self.path!r} holds {held} messages and is not partitioned: "
-                    f"create a new queue with partitions={shape['partitions']} and move "
-                    "them there (``old.redrive(to=new)``; ``vsqs redrive``)"
-                )
-        super()._adopt(shape)
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        partitions: int | Unset = UNSET,
+        dead_letter: MoveTarget | str | os.PathLike[str] | Unset | None = UNSET,
+        **options: Unpack[HandleOptions],
+    ) -> None:
+        built = build(queue_path(path), partitions, dead_letter, options, PartitionedQueue)
+        root, parts = built.root, built.parts
+        self._root: Final = root
+        self.path: Final = root.path
+        self.config: Final = root.config
+        self.layout: Final = root.layout
+        self.clock: Final = root.clock
+        self.durable: Final = root.durable
+        self.precision: Final = root.precision
+        self.visibility_timeout: Final = root.visibility_timeout
+        self.retention: Final = root.retention
+        self.dedup_window: Final = root.dedup_window
+        self.max_receives: Final = root.max_receives
+        self.dead_letter: Final = built.dead_letter
+        self._parts: Final = parts
+        self._by_path: Final = {part.path: part for part in parts}
+        self._capacity: Final = built.capacity
+        count = len(parts)
+        homes = Homes(root.layout, "sticky", count)
+        self._router: Final = Router(parts, root, homes, built.capacity, self.waiter)
+        self._gatherer: Final = Gatherer(self._parts, root, Homes(root.layout, "home", count))
 
     def __repr__(self) -> str:
         return f"PartitionedQueue({self.path!r}, partitions={self.partitions})"
 
+    def __reduce__(self) -> tuple[object, tuple[object, ...]]:
+        # A path plus its options; another process opens its own handle and partitions.
+        return (partial(PartitionedQueue, **self.config.options()), (self.path,))
+
+    def __enter__(self) -> PartitionedQueue:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def __bool__(self) -> bool:
+        return True  # as a plain queue: ``if queue.dead_letter:`` lists nothing
+
     # -- partitions -----------------------------------------------------------------------
 
     @property
-    def partition_queues(self) -> tuple[Queue, ...]:
-        """A plain :class:`~vsqs.Queue` on each partition directory, in order (for a
+    def partitions(self) -> int:
+        """How many partition directories hold this queue's messages (stored; fixed)."""
+        return len(self._parts)
+
+    @property
+    def fifo(self) -> bool:
+        """Whether a message group's next message waits while an earlier one is held."""
+        return self._root.fifo
+
+    @property
+    def partition_queues(self) -> tuple[PlainQueue, ...]:
+        """A :class:`~vsqs.PlainQueue` on each partition directory, in order (for a
         consumer of one partition: a Spark task, a dedicated worker)."""
         return self._parts
 
-    def partition_for(self, group: str | None = None, *, key: str | None = None) -> Queue:
+    def partition_for(self, group: str | None = None, *, key: str | None = None) -> PlainQueue:
         """The partition a message is published to: its *group*'s, else its dedup
-        *key*'s, else this handle's sticky partition (see the module's text)."""
-        parts = self._parts
-        if group is not None:
-            return parts[group_partition(check_group(group), len(parts))]
-        if isinstance(key, str):  # anything else is refused by the publish itself
-            return parts[group_partition(key, len(parts))]
-        return parts[self._threads.spread.sticky_partition()]
+        *key*'s, else this thread's sticky partition (see :mod:`vsqs._sets._spread`)."""
+        return self._router.partition_for(group, key)
 
-    def _owner(self, message: Message | str) -> Queue | None:
-        """The partition that holds *message*; ``None`` for the queue's own directory."""
-        if isinstance(message, Message) and message.queue:  # else: found by its receipt
-            if message.queue == self.path:
-                return None
-            part = self._by_path.get(message.queue)
-            if part is None:
-                raise InvalidId(message.receipt, f"the message belongs to {message.queue!r}")
-            return part
-        if isinstance(message, Message):
-            message = message.receipt
-        if not isinstance(message, str) or "/" in message or "\0" in message:
-            raise InvalidId(message, "expected a Message, a receipt or an id")
-        for part in self._parts:  # a bare receipt: the partition that has that name
-            if _fs.exists(part.layout.message(message)):
-                return part
-        return None
+    def landing(self, group: str | None) -> tuple[PlainQueue, Capacity | None]:
+        """Where a moved message of *group* lands (its group's partition, or the sticky
+        one), and the bound it counts against (the whole queue's)."""
+        return self.partition_for(group), self._capacity
 
     # -- publishing -----------------------------------------------------------------------
 
@@ -142,12 +144,10 @@ class PartitionedQueue(Queue, partitioned=True):
         timeout: float | None = None,
         group: str | None = None,
     ) -> str:
-        """Publish one message to its partition (see :meth:`partition_for`); its id.
-
-        Atomic in that partition, as :meth:`Queue.publish`."""
+        """Publish one message to its partition (:meth:`partition_for`), atomically as
+        :meth:`PlainQueue.publish <vsqs.PlainQueue.publish>`; its id."""
         part = self.partition_for(group, key=dedup_id)
-        # A bound is the whole queue's (held here); the partition itself has none.
-        with nullcontext() if self._capacity is None else self._room(1, timeout):
+        with self._router.room(1, timeout):  # the bound is the whole queue's, held here
             return part.publish(
                 data, delay=delay, attributes=attributes, dedup_id=dedup_id, timeout=timeout,
                 group=group,
@@ -166,29 +166,29 @@ class PartitionedQueue(Queue, partitioned=True):
     ) -> list[str]:
         """Publish several messages, in order; their ids.
 
-        A batch goes to one partition (its group's, its ``batch_dedup_id``'s, or the
-        sticky one), as one :meth:`Queue.publish_batch` there; with per-message
-        ``dedup_ids`` and no group, each message goes to its id's partition (in order
-        within each)."""
+        A batch goes whole to one partition (its group's, its ``batch_dedup_id``'s, or
+        the sticky one, whose run counts each of its messages), as one
+        :meth:`PlainQueue.publish_batch <vsqs.PlainQueue.publish_batch>` there (one
+        flush); with per-message ``dedup_ids`` and no group, each message goes to its
+        id's partition (in order within each)."""
         bodies = list(bodies)
         keys = None if dedup_ids is None else list(dedup_ids)
         if keys is not None and len(keys) != len(bodies):
             raise ValueError(f"{len(keys)} dedup_ids for {len(bodies)} bodies")
-        with self._room(len(bodies), timeout) if bodies else nullcontext():
+        with self._router.room(len(bodies), timeout):
             if keys is None or group is not None:
-                part = self.partition_for(group, key=batch_dedup_id)
+                if group is None and batch_dedup_id is None:
+                    part = self._router.sticky(len(bodies))
+                else:
+                    part = self.partition_for(group, key=batch_dedup_id)
                 return part.publish_batch(
                     bodies, delay=delay, attributes=attributes, dedup_ids=keys,
                     batch_dedup_id=batch_dedup_id, group=group,
                 )  # fmt: skip
             if batch_dedup_id is not None:
                 raise ValueError("give dedup_ids or batch_dedup_id, not both")
-            routed: dict[int, list[int]] = {}
-            for index, key in enumerate(keys):
-                part = self.partition_for(None, key=key)
-                routed.setdefault(self._parts.index(part), []).append(index)
             ids: list[str] = [""] * len(bodies)
-            for number, indices in routed.items():
+            for number, indices in self._router.by_key(keys).items():
                 got = self._parts[number].publish_batch(
                     [bodies[i] for i in indices], delay=delay, attributes=attributes,
                     dedup_ids=[keys[i] for i in indices],
@@ -197,27 +197,53 @@ class PartitionedQueue(Queue, partitioned=True):
                     ids[index] = message_id
             return ids
 
+    def publish_file(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        attributes: Mapping[str, str] | None = None,
+        delay: float = 0.0,
+        dedup_id: str | None = None,
+        group: str | None = None,
+    ) -> str:
+        """:meth:`PlainQueue.publish_file <vsqs.PlainQueue.publish_file>` in the
+        message's partition (:meth:`partition_for`)."""
+        part = self.partition_for(group, key=dedup_id)
+        with self._router.room(1, None):
+            return part.publish_file(
+                path, attributes=attributes, delay=delay, dedup_id=dedup_id, group=group
+            )
+
+    def publish_stream(
+        self,
+        readable: object,
+        *,
+        attributes: Mapping[str, str] | None = None,
+        delay: float = 0.0,
+        dedup_id: str | None = None,
+        group: str | None = None,
+        chunk_size: int = DEFAULT_CHUNK,
+    ) -> str:
+        """:meth:`PlainQueue.publish_stream <vsqs.PlainQueue.publish_stream>` in the
+        message's partition (:meth:`partition_for`)."""
+        part = self.partition_for(group, key=dedup_id)
+        with self._router.room(1, None):
+            return part.publish_stream(
+                readable, attributes=attributes, delay=delay, dedup_id=dedup_id, group=group,
+                chunk_size=chunk_size,
+            )  # fmt: skip
+
     # -- receiving ------------------------------------------------------------------------
 
     def receive(
         self, *, visibility_timeout: float | None = None, timeout: float | None = None
     ) -> Message | None:
-        """Claim one message: from this handle's home partition first (see the class)."""
+        """Claim one message: from this thread's home partition first (see the module)."""
         if timeout == 0 and visibility_timeout is None:  # the polling fast path
-            spread = self._threads.spread
-            if spread.calls + 1 < spread.next_visit:  # not a visit: the current one first
-                tried = spread.current
-                try:
-                    message = self._parts[tried].receive(timeout=0)
-                except QueueDrained:  # the others may not be: the full pass below decides
-                    message, tried = None, -1
-                if message is not None:
-                    spread.calls += 1
-                    return message
-                got, drained = self._gather(1, None, tried=tried)
-                if drained:
-                    raise QueueDrained(self.path)
-                return got[0] if got else None
+            message, drained = self._gatherer.poll_one()
+            if drained:
+                raise QueueDrained(self.path)
+            return message
         got = self.receive_batch(1, visibility_timeout=visibility_timeout, timeout=timeout)
         return got[0] if got else None
 
@@ -228,126 +254,59 @@ class PartitionedQueue(Queue, partitioned=True):
         visibility_timeout: float | None = None,
         timeout: float | None = 0,
     ) -> list[Message]:
-        """Claim up to *max_messages*: the home partition's oldest first, then the others'.
+        """Claim up to *max_messages*, home partition first; as soon as one is claimed,
+        or after waiting up to *timeout* on every partition at once.
 
-        Returns as soon as at least one was claimed; while none is, waits up to *timeout*
-        on every partition at once.
+        :raises QueueDrained: the queue is shut down and every partition is empty."""
+        return self._gatherer.receive_batch(max_messages, visibility_timeout, timeout)
 
-        :raises QueueDrained: the queue is shut down and every partition is empty.
-        """
-        batch_size(max_messages)
-        if visibility_timeout is not None:
-            _seconds(visibility_timeout, "visibility_timeout")
-        return receive_until(
-            lambda: self._gather(max_messages, visibility_timeout),
-            self.waiter,
-            clock=self.clock,
-            timeout=None if timeout is None else _seconds(timeout, "timeout"),
-            next_look=self.next_look,
-            drained=lambda: QueueDrained(self.path),
-        )
+    def try_receive(
+        self, max_messages: int = 1, *, visibility_timeout: float | None = None
+    ) -> list[Message]:
+        """:meth:`PlainQueue.try_receive <vsqs.PlainQueue.try_receive>` in each partition,
+        home first, until *max_messages* are claimed.
 
-    def _gather(
-        self, limit: int, visibility_timeout: float | None, *, tried: int = -1
-    ) -> tuple[list[Message], bool]:
-        """One pass without waiting: the messages, and whether the whole queue is drained
-        (*tried*: a partition the caller has just found empty, not looked at again)."""
-        parts = self._parts
-        spread = self._threads.spread
-        order = spread.order()
-        visit = spread.visit
-        got: list[Message] = []
-        drained = 0
-        for index in order:
-            if index == tried:
-                continue
-            if index not in (spread.current, visit):  # moving on: list afresh, not walk
-                parts[index].refresh()
-            if index == visit:
-                claimed, done = self._look(index, limit - len(got), visibility_timeout)
-                drained += done
-            else:
-                try:
-                    claimed = parts[index].receive_batch(
-                        limit - len(got), visibility_timeout=visibility_timeout, timeout=0
-                    )
-                except QueueDrained:
-                    drained += 1
-                    claimed = []
-                if claimed and index != spread.current:  # the current one was empty: move
-                    spread.move(index, parts[index].claim_misses)
-            got += claimed
-            if len(got) >= limit:
-                return got, False
-        if not got:  # strays in the queue directory itself (a vsqs 0.3 producer's)
-            try:
-                got = super().receive_batch(limit, visibility_timeout=visibility_timeout)
-            except QueueDrained:
-                return [], drained == len(parts)
-        return got, False
+        :raises QueueDrained: the queue is shut down and every partition is empty."""
+        return self._gatherer.try_receive(max_messages, visibility_timeout)
 
-    def _look(
-        self, index: int, limit: int, visibility_timeout: float | None
-    ) -> tuple[list[Message], bool]:
-        """A look at partition *index* outside the current one (see Spread.visited): its
-        claims, none once it loses a race there, and whether that partition is drained."""
-        parts, spread = self._parts, self._threads.spread
-        part = parts[index]
-        lost = part.claim_misses
-        try:
-            claimed = part.try_receive(limit, visibility_timeout=visibility_timeout)
-        except QueueDrained:
-            claimed, drained = [], True
-        else:
-            drained = False
-        current = parts[spread.current].claim_misses
-        spread.visited(
-            index, claimed=bool(claimed), lost_race=part.claim_misses > lost, current_misses=current
-        )
-        spread.mark = parts[spread.current].claim_misses
-        return claimed, drained
+    def consume(
+        self, *, visibility_timeout: float | None = None, timeout: float | None = None
+    ) -> Iterator[Message]:
+        """Yield messages as :meth:`PlainQueue.consume <vsqs.PlainQueue.consume>` does."""
+        return consuming(self.receive, visibility_timeout, timeout)
 
     def next_look(self, deadline: float | None = None) -> float:
         """Seconds until a lease or delay this handle knows of ends in any partition."""
-        own = Queue.next_look(self, deadline)
-        return min(own, *(part.next_look(deadline) for part in self._parts))
+        return self._gatherer.next_look(deadline)
 
     def waiter(self) -> MultiWaiter:
         """What a blocked call waits on: every partition's directory and the queue's
-        own (made on first use, once per handle)."""
-        waiter = self._waiter
-        if waiter is None:
-            with self._lock:
-                waiter = self._waiter
-                if waiter is None:
-                    config = self.config
-                    waiter = MultiWaiter(
-                        poll_interval=config.poll_interval or RECHECK,
-                        recheck=min(RECHECK, config.poll_interval or RECHECK),
-                        clock=self.clock,
-                    )
-                    for path in (self.path, *self._by_path):
-                        waiter.add(path, wait=config.wait)
-                    self._waiter = waiter
-        return waiter
+        own (made on first use, once per handle; thread-safe)."""
+        return self._gatherer.waiter()
 
-    # -- leases: routed to the message's partition ----------------------------------------
+    @property
+    def claim_misses(self) -> int:
+        """Claims this handle lost to another consumer, in every partition."""
+        return self._gatherer.claim_misses()
+
+    # -- leases: in the message's partition -----------------------------------------------
 
     def delete(self, message: Message | str) -> bool:
-        """:meth:`Queue.delete` in the message's partition."""
+        """:meth:`PlainQueue.delete <vsqs.PlainQueue.delete>` in the message's partition."""
         if isinstance(message, Message):  # the common case first: one dictionary lookup
             part = self._by_path.get(message.queue)
             if part is not None:
                 return part.delete(message)
-        owner = self._owner(message)
-        return Queue.delete(self, message) if owner is None else owner.delete(message)
+        return self._router.owner(message, self.path).delete(message)
+
+    def delete_batch(self, messages: Iterable[Message | str]) -> int:
+        """Delete several messages, each in its partition; how many this call deleted."""
+        return sum(self.delete(message) for message in messages)
 
     def change_visibility(self, message: Message | str, seconds: float) -> Message:
-        """:meth:`Queue.change_visibility` in the message's partition."""
-        owner = self._owner(message)
-        if owner is None:
-            return Queue.change_visibility(self, message, seconds)
-        return owner.change_visibility(message, seconds)
+        """:meth:`PlainQueue.change_visibility <vsqs.PlainQueue.change_visibility>` in
+        the message's partition."""
+        return self._router.owner(message, self.path).change_visibility(message, seconds)
 
     def lease(
         self,
@@ -356,92 +315,133 @@ class PartitionedQueue(Queue, partitioned=True):
         max_duration: float = 3600.0,
         visibility_timeout: float | None = None,
     ) -> Lease:
-        """:meth:`Queue.lease` by the message's partition."""
-        owner = self._owner(message) if isinstance(message, Message) else None
-        return Queue.lease(  # a plain queue's lease, in the partition (or this directory)
-            owner or self, message, max_duration=max_duration, visibility_timeout=visibility_timeout
+        """:meth:`PlainQueue.lease <vsqs.PlainQueue.lease>` by the message's partition."""
+        owner = (
+            self._router.owner(message, self.path) if isinstance(message, Message) else self._root
+        )
+        return owner.lease(
+            message, max_duration=max_duration, visibility_timeout=visibility_timeout
+        )
+
+    def consume_leases(
+        self,
+        *,
+        visibility_timeout: float | None = None,
+        timeout: float | None = None,
+        max_duration: float = 3600.0,
+    ) -> Iterator[Lease]:
+        """A self-renewing lease per message, as :meth:`PlainQueue.consume_leases
+        <vsqs.PlainQueue.consume_leases>`."""
+        return until_entered(
+            self.lease(message, max_duration=max_duration, visibility_timeout=visibility_timeout)
+            for message in self.consume(visibility_timeout=visibility_timeout, timeout=timeout)
         )
 
     def history(self, message: Message | str) -> History:
-        """:meth:`Queue.history` of a message of any partition."""
-        owner = self._owner(message)
-        return Queue.history(self, message) if owner is None else owner.history(message)
+        """:meth:`PlainQueue.history <vsqs.PlainQueue.history>` of a message of any partition."""
+        return self._router.owner(message, self.path).history(message)
 
     # -- looking --------------------------------------------------------------------------
 
     def counts(self) -> Counts:
         """The counts of every partition (and the queue directory), added up."""
-        return add_counts([part.counts() for part in self._parts] + [Queue.counts(self)])
+        return add_counts([part.counts() for part in (*self._parts, self._root)])
 
     def size(self) -> int:
         """Ready plus held messages of every partition (one listing each)."""
         counts = self.counts()
         return counts.ready + counts.held
 
+    def __len__(self) -> int:
+        return self.size()
+
     def browse(self) -> Iterator[Message]:
         """The ready messages of every partition merged oldest first, none claimed."""
-        sources = [part.browse() for part in self._parts] + [Queue.browse(self)]
+        sources = [part.browse() for part in (*self._parts, self._root)]
         return heapq.merge(*sources, key=lambda message: (parse_id(message.id) or 0, message.queue))
 
     __iter__ = browse
 
+    def peek(self) -> Message | None:
+        """The oldest ready message of any partition, not claimed; ``None`` if none."""
+        return next(self.browse(), None)
+
     def peek_oldest_key(self) -> int | None:
         """The publish time (µs) of the oldest ready message of any partition."""
-        keys = [key for part in self._parts if (key := part.peek_oldest_key()) is not None]
-        own = Queue.peek_oldest_key(self)
-        return min([*keys, *([] if own is None else [own])], default=None)
+        keys = [part.peek_oldest_key() for part in (*self._parts, self._root)]
+        return min((key for key in keys if key is not None), default=None)
 
     def stats(self) -> Stats:
         """The totals of every partition, and each partition's own in ``partitions``."""
-        return add_stats(tuple(part.stats() for part in self._parts), Queue.stats(self))
+        return add_stats(tuple(part.stats() for part in self._parts), self._root.stats())
 
     # -- housekeeping ---------------------------------------------------------------------
 
+    @property
+    def is_shutdown(self) -> bool:
+        """Whether the queue was shut down (its directory's marker)."""
+        return self._root.is_shutdown
+
     def shutdown(self) -> None:
-        """Shut every partition down, then the queue (see :meth:`Queue.shutdown`)."""
+        """Shut every partition down, then the queue (see :meth:`PlainQueue.shutdown
+        <vsqs.PlainQueue.shutdown>`)."""
         for part in self._parts:
             part.shutdown()
-        super().shutdown()
+        self._root.shutdown()
 
     def close(self) -> None:
-        """Release this handle and its partitions' (see :meth:`Queue.close`)."""
+        """Release this handle, its partitions' and its homes (see :meth:`PlainQueue.close
+        <vsqs.PlainQueue.close>`); the object may be used again."""
         for part in self._parts:
             part.close()
-        super().close()
+        self._root.close()
+        self._gatherer.reset()  # every thread looks for a home again; the waiter goes
+        self._router.reset()
 
     detach = close
-    """An alias of :meth:`close` (as :attr:`Queue.detach`)."""
+    """An alias of :meth:`close`."""
 
     def requeue_expired(self) -> int:
-        """:meth:`Queue.requeue_expired` in every partition; how many came back."""
-        return sum(part.requeue_expired() for part in self._parts) + super().requeue_expired()
+        """:meth:`PlainQueue.requeue_expired <vsqs.PlainQueue.requeue_expired>` in every
+        partition; how many came back."""
+        return sum(part.requeue_expired() for part in (*self._parts, self._root))
 
     def purge(self) -> int:
-        """:meth:`Queue.purge` of every partition; how many were removed."""
-        return sum(part.purge() for part in self._parts) + super().purge()
+        """:meth:`PlainQueue.purge <vsqs.PlainQueue.purge>` of every partition."""
+        return sum(part.purge() for part in (*self._parts, self._root))
 
     def clean(self, older_than: float = 3600.0) -> int:
-        """:meth:`Queue.clean` of every partition."""
-        return sum(part.clean(older_than) for part in self._parts) + super().clean(older_than)
+        """:meth:`PlainQueue.clean <vsqs.PlainQueue.clean>` of every partition."""
+        return sum(part.clean(older_than) for part in (*self._parts, self._root))
 
     def redrive(
-        self, to: Queue | str | os.PathLike[str] | None = None, limit: int | None = None
+        self, to: MoveTarget | str | os.PathLike[str] | None = None, limit: int | None = None
     ) -> int:
-        """:meth:`Queue.redrive` of every partition in turn (a partitioned dead-letter
-        queue); at most *limit* in all."""
+        """:meth:`PlainQueue.redrive <vsqs.PlainQueue.redrive>` of every partition in
+        turn (a partitioned dead-letter queue); at most *limit* in all."""
+        if to is not None and isinstance(to, (str, os.PathLike)):
+            to = open_target(
+                self.path, to, PartitionedQueue, durable=self.durable, clock=self.clock
+            )
         moved = 0
-        for part in self._parts:
+        for part in (*self._parts, self._root):
             left = None if limit is None else limit - moved
             if left is not None and left <= 0:
-                return moved
+                break
             moved += part.redrive(to, left)
-        left = None if limit is None else limit - moved
-        return moved + (Queue.redrive(self, to, left) if left is None or left > 0 else 0)
+        return moved
 
-    def _store(self, changes: dict[str, object]) -> Settings:
-        """As a plain queue's; a change of ``fifo`` is stored in every partition first
-        (a partition directory also works on its own)."""
-        if "fifo" in changes:
+    def configure(self, *, partitions: int | Unset | None = UNSET, **settings: object) -> Settings:
+        """:meth:`PlainQueue.configure <vsqs.PlainQueue.configure>`; a change of ``fifo``
+        is stored in every partition first (a partition directory also works on its
+        own). ``partitions`` is refused: it is fixed when the queue is created."""
+        if partitions is not UNSET:
+            _stored.update(self.layout, self.clock, {"partitions": partitions})  # raises
+        if "fifo" in settings:
             for part in self._parts:
-                part.configure(fifo=changes["fifo"])  # type: ignore[arg-type]
-        return super()._store(changes)
+                part.configure(fifo=settings["fifo"])  # type: ignore[arg-type]
+        return self._root.configure(**settings)  # type: ignore[arg-type]
+
+    def settings(self) -> Settings:
+        """The settings stored with the queue (its count included); one read."""
+        return self._root.settings()

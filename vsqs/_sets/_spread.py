@@ -8,13 +8,20 @@ kernel, not one.
   CRC-32 of its UTF-8 bytes modulo N, the same in every process and on every host, so a
   group's messages keep their order. Without a group, one with a ``dedup_id`` goes to the
   partition of that id, and the others to the publisher's *sticky* partition: each
-  handle (in each thread) starts at its own partition and moves to the next after
-  :data:`STICKY_RUN` messages, as Kafka's sticky partitioner does, so one publisher's
-  messages spread over every partition in runs that each keep their order.
-* **Receiving.** Each handle (in each thread) has a *home* partition, spread by process
-  id and a per-process count of handles, and claims there first (strictly FIFO in the
-  partition, exactly as a plain queue: a lost race moves to the next message of that
-  partition, never further); when home is empty it takes from the others in turn, and
+  handle (in each thread) starts at a free publisher home from a random partition on
+  (:mod:`vsqs._sets._homes`) and moves to the next once :data:`STICKY_RUN` messages went
+  to it, as Kafka's sticky partitioner does, so one publisher's messages spread over
+  every partition in runs that each keep their order. The run counts messages, whatever
+  the calls: a batch goes whole to the sticky partition (one directory flush, and a
+  ``batch_dedup_id`` batch all or nothing in one directory) and counts for all of its
+  messages, so batches of 1,000 go to the partitions in turn, batches of 10 ten at a time.
+* **Receiving.** Each handle (in each thread) has a *home* partition: on its first
+  receive it takes the first free home lock from a start spread by process id and a
+  per-process count of handles (:mod:`vsqs._sets._homes`), so consumers started together
+  take distinct partitions; one that finds every home taken has none, and looks for a
+  free one again at each look elsewhere (below). It claims at home first (strictly FIFO
+  in the partition, exactly as a plain queue: a lost race moves to the next message of
+  that partition, never further); when home is empty it takes from the others in turn, and
   stays with the one it found messages in until that one is empty too (each look at an
   empty partition lists its directory: looking at an empty home on every call would
   double the cost of a message; moving to a partition lists it afresh). Every
@@ -23,16 +30,16 @@ kernel, not one.
   there (another consumer serves that partition: walking on past the names it took
   would cost a failed rename each), and a look that loses a race or finds the partition
   empty doubles the interval, up to :data:`VISIT_MOST`. A look that finds messages
-  without a lost race brings it back home, or moves it there if its own partition lost
-  races meanwhile (two consumers whose homes fell together: one moves). A blocked
+  without a lost race brings it back home, or moves it there (its home too) if its own
+  partition lost races meanwhile (two consumers whose homes fell together, on hosts
+  whose filesystem shares no lock: one moves). A blocked
   receive waits on every partition at once (one :class:`~vsqs.MultiWaiter`).
 * **Order.** FIFO per partition, so per group; across partitions, messages are taken in
   roughly publish order (each consumer drains its home oldest first).
-* ``fifo=True``: each partition delivers nothing while one of its messages is held, so a
-  group's next message waits until the earlier one is deleted or its lease ends (SQS
-  FIFO's one in flight per group). Unrelated groups that share a partition wait behind
-  each other; a ``fifo=True`` queue created without a count has
-  :data:`~vsqs._options.FIFO_PARTITIONS` partitions so that this is rare.
+* ``fifo=True``: a group's next message waits until the earlier one is deleted or its
+  lease ends (SQS FIFO's one in flight per group); other groups, in the same partition
+  or not, are delivered meanwhile (each partition is a plain ``fifo`` queue: see
+  :mod:`vsqs._groups`).
 
 Capacity is a total (one lock and counter in the queue directory, counting every
 partition); the deduplication markers are one set, in the queue directory, so a
@@ -51,6 +58,7 @@ from __future__ import annotations
 
 import itertools
 import os
+import random
 import threading
 import zlib
 from typing import Final
@@ -60,7 +68,8 @@ from .._message import Counts
 from .._stats import Stats
 
 STICKY_RUN: Final = 100
-"""Messages a publisher sends to one partition before it moves to the next."""
+"""Messages a publisher sends to one partition before it moves to the next (a batch that
+reaches it goes whole; the next one goes to the next partition)."""
 VISIT_EVERY: Final = 16
 """A receiving handle looks at a partition other than its own first once in this many calls
 (at first; see :data:`VISIT_MOST`)."""
@@ -97,7 +106,13 @@ class Spread:
         self.partitions = partitions
         self.home = start
         self.current = start
-        self.sticky = start
+        self.homed = False  # holds its home's lock (see settle)
+        self.settled = False  # has looked for a home lock (on its first receive)
+        # A publisher starts at a random partition (as Kafka's sticky partitioner picks
+        # one per batch): one that sends fewer than a run and goes (a CLI call, a
+        # request) still lands anywhere, whatever the process.
+        self.sticky = random.randrange(partitions)
+        self.sticky_settled = False  # has looked for a publisher home (its first publish)
         self.run = 0
         self.calls = 0
         self.visits = 0
@@ -106,13 +121,28 @@ class Spread:
         self.next_visit = VISIT_EVERY  # the call that looks elsewhere next
         self.mark = 0  # the current partition's lost races when last looked at
 
-    def sticky_partition(self) -> int:
-        """The partition of the next message without a group or key: the same one for
-        :data:`STICKY_RUN` messages, then the next."""
+    def settle(self, home: int | None) -> None:
+        """Take *home* (whose lock this thread now holds) as home; ``None``: every home
+        was taken, keep the spread start and look again later."""
+        self.settled = True
+        if home is not None:
+            self.home = self.current = home
+            self.homed = True
+
+    def settle_sticky(self, home: int | None) -> None:
+        """Start the sticky runs at *home* (a publisher home this thread holds)."""
+        self.sticky_settled = True
+        if home is not None:
+            self.sticky = home
+
+    def sticky_partition(self, count: int = 1) -> int:
+        """The partition of the next *count* messages without a group or key (one
+        publish, or one batch): the same one until :data:`STICKY_RUN` messages went to
+        it, then the next."""
         if self.run >= STICKY_RUN:
             self.sticky = (self.sticky + 1) % self.partitions
             self.run = 0
-        self.run += 1
+        self.run += count
         return self.sticky
 
     def order(self) -> list[int]:
@@ -151,7 +181,11 @@ class Spread:
             self.interval = min(2 * self.interval, VISIT_MOST)
         else:
             self.interval = VISIT_EVERY
-            if index == self.home or current_misses > self.mark:
+            if index == self.home:
+                self.current = index
+            elif current_misses > self.mark:
+                if self.current == self.home:  # another consumer serves our home: leave it
+                    self.home = index
                 self.current = index
         self.next_visit = self.calls + self.interval
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 from .._clock import Clock
 from .._errors import QueueDrained
@@ -43,3 +43,18 @@ def receive_until(
         if watch is None or remaining <= 0:
             return []
         watch.wait(token, min(remaining, next_look()))
+
+
+def consuming(
+    receive: Callable[..., Message | None], visibility_timeout: float | None, timeout: float | None
+) -> Iterator[Message]:
+    """Yield what *receive* gives until it gives nothing for *timeout* seconds or raises
+    :class:`QueueDrained` (a queue's ``consume()``)."""
+    while True:
+        try:
+            message = receive(visibility_timeout=visibility_timeout, timeout=timeout)
+        except QueueDrained:
+            return
+        if message is None:
+            return
+        yield message

@@ -46,11 +46,11 @@ from typing import TYPE_CHECKING
 from .._errors import QueueDrained, QueueFull
 from .._message import Message
 from .._options import seconds as _seconds
-from .._queue import Queue
+from .._reactor import Waiters, reactor
 from .._renewal import Lease
+from .._sets import AnyQueue, Queue, partitions_of
 from .._stats import Stats
 from ._publish import Publisher
-from ._reactor import Waiters, reactor
 
 if TYPE_CHECKING:
     from typing_extensions import Self, Unpack
@@ -81,7 +81,7 @@ class AsyncQueue:
         self._leases: weakref.WeakSet[Lease] = weakref.WeakSet()
 
     @classmethod
-    def wrap(cls, queue: Queue) -> AsyncQueue:
+    def wrap(cls, queue: AnyQueue) -> AsyncQueue:
         """An async handle with *queue*'s options (a new handle on its directory)."""
         return cls(queue.path, **queue.config.options())
 
@@ -114,7 +114,7 @@ class AsyncQueue:
     def _watched_paths(self) -> tuple[str, ...]:
         """The directories a change of which may let a call go on: the queue's own and,
         partitioned, every partition's (a message may arrive, or room appear, in any)."""
-        parts = self.queue.partition_queues
+        parts = partitions_of(self.queue)
         return (self.path, *(part.path for part in parts if part is not self.queue))
 
     def _watch(self) -> bool:
@@ -219,7 +219,7 @@ class AsyncQueue:
         if not queue.durable:
             return queue.publish_batch(bodies, dedup_ids=keys, timeout=0, **options)  # type: ignore[arg-type]
         if self._publisher is None:
-            self._publisher = Publisher(Queue.from_config(self.path, queue.config))
+            self._publisher = Publisher(Queue(self.path, **queue.config.options()))
         return await self._publisher.submit(bodies, keys, options)
 
     # -- receiving -------------------------------------------------------------------

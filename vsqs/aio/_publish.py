@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from typing import Final
 
 from .._errors import DurabilityError
-from .._queue import Queue
+from .._sets import AnyQueue
 
 MAX_BATCH: Final = 1000
 """The most bodies one sync covers."""
@@ -88,7 +88,7 @@ def _settle_durability(group: list[_Job], error: DurabilityError) -> None:
 class Publisher:
     """One thread publishing for one queue handle (started with the first job)."""
 
-    def __init__(self, queue: Queue) -> None:
+    def __init__(self, queue: AnyQueue) -> None:
         self._queue = queue
         self._jobs: stdlib_queue.SimpleQueue[_Job | None] = stdlib_queue.SimpleQueue()
         self._thread: threading.Thread | None = None

@@ -18,12 +18,15 @@ import click
 
 from .. import __version__, _host
 from ._common import (
+    DEBUG,
     EXIT_CODES_HELP,
     INTERRUPTED,
     OK,
     CliError,
     Stopped,
+    debug_option,
     describe,
+    force_option,
     install_stop_handlers,
     stopped_line,
 )
@@ -52,6 +55,9 @@ _COMMANDS: Final = {
     "sink": "_load",
     "stats": "_admin",
 }
+# The commands that open a QUEUE: each refuses a directory that is not a queue unless told
+# `--force`. Every command takes `--debug` after its name too.
+_FORCED: Final = frozenset(_COMMANDS) - {"demo", "queues", "serve"}
 
 
 def _silence_stdout() -> None:
@@ -73,10 +79,16 @@ class _Group(click.Group):
     def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
         if cmd_name not in self.commands and cmd_name in _COMMANDS:
             module = importlib.import_module(f"{__name__}.{_COMMANDS[cmd_name]}")
-            self.add_command(getattr(module, cmd_name))
+            command: click.Command = getattr(module, cmd_name)
+            for leaf in _leaves(command):
+                if cmd_name in _FORCED:
+                    leaf.params.append(force_option())
+                leaf.params.append(debug_option())
+            self.add_command(command)
         return super().get_command(ctx, cmd_name)
 
     def invoke(self, ctx: click.Context) -> Any:
+        ctx.meta[DEBUG] = bool(ctx.params.get("debug"))  # `--debug` after the command too
         try:
             return super().invoke(ctx)
         except (click.exceptions.Exit, click.ClickException, click.Abort):
@@ -87,20 +99,27 @@ class _Group(click.Group):
             _silence_stdout()
             raise click.exceptions.Exit(OK) from None
         except KeyboardInterrupt:
-            if ctx.params.get("debug"):
+            if ctx.meta[DEBUG]:
                 raise
             click.echo("vsqs: interrupted", err=True)
             raise click.exceptions.Exit(INTERRUPTED) from None
         except Stopped as stopped:
-            if ctx.params.get("debug"):
+            if ctx.meta[DEBUG]:
                 raise
             click.echo(stopped_line(stopped.signum), err=True)
             raise click.exceptions.Exit(128 + stopped.signum) from None
         except Exception as exc:  # the one place every error becomes a line
-            if ctx.params.get("debug"):
+            if ctx.meta[DEBUG]:
                 raise
             code, text = describe(exc)
             raise CliError(text, code) from None
+
+
+def _leaves(command: click.Command) -> list[click.Command]:
+    """*command*, or the commands of a group, all the way down."""
+    if isinstance(command, click.Group):
+        return [leaf for sub in command.commands.values() for leaf in _leaves(sub)]
+    return [command]
 
 
 @click.group(

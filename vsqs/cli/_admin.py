@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import os
 import sys
 import time
 from collections.abc import Callable
@@ -12,12 +13,23 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from .. import Queue, QueueRoot, Stats, VsqsError, _host, _units, validate_name
+from .. import (
+    AnyQueue,
+    Queue,
+    QueueRoot,
+    Stats,
+    VsqsError,
+    _host,
+    _units,
+    partitions_of,
+    validate_name,
+)
 from ._common import (
     SECONDS,
     CliError,
     json_line,
     open_queue,
+    plain,
     progress,
     stdout_is_terminal,
 )
@@ -46,10 +58,36 @@ def _shape(partitions: int | None, fifo: bool) -> dict[str, Any]:
     return shape
 
 
-def _describe(queue: Queue) -> str:
+def _keep_shape(path: str, shape: dict[str, Any]) -> None:
+    """Refuse to give an existing queue (one with settings, messages, a count of messages
+    ever published, or shut down) another partition count or fifo setting than it has:
+    ``create`` never changes a queue. An empty directory is no queue yet."""
+    if not shape or not _host.is_dir(path):
+        return
+    existing = Queue(path)
+    stats = existing.stats()
+    if not (existing.settings() or stats.is_shutdown or stats.produced_messages or len(existing)):
+        existing.close()
+        return
+    has = {"partitions": len(partitions_of(existing)), "fifo": existing.fifo}
+    existing.close()
+    asked = {"partitions": shape.get("partitions", has["partitions"]), "fifo": shape.get("fifo")}
+    changed = [key for key in has if asked[key] is not None and asked[key] != has[key]]
+    if changed:
+        old = ", ".join(f"{key}={has[key]}" for key in changed)
+        new = ", ".join(f"{key}={asked[key]}" for key in changed)
+        raise click.UsageError(
+            f"queue {path!r} exists with {old}; vsqs create never changes an existing "
+            f"queue (asked: {new}). Create a new queue with it and move the messages "
+            "there: vsqs redrive OLD --to NEW"
+        )
+
+
+def _describe(queue: AnyQueue) -> str:
     shown = queue.path
-    if queue.partitions > 1 or queue.fifo:
-        shown += f"  (partitions={queue.partitions}{', fifo' if queue.fifo else ''})"
+    count = len(partitions_of(queue))
+    if count > 1 or queue.fifo:
+        shown += f"  (partitions={count}{', fifo' if queue.fifo else ''})"
     return shown
 
 
@@ -69,6 +107,7 @@ def create(queues: tuple[str, ...], partitions: int | None, fifo: bool) -> None:
     """
     shape = _shape(partitions, fifo)
     for path in queues:
+        _keep_shape(os.path.abspath(path), shape)
         made = open_queue(path, create=True, **shape)
         click.echo(_describe(made))
 
@@ -96,7 +135,7 @@ def purge(queue: str, yes: bool) -> None:
     with progress(f"purging {queue}", None, show=stdout_is_terminal()) as advance:
         removed = target.purge()
         advance(removed)
-    click.echo(f"purged {removed:,} messages")
+    click.echo(f"purged {_units.count_of(removed, 'message')}")
 
 
 @click.command()
@@ -115,7 +154,7 @@ def clean(queue: str, older_than: float) -> None:
     metadata and expired deduplication markers. Young entries are never touched.
     """
     removed = open_queue(queue).clean(older_than)
-    click.echo(f"removed {removed:,} entries")
+    click.echo(f"removed {_units.count_of(removed, 'entry', 'entries')}")
 
 
 @click.command()
@@ -126,10 +165,10 @@ def requeue(queue: str) -> None:
     Consumers do this as they go; this is for a queue nobody is consuming.
     """
     count = open_queue(queue).requeue_expired()
-    click.echo(f"requeued {count:,} messages")
+    click.echo(f"requeued {_units.count_of(count, 'message')}")
 
 
-def _redrive(dead: Queue, to: Queue | None, limit: int | None) -> int:
+def _redrive(dead: AnyQueue, to: AnyQueue | None, limit: int | None) -> int:
     return dead.redrive(to=to, limit=limit)
 
 
@@ -156,7 +195,7 @@ def redrive(dead_letter_queue: str, to: str | None, limit: int | None) -> None:
             advance(count)
             if count < want:
                 break  # the rest has no recorded source, or was taken by a consumer
-    click.echo(f"redrove {moved:,} messages")
+    click.echo(f"redrove {_units.count_of(moved, 'message')}")
 
 
 @click.command()
@@ -363,12 +402,13 @@ def create_queues(root: str, names: tuple[str, ...], partitions: int | None, fif
     parent = QueueRoot(root)
     shape = _shape(partitions, fifo)
     for name in names:
+        _keep_shape(os.path.join(parent.path, name), shape)
         try:
             made = parent.create(name, **shape)
         except ValueError as exc:
             if isinstance(exc, VsqsError):
                 raise
-            raise click.UsageError(str(exc)) from None
+            raise click.UsageError(plain(str(exc))) from None
         click.echo(_describe(made))
         made.close()
 

@@ -9,6 +9,7 @@ import base64
 import contextlib
 import json
 import os
+import re
 import signal
 import sys
 import threading
@@ -20,6 +21,7 @@ from typing import Any, Final
 import click
 
 from .. import (
+    AnyQueue,
     InvalidSettings,
     LeaseLost,
     Message,
@@ -29,8 +31,11 @@ from .. import (
     QueueFull,
     VsqsError,
     _fs,
+    _host,
 )
-from .._ids import MAX_DURATION
+from .._ids import MAX_DURATION, parse_name
+from .._inotify import WAKE
+from .._layout import DIR, ROOT, Layout
 
 # The documented exit codes (the epilog of `vsqs --help` and docs/guides/cli.rst).
 OK: Final = 0
@@ -40,6 +45,12 @@ EMPTY: Final = 3  # nothing received / ready in the time allowed; a full queue t
 CLOSED: Final = 4  # publish to a closed queue, receive from a closed and drained one
 EXEC_FAILED: Final = 5  # receive --exec: a command failed or a message could not be acked
 INTERRUPTED: Final = 130  # Ctrl-C, as a shell reports SIGINT
+
+DEBUG: Final = "vsqs.debug"
+"""The key in ``click.Context.meta`` (shared by every nested context) that ``--debug``
+after a command sets."""
+_FORCE: Final = "vsqs.force"
+_LITERAL: Final = re.compile(r"``(.+?)``")
 
 SECONDS: Final = click.FloatRange(min=0, max=MAX_DURATION)
 """A duration option: what the API accepts (:data:`vsqs._ids.MAX_DURATION` at most)."""
@@ -144,7 +155,7 @@ def stops_deferred() -> Iterator[None]:
 
 
 def publish_batch(
-    queue: Queue, bodies: list[bytes], *, timeout: float | None = None, **options: Any
+    queue: AnyQueue, bodies: list[bytes], *, timeout: float | None = None, **options: Any
 ) -> list[str]:
     """:meth:`Queue.publish_batch` with stop signals held back while it writes.
 
@@ -171,7 +182,7 @@ class CliError(click.ClickException):
     """A one-line error with its exit code; click prints it as ``Error: <message>``."""
 
     def __init__(self, message: str, exit_code: int = ERROR) -> None:
-        super().__init__(message)
+        super().__init__(plain(message))
         # click declares exit_code a class variable; an instance value overrides it fine.
         self.exit_code = exit_code  # type: ignore[misc]
 
@@ -212,16 +223,22 @@ def queue_options(**options: Any) -> dict[str, Any]:
     return {key: value for key, value in options.items() if value is not None}
 
 
-def open_queue(path: str, *, create: bool = False, **options: Any) -> Queue:
+def open_queue(path: str, *, create: bool = False, **options: Any) -> AnyQueue:
     """Open the queue at *path*, detached when the command ends.
 
     Only commands that publish may *create* the directory: a typo in the path of
-    ``stats`` or ``receive`` must be an error, not a new empty queue.
+    ``stats`` or ``receive`` must be an error, not a new empty queue. A directory that
+    is not a queue (:func:`not_a_queue`) is refused unless the command was given
+    ``--force``.
     """
     if not path or "\0" in path:
         raise click.BadParameter(f"{path!r} is not a queue path", param_hint="QUEUE")
     if not create and not _fs.exists(path):
         raise CliError(f"no queue at {path}")
+    context = click.get_current_context()
+    why = None if context.meta.get(_FORCE) else not_a_queue(path)
+    if why is not None:
+        raise CliError(why)
     try:
         queue = Queue(path, **queue_options(**options))
     except InvalidSettings:
@@ -229,12 +246,12 @@ def open_queue(path: str, *, create: bool = False, **options: Any) -> Queue:
     except (TypeError, ValueError) as exc:
         if isinstance(exc, VsqsError):
             raise
-        raise click.UsageError(str(exc)) from None  # an option the queue refuses
-    click.get_current_context().with_resource(queue)
+        raise click.UsageError(plain(str(exc))) from None  # an option the queue refuses
+    context.with_resource(queue)
     return queue
 
 
-def release(queue: Queue, message: Message) -> None:
+def release(queue: AnyQueue, message: Message) -> None:
     """Make a held message visible again now (its lease may already have ended)."""
     try:
         queue.change_visibility(message, 0)
@@ -298,3 +315,66 @@ def progress(
     ) as bar:
         task = bar.add_task(description, total=total)
         yield lambda amount: bar.advance(task, amount)
+
+
+def plain(text: str) -> str:
+    """*text* with its reST literals (in double backquotes) in single backquotes, as
+    in `vsqs redrive`: library errors are written for the docs, and a terminal would
+    show the markup as is."""
+    return _LITERAL.sub(r"`\1`", text)
+
+
+def not_a_queue(path: str) -> str | None:
+    """Why the existing directory *path* does not look like a queue, or ``None``.
+
+    A queue has a ``.vsqs`` directory, or holds only message names (a queue of vsqs 0.3,
+    or one made by hand, and ``.wake-`` pokes); anything else in a directory without
+    ``.vsqs`` (a user's files) says it is not one. The library opens any directory, as
+    VSQS does; the command line refuses such a one, unless told ``--force``, before a
+    ``receive`` renames a user's file named ``123``.
+    """
+    if not _host.is_dir(path) or Layout(path).has_dir(ROOT):
+        return None
+    fd = _fs.open_queue_dir(path)
+    try:
+        names = _fs.list_at(fd)
+    finally:
+        _fs.close(fd)
+    for name in names:
+        if parse_name(name) is None and not name.startswith(WAKE):
+            return (
+                f"{path} is not a queue: it has no {DIR}/ and holds {name!r}, which is not "
+                "a message; pass --force to use it as a queue anyway"
+            )
+    return None
+
+
+def _set_force(ctx: click.Context, _param: click.Parameter, value: bool) -> None:
+    ctx.meta[_FORCE] = value
+
+
+def _set_debug(ctx: click.Context, _param: click.Parameter, value: bool) -> None:
+    if value:  # given after the command; `vsqs --debug CMD` sets the group's own
+        ctx.meta[DEBUG] = True
+
+
+def force_option() -> click.Option:
+    """``--force``, for a command that opens a QUEUE: see :func:`not_a_queue`."""
+    return _meta_flag(
+        "--force",
+        _set_force,
+        f"Use a directory that is not a queue (no {DIR}/, files that are not messages).",
+    )
+
+
+def debug_option() -> click.Option:
+    """``--debug`` after the command, as ``vsqs --debug`` before it."""
+    return _meta_flag("--debug", _set_debug, "Show the traceback of an error instead of one line.")
+
+
+def _meta_flag(
+    name: str, callback: Callable[[click.Context, click.Parameter, bool], None], text: str
+) -> click.Option:
+    """A flag that the command's function never sees: *callback* notes it in the
+    context's ``meta`` (shared by the group and the command)."""
+    return click.Option([name], is_flag=True, expose_value=False, callback=callback, help=text)

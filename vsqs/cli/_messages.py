@@ -10,7 +10,7 @@ from typing import IO
 
 import click
 
-from .. import _host
+from .. import _host, _units
 from .._ids import State, parse_name
 from .._meta import check_group
 from ._common import (
@@ -20,6 +20,7 @@ from ._common import (
     json_line,
     message_json,
     open_queue,
+    plain,
     progress,
     publish_batch,
     stdout_is_terminal,
@@ -34,6 +35,8 @@ def _attributes(
         key, eq, text = value.partition("=")
         if not eq or not key:
             raise click.BadParameter(f"{value!r} is not KEY=VALUE")
+        if key in attributes:  # never silently keep one of two values
+            raise click.BadParameter(f"attribute {key!r} is given twice")
         attributes[key] = text
     return attributes
 
@@ -44,7 +47,7 @@ def _group(_ctx: click.Context, _param: click.Parameter, value: str | None) -> s
     try:
         return check_group(value)
     except ValueError as exc:
-        raise click.BadParameter(str(exc)) from None
+        raise click.BadParameter(plain(str(exc))) from None
 
 
 def _lines(stream: IO[bytes]) -> Iterator[bytes]:
@@ -218,7 +221,7 @@ def publish(
         if pending:
             flush()
     if show:
-        click.echo(f"published {published:,} messages to {queue}")
+        click.echo(f"published {_units.count_of(published, 'message')} to {queue}")
 
 
 def _check_receipt(receipt: str) -> str:

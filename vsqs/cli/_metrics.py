@@ -19,14 +19,14 @@ from ._common import CliError, open_queue
 if TYPE_CHECKING:
     from prometheus_client.core import Metric
 
-    from .. import Queue
+    from .. import AnyQueue
 
 MISSING: Final = (
     "this needs the 'metrics' extra; install it from a clone of vsqs with pip install '.[metrics]'"
 )
 
 
-def prometheus_text(queues: Iterable[tuple[str, Queue]]) -> str:
+def prometheus_text(queues: Iterable[tuple[str, AnyQueue]]) -> str:
     """The text exposition of one sample of each ``(label, queue)``."""
     try:
         from prometheus_client import CollectorRegistry, generate_latest  # noqa: PLC0415

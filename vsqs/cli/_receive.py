@@ -14,7 +14,7 @@ from typing import Any, Final
 
 import click
 
-from .. import LeaseLost, Message, Queue, QueueDrained
+from .. import AnyQueue, LeaseLost, Message, QueueDrained
 from ._common import (
     CLOSED,
     EMPTY,
@@ -110,7 +110,7 @@ def _child_stdout() -> int | None:
 
 
 def _run(
-    command: str, queue: Queue, message: Message, as_json: bool, signals: _Signals
+    command: str, queue: AnyQueue, message: Message, as_json: bool, signals: _Signals
 ) -> tuple[int, Message]:
     """Run *command* for *message*, renewing its lease while it runs.
 
@@ -297,7 +297,7 @@ def receive(
 
 def _exec(
     command: str,
-    queue: Queue,
+    queue: AnyQueue,
     message: Message,
     *,
     as_json: bool,
@@ -341,7 +341,7 @@ def _exec(
         signals.check()
 
 
-def _print(queue: Queue, batch: list[Message], *, keep: bool, as_json: bool) -> None:
+def _print(queue: AnyQueue, batch: list[Message], *, keep: bool, as_json: bool) -> None:
     """Write each message, deleting it once written; release whatever was not written."""
     pending = list(batch)
     try:

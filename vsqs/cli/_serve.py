@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import logging
 import threading
 
 import click
 
-from .. import QueueRoot
+from .. import QueueRoot, _host
 from ..dashboard import Dashboard
 from ..serve import MAX_CONNECTIONS, load_credentials, make_server
 from ._common import CliError, Stopped
@@ -30,8 +31,25 @@ from ._common import CliError, Stopped
     type=click.IntRange(1),
     default=MAX_CONNECTIONS,
     show_default=True,
-    help="Connections served at once (a thread each); more are answered 503 (SDKs retry).",
+    help="Connections served at once; more are answered 503 (SDKs retry).",
 )
+@click.option(
+    "--allow-host",
+    "allow_hosts",
+    multiple=True,
+    metavar="NAME",
+    help="A Host name clients use beside localhost/127.0.0.1/[::1] (any port; repeat "
+    "for more). Any other Host is refused (DNS rebinding).",
+)
+@click.option(
+    "--allow-origin",
+    "allow_origins",
+    multiple=True,
+    metavar="URL",
+    help="The origin (scheme://host:port) of a web app that may change queues from a "
+    "browser; CORS is answered for it alone (repeat for more).",
+)
+@click.option("--create", is_flag=True, help="Make ROOT if it does not exist.")
 def serve(
     root: str,
     *,
@@ -41,18 +59,32 @@ def serve(
     quiet: bool,
     admin: bool,
     max_connections: int,
+    allow_hosts: tuple[str, ...],
+    allow_origins: tuple[str, ...],
+    create: bool,
 ) -> None:
     """Serve the queues under ROOT over the SQS API (JSON and query protocols).
 
     Point any SQS client at http://HOST:PORT (boto3: endpoint_url). Each directory
     under ROOT is a queue. --port 0 picks a free port (printed). SIGTERM or Ctrl-C
-    stops it gracefully: requests in flight finish, long polls return empty.
+    stops it gracefully: requests in flight finish, long polls return empty. Runs on
+    uvicorn (the serve extra); a client that stalls is cut off by deadlines (see the
+    guide, "The SQS API").
     """
+    if quiet:  # uvicorn's own warnings too (a malformed request refused, say)
+        logging.getLogger("uvicorn").setLevel(logging.ERROR)
     credentials = None if credentials_file is None else load_credentials(credentials_file)
+    if not create and not _host.is_dir(root):  # a typo would serve an empty new root
+        raise CliError(f"no directory {root!r} to serve (give --create to make it)")
     queue_root = QueueRoot(root)
     # The dashboard at / and /ui/ (read-only unless --admin); its sampler thread stops
     # with the server.
-    dashboard = Dashboard(queue_root, admin=admin, credentials=credentials)
+    try:
+        dashboard = Dashboard(
+            queue_root, admin=admin, credentials=credentials, allow_hosts=allow_hosts
+        )
+    except ValueError as exc:
+        raise CliError(str(exc)) from None
     try:
         server = make_server(
             queue_root,
@@ -62,7 +94,12 @@ def serve(
             quiet=quiet,
             pages=dashboard.handle,
             max_connections=max_connections,
+            allow_hosts=allow_hosts,
+            allow_origins=allow_origins,
         )
+    except (ValueError, ModuleNotFoundError) as exc:  # a bad allow-list; no serve extra
+        dashboard.close()
+        raise CliError(str(exc)) from None
     except OSError as exc:  # EADDRINUSE, EACCES (a port below 1024), EADDRNOTAVAIL
         dashboard.close()
         if isinstance(exc, PermissionError) and not exc.errno:

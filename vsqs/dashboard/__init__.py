@@ -21,8 +21,13 @@ is a POST that carries a token only the dashboard's own pages have (CSRF), is re
 from another origin, and asks for a confirmation first. With *credentials* (a server
 that listens beyond loopback), every request needs HTTP Basic authentication (user:
 access key, password: secret key), a key sees only the queues it may use, and only a key
-with ``admin: true`` may act. Basic authentication sends the secret with every request:
-off loopback, put TLS in front (a reverse proxy).
+with ``admin: true`` may act, on the queues it may use, with the same limits as
+through the SQS API (a dead-letter or redrive target is a queue the key may use).
+Basic authentication sends the secret with every request: off loopback, put TLS in
+front (a reverse proxy). Every request whose ``Host`` is not a loopback name nor one
+of *allow_hosts* is refused (DNS rebinding: a page that rebinds its name to the
+server would otherwise read the form token), as by the SQS API
+(:class:`vsqs.serve.BrowserPolicy`).
 """
 
 from __future__ import annotations
@@ -33,13 +38,13 @@ import json
 import os
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from importlib import resources
 from typing import Any, Final
 from urllib.parse import unquote, urlsplit
 
-from .. import InvalidName, Queue, QueueNotFound, QueueRoot, VsqsError, validate_name
-from ..serve import Credential, Credentials
+from .. import AnyQueue, InvalidName, QueueNotFound, QueueRoot, VsqsError, validate_name
+from ..serve import BrowserPolicy, Credential, Credentials, SqsError
 from . import _charts, _pages
 from ._actions import PEEK, SETTINGS, WHOLE, peek, plan_configure
 from ._guard import (
@@ -50,7 +55,6 @@ from ._guard import (
     authenticate,
     parse_form,
     response_headers,
-    same_origin,
     token,
 )
 from ._sampler import Sampler
@@ -83,6 +87,9 @@ class Dashboard:
         ``admin: true`` for an action); ``None`` on loopback.
     :param sample_every: seconds between two samples of a queue (and between two
         refreshes of an open page).
+    :param allow_hosts: ``Host`` names accepted beside the loopback ones (as
+        ``vsqs serve --allow-host``).
+    :raises ValueError: an *allow_hosts* entry that is not a host name.
     """
 
     def __init__(
@@ -92,7 +99,10 @@ class Dashboard:
         admin: bool = False,
         credentials: Credentials | None = None,
         sample_every: float = 5.0,
+        allow_hosts: Iterable[str] = (),
     ) -> None:
+        # No origin is allowed: the actions' forms come from the dashboard's own pages.
+        self.policy = BrowserPolicy.of(allow_hosts)
         self.root = root
         self.admin = bool(admin)
         self.credentials = credentials
@@ -150,6 +160,10 @@ class Dashboard:
             return None
         lowered = {key.lower(): value for key, value in headers.items()}
         try:
+            try:
+                self.policy.check(method, lowered, changes=method == "POST")
+            except SqsError as refused:
+                raise Refused(refused.status, refused.text) from None
             user = authenticate(self.credentials, lowered)
             if method in ("GET", "HEAD"):  # the server sends no body for a HEAD
                 return self._get(path, lowered, user)
@@ -268,6 +282,9 @@ class Dashboard:
 
     def _queue_page(self, name: str, user: Credential | None) -> Response:
         row = self._row(name)
+        settings: dict[str, object] | None = None
+        messages: list[dict[str, Any]] | None = None
+        problem = None
         try:
             with self._open(name) as queue:
                 settings = dict(queue.settings())
@@ -275,12 +292,14 @@ class Dashboard:
         except QueueNotFound:
             raise Refused(404, f"no queue {name!r} under this root") from None
         except (VsqsError, OSError, ValueError) as exc:
-            raise Refused(500, f"{name}: {type(exc).__name__}: {exc}") from None
+            # The page says what cannot be read, and shows the rest: never an empty queue.
+            problem = f"{type(exc).__name__}: {exc}"
         body = _pages.queue_page(
             name,
             row,
             settings,
             messages,
+            problem=problem,
             now=time.time(),
             every=self.sample_every,
             token=token(self._secret, user) if self._can_act(user) else None,
@@ -300,7 +319,6 @@ class Dashboard:
             raise Refused(403, "the dashboard is read-only (start the server with --admin)")
         if not self._can_act(user):
             raise Refused(403, "this access key may not act (its credentials lack admin)")
-        same_origin(headers)
         form = parse_form(headers, body)
         expected = token(self._secret, user).encode()
         if not hmac.compare_digest(form.get("csrf", "").encode(), expected):
@@ -326,7 +344,7 @@ class Dashboard:
         self.sampler.refresh_soon()
         return 200, response_headers(HTML), _pages.result(name, text, ok=True)
 
-    def _open(self, name: str) -> contextlib.closing[Queue]:
+    def _open(self, name: str) -> contextlib.closing[AnyQueue]:
         """A handle of the queue *name* for one request, closed at its end.
 
         :raises QueueNotFound:"""
@@ -334,7 +352,7 @@ class Dashboard:
 
     def _plan(
         self,
-        queue: Queue,
+        queue: AnyQueue,
         name: str,
         action: str,
         form: Mapping[str, str],
@@ -364,12 +382,14 @@ class Dashboard:
         if action == "redrive":
             return self._plan_redrive(queue, name, form, user, opened=opened)
         if action == "configure":
-            return plan_configure(queue, name, form)
+            return plan_configure(
+                queue, name, form, lambda other: self._visible(other, user), self.root.__contains__
+            )
         raise Refused(400, f"unknown action {action!r}")
 
     def _plan_redrive(
         self,
-        queue: Queue,
+        queue: AnyQueue,
         name: str,
         form: Mapping[str, str],
         user: Credential | None,
@@ -377,7 +397,7 @@ class Dashboard:
         opened: contextlib.ExitStack,
     ) -> tuple[str, Any]:
         to_name = form.get("to", "").strip()
-        target: Queue | None = None
+        target: AnyQueue | None = None
         if to_name:
             to_name = self._queue_name(to_name, user)
             target = opened.enter_context(self._open(to_name))

@@ -11,7 +11,7 @@ from collections.abc import Callable, Mapping
 from itertools import islice
 from typing import Any, Final
 
-from .. import Queue, VsqsError
+from .. import AnyQueue, VsqsError, partitions_of
 from ._guard import Refused
 
 PEEK: Final = 20
@@ -29,9 +29,20 @@ SETTINGS: Final = {
 
 
 def plan_configure(
-    queue: Queue, name: str, form: Mapping[str, str]
+    queue: AnyQueue,
+    name: str,
+    form: Mapping[str, str],
+    may_use: Callable[[str], bool],
+    is_queue: Callable[[str], bool],
 ) -> tuple[str, Callable[[], str]]:
-    """What changing a setting from *form* will do, and a function doing it."""
+    """What changing a setting from *form* will do, and a function doing it.
+
+    :param may_use: whether the signed-in key may use a queue (by name): a dead-letter
+        queue is one its messages will be written into, so, as ``SetQueueAttributes``'
+        ``RedrivePolicy`` through the SQS API, it must be one the key may use.
+    :param is_queue: whether a queue of that name exists beside it: a dead-letter queue
+        must (as in SQS; a file under that name would make the queue unusable).
+    """
     key = form.get("key", "")
     if key not in SETTINGS:
         raise Refused(400, f"unknown setting {key!r}; known: {', '.join(SETTINGS)}")
@@ -43,6 +54,10 @@ def plan_configure(
         except ValueError:
             kind = "a whole number" if SETTINGS[key] is int else "a number of seconds"
             raise Refused(400, f"{key} must be {kind}, not {raw!r}") from None
+    if key == "dead_letter" and value is not None and not may_use(str(value)):
+        raise Refused(403, f"this access key may not use the queue {value!r} (its dead letters)")
+    if key == "dead_letter" and value is not None and not is_queue(str(value)):
+        raise Refused(400, f"no queue {value!r} under this root to take the dead letters")
     shown = "the default (removed)" if value is None else repr(value)
     what = f"Store {key} = {shown} with {name}; handles opened from now on use it."
 
@@ -53,7 +68,7 @@ def plan_configure(
     return what, configure
 
 
-def peek(queue: Queue) -> list[dict[str, Any]]:
+def peek(queue: AnyQueue) -> list[dict[str, Any]]:
     """The oldest ready messages (never claimed), with their dead-letter history."""
     out = []
     for message in islice(queue.browse(), PEEK):
@@ -81,16 +96,16 @@ def peek(queue: Queue) -> list[dict[str, Any]]:
     return out
 
 
-def partition_of(queue: Queue, directory: str) -> Queue:
+def partition_of(queue: AnyQueue, directory: str) -> AnyQueue:
     """The partition of *queue* whose directory is *directory* (the queue itself if it
     is not partitioned)."""
-    for part in queue.partition_queues:
+    for part in partitions_of(queue):
         if part.path == directory:
             return part
     return queue
 
 
-def source_name(queue: Queue, source: str) -> str:
+def source_name(queue: AnyQueue, source: str) -> str:
     """The name of the queue a dead letter came from: its directory's name when it is
     beside *queue* (or a partition of a queue beside it); the path as recorded otherwise."""
     root = os.path.dirname(queue.path)

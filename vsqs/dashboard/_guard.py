@@ -1,5 +1,6 @@
 """What guards the dashboard: its response headers, HTTP Basic authentication, the
-forms' CSRF token and origin checks, and form parsing. No I/O."""
+forms' CSRF token, and form parsing (the Host and Origin checks are the SQS API's,
+:class:`vsqs.serve.BrowserPolicy`). No I/O."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import hashlib
 import hmac
 from collections.abc import Mapping
 from typing import Final
-from urllib.parse import parse_qs, urlsplit
+from urllib.parse import parse_qs
 
 from ..serve import Credential, Credentials
 
@@ -71,24 +72,6 @@ def token(secret: bytes, user: Credential | None) -> str:
     """The CSRF token of *user*'s forms: an HMAC of the access key with *secret*."""
     who = b"" if user is None else user.access_key.encode()
     return hmac.new(secret, b"csrf\0" + who, hashlib.sha256).hexdigest()
-
-
-def same_origin(headers: Mapping[str, str]) -> None:
-    """Refuse a POST that a browser says comes from another site (a second guard
-    beside the form token).
-
-    The origin must be the host the request was sent to: its ``Host``, or the
-    ``X-Forwarded-Host`` of a reverse proxy in front (a page on another site cannot set
-    either header on a form it makes a browser send)."""
-    if headers.get("sec-fetch-site", "same-origin") not in ("same-origin", "none"):
-        raise Refused(403, "a cross-site form is refused")
-    origin = headers.get("origin")
-    if origin == "null":
-        raise Refused(403, "a form from an opaque origin is refused")
-    if origin is not None:
-        hosts = {headers.get("host", ""), headers.get("x-forwarded-host", "").partition(",")[0]}
-        if urlsplit(origin).netloc not in hosts - {""}:
-            raise Refused(403, "a form from another origin is refused")
 
 
 def parse_form(headers: Mapping[str, str], body: bytes) -> dict[str, str]:

@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Final
 
-from .. import Queue, VsqsError
+from .. import AnyQueue, VsqsError, partitions_of
 
 REDELIVERED_BUDGET: Final = 1000
 """At most this many messages' metadata read per queue and count."""
@@ -30,7 +30,7 @@ class Receives:
     """Of those, how many have each receive count of :data:`BUCKETS`."""
 
 
-def count_redelivered(queue: Queue, budget: int = REDELIVERED_BUDGET) -> Receives:
+def count_redelivered(queue: AnyQueue, budget: int = REDELIVERED_BUDGET) -> Receives:
     """How many messages of *queue* were received before without a delete, by receive
     count, reading at most *budget* messages' metadata.
 
@@ -42,7 +42,7 @@ def count_redelivered(queue: Queue, budget: int = REDELIVERED_BUDGET) -> Receive
     histogram = [0] * len(BUCKETS)
     examined = 0
     capped = False
-    for part in queue.partition_queues:
+    for part in partitions_of(queue):
         for message_id in part.layout.names("meta"):
             if message_id.startswith("."):
                 continue  # a writer's temporary file

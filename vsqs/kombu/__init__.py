@@ -45,7 +45,7 @@ import uuid
 from collections import Counter, defaultdict
 from collections.abc import Callable
 from queue import Empty
-from typing import Any, ClassVar, Final
+from typing import Any, ClassVar, Final, cast
 
 from .._extras import missing_extra
 
@@ -57,7 +57,7 @@ try:
 except ModuleNotFoundError as error:
     raise missing_extra(error, "celery", "vsqs.kombu") from None
 
-from .. import Message, Queue, QueueDrained, QueueRoot, __version__
+from .. import AnyQueue, Message, QueueDrained, QueueRoot, __version__
 from .._waiters import POLL_INTERVAL
 from ._envelope import NotKombu, expiry_attributes, move, overdue, parse
 from ._names import Binding, Bindings, vsqs_name
@@ -115,7 +115,7 @@ class Channel(virtual.Channel):
             raise ValueError("vsqs transport: max_receives needs a dead_letter_queue")
         self.root = QueueRoot(root, visibility_timeout=self.visibility_timeout)
         self.bindings = Bindings(self.root.path)
-        self._queues: dict[str, Queue] = {}
+        self._queues: dict[str, AnyQueue] = {}
         self._no_ack: set[str] = set()
         # Callbacks by event name, as py-amqp's: Producer(on_return=) adds "basic_return".
         self.events: defaultdict[str, set[Callable[..., Any]]] = defaultdict(set)
@@ -133,7 +133,7 @@ class Channel(virtual.Channel):
 
     # -- queues -------------------------------------------------------------------------
 
-    def queue(self, name: str) -> Queue:
+    def queue(self, name: str) -> AnyQueue:
         """The vsqs queue of the kombu queue *name* (created if missing)."""
         found = self._queues.get(name)
         if found is None:
@@ -150,13 +150,13 @@ class Channel(virtual.Channel):
             self._queues[name] = found
         return found
 
-    def dead_letter_target(self, queue: str) -> Queue | None:
+    def dead_letter_target(self, queue: str) -> AnyQueue | None:
         """Where a message of *queue* that must not run goes: the ``dead_letter_queue``
         transport option, else the vsqs queue's own dead-letter queue (its stored
         settings), else ``None``."""
         if self.dead_letter_queue is not None and queue != self.dead_letter_queue:
             return self.queue(self.dead_letter_queue)
-        return self.queue(queue).dead_letter
+        return cast("AnyQueue | None", self.queue(queue).dead_letter)
 
     def dead_letter(self, queue: str, body: bytes) -> None:
         """Keep a rejected message: publish it to the dead-letter queue, if one is set.
@@ -321,7 +321,7 @@ class Channel(virtual.Channel):
             self.qos.leases[tag] = (lease, queue)
         return payload
 
-    def _screen(self, queue: str, source: Queue, message: Message) -> dict[str, Any] | None:
+    def _screen(self, queue: str, source: AnyQueue, message: Message) -> dict[str, Any] | None:
         """kombu's envelope of a claimed *message*, or ``None`` if it must not run.
 
         An expired message goes to the dead-letter queue (:meth:`dead_letter_target`),
@@ -351,7 +351,7 @@ class Channel(virtual.Channel):
             move(source, message, target, queue=queue, reason=reason, level=logging.INFO)
         return None
 
-    def consumed(self) -> list[Queue]:
+    def consumed(self) -> list[AnyQueue]:
         """The vsqs queues this channel consumes from."""
         return [self.queue(name) for name in self._active_queues]
 
@@ -415,7 +415,7 @@ class Transport(virtual.Transport):
         """The waiter's descriptor is readable: read the events, deliver what is ready."""
         self.watch.on_readable()
 
-    def _consumed(self) -> list[Queue]:
+    def _consumed(self) -> list[AnyQueue]:
         return [queue for channel in self.channels for queue in channel.consumed()]
 
     def _deliver_one(self) -> bool:

@@ -24,7 +24,7 @@ from typing import Any, Final
 
 from kombu.utils.json import loads
 
-from .. import InvalidAttributes, Message, Queue
+from .. import AnyQueue, InvalidAttributes, Message
 
 _log = logging.getLogger("vsqs.kombu")
 EXPIRES: Final = "kombu-expires"
@@ -115,7 +115,7 @@ def overdue(attributes: Mapping[str, str], now: float) -> float | None:
 
 
 def move(
-    source: Queue, message: Message, target: Queue, *, queue: str, reason: str, level: int
+    source: AnyQueue, message: Message, target: AnyQueue, *, queue: str, reason: str, level: int
 ) -> str:
     """Publish a claimed *message* of kombu queue *queue* to *target*, then delete it
     from *source*; log one line at *level* naming where it went; its id in *target*.

@@ -27,7 +27,7 @@ import os
 import re
 from typing import Final, NamedTuple
 
-from .. import Queue, QueueRoot
+from .. import AnyQueue, QueueRoot
 
 BINDINGS_DIR: Final = ".kombu-bindings"
 _KEEP: Final = re.compile(r"[A-Za-z0-9-]")
@@ -75,9 +75,9 @@ class Bindings:
 
     def __init__(self, root: str) -> None:
         self._tables = QueueRoot(os.path.join(root, BINDINGS_DIR), durable=False)
-        self._cache: dict[str, Queue] = {}
+        self._cache: dict[str, AnyQueue] = {}
 
-    def _table(self, exchange: str) -> Queue:
+    def _table(self, exchange: str) -> AnyQueue:
         table = self._cache.get(exchange)
         if table is None:
             table = self._cache[exchange] = self._tables.create(vsqs_name(exchange))

@@ -23,7 +23,7 @@ import time
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from .. import MultiWaiter, Queue
+from .. import AnyQueue, MultiWaiter, partitions_of
 
 
 class Watch:
@@ -38,7 +38,7 @@ class Watch:
 
     def __init__(
         self,
-        consumed: Callable[[], Iterable[Queue]],
+        consumed: Callable[[], Iterable[AnyQueue]],
         deliver_one: Callable[[], bool],
         interval: float,
     ) -> None:
@@ -81,7 +81,7 @@ class Watch:
             self._watched.add(queue.path)
             wait = queue.config.wait
             waiter.add(queue.path, wait=wait)
-            for part in queue.partition_queues:
+            for part in partitions_of(queue):
                 if part is not queue:
                     waiter.add(part.path, wait=wait)
             added = True

@@ -10,17 +10,16 @@ through one is received through another, or through the library.
 >>> server = make_server("/var/lib/queues", port=0)  # doctest: +SKIP
 >>> server.serve_forever()  # doctest: +SKIP
 
-Only the standard library is used.
+``vsqs serve`` runs on uvicorn (the ``serve`` extra); the ASGI application
+(:func:`asgi_app`) runs under any ASGI server.
 
 **Differences from SQS**, each stated where it is made:
 
 * ``MessageId`` is a UUID that holds the vsqs id's digits; the account id
   in URLs and ARNs is ``000000000000`` (any is accepted), the region the one a request
   was signed for (``us-east-1`` unsigned).
-* FIFO queues: at most
-  :data:`~vsqs.serve._queue_attrs.FIFO_PARTITIONS` message groups are in flight at once
-  (one per partition); the ``ReceiveRequestAttemptId`` answer is kept by the server
-  that gave it, in memory, for five minutes.
+* FIFO queues: the ``ReceiveRequestAttemptId`` answer is kept by the server that gave
+  it, in memory, for five minutes.
 * A message keeps at most 10 stored attributes of at most 8 KiB in all: 10 message
   attributes *and* an explicit deduplication id or a trace header are refused.
 * ``Policy``, ``RedriveAllowPolicy``, ``FifoThroughputLimit``, the KMS attributes and
@@ -41,17 +40,21 @@ Only the standard library is used.
 
 from __future__ import annotations
 
-from ._asgi import ASGIApp, asgi_app
+from ._asgi import THREADS, ASGIApp, Deadlines, asgi_app
 from ._credentials import Credential, Credentials, CredentialsError, load_credentials
 from ._errors import SqsError
+from ._origin import BrowserPolicy
 from ._server import MAX_CONNECTIONS, Pages, Server, UnsafeAddress, make_server
 
 __all__ = [
     "MAX_CONNECTIONS",
+    "THREADS",
     "ASGIApp",
+    "BrowserPolicy",
     "Credential",
     "Credentials",
     "CredentialsError",
+    "Deadlines",
     "Pages",
     "Server",
     "SqsError",

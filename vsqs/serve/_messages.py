@@ -6,12 +6,26 @@ Each maps onto one :class:`vsqs.Queue` operation and keeps its guarantee: a
 receiver whichever server it asks; ``DeleteMessage`` unlinks exactly the held file;
 ``ChangeMessageVisibility`` is one rename of it.
 
+**FIFO order.** A FIFO queue is a partitioned ``fifo=True`` queue (a group in one
+partition, in order, one message in flight). A receive takes the partitions in the order
+of their oldest ready message (:func:`~vsqs.serve._order.in_order`), so the same
+requests on the same messages get the same answers, whichever thread serves them.
+
 **Receipt handles** are the vsqs receipt (``id.expiry``), ``~`` and the receive count
-of that delivery; on a partitioned (FIFO) queue, ``p<index>-`` first, naming the
-partition. As in SQS, a handle stays valid when ``ChangeMessageVisibility`` extends its
-message, through any server: the server that extended it remembers the receipts it
-replaced, and any other follows the lease to its current name (see
-:func:`_superseded`), never to a later delivery of the message.
+of that delivery, ``~`` and a tag binding the handle to its queue; on a partitioned
+(FIFO) queue, ``p<index>-`` first, naming the partition. The tag is 16 hex digits of
+the BLAKE2b digest of the queue's name and the rest of the handle (see :func:`_tag`):
+a handle used on another queue's URL (or altered) is ``ReceiptHandleIsInvalid``
+rather than a silent no-op. It is no secret, and need not be: a handle only ever
+names a file inside the queue of the request's URL, so a forged tag reaches nothing
+that queue's own receipts would not. Handles without a tag (minted before the tag, by
+unreleased versions only) are refused alike: their message comes back when its
+visibility timeout ends. As in SQS, a handle stays valid when
+``ChangeMessageVisibility`` extends its message, through any server: the server that
+extended it remembers the receipts it replaced, and any other follows the lease to its
+current name (see :func:`_superseded`), never to a later delivery of the message: an
+extended lease carries its delivery in its name (``id.expiry.delivery``), which no
+later delivery does, whoever requeued the message and whatever it could record.
 
 **System attributes.** ``SentTimestamp`` is the vsqs id's time;
 ``ApproximateReceiveCount`` vsqs's receive count; ``ApproximateFirstReceiveTimestamp``
@@ -31,21 +45,22 @@ their visibility timeout ends).
 from __future__ import annotations
 
 import hashlib
+import os
 import re
-import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Final
 
 from .. import (
+    AnyQueue,
     InvalidId,
     LeaseLost,
     Message,
-    Queue,
-    QueueDrained,
+    partitions_of,
 )
-from . import _attributes, _queue_attrs
+from . import _attributes, _longpoll, _queue_attrs
 from ._attributes import DEDUP_KEY, TRACE_KEY, Attribute
 from ._errors import SqsError, invalid, missing
+from ._order import in_order
 from ._sending import (
     MAX_BATCH,
     PRINTABLE,
@@ -64,10 +79,11 @@ if TYPE_CHECKING:
 __all__ = ["ACTIONS"]
 
 MAX_WAIT: Final = 20
-_SLICE: Final = 0.5  # a long poll re-checks the server's shutdown this often
 _FOLLOW: Final = 3  # newer receipts of one lease followed before giving up
 _PROBE: Final = 1.0  # seconds of an extension that cannot happen (see _superseded)
-_HANDLE: Final = re.compile(r"(?:p([0-9]{1,4})-)?([0-9]{1,40}\.[0-9]{1,40})(?:~([1-9][0-9]{0,9}))?")
+_HANDLE: Final = re.compile(
+    r"((?:p([0-9]{1,4})-)?([0-9]{1,40}\.[0-9]{1,40})~([1-9][0-9]{0,9}))~([0-9a-f]{16})"
+)
 _SYSTEM: Final = (
     "SenderId", "SentTimestamp", "ApproximateReceiveCount", "ApproximateFirstReceiveTimestamp",
     "SequenceNumber", "MessageDeduplicationId", "MessageGroupId", "AWSTraceHeader",
@@ -85,17 +101,24 @@ def _names(params: dict[str, Any], key: str) -> list[str]:
     return value
 
 
-def _handle(queue: Queue, message: Message) -> str:
-    """``[p<partition>-]<receipt>~<receive count>`` (see the module's docstring)."""
-    partitions = queue.partition_queues
+def _tag(queue: AnyQueue, handle: str) -> str:
+    """The tag binding *handle* (without its tag) to *queue*: its name is the URL's."""
+    name = os.path.basename(queue.path)
+    return hashlib.blake2b(f"{name}\0{handle}".encode(), digest_size=8).hexdigest()
+
+
+def _handle(queue: AnyQueue, message: Message) -> str:
+    """``[p<partition>-]<receipt>~<receive count>~<tag>`` (see the module's docstring)."""
+    partitions = partitions_of(queue)
+    handle = f"{message.receipt}~{message.receive_count}"
     for index, partition in enumerate(partitions):
         if len(partitions) > 1 and partition.path == message.queue:
-            return f"p{index}-{message.receipt}~{message.receive_count}"
-    return f"{message.receipt}~{message.receive_count}"
+            handle = f"p{index}-{handle}"
+    return f"{handle}~{_tag(queue, handle)}"
 
 
 def _system_attributes(  # noqa: PLR0912 - one branch per system attribute
-    service: Context, caller: Caller, queue: Queue, message: Message, wanted: set[str]
+    service: Context, caller: Caller, queue: AnyQueue, message: Message, wanted: set[str]
 ) -> dict[str, str]:
     every = "All" in wanted
     values: dict[str, str] = {}
@@ -138,7 +161,7 @@ def _system_attributes(  # noqa: PLR0912 - one branch per system attribute
 def _outgoing_message(
     service: Context,
     caller: Caller,
-    queue: Queue,
+    queue: AnyQueue,
     message: Message,
     *,
     system: set[str],
@@ -181,7 +204,7 @@ def _attribute_value(kind: str, value: str | bytes) -> dict[str, str]:
 
 
 def receive_message(
-    service: Context, caller: Caller, name: str, queue: Queue, params: dict[str, Any]
+    service: Context, caller: Caller, name: str, queue: AnyQueue, params: dict[str, Any]
 ) -> dict[str, Any]:
     count = integer(params, "MaxNumberOfMessages", 1, MAX_BATCH) or 1
     visibility = integer(params, "VisibilityTimeout", 0, 43200)
@@ -215,42 +238,44 @@ def receive_message(
 
 
 def _receive(
-    service: Context, queue: Queue, count: int, visibility: int | None, wait: int
+    service: Context, queue: AnyQueue, count: int, visibility: int | None, wait: int
 ) -> list[Message]:
-    """Up to *count* messages, waiting up to *wait* seconds on the queue's own waiting,
-    in slices so that a shutdown of the server ends the wait within :data:`_SLICE`."""
-    deadline = time.monotonic() + wait
-    while True:
-        remaining = deadline - time.monotonic()
-        timeout = 0.0 if service.stopping.is_set() else max(0.0, min(remaining, _SLICE))
-        try:
-            got = queue.receive_batch(count, visibility_timeout=visibility, timeout=timeout)
-        except QueueDrained:
-            return []
-        if got or timeout == 0 or remaining <= _SLICE:
-            if len(queue.partition_queues) > 1:
-                # Partitions (message groups) are claimed in turn; SQS answers a FIFO
-                # queue's messages in the order they were sent: ids are send times.
-                got.sort(key=lambda message: (len(message.id), message.id))
-            return got
+    """Up to *count* messages, waiting up to *wait* seconds (without holding a thread
+    under the server: :func:`vsqs.serve._longpoll.receive`); on a FIFO queue, first
+    :func:`~vsqs.serve._order.in_order`."""
+    partitioned = len(partitions_of(queue)) > 1
+    got = in_order(queue, count, visibility) if partitioned else []
+    if not got:
+        # RACE: what comes after that look (or sits in the queue's own directory, a vsqs
+        # 0.3 producer's) is claimed in the order of the thread's spread.
+        got = _longpoll.receive(service.stopping, queue, count, visibility, wait)
+    if partitioned:  # SQS answers in the order the messages were sent: ids
+        got.sort(key=lambda message: (len(message.id), message.id))
+    return got
 
 
 # -- deleting and changing visibility ---------------------------------------------------
 
 
-def _target(queue: Queue, handle: object) -> tuple[Queue, str, int | None]:
-    """The (partition) queue, vsqs receipt and receive count of a receipt handle."""
+def _target(queue: AnyQueue, handle: object) -> tuple[AnyQueue, str]:
+    """The (partition) queue and vsqs receipt of a receipt handle of
+    *queue*; a handle of another queue, or altered, is ``ReceiptHandleIsInvalid``."""
     match = _HANDLE.fullmatch(handle) if isinstance(handle, str) else None
-    partitions = queue.partition_queues
-    index = int(match.group(1) or 0) if match else 0
+    partitions = partitions_of(queue)
+    index = int(match.group(2) or 0) if match else 0
     if (
         match is None
-        or (match.group(1) is None) != (len(partitions) == 1)
+        or (match.group(2) is None) != (len(partitions) == 1)
         or index >= len(partitions)
     ):
         raise _invalid_handle(handle)
-    count = match.group(3)
-    return partitions[index], match.group(2), None if count is None else int(count)
+    if match.group(5) != _tag(queue, match.group(1)):  # no secret: a plain comparison
+        raise SqsError(
+            "ReceiptHandleIsInvalid",
+            f"The input receipt handle is invalid: it is not a handle of queue "
+            f"{os.path.basename(queue.path)} (another queue's, or altered).",
+        )
+    return partitions[index], match.group(3)
 
 
 def _invalid_handle(handle: object) -> SqsError:
@@ -265,7 +290,7 @@ def _invalid_entry_handle(handle: object) -> SqsError:
     )
 
 
-def _superseded(target: Queue, receipt: str, count: int | None) -> str | None:
+def _superseded(target: AnyQueue, receipt: str) -> str | None:
     """The receipt a lease lives on under, if *receipt* (which names no file now) was
     extended through another handle: another server, or this one before a restart.
 
@@ -273,34 +298,26 @@ def _superseded(target: Queue, receipt: str, count: int | None) -> str | None:
     message; in vsqs the extension renames the held file. vsqs's diagnosis of a lost
     lease (:class:`~vsqs.LeaseLost` ``superseded``, with the current receipt) is asked
     for by an extension that cannot succeed (the name is gone, and no rename ever makes a
-    name again), so the probe changes nothing. The lease is followed only if no lease of
-    the message ended since the handle's receive: its count of ended receives is still
-    the one before that receive (the handle carries the receive's count).
+    name again), so the probe changes nothing. It says ``superseded`` only for a lease
+    whose name carries this receipt's delivery (an extension of it), never for a later
+    delivery: a handle can only act on its own delivery.
     """
-    if count is None:
-        return None  # a handle without its receive's count is never followed
     try:
         target.change_visibility(receipt, _PROBE)
     except LeaseLost as lost:
-        if lost.reason != "superseded" or not lost.current:
-            return None
-        try:
-            ended = target.history(lost.current).receive_count
-        except (InvalidId, OSError):
-            return None  # RACE: deleted meanwhile
-        return lost.current if ended == count - 1 else None
+        return lost.current if lost.reason == "superseded" and lost.current else None
     return None  # RACE: unreachable unless the name came back (then it was extended now)
 
 
-def _delete(queue: Queue, handle: object) -> None:
-    target, receipt, count = _target(queue, handle)
+def _delete(queue: AnyQueue, handle: object) -> None:
+    target, receipt = _target(queue, handle)
     try:
         for _ in range(_FOLLOW):
             if target.delete(receipt):
                 return
             # Deleting a receipt whose lease has ended is no error (as in SQS); one whose
             # lease lives on under a newer receipt deletes the message.
-            current = _superseded(target, receipt, count)
+            current = _superseded(target, receipt)
             if current is None:
                 return
             receipt = current  # RACE: extended again meanwhile: follow it, a few times
@@ -308,19 +325,19 @@ def _delete(queue: Queue, handle: object) -> None:
         raise _invalid_handle(handle) from None
 
 
-def _change(queue: Queue, handle: object, seconds: object) -> None:
+def _change(queue: AnyQueue, handle: object, seconds: object) -> None:
     if seconds is None:
         raise missing("VisibilityTimeout")
     if isinstance(seconds, bool) or not isinstance(seconds, int) or not 0 <= seconds <= 43200:
         raise invalid("VisibilityTimeout", seconds, "must be an integer from 0 to 43200.")
-    target, receipt, count = _target(queue, handle)
+    target, receipt = _target(queue, handle)
     for attempt in range(_FOLLOW):
         try:
             target.change_visibility(receipt, seconds)
         except InvalidId:
             raise _invalid_handle(handle) from None
         except LeaseLost as exc:
-            current = _superseded(target, receipt, count) if attempt + 1 < _FOLLOW else None
+            current = _superseded(target, receipt) if attempt + 1 < _FOLLOW else None
             if current is not None:
                 receipt = current  # extended through another server: the lease lives on
                 continue
@@ -333,7 +350,7 @@ def _change(queue: Queue, handle: object, seconds: object) -> None:
 
 
 def delete_message(
-    service: Context, caller: Caller, name: str, queue: Queue, params: dict[str, Any]
+    service: Context, caller: Caller, name: str, queue: AnyQueue, params: dict[str, Any]
 ) -> dict[str, Any]:
     del service, caller, name
     if "ReceiptHandle" not in params:
@@ -343,7 +360,7 @@ def delete_message(
 
 
 def change_message_visibility(
-    service: Context, caller: Caller, name: str, queue: Queue, params: dict[str, Any]
+    service: Context, caller: Caller, name: str, queue: AnyQueue, params: dict[str, Any]
 ) -> dict[str, Any]:
     del service, caller, name
     if "ReceiptHandle" not in params:
@@ -353,7 +370,7 @@ def change_message_visibility(
 
 
 def _batch(
-    queue: Queue, params: dict[str, Any], kind: str, one: Callable[[dict[str, Any]], None]
+    queue: AnyQueue, params: dict[str, Any], kind: str, one: Callable[[dict[str, Any]], None]
 ) -> dict[str, Any]:
     successful: list[dict[str, Any]] = []
     failed: list[dict[str, Any]] = []
@@ -373,7 +390,7 @@ def _batch(
 
 
 def delete_message_batch(
-    service: Context, caller: Caller, name: str, queue: Queue, params: dict[str, Any]
+    service: Context, caller: Caller, name: str, queue: AnyQueue, params: dict[str, Any]
 ) -> dict[str, Any]:
     del service, caller, name
     return _batch(
@@ -385,7 +402,7 @@ def delete_message_batch(
 
 
 def change_message_visibility_batch(
-    service: Context, caller: Caller, name: str, queue: Queue, params: dict[str, Any]
+    service: Context, caller: Caller, name: str, queue: AnyQueue, params: dict[str, Any]
 ) -> dict[str, Any]:
     del service, caller, name
     return _batch(
@@ -397,7 +414,7 @@ def change_message_visibility_batch(
 
 
 ACTIONS: Final[
-    dict[str, Callable[[Context, Caller, str, Queue, dict[str, Any]], dict[str, Any]]]
+    dict[str, Callable[[Context, Caller, str, AnyQueue, dict[str, Any]], dict[str, Any]]]
 ] = {
     "SendMessage": send_message,
     "SendMessageBatch": send_message_batch,

@@ -23,7 +23,7 @@ from . import _sidecar
 from ._errors import SqsError, invalid, missing
 
 if TYPE_CHECKING:
-    from .. import Queue
+    from .. import AnyQueue
     from ._context import Caller, Context
 
 __all__ = ["cancel", "list_tasks", "start"]
@@ -106,11 +106,16 @@ def start(service: Context, caller: Caller, params: dict[str, Any]) -> dict[str,
     return {"TaskHandle": handle.decode()}
 
 
-def _run(service: Context, queue: Queue, task_id: str, destination: str | None, rate: int) -> None:
+def _run(
+    service: Context, queue: AnyQueue, task_id: str, destination: str | None, rate: int
+) -> None:
     """Move up to *rate* messages a second until none is left or the task is cancelled."""
-    target = None if destination is None else service.root.get(destination)
     status, reason = "COMPLETED", None
-    while True:
+    try:
+        target = None if destination is None else service.root.get(destination)
+    except Exception as exc:  # noqa: BLE001 - the task fails, the server goes on
+        status, reason = "FAILED", f"{type(exc).__name__}: {exc}"  # RACE: deleted meanwhile
+    while status == "COMPLETED":
         began = time.monotonic()
         try:
             moved = queue.redrive(target, limit=rate)
@@ -128,7 +133,10 @@ def _run(service: Context, queue: Queue, task_id: str, destination: str | None, 
             task["beat"] = time.time()
             cancelled = task.get("status") == "CANCELLING"
 
-        _sidecar.update(queue.path, progress)
+        try:
+            _sidecar.update(queue.path, progress)
+        except FileNotFoundError:
+            return  # RACE: the source queue was deleted, its tasks' record with it
         if cancelled:
             status = "CANCELLED"
         if status != "COMPLETED" or moved < rate or cancelled:
@@ -145,7 +153,10 @@ def _run(service: Context, queue: Queue, task_id: str, destination: str | None, 
             if reason:
                 task["reason"] = reason
 
-    _sidecar.update(queue.path, finish)
+    try:
+        _sidecar.update(queue.path, finish)
+    except FileNotFoundError:
+        pass  # RACE: the source queue was deleted, its tasks' record with it
 
 
 def list_tasks(service: Context, caller: Caller, params: dict[str, Any]) -> dict[str, Any]:

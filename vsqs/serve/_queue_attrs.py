@@ -35,7 +35,7 @@ import math
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Final
 
-from .. import Queue, _host
+from .. import AnyQueue, _host
 from .._layout import SETTINGS, Layout
 from . import _sidecar
 from ._errors import SqsError, invalid, unknown_attribute
@@ -46,8 +46,8 @@ if TYPE_CHECKING:
 __all__ = ["FIFO_PARTITIONS", "apply", "check_same", "create", "get", "parse_set"]
 
 FIFO_PARTITIONS: Final = 8
-"""Partitions of a FIFO queue made through the API: up to this many message groups are
-in flight at once (each partition delivers one message at a time)."""
+"""Partitions of a FIFO queue made through the API (a group is in one of them; it
+waits only for its own message in flight, see :mod:`vsqs._groups`)."""
 DEFAULT_RETENTION: Final = 345600
 MAX_RETENTION: Final = 1209600
 DEFAULT_MAX_SIZE: Final = 1048576
@@ -70,11 +70,6 @@ _CHOICES: Final = {
 }
 _FIFO_ONLY: Final = ("ContentBasedDeduplication", "DeduplicationScope", "FifoThroughputLimit")
 _FREE: Final = ("Policy", "RedrivePolicy", "RedriveAllowPolicy", "KmsMasterKeyId")
-_READ_ONLY: Final = (
-    "ApproximateNumberOfMessages", "ApproximateNumberOfMessagesNotVisible",
-    "ApproximateNumberOfMessagesDelayed", "CreatedTimestamp", "LastModifiedTimestamp",
-    "QueueArn",
-)  # fmt: skip
 _SETTABLE: Final = (*_RANGES, *_CHOICES, *_FREE)
 ALL: Final = (
     "Policy", "VisibilityTimeout", "MaximumMessageSize", "MessageRetentionPeriod",
@@ -114,15 +109,15 @@ def parse_set(  # noqa: PLR0912 - one check per SQS rule
         raise invalid("Attributes", raw, "must be a map of name to value.")
     result: dict[str, str] = {}
     for name, given in raw.items():
-        if name in _READ_ONLY or (name == "FifoQueue" and not creating):
-            raise SqsError("InvalidAttributeName", f"Attribute {name} cannot be set.")
-        if name not in _SETTABLE:
-            raise SqsError("InvalidAttributeName", f"Unknown Attribute {name}.")
+        if name not in _SETTABLE:  # the read-only ones too, as SQS words it
+            raise unknown_attribute(name)
         if not isinstance(given, str):
             raise SqsError("InvalidAttributeValue", f"Invalid value for the parameter {name}.")
         # SQS takes True, TRUE... for FifoQueue.
         value = given.lower() if name == "FifoQueue" else given
-        if name in _RANGES:
+        if name == "FifoQueue" and not creating:
+            pass  # SetQueueAttributes: its queue decides (see apply)
+        elif name in _RANGES:
             low, high = _RANGES[name]
             try:
                 number = int(value, 10)
@@ -238,7 +233,7 @@ def create(
     name: str,
     attributes: Mapping[str, str],
     tags: Mapping[str, str],
-) -> Queue:
+) -> AnyQueue:
     """Make the queue *name* with *attributes* and *tags*."""
     fifo = attributes.get("FifoQueue") == "true"
     settings, extra = _split(service, caller, name, fifo, attributes)
@@ -257,10 +252,24 @@ def create(
 
 
 def apply(
-    service: Context, caller: Caller, name: str, queue: Queue, attributes: Mapping[str, str]
+    service: Context, caller: Caller, name: str, queue: AnyQueue, attributes: Mapping[str, str]
 ) -> None:
-    """Store *attributes* (SetQueueAttributes)."""
-    settings, extra = _split(service, caller, name, queue.fifo, attributes)
+    """Store *attributes* (SetQueueAttributes).
+
+    ``FifoQueue`` is refused on a standard queue as an unknown attribute, and on a FIFO
+    queue taken as it is when ``true`` and refused otherwise, as SQS answers (a queue's
+    type is set when it is made)."""
+    fifo = queue.fifo
+    if "FifoQueue" in attributes:
+        if not fifo:
+            raise unknown_attribute("FifoQueue")
+        if attributes["FifoQueue"] != "true":
+            raise SqsError(
+                "InvalidAttributeValue",
+                "Invalid value for the parameter FifoQueue. Reason: Modifying queue type is "
+                "not supported.",
+            )
+    settings, extra = _split(service, caller, name, fifo, attributes)
     if settings:
         try:
             queue.configure(**settings)
@@ -282,7 +291,7 @@ def dead_letter_of(service: Context, name: str) -> str | None:
 
 
 def get(  # noqa: PLR0912 - one branch per attribute, as in the table above
-    service: Context, caller: Caller, name: str, queue: Queue, wanted: list[str]
+    service: Context, caller: Caller, name: str, queue: AnyQueue, wanted: list[str]
 ) -> dict[str, str]:
     """The attribute values GetQueueAttributes asks for (``All`` for every one)."""
     if not isinstance(wanted, list) or not all(isinstance(w, str) for w in wanted):
@@ -379,7 +388,7 @@ def _policy(arn: str, given: str | None, record: Mapping[str, Any]) -> str | Non
     return json.dumps(document, separators=(",", ":"))
 
 
-def sqs_options(queue: Queue) -> dict[str, str]:
+def sqs_options(queue: AnyQueue) -> dict[str, str]:
     """The SQS-only attributes of a queue, defaults included (one ``lstat`` while the
     queue's SQS record is unchanged, one read when it changed)."""
     stored = _sidecar.read_cached(queue.path).get("attributes") or {}
@@ -391,7 +400,7 @@ def _integral(value: float) -> str:
 
 
 def check_same(
-    service: Context, caller: Caller, name: str, queue: Queue, attributes: Mapping[str, str]
+    service: Context, caller: Caller, name: str, queue: AnyQueue, attributes: Mapping[str, str]
 ) -> None:
     """CreateQueue of an existing queue: refuse attributes that differ from its own."""
     if not attributes:

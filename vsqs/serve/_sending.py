@@ -20,7 +20,7 @@ import hashlib
 import re
 from typing import TYPE_CHECKING, Any, Final
 
-from .. import DurabilityError, InvalidAttributes, Queue, QueueClosed, QueueFull
+from .. import AnyQueue, DurabilityError, InvalidAttributes, QueueClosed, QueueFull
 from . import _attributes, _queue_attrs
 from ._attributes import DEDUP_KEY, TRACE_KEY, Attribute
 from ._errors import SqsError, invalid, missing
@@ -100,7 +100,7 @@ class _Outgoing:
     key: tuple[object, ...]
     """Entries with equal keys may share one publish_batch."""
 
-    def __init__(self, queue: Queue, options: dict[str, str], params: dict[str, Any]) -> None:
+    def __init__(self, queue: AnyQueue, options: dict[str, str], params: dict[str, Any]) -> None:
         body = params.get("MessageBody")
         if body is None or body == "":
             raise missing("MessageBody")
@@ -157,7 +157,7 @@ class _Outgoing:
             raise invalid(
                 "MessageDeduplicationId",
                 dedup,
-                "The request include parameter that is not valid for this queue type",
+                "The request include parameter that is not valid for this queue type.",
             )
         else:
             dedup_id = None
@@ -184,7 +184,7 @@ class _Outgoing:
             tuple(sorted(stored.items())) if stored else (),
         )
 
-    def answer(self, message_id: str, queue: Queue) -> dict[str, Any]:
+    def answer(self, message_id: str, queue: AnyQueue) -> dict[str, Any]:
         result: dict[str, Any] = {
             "MessageId": uuid_of(message_id),
             "MD5OfMessageBody": _attributes.md5_of_data(self.data),
@@ -250,7 +250,7 @@ def _storage_error(exc: OSError) -> SqsError:
 
 
 def send_message(
-    service: Context, caller: Caller, name: str, queue: Queue, params: dict[str, Any]
+    service: Context, caller: Caller, name: str, queue: AnyQueue, params: dict[str, Any]
 ) -> dict[str, Any]:
     del service, caller, name
     outgoing = _Outgoing(queue, _queue_attrs.sqs_options(queue), params)
@@ -310,7 +310,7 @@ def failure(entry_id: str, error: SqsError) -> dict[str, Any]:
 
 
 def _publish_run(
-    queue: Queue,
+    queue: AnyQueue,
     run: list[tuple[str, _Outgoing]],
     successful: list[dict[str, Any]],
     failed: list[dict[str, Any]],
@@ -349,7 +349,7 @@ def _publish_run(
 
 
 def send_message_batch(
-    service: Context, caller: Caller, name: str, queue: Queue, params: dict[str, Any]
+    service: Context, caller: Caller, name: str, queue: AnyQueue, params: dict[str, Any]
 ) -> dict[str, Any]:
     del service, caller, name
     given = entries(params, "SendMessageBatchRequestEntry")

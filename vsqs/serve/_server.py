@@ -1,63 +1,90 @@
-"""The HTTP server: the standard library's threading server, one thread a connection.
+"""The HTTP server under ``vsqs serve``: the ASGI application (:mod:`vsqs.serve._asgi`)
+on uvicorn with h11, the ``serve`` extra.
 
-Why not asyncio: every action is a few system calls on files, which block; an event
-loop would hand each to a thread anyway (as :mod:`vsqs.aio` does), and a long poll
-already waits on vsqs's own waiting, in its thread, without a busy loop. A thread per
-connection with HTTP/1.1 keep-alive and ``TCP_NODELAY`` (without it, Nagle's algorithm
-and the client's delayed ACK stall each answer up to 40 ms) is the simplest thing
-that measures well (see the benchmark in the guide).
+Why uvicorn with h11: h11 reads HTTP/1.1 strictly (RFC 9112: ``Content-Length`` in
+digits only, conflicting lengths refused, no ``Transfer-Encoding`` but ``chunked``,
+chunk sizes in hexadecimal digits only, the head bounded in size), is pure Python and
+has a long record of fixing what was reported; uvicorn is the most used ASGI server,
+maintained, and can run in a thread of a program (tests, embedding) on a socket bound
+beforehand. Neither parses a byte here. See docs/sqs-api.rst for the comparison with
+hypercorn and granian.
+
+What is added on top, through uvicorn's public configuration (its ``http`` protocol
+class, here one that holds uvicorn's own h11 protocol and forwards every event to it):
+
+* **at most** ``max_connections`` **connections**: one more is answered ``503
+  ServiceUnavailable`` with ``Retry-After: 1`` (SDKs retry) and closed at once;
+* **deadlines** (:class:`~vsqs.serve.Deadlines`): uvicorn has none on a request's head
+  (its keep-alive timer restarts at every byte, so a client trickling one byte a
+  minute held a connection for ever); each connection here keeps a timer from a
+  request's first byte to its header fields' end (then ``408`` and closed), another to
+  the end of its answer (then closed), and one while idle.
+
+The listen backlog is :data:`BACKLOG` (the kernel may cap it: ``net.core.somaxconn``).
+The blocking calls of each action run in a pool of :data:`~vsqs.serve.THREADS`
+threads; long polls hold none while they wait.
 
 **Shutting down** (:meth:`Server.shutdown`, and SIGTERM in ``vsqs serve``): no new
-connection is accepted, long polls return empty within half a second, requests in flight
-finish and are answered, then idle keep-alive connections are closed.
+connection is accepted, long polls return empty within half a second, requests in
+flight finish and are answered (up to 30 s), idle keep-alive connections are closed.
 """
 
 from __future__ import annotations
 
+import asyncio
 import ipaddress
-import os
 import socket
-import sys
 import threading
-import time
-import traceback
-from collections.abc import Callable, Mapping
-from http.server import ThreadingHTTPServer
-from typing import Any, Final
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any, ClassVar, Final
 
 from .. import QueueRoot
 from .._errors import VsqsError
-from . import _dispatch
+from .._extras import missing_extra
+from ._asgi import CONNECTION, MAX_BODY, THREADS, ASGIApp, Deadlines, Pages, stderr_log
 from ._credentials import Credentials, load_credentials
-from ._errors import SqsError
-from ._http import Handler
+from ._origin import BrowserPolicy
 from ._service import Service
 
-__all__ = ["Pages", "Server", "UnsafeAddress", "make_server"]
+if TYPE_CHECKING:
+    import os
 
-Pages = Callable[
-    [str, str, Mapping[str, str], bytes], "tuple[int, list[tuple[str, str]], bytes] | None"
+    import uvicorn
+
+__all__ = [
+    "BACKLOG",
+    "MAX_BODY",
+    "MAX_CONNECTIONS",
+    "Pages",
+    "Server",
+    "UnsafeAddress",
+    "make_server",
 ]
-"""The dashboard's hook: ``pages(method, target, headers, body)`` -> ``(status,
-headers, body)``, or ``None`` for a 404."""
 
-MAX_BODY: Final = 8 << 20
-"""The largest request body read (bytes): ten messages of 256 KiB, escaped, fit."""
-_DRAIN: Final = 30.0
-IDLE_TIMEOUT: Final = 120.0
-"""Seconds a connection may stay idle, or a request take to arrive, before it is closed."""
 MAX_CONNECTIONS: Final = 512
-"""Connections served at once by default (one thread each); more are answered ``503``."""
+"""Connections served at once by default; more are answered ``503``."""
+BACKLOG: Final = 1024
+"""Connections the kernel queues before they are accepted (a burst of clients)."""
+MAX_HEAD: Final = 64 << 10
+"""The largest request line and header fields, together (bytes); more is a ``400``."""
+_DRAIN: Final = 30
 _BUSY_BODY: Final = (
     b'{"__type":"ServiceUnavailable","message":"too many connections to this server; retry later"}'
 )
+# Written before the request is read, by the connection that is refused: no parser
+# has anything to say yet, and the answer must cost nothing.
 _BUSY: Final = (
     b"HTTP/1.1 503 Service Unavailable\r\nServer: vsqs\r\nConnection: close\r\n"
     b"Retry-After: 1\r\nContent-Type: application/x-amz-json-1.0\r\n"
     b"x-amzn-query-error: ServiceUnavailable;Receiver\r\n"
     b"Content-Length: %d\r\n\r\n%s" % (len(_BUSY_BODY), _BUSY_BODY)
 )
-_TEXT: Final = {"Content-Type": "text/plain; charset=utf-8"}
+_LATE_BODY: Final = b"the request's header fields did not arrive in time\n"
+_LATE: Final = (
+    b"HTTP/1.1 408 Request Timeout\r\nServer: vsqs\r\nConnection: close\r\n"
+    b"Content-Type: text/plain; charset=utf-8\r\n"
+    b"Content-Length: %d\r\n\r\n%s" % (len(_LATE_BODY), _LATE_BODY)
+)
 
 
 class UnsafeAddress(VsqsError, PermissionError):
@@ -84,16 +111,152 @@ def _loopback(host: str) -> bool:
         return False
 
 
-class Server(ThreadingHTTPServer):
+class _Gate:
+    """The connections of one server (counted on its event loop only: no lock), and
+    what each is made of."""
+
+    def __init__(self, limit: int, deadlines: Deadlines, protocol: type[Any]) -> None:
+        self.limit = limit
+        self.deadlines = deadlines
+        self.protocol = protocol  # uvicorn's H11Protocol
+        self.open = 0
+
+
+class _Connection(asyncio.Protocol):
+    """One connection: uvicorn's h11 protocol, which it holds and forwards every event
+    to, plus the connection limit and the deadlines (see the module's docstring).
+
+    States: idle (the idle deadline runs), reading a head (the header and the request
+    deadlines run), in the application (the request deadline runs; the body's is the
+    application's). Runs on the event loop only.
+    """
+
+    gate: ClassVar[_Gate]
+
+    def __init__(
+        self,
+        config: uvicorn.Config,
+        server_state: Any,  # uvicorn.server.ServerState, passed through
+        app_state: dict[str, Any],
+        _loop: asyncio.AbstractEventLoop | None = None,
+    ) -> None:
+        self._loop = _loop or asyncio.get_running_loop()
+        # Each request's scope["state"] is a copy of this: the application finds the
+        # connection there (ASGI's lifespan state), to say when a request starts and ends.
+        state = {**app_state, CONNECTION: self}
+        self._inner = self.gate.protocol(config, server_state, state, self._loop)
+        self._transport: asyncio.Transport | None = None
+        self._timer: asyncio.TimerHandle | None = None  # the idle or the header deadline
+        self._whole: asyncio.TimerHandle | None = None  # the request's deadline
+        self._busy = False  # the application runs a request
+        self._received = False  # ... whose body it has read whole
+        self._eof = False  # the client has half-closed: close once answered
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        gate = self.gate
+        if gate.open >= gate.limit:
+            transport.write(_BUSY)
+            transport.close()
+            return
+        gate.open += 1
+        self._transport = transport
+        self._timer = self._loop.call_later(gate.deadlines.idle, transport.close)
+        self._inner.connection_made(transport)
+
+    def data_received(self, data: bytes) -> None:
+        if not self._busy and self._whole is None:  # the first bytes of a request
+            self._start_request()
+            self._rearm(self.gate.deadlines.header, self._head_late)
+        self._inner.data_received(data)
+
+    def eof_received(self) -> bool | None:
+        """The client half-closed: answer the request it finished sending (``nc -N``
+        and some scripts do so), then close; a request cut short (its head or body
+        incomplete) is never run: the connection closes now."""
+        if self._transport is None or (self._whole is None and not self._busy):
+            return None  # idle: asyncio closes the transport
+        self._eof = True
+        if not self._received:
+            # Everything sent before the EOF is parsed already; the application reads
+            # what was buffered in its next step, queued before this.
+            self._loop.call_soon(self._cut_short)
+        return True
+
+    def _cut_short(self) -> None:
+        if not self._received and self._transport is not None:
+            self._transport.close()  # the application sees a disconnect: nothing runs
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if self._transport is None:
+            return  # refused: never counted, never handed to uvicorn
+        self._rearm(None)
+        if self._whole is not None:
+            self._whole.cancel()
+        self.gate.open -= 1
+        self._inner.connection_lost(exc)
+
+    def pause_writing(self) -> None:
+        if self._transport is not None:
+            self._inner.pause_writing()
+
+    def resume_writing(self) -> None:
+        if self._transport is not None:
+            self._inner.resume_writing()
+
+    # -- told by the application (Watched) ----------------------------------------------
+
+    def started(self) -> None:
+        """The head has arrived: the application runs the request."""
+        self._busy = True
+        self._received = False
+        self._rearm(None)
+        if self._whole is None:  # a pipelined request, read from the buffer
+            self._start_request()
+
+    def received(self) -> None:
+        """The body has arrived whole."""
+        self._received = True
+
+    def finished(self) -> None:
+        """The answer is written: idle until the next request."""
+        self._busy = self._received = False
+        if self._whole is not None:
+            self._whole.cancel()
+            self._whole = None
+        if self._transport is None or self._transport.is_closing():
+            return
+        if self._eof:
+            self._transport.close()  # after what is written
+        else:
+            self._rearm(self.gate.deadlines.idle, self._transport.close)
+
+    # -- deadlines ------------------------------------------------------------------------
+
+    def _start_request(self) -> None:
+        self._whole = self._loop.call_later(self.gate.deadlines.request, self._late)
+
+    def _rearm(self, seconds: float | None, then: Any = None) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+        self._timer = None if seconds is None else self._loop.call_later(seconds, then)
+
+    def _head_late(self) -> None:
+        assert self._transport is not None
+        self._transport.write(_LATE)
+        self._transport.close()
+
+    def _late(self) -> None:
+        assert self._transport is not None
+        self._transport.abort()  # nothing flushed: the client may not be reading
+
+
+class Server:
     """The SQS API of one root over HTTP (made by :func:`make_server`).
 
     ``serve_forever()`` serves until ``shutdown()``; ``url`` is the base URL for a
     client's ``endpoint_url``.
     """
-
-    daemon_threads = True
-    allow_reuse_address = True
-    block_on_close = False
 
     def __init__(
         self,
@@ -104,297 +267,113 @@ class Server(ThreadingHTTPServer):
         quiet: bool,
         pages: Pages | None,
         max_connections: int = MAX_CONNECTIONS,
+        deadlines: Deadlines | None = None,
+        threads: int = THREADS,
+        policy: BrowserPolicy = BrowserPolicy(),  # noqa: B008 - frozen, never changed
     ) -> None:
-        if ":" in address[0]:
-            self.address_family = socket.AF_INET6
+        try:  # the extra, needed only to serve
+            import uvicorn  # noqa: PLC0415
+            from uvicorn.protocols.http.h11_impl import H11Protocol  # noqa: PLC0415
+        except ModuleNotFoundError as exc:
+            raise missing_extra(exc, "serve", "vsqs serve") from None
         self.service = service
         self.credentials = credentials
         self.quiet = quiet
         self.pages = pages
         self.max_connections = max_connections
-        self._busy = 0
-        self._open = 0  # connections with a thread (at most max_connections)
-        self._idle = threading.Condition()
-        self._connections: set[socket.socket] = set()
-        self._closed = False
-        self._serving = False
-        super().__init__(address, _Handler)
+        self.deadlines = Deadlines() if deadlines is None else deadlines
+        self.app = ASGIApp(
+            service,
+            credentials,
+            pages=pages,
+            log=None if quiet else stderr_log,
+            deadlines=self.deadlines,
+            threads=threads,
+            policy=policy,
+        )
+        family = socket.AF_INET6 if ":" in address[0] else socket.AF_INET
+        # IPPROTO_TCP named: asyncio sets TCP_NODELAY only on sockets that say so (without
+        # it, Nagle's algorithm and the client's delayed ACK stall each answer ~40 ms).
+        self.socket = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
+        try:
+            self.socket.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            self.socket.bind(address)
+            self.socket.listen(BACKLOG)
+        except OSError:
+            self.socket.close()
+            raise
+        self.server_address: tuple[str, int] = self.socket.getsockname()[:2]
         self.host_port = self.url.partition("://")[2]
-        """``host:port`` for queue URLs when a request's Host header is unusable."""
+        """``host:port`` of :attr:`url`."""
+
+        class Connection(_Connection):
+            gate = _Gate(max_connections, self.deadlines, H11Protocol)
+
+        self._uvicorn = uvicorn.Server(
+            uvicorn.Config(
+                self.app,
+                http=Connection,
+                ws="none",
+                lifespan="on",
+                interface="asgi3",
+                loop="asyncio",
+                log_config=None,
+                access_log=False,  # the application's log: escaped, with the action
+                proxy_headers=False,  # X-Forwarded-For would change who the client is
+                server_header=False,
+                headers=[("Server", "vsqs")],
+                backlog=BACKLOG,
+                # A backstop only: each connection keeps its own idle deadline.
+                timeout_keep_alive=int(self.deadlines.idle) + 1,
+                timeout_graceful_shutdown=_DRAIN,
+                h11_max_incomplete_event_size=MAX_HEAD,
+            )
+        )
+        self._lock = threading.Lock()
+        self._stopped = False
+        self._serving = False
+        self._served = threading.Event()
 
     @property
     def url(self) -> str:
-        host, port = str(self.server_address[0]), self.server_address[1]
+        host, port = self.server_address
         shown = f"[{host}]" if ":" in host else host
         return f"http://{shown}:{port}"
 
-    def begin(self) -> bool:
-        """A request starts; ``False`` once the server is shutting down."""
-        with self._idle:
-            if self.service.stopping.is_set() and self._busy == 0 and self._closed:
-                return False
-            self._busy += 1
-            return True
-
-    def end(self) -> None:
-        with self._idle:
-            self._busy -= 1
-            if self.service.stopping.is_set():  # only shutdown waits for _busy to fall
-                self._idle.notify_all()
-
-    def track(self, connection: socket.socket, *, add: bool) -> None:
-        with self._idle:
-            if add:
-                self._connections.add(connection)
-            else:
-                self._connections.discard(connection)
-
-    def process_request(self, request: Any, client_address: Any) -> None:
-        """Serve the connection in a thread of its own, or, with ``max_connections``
-        served already, answer ``503`` (SQS's ``ServiceUnavailable``, which SDKs retry
-        after a pause) and close it: no client can make the server start threads
-        without bound."""
-        with self._idle:
-            full = self._open >= self.max_connections
-            if not full:
-                self._open += 1
-        if not full:
-            super().process_request(request, client_address)
-            return
-        try:
-            request.settimeout(1.0)  # the accepting thread never waits on a slow client
-            request.sendall(_BUSY)
-        except OSError:
-            pass  # RACE: the client went away first
-        self.shutdown_request(request)
-
-    def process_request_thread(self, request: Any, client_address: Any) -> None:
-        try:
-            super().process_request_thread(request, client_address)
-        finally:
-            with self._idle:
-                self._open -= 1
-
-    def serve_forever(self, poll_interval: float = 0.05) -> None:
-        """Serve until :meth:`shutdown` (which it notices within *poll_interval*); at once
-        after one."""
-        with self._idle:
-            if self.service.stopping.is_set():
+    def serve_forever(self, poll_interval: float = 0.1) -> None:
+        """Serve until :meth:`shutdown` (noticed within a tenth of a second); return at
+        once after one. *poll_interval* is accepted for compatibility and unused."""
+        del poll_interval
+        with self._lock:
+            if self._stopped:
                 return
             self._serving = True
-        super().serve_forever(poll_interval)
+        try:
+            self._uvicorn.run(sockets=[self.socket])
+        finally:
+            self._served.set()
 
     def shutdown(self) -> None:
         """Stop serving, gracefully: long polls end at once (empty), requests in flight
         finish (up to 30 s), idle keep-alive connections are closed. Safe to call from
         any thread but the one in ``serve_forever``; idempotent."""
-        with self._idle:
-            self.service.stopping.set()
+        with self._lock:
+            self._stopped = True
             serving = self._serving
-        if serving:  # the standard library's shutdown waits for serve_forever to end
-            super().shutdown()
-        deadline = time.monotonic() + _DRAIN
-        with self._idle:
-            while self._busy and time.monotonic() < deadline:
-                self._idle.wait(0.1)
-            self._closed = True
-            for connection in list(self._connections):
-                try:
-                    connection.shutdown(socket.SHUT_RDWR)
-                except OSError:
-                    pass  # RACE: the client closed it first
+        self.service.stopping.set()  # parked long polls see it within half a second
+        if serving:
+            self._uvicorn.should_exit = True
+            self._served.wait()
         self.server_close()
 
     def server_close(self) -> None:
-        self.service.stopping.set()
-        super().server_close()
+        """Close the listening socket and the application's pool (after a shutdown)."""
+        self.app.close()
+        self.socket.close()
 
     def log(self, line: str) -> None:
         if not self.quiet:
-            sys.stderr.write(line + "\n")
-
-
-class _Handler(Handler):
-    server: Server
-    # A connection idle (or a request stalled) this long is closed: no thread is held
-    # for ever by a client that went quiet. Longer than any long poll (20 s).
-    timeout = IDLE_TIMEOUT
-    default_request_version = "HTTP/1.0"  # an unreadable request line still gets a status line
-
-    def version_string(self) -> str:
-        return "vsqs"
-
-    def setup(self) -> None:
-        super().setup()
-        self.server.track(self.connection, add=True)
-
-    def finish(self) -> None:
-        self.server.track(self.connection, add=False)
-        try:
-            super().finish()
-        except OSError:
-            pass  # RACE: the client went away; nothing is left to say to it
-
-    def handle_one_request(self) -> None:
-        """The standard library's, but every method reaches :meth:`_serve` (no 501)."""
-        try:
-            self.raw_requestline = self.rfile.readline(65537)
-        except (TimeoutError, ConnectionError, OSError):
-            self.close_connection = True
-            return
-        if len(self.raw_requestline) > 65536:
-            self.requestline = self.request_version = self.command = ""
-            self.send_error(414)
-            return
-        if not self.raw_requestline:
-            self.close_connection = True
-            return
-        if not self.parse_request():
-            return
-        if not self.server.begin():
-            self.close_connection = True
-            return
-        try:
-            self._serve()
-            self.wfile.flush()
-        except (ConnectionError, TimeoutError):
-            self.close_connection = True
-        finally:
-            self.server.end()
-
-    def send_error(self, code: int, message: str | None = None, explain: str | None = None) -> None:
-        """A protocol error of the HTTP layer (a bad request line or header), in SQS's
-        query-protocol shape rather than the standard library's HTML page."""
-        del explain
-        code_name = "MalformedRequest" if code < 500 else "InternalFailure"
-        error = SqsError(code_name, message or "", status=code)
-        self.close_connection = True
-        self._send_error(error, json_protocol=False)
-
-    def log_message(self, format: str, *args: Any) -> None:
-        if self.server.quiet:
-            return  # nothing formatted for a log nobody reads
-        self.server.log(
-            f"{self.address_string()} - - [{self.log_date_time_string()}] {format % args}"
-        )
-
-    def log_request(self, code: int | str = "-", size: int | str = "-") -> None:
-        if self.server.quiet:
-            return
-        size = getattr(self, "_size", size)
-        action = getattr(self, "_action", "-")
-        took = (time.monotonic() - getattr(self, "_began", time.monotonic())) * 1000
-        self.log_message('"%s" %s %s %s %.1fms', self.requestline, code, size, action, took)
-
-    # -- one request -----------------------------------------------------------------
-
-    def _body(self) -> bytes | None:
-        """The request body, or ``None`` after answering an error about it."""
-        if self.fields.get("transfer-encoding", "").lower() == "chunked":
-            return self._chunked()
-        length_text = self.fields.get("content-length")
-        if length_text is None:
-            return b""
-        try:
-            length = int(length_text)
-        except ValueError:
-            length = -1
-        if length < 0:
-            self._refuse(SqsError("MalformedRequest", "Content-Length is not a length."))
-            return None
-        if length > MAX_BODY:
-            self._refuse(
-                SqsError("RequestEntityTooLarge", f"The request body exceeds {MAX_BODY} bytes.")
-            )
-            return None
-        return self.rfile.read(length)
-
-    def _chunked(self) -> bytes | None:
-        parts: list[bytes] = []
-        total = 0
-        while True:
-            line = self.rfile.readline(1024)
-            try:
-                size = int(line.split(b";")[0].strip(), 16)
-            except ValueError:
-                self._refuse(SqsError("MalformedRequest", "A chunk size is not hexadecimal."))
-                return None
-            total += size
-            if total > MAX_BODY:
-                self._refuse(
-                    SqsError("RequestEntityTooLarge", f"The request body exceeds {MAX_BODY} bytes.")
-                )
-                return None
-            if size == 0:
-                while self.rfile.readline(1024) not in (b"\r\n", b"\n", b""):
-                    pass  # trailers: not used by SQS
-                return b"".join(parts)
-            parts.append(self.rfile.read(size))
-            self.rfile.readline(3)
-
-    def _refuse(self, error: SqsError) -> None:
-        self.close_connection = True  # the rest of the body is not read
-        self._send_error(error, json_protocol="x-amz-target" in self.fields)
-
-    def _serve(self) -> None:
-        self._began = time.monotonic()
-        self._action = "-"
-        self._size = 0
-        body = self._body()
-        if body is None:
-            return
-        target = self.path
-        path, _, query = target.partition("?")
-        headers = self.fields
-        if _dispatch.is_page(self.command, path, query):
-            self._page(target, headers, body)
-            return
-        done = _dispatch.answer(
-            self.server.service,
-            self.server.credentials,
-            self.command,
-            target,
-            headers,
-            body,
-            self.server.host_port,
-            self.server.log,
-        )
-        self._action = done.action
-        self._send(done.status, done.headers, done.body)
-
-    def _page(self, target: str, headers: Mapping[str, str], body: bytes) -> None:
-        self._action = "page"
-        pages = self.server.pages
-        answer = None
-        if pages is not None:
-            try:
-                answer = pages(self.command, target, headers, body)
-            except Exception:  # noqa: BLE001 - a page that fails is the dashboard's bug
-                self.server.log(traceback.format_exc().rstrip())
-                self._send(500, _TEXT, b"the page failed\n")
-                return
-        if answer is None:
-            text = b"Not found. This is the SQS API of vsqs; the dashboard is not on.\n"
-            self._send(404, _TEXT, text)
-            return
-        status, extra, payload = answer
-        self._size = len(payload)
-        self.send_response(status)
-        for name, value in extra:
-            self.send_header(name, value)
-        if not any(name.lower() == "content-length" for name, _ in extra):
-            self.send_header("Content-Length", str(len(payload)))
-        self.end_headers()
-        if self.command != "HEAD":
-            self.wfile.write(payload)
-
-    def _send_error(self, error: SqsError, *, json_protocol: bool) -> None:
-        done = _dispatch.error_answer(error, json_protocol=json_protocol)
-        self._send(done.status, done.headers, done.body)
-
-    def _send(self, status: int, headers: Mapping[str, str], payload: bytes) -> None:
-        self._size = len(payload)
-        self.reply(status, headers.items(), payload, send_body=self.command != "HEAD")
+            stderr_log(line)
 
 
 def make_server(
@@ -406,11 +385,16 @@ def make_server(
     quiet: bool = False,
     pages: Pages | None = None,
     max_connections: int = MAX_CONNECTIONS,
+    deadlines: Deadlines | None = None,
+    threads: int = THREADS,
+    allow_hosts: Iterable[str] = (),
+    allow_origins: Iterable[str] = (),
 ) -> Server:
     """A server of the SQS API on the queues of *root*, bound and ready to serve.
 
-    Each request is answered in its own thread; the server keeps no state of its own
-    that matters (see :mod:`vsqs.serve`), so any number of servers may serve one root.
+    Requests are answered concurrently (see :mod:`vsqs.serve._server`); the server keeps
+    no state of its own that matters (see :mod:`vsqs.serve`), so any number of servers
+    may serve one root. Needs the ``serve`` extra (uvicorn).
 
     :param root: a :class:`~vsqs.QueueRoot` or its directory (created if missing).
     :param port: ``0`` picks a free port (see ``server.server_address``).
@@ -420,10 +404,21 @@ def make_server(
     :param quiet: no access log on stderr.
     :param pages: the dashboard's hook, called for ``GET``/``HEAD /`` without an
         ``Action`` and for ``/ui`` and everything under it.
-    :param max_connections: connections served at once (a thread each); a connection
-        beyond them is answered ``503 ServiceUnavailable`` and closed.
+    :param max_connections: connections served at once; a connection beyond them is
+        answered ``503 ServiceUnavailable`` (with ``Retry-After``) and closed.
+    :param deadlines: how long each part of a request may take
+        (:class:`~vsqs.serve.Deadlines`).
+    :param threads: the pool that runs the actions' blocking calls (a long poll holds
+        none of its threads while it waits).
+    :param allow_hosts: names (or addresses) accepted in a request's ``Host`` beside the
+        loopback ones (any port); any other is refused, against DNS rebinding.
+    :param allow_origins: origins (``scheme://host[:port]``) of web pages that may
+        change queues from a browser (CORS is answered for them alone); a browser
+        request from any other origin may only read.
+    :raises ValueError: an *allow_hosts* or *allow_origins* entry that is not one.
     :raises UnsafeAddress: *host* is not a loopback address and no credentials are given.
     :raises CredentialsError: the credentials file cannot be used.
+    :raises ModuleNotFoundError: the ``serve`` extra is not installed.
 
     >>> server = make_server(tempfile.mkdtemp(), port=0, quiet=True)  # doctest: +SKIP
     >>> threading.Thread(target=server.serve_forever, daemon=True).start()  # doctest: +SKIP
@@ -437,13 +432,18 @@ def make_server(
         isinstance(max_connections, int) and max_connections > 0
     ):
         raise ValueError(f"max_connections must be a positive integer, not {max_connections!r}")
+    if isinstance(threads, bool) or not (isinstance(threads, int) and threads > 0):
+        raise ValueError(f"threads must be a positive integer, not {threads!r}")
+    policy = BrowserPolicy.of(allow_hosts, allow_origins)
     queue_root = root if isinstance(root, QueueRoot) else QueueRoot(root)
-    service = Service(queue_root)
     return Server(
         (host, port),
-        service,
+        Service(queue_root),
         credentials=credentials,
         quiet=quiet,
         pages=pages,
         max_connections=max_connections,
+        deadlines=deadlines,
+        threads=threads,
+        policy=policy,
     )

@@ -21,7 +21,15 @@ import threading
 from collections.abc import Callable
 from typing import Any, Final
 
-from .. import InvalidName, NotAQueue, Queue, QueueNotFound, QueueRoot, _host, validate_name
+from .. import (
+    AnyQueue,
+    InvalidName,
+    NotAQueue,
+    QueueNotFound,
+    QueueRoot,
+    _host,
+    validate_name,
+)
 from .._layout import SETTINGS
 from . import _messages, _moves, _queue_attrs, _sidecar
 from ._context import AttemptCache, Caller
@@ -62,7 +70,7 @@ class Service:
     def __init__(self, root: QueueRoot, stopping: threading.Event | None = None) -> None:
         self.root = root
         self.stopping = stopping or threading.Event()
-        self._handles: dict[str, tuple[Queue, object]] = {}
+        self._handles: dict[str, tuple[AnyQueue, object]] = {}
         self._lock = threading.Lock()
         self.attempts = AttemptCache()
         self._actions: dict[str, Callable[[Caller, dict[str, Any]], dict[str, Any]]] = {
@@ -138,13 +146,13 @@ class Service:
         except InvalidName:
             raise no_queue() from None
 
-    def queue_of(self, caller: Caller, params: dict[str, Any]) -> tuple[str, Queue]:
+    def queue_of(self, caller: Caller, params: dict[str, Any]) -> tuple[str, AnyQueue]:
         """The queue a request's ``QueueUrl`` names (checked, allowed, open)."""
         name = self.queue_name(params)
         self.allow(caller, name)
         return name, self.open(name)
 
-    def open(self, name: str) -> Queue:
+    def open(self, name: str) -> AnyQueue:
         """A handle on the existing queue *name*: the cached one, unless the queue's
         directory was replaced (deleted and made again) or its stored settings changed.
 

@@ -15,8 +15,9 @@ Permissions are recorded and listed, never enforced (access is the credentials
 file's business). A queue without the file (made by the library) has none of these.
 
 Written as the settings are: a whole new file renamed over the old one (readers see one
-or the other), under an ``flock`` on ``.vsqs/sqs.lock`` so that two servers changing
-one queue's tags at once both land. A file that is not a JSON object is treated as
+or the other), under a lock on ``.vsqs/sqs.lock`` (:mod:`vsqs._lock`, waited for up
+to :data:`LOCK_WAIT` seconds) so that two servers changing one queue's tags at once
+both land. A file that is not a JSON object is treated as
 absent when read and replaced by the next change.
 
 :func:`read_cached` is :func:`read` for the request path (every send and receive asks
@@ -34,17 +35,21 @@ import json
 import stat
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import Callable, Mapping
 from typing import Any, Final
 
-from .. import _fs, _host, _mountinfo
+from .. import _host, _mountinfo
+from .._clock import SYSTEM_CLOCK
 from .._layout import ROOT, SQS_LOCK, SQS_STATE, Layout
+from .._lock import FileLock
 
 __all__ = ["read", "read_cached", "update"]
 
-_LOCK_POLL: Final = 0.005
-_threads = threading.Lock()  # flock is per open file: threads of one process queue here first
+LOCK_WAIT: Final = 10.0
+"""Seconds a change waits for another server's change of the same queue."""
+# One for every queue's record: flock over NFS is per process (POSIX locks), so the
+# threads of this process queue here first.
+_threads = threading.Lock()
 TRUST_AFTER: Final = 2.0
 """A record younger than this (seconds since its modification time) is always re-read."""
 _CACHE_SIZE: Final = 4096  # queues remembered; beyond, the memory is dropped and rebuilt
@@ -62,12 +67,18 @@ def _only_this_host(device: int, path: str) -> bool:
 
 
 def read(queue_dir: str) -> dict[str, Any]:
-    """The queue's SQS record (an empty one if it has none, or an unreadable one)."""
+    """The queue's SQS record (an empty one if it has none, or an unreadable one).
+
+    :raises FileNotFoundError: the queue's directory is gone (deleted meanwhile): never
+        read as a queue without a record, which would answer as another kind of queue.
+    """
     layout = Layout(queue_dir)
     try:
         raw = layout.read(ROOT, SQS_STATE)
+    except FileNotFoundError:
+        raise  # RACE: the queue was deleted meanwhile; the request answers so
     except OSError:
-        return {}  # RACE: the queue was deleted meanwhile (or a non-file was planted there)
+        return {}  # a non-file was planted there
     finally:
         layout.close()
     if raw is None:
@@ -110,16 +121,10 @@ def read_cached(queue_dir: str) -> Mapping[str, Any]:
     return document
 
 
-@contextmanager
-def _locked(layout: Layout) -> Iterator[None]:
-    with _threads:
-        fd = layout.open_lock(SQS_LOCK)
-        try:
-            while not _fs.try_lock(fd):
-                time.sleep(_LOCK_POLL)  # another server is changing this queue's record
-            yield
-        finally:
-            _fs.close(fd)  # closing releases the flock
+def _locked(layout: Layout) -> FileLock:
+    """The record's lock, waited for up to :data:`LOCK_WAIT` seconds (then
+    :class:`~vsqs.LockTimeout`: another server holding it is stopped)."""
+    return FileLock.in_queue(layout, SQS_LOCK, SYSTEM_CLOCK, timeout=LOCK_WAIT, threads=_threads)
 
 
 def update(

@@ -10,7 +10,8 @@ query) are both accepted. Pure computation: no I/O, no state.
 Refusals, with SQS's codes: no signature (``MissingAuthenticationToken``), an
 unreadable one (``IncompleteSignature``), an unknown access key
 (``InvalidClientTokenId``), a signature more than 15 minutes away from the server's
-clock (``RequestExpired``), any other mismatch (``SignatureDoesNotMatch``).
+clock or a presigned URL used after its ``X-Amz-Expires`` (``RequestExpired``), any
+other mismatch (``SignatureDoesNotMatch``).
 """
 
 from __future__ import annotations
@@ -28,11 +29,14 @@ from urllib.parse import parse_qsl, quote, unquote
 from ._credentials import Credential, Credentials
 from ._errors import SqsError
 
-__all__ = ["MAX_SKEW", "verify"]
+__all__ = ["MAX_EXPIRES", "MAX_SKEW", "verify"]
 
 MAX_SKEW: Final = 15 * 60
 """Seconds a signature's time may be away from the server's clock (SigV4's rule)."""
+MAX_EXPIRES: Final = 7 * 24 * 3600
+"""The longest a presigned URL may be valid (seconds; SigV4's limit)."""
 _ALGORITHM: Final = "AWS4-HMAC-SHA256"
+_SECONDS: Final = re.compile(r"[0-9]{1,7}")
 _AUTH_FIELD: Final = re.compile(r"\s*(Credential|SignedHeaders|Signature)\s*=\s*([^,\s]*)\s*")
 _AMZ_DATE: Final = re.compile(r"(\d{8})T(\d{6})Z")
 _SCOPE: Final = re.compile(r"([^/]+)/(\d{8})/([^/]+)/([^/]+)/aws4_request")
@@ -84,7 +88,46 @@ def _signing_key(secret: str, date: str, region: str, service: str) -> bytes:
     return key
 
 
-def verify(  # noqa: PLR0912, PLR0917 - one check per rule; the parts of one request
+def _expires(value: str | None) -> int:
+    """The ``X-Amz-Expires`` of a presigned URL: seconds, 1 to 7 days (SigV4's bounds)."""
+    if value is None:
+        raise _incomplete("a presigned URL needs X-Amz-Expires")
+    if not _SECONDS.fullmatch(value) or not 1 <= int(value) <= MAX_EXPIRES:
+        raise SqsError(
+            "AuthorizationQueryParametersError",
+            f"X-Amz-Expires must be a whole number of seconds from 1 to {MAX_EXPIRES}.",
+        )
+    return int(value)
+
+
+def _check_time(stamp: str, date: str, expires: int | None, current: float) -> None:
+    """Refuse a signature whose time is unreadable, too far from *current*, or (a
+    presigned URL valid for *expires* seconds) expired."""
+    stamp_match = _AMZ_DATE.fullmatch(stamp)
+    if stamp_match is None or stamp_match.group(1) != date:
+        raise _incomplete("X-Amz-Date is missing or does not match the credential's date")
+    try:
+        signed_at = calendar.timegm(time.strptime(stamp, "%Y%m%dT%H%M%SZ"))
+    except ValueError:
+        raise _incomplete(f"X-Amz-Date {stamp!r} is not a time") from None
+    shown_now = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime(current))
+    if expires is not None and current > signed_at + expires:
+        raise SqsError(
+            "RequestExpired",
+            f"Request has expired: presigned at {stamp} for {expires} seconds; the "
+            f"server's time is {shown_now}.",
+        )
+    # A presigned URL may be used until it expires; no request may come from the future.
+    too_old = expires is None and current - signed_at > MAX_SKEW
+    if too_old or signed_at - current > MAX_SKEW:
+        raise SqsError(
+            "RequestExpired",
+            f"Signature expired: {stamp} is more than {MAX_SKEW // 60} minutes away from "
+            f"the server's time {shown_now}.",
+        )
+
+
+def verify(  # noqa: PLR0917 - one check per rule; the parts of one request
     credentials: Credentials,
     method: str,
     raw_path: str,
@@ -102,10 +145,12 @@ def verify(  # noqa: PLR0912, PLR0917 - one check per rule; the parts of one req
     """
     query = dict(parse_qsl(raw_query, keep_blank_values=True))
     authorization = headers.get("authorization")
+    expires: int | None = None  # seconds a presigned URL is valid for
     if authorization is not None:
         scope, signed, signature = _parse_authorization(authorization)
         stamp = headers.get("x-amz-date", "")
     elif "X-Amz-Signature" in query:
+        expires = _expires(query.get("X-Amz-Expires"))
         if query.get("X-Amz-Algorithm") != _ALGORITHM:
             raise _incomplete(f"X-Amz-Algorithm must be {_ALGORITHM}")
         scope = query.get("X-Amz-Credential", "")
@@ -125,20 +170,7 @@ def verify(  # noqa: PLR0912, PLR0917 - one check per rule; the parts of one req
         raise SqsError(
             "InvalidClientTokenId", "The security token included in the request is invalid."
         )
-    stamp_match = _AMZ_DATE.fullmatch(stamp)
-    if stamp_match is None or stamp_match.group(1) != date:
-        raise _incomplete("X-Amz-Date is missing or does not match the credential's date")
-    try:
-        signed_at = calendar.timegm(time.strptime(stamp, "%Y%m%dT%H%M%SZ"))
-    except ValueError:
-        raise _incomplete(f"X-Amz-Date {stamp!r} is not a time") from None
-    current = time.time() if now is None else now
-    if abs(current - signed_at) > MAX_SKEW:
-        raise SqsError(
-            "RequestExpired",
-            f"Signature expired: {stamp} is more than {MAX_SKEW // 60} minutes away from "
-            f"the server's time {time.strftime('%Y%m%dT%H%M%SZ', time.gmtime(current))}.",
-        )
+    _check_time(stamp, date, expires, time.time() if now is None else now)
     names = signed.split(";")
     if "host" not in names or names != sorted(names):
         raise _incomplete("SignedHeaders must be sorted and include host")

@@ -25,7 +25,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
-from .. import LeaseLost, Message, Queue, QueueDrained
+from .. import AnyQueue, LeaseLost, Message, Queue, QueueDrained
 from ._options import SCHEMA, directory, existing_queue, planned
 from ._read import Slice, partition_names, plan_slices, read_planned
 
@@ -45,7 +45,9 @@ def _read_slice(queue_path: str, fail_on_data_loss: bool, part: Slice) -> Any:
 class _Leases:
     """The messages one consume holds, renewed by a thread until settled."""
 
-    def __init__(self, queue: Queue, messages: list[Message], vt: float, interval: float) -> None:
+    def __init__(
+        self, queue: AnyQueue, messages: list[Message], vt: float, interval: float
+    ) -> None:
         self.queue = queue
         self.messages = messages
         self.vt = vt
@@ -94,7 +96,7 @@ class _Leases:
         return done
 
 
-def _claim(queue: Queue, max_messages: int | None, vt: float) -> list[Message]:
+def _claim(queue: AnyQueue, max_messages: int | None, vt: float) -> list[Message]:
     held: list[Message] = []
     while max_messages is None or len(held) < max_messages:
         want = _CLAIM_CHUNK if max_messages is None else min(_CLAIM_CHUNK, max_messages - len(held))

@@ -11,7 +11,7 @@ import logging
 import threading
 from queue import Queue as WorkQueue
 
-from .. import LeaseLost, Message, Queue
+from .. import AnyQueue, LeaseLost, Message, Queue
 from ._options import SourceOptions
 from ._state import StateDir, take_over
 
@@ -60,7 +60,7 @@ class Deleter:
         self._thread.join()
 
     def _run(self) -> None:
-        deleter: Queue | None = None
+        deleter: AnyQueue | None = None
         try:
             deleter = Queue(self.options.path, durable=self.options.durable)
         except Exception as exc:  # noqa: BLE001 - raised by flush(), in the driver
@@ -77,7 +77,7 @@ class Deleter:
         if deleter is not None:
             deleter.close()
 
-    def _delete(self, deleter: Queue, seq: int, messages: list[Held]) -> None:
+    def _delete(self, deleter: AnyQueue, seq: int, messages: list[Held]) -> None:
         deleted = 0
         for held in messages:
             try:

@@ -19,7 +19,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
-from .. import Queue
+from .. import AnyQueue
 
 DEFAULT_BATCH_SIZE: Final = 500
 """Messages per ``publish_batch``: one filesystem sync and one directory fsync each."""
@@ -186,7 +186,7 @@ def _attributes(row: Any, fmt: RowFormat) -> dict[str, str]:
 
 
 def publish_rows(
-    queue: Queue,
+    queue: AnyQueue,
     rows: Iterable[Any],
     fmt: RowFormat,
     dedup_prefix: str,
@@ -269,7 +269,7 @@ _BINARY: Final = (bytes, bytearray)
 
 
 def _publish_bodies(
-    queue: Queue, rows: Iterable[Any], fmt: RowFormat, dedup_prefix: str, batch_size: int
+    queue: AnyQueue, rows: Iterable[Any], fmt: RowFormat, dedup_prefix: str, batch_size: int
 ) -> int:
     """:func:`publish_rows` of one body column, without keys or attribute columns: the
     common case, kept to one list comprehension per batch (no per-row calls)."""
@@ -317,7 +317,7 @@ def is_plain(fmt: RowFormat) -> bool:
 
 
 def publish_arrow(
-    queue: Queue,
+    queue: AnyQueue,
     batches: Iterable[Any],
     fmt: RowFormat,
     dedup_prefix: str,

@@ -19,7 +19,7 @@ from typing import Any, Final
 
 import pyarrow as pa
 
-from .. import Queue, VsqsError, _fs
+from .. import AnyQueue, PartitionedQueue, VsqsError, _fs
 from .._ids import State, parse_name
 from .._layout import Layout
 from ._options import MessageRow, Planned, where
@@ -153,10 +153,10 @@ def plan_slices(messages: list[Planned], parts: int, directories: Sequence[str])
     return slices
 
 
-def partition_names(queue: Queue) -> list[str]:
+def partition_names(queue: AnyQueue) -> list[str]:
     """The directories of *queue* as :func:`plan_slices` takes them: ``[""]`` for an
     unpartitioned queue, else the names of its partition directories in order."""
-    if queue.partitions <= 1:
+    if not isinstance(queue, PartitionedQueue):
         return [""]
     return [where(part.path, queue.path) for part in queue.partition_queues]
 

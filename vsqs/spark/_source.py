@@ -25,7 +25,7 @@ from pyspark.sql.datasource import (
 )
 from pyspark.sql.types import StructType
 
-from .. import Queue
+from .. import PartitionedQueue, PlainQueue, Queue, partitions_of
 from ._options import SCHEMA, MessageRow, SourceOptions, existing_queue, message_row
 from ._publish import RowFormat, is_plain, publish_arrow, publish_rows, resolve_format
 from ._stream import StreamReader
@@ -54,19 +54,21 @@ class BatchReader(DataSourceReader):
 
     def partitions(self) -> Sequence[InputPartition]:
         with Queue(self.options.path, durable=self.options.durable) as queue:
-            count = queue.partitions
+            count = len(partitions_of(queue))
         return [InputPartition(index) for index in range(count)]
 
     def read(self, partition: InputPartition) -> Iterator[MessageRow]:
         path = existing_queue(self.options.path)  # on this executor's filesystem too
         index: int = partition.value
         with Queue(path, durable=self.options.durable) as queue:
-            if queue.partitions <= 1:
+            if not isinstance(queue, PartitionedQueue):
                 messages = queue.browse()
             else:
                 # Only this partition's directory; partition 0 also the queue's own.
-                own = Queue.browse(queue) if index == 0 else iter(())
-                messages = itertools.chain(own, queue.partition_queues[index].browse())
+                own = PlainQueue(path, durable=self.options.durable) if index == 0 else None
+                messages = itertools.chain(
+                    () if own is None else own.browse(), queue.partition_queues[index].browse()
+                )
             for message in messages:
                 yield message_row(message)
 

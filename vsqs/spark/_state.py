@@ -2,7 +2,7 @@
 
 ``<stateDir>/<epoch>/epoch.json`` holds the queue and the highest batch claimed; one
 ``<seq>.json`` per claimed, not yet deleted micro-batch lists its messages; ``lock`` is
-held (``flock``) by the one run that serves the epoch. Used by :mod:`vsqs.spark._stream`.
+held (:mod:`vsqs._lock`) by the one run that serves the epoch. Used by :mod:`vsqs.spark._stream`.
 
 The default stateDir is the queue's ``.vsqs/spark/streams``, reached through the
 queue's :class:`~vsqs._layout.Layout`; a stateDir the user named elsewhere is opened as
@@ -17,21 +17,28 @@ from __future__ import annotations
 import errno
 import json
 import os
-import time
 from dataclasses import replace
 from typing import Any, Final
 
-from .. import LeaseLost, Message, Queue, VsqsError, _fs
+from .. import AnyQueue, LeaseLost, Message, VsqsError, _fs, partitions_of
+from .._clock import SYSTEM_CLOCK
 from .._errors import UnsafeEntry
 from .._ids import parse_decimal
 from .._layout import Layout
+from .._lock import FileLock
 from ._options import Planned
 
 EPOCH: Final = "epoch.json"
 LOCK: Final = "lock"
 _TMP: Final = ".tmp-"
 _SUFFIX: Final = ".json"
-_LOCK_POLL: Final = 0.05
+EPOCH_LIMIT: Final = 64 << 10
+"""The most read of ``epoch.json`` (bytes): it holds an epoch name, a queue's path and
+a number; anything larger is not vsqs's, refused after one ``fstat`` (``EFBIG``)."""
+BATCH_LIMIT: Final = 64 << 20
+"""The most read of one batch's record (bytes), as of a ``batch_dedup_id`` record: a
+batch whose record would be larger is refused when it is written (lower
+``maxMessagesPerBatch``), so a larger file is not vsqs's and is never read."""
 # What a planted entry gives: a symlink (ELOOP, O_NOFOLLOW), a file where a directory
 # belongs (ENOTDIR), a directory or FIFO where a file belongs (EINVAL, EISDIR).
 _PLANTED: Final = frozenset({errno.ELOOP, errno.ENOTDIR, errno.EINVAL, errno.EISDIR})
@@ -56,7 +63,7 @@ class StateDir:
         self._layout = Layout(queue)
         self._sub = self._layout.sub_of(state_dir)
         self._fd: int | None = None
-        self._lock_fd = -1
+        self._held: FileLock | None = None
 
     # -- the epoch directory, by descriptor ----------------------------------------------
 
@@ -105,25 +112,33 @@ class StateDir:
         )
 
     def _read(self, name: str) -> bytes | None:
+        """The content of the record *name*, bounded like every file under ``.vsqs``."""
         fd = self._dir(create=False)
         if fd is None:
             return None
         try:
-            return _fs.read_at(name, fd)
+            return _fs.read_at(name, fd, EPOCH_LIMIT if name == EPOCH else BATCH_LIMIT)
         except FileNotFoundError:
             return None
         except OSError as exc:
             raise self._unsafe(exc, f"{self.path}/{name}") from None
 
-    def _write(self, name: str, data: object) -> None:
-        """Replace *name* with *data* durably (temporary file, fsync, rename, dir fsync)."""
+    def _write(self, name: str, data: object, limit: int = EPOCH_LIMIT) -> None:
+        """Replace *name* with *data* durably (temporary file, fsync, rename, dir fsync);
+        a record larger than *limit*, which :meth:`_read` would refuse, is not written."""
+        content = json.dumps(data).encode()
+        if len(content) > limit:
+            raise ValueError(
+                f"the Spark state record {self.path}/{name} would be {len(content)} bytes, "
+                f"more than the {limit} read back: lower maxMessagesPerBatch"
+            )
         fd = self._dir(create=True)
         assert fd is not None
         tmp = f"{_TMP}{name}-{os.getpid()}-{os.urandom(4).hex()}"
         out = _fs.create_at(tmp, 0o666, fd)
         try:
             try:
-                _fs.write_all(out, json.dumps(data).encode())
+                _fs.write_all(out, content)
                 _fs.fsync(out)
             finally:
                 _fs.close(out)
@@ -153,8 +168,12 @@ class StateDir:
         self._write(EPOCH, {"epoch": epoch, "queue": queue, "high": high})
 
     def save(self, seq: int, messages: list[Planned]) -> None:
-        """Record the messages of batch *seq* durably, replacing its previous record."""
-        self._write(f"{seq}{_SUFFIX}", {"messages": messages})
+        """Record the messages of batch *seq* durably, replacing its previous record.
+
+        :raises ValueError: the record would be larger than :data:`BATCH_LIMIT` (it
+            could never be read back): nothing is written.
+        """
+        self._write(f"{seq}{_SUFFIX}", {"messages": messages}, BATCH_LIMIT)
 
     def load(self) -> dict[int, list[Planned]]:
         """Every recorded batch (left by an earlier run of this query); temporary files
@@ -186,36 +205,36 @@ class StateDir:
     # -- one run at a time ---------------------------------------------------------------
 
     def lock(self, timeout: float) -> bool:
-        """Take the epoch's lock (``flock`` on ``lock``, never through a link), waiting up
-        to *timeout* seconds; ``False`` if another run still holds it."""
+        """Take the epoch's lock (``lock``, never through a link; :mod:`vsqs._lock`),
+        waiting up to *timeout* seconds; ``False`` if another run still holds it."""
         fd = self._dir(create=True)
         assert fd is not None
-        try:
-            lock_fd = _fs.open_lock_at(LOCK, 0o666, fd)
-        except OSError as exc:
-            raise self._unsafe(exc, f"{self.path}/{LOCK}") from None
-        deadline = time.monotonic() + timeout
-        while not _fs.try_lock(lock_fd):
-            if time.monotonic() >= deadline:
-                _fs.close(lock_fd)
-                return False
-            time.sleep(_LOCK_POLL)  # another run of this query: it may be stopping
-        self._lock_fd = lock_fd
+        path = f"{self.path}/{LOCK}"
+
+        def opener() -> int:
+            try:
+                return _fs.open_lock_at(LOCK, 0o666, fd)
+            except OSError as exc:
+                raise self._unsafe(exc, path) from None
+
+        lock = FileLock(opener, SYSTEM_CLOCK, path)
+        if not lock.acquire(timeout):  # another run of this query: it may be stopping
+            return False
+        self._held = lock
         return True
 
     def close(self) -> None:
         """Release the lock (if held) and the descriptors."""
-        if self._lock_fd >= 0:
-            _fs.unlock(self._lock_fd)
-            _fs.close(self._lock_fd)
-            self._lock_fd = -1
+        if self._held is not None:
+            self._held.release()
+            self._held = None
         if self._fd is not None and self._sub is None:
             _fs.close(self._fd)  # the layout's own are closed with it
         self._fd = None
         self._layout.close()
 
 
-def take_over(queue: Queue, receipt: str, seconds: float, where: str = "") -> Message:
+def take_over(queue: AnyQueue, receipt: str, seconds: float, where: str = "") -> Message:
     """Renew a lease an earlier run of this query recorded, through this handle.
 
     *where* is the message's directory as :data:`~vsqs.spark._options.Planned` names it
@@ -235,11 +254,11 @@ def take_over(queue: Queue, receipt: str, seconds: float, where: str = "") -> Me
     return message if message.queue else replace(message, queue=target.path)
 
 
-def _partition(queue: Queue, where: str) -> Queue:
+def _partition(queue: AnyQueue, where: str) -> AnyQueue:
     """The partition of *queue* named *where* (*queue* itself for ``""``)."""
     if not where:
         return queue
-    for part in queue.partition_queues:
+    for part in partitions_of(queue):
         if os.path.basename(part.path) == where:
             return part
     raise StateMismatch(

@@ -40,7 +40,7 @@ from pyspark.sql.streaming.datasource import (
     SupportsTriggerAvailableNow,
 )
 
-from .. import LeaseLost, Message, Queue, QueueDrained
+from .. import AnyQueue, LeaseLost, Message, Queue, QueueDrained
 from ._deleter import Deleter
 from ._options import Planned, SourceOptions, directory, existing_queue, planned
 from ._read import Slice, arrow_batches, partition_names, plan_slices, read_planned
@@ -58,7 +58,7 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def __init__(self, options: SourceOptions) -> None:
         self.options = options
         # Created on first use in the driver's reader process; never pickled.
-        self._queue: Queue | None = None
+        self._queue: AnyQueue | None = None
         self._state: StateDir | None = None
         self._epoch: str | None = None
         self._new_epoch = uuid.uuid4().hex
@@ -81,7 +81,7 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     # -- lifecycle -------------------------------------------------------------------
 
-    def _open(self) -> Queue:
+    def _open(self) -> AnyQueue:
         if self._queue is None:
             opts = self.options
             self._queue = Queue(
@@ -91,7 +91,7 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             )
         return self._queue
 
-    def _bind(self, offset: Offset) -> Queue:
+    def _bind(self, offset: Offset) -> AnyQueue:
         """Tie this reader to the epoch of *offset*: its state, its lock, its heartbeat.
 
         The initial offset has no epoch yet (``""``): Spark asks for it again on a restart
@@ -237,7 +237,7 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             self._plans[seq] = plan
         return {"epoch": self._epoch, "seq": seq}
 
-    def _claim(self, queue: Queue, limit: ReadLimit) -> list[Message]:
+    def _claim(self, queue: AnyQueue, limit: ReadLimit) -> list[Message]:
         """Claim up to the row and byte limits (the bodies are dropped at once)."""
         want = self.options.max_messages_per_batch
         max_bytes = self.options.max_bytes_per_batch
@@ -312,7 +312,7 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     # -- state -----------------------------------------------------------------------
 
-    def _replay(self, queue: Queue, seq: int) -> None:
+    def _replay(self, queue: AnyQueue, seq: int) -> None:
         """Serve batch *seq*, claimed by an earlier run and logged by Spark, again."""
         assert self._state is not None
         plan = self._recorded.pop(seq)
@@ -339,7 +339,7 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._pending[seq] = held
         self._plans[seq] = renewed
 
-    def _settle(self, queue: Queue, done: int) -> None:
+    def _settle(self, queue: AnyQueue, done: int) -> None:
         """Hand every batch up to *done* (Spark has completed them) to the deleter."""
         deleter = self._deleter
         if deleter is None:
@@ -360,7 +360,7 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if self._deleter is not None:
             self._deleter.flush()
 
-    def _release_unlogged(self, queue: Queue, done: int) -> None:
+    def _release_unlogged(self, queue: AnyQueue, done: int) -> None:
         """Release batches an earlier run claimed after *done*: Spark never logged them."""
         if self._state is None:
             return
@@ -372,7 +372,7 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             self._state.remove(seq)
 
     @staticmethod
-    def _release(queue: Queue, receipts: Sequence[Message | str]) -> int:
+    def _release(queue: AnyQueue, receipts: Sequence[Message | str]) -> int:
         count = 0
         for receipt in receipts:
             try:
@@ -392,7 +392,7 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 for seq, messages in self._pending.items():
                     self._extend(self._queue, seq, messages)
 
-    def _extend(self, queue: Queue, seq: int, messages: list[Message]) -> None:
+    def _extend(self, queue: AnyQueue, seq: int, messages: list[Message]) -> None:
         assert self._state is not None
         kept: list[Message] = []
         current = {m.id: m.receipt for m in messages}

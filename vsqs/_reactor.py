@@ -9,10 +9,12 @@ thread reads the events and
 the loop hears of them through a listener (``call_soon_threadsafe``), and stops
 watching the descriptor until then, so it never spins on a readable descriptor.
 
-Each :class:`~vsqs.aio.AsyncQueue` queues its waiting coroutines in FIFO order
-(:class:`Waiters`) and wakes *one* per change; a woken receiver that claimed something
-wakes the next (the baton), so a thousand waiting tasks cost one descriptor and no
-thundering herd: each event wakes as many tasks as there are messages to take, plus one.
+Used by :class:`~vsqs.aio.AsyncQueue` and by ``vsqs serve``'s long polls (here, below
+both, so that neither imports the other). Each queue's waiting coroutines are queued
+in FIFO order (:class:`Waiters`) and *one* is woken per change; a woken receiver that
+claimed something wakes the next (the baton), so a thousand waiting tasks cost one
+descriptor and no thundering herd: each event wakes as many tasks as there are
+messages to take, plus one.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ import math
 import weakref
 from typing import Final
 
-from .._waiters import MultiWaiter
+from ._waiters import MultiWaiter
 
 _INFINITE: Final = math.inf
 
