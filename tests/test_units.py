@@ -41,3 +41,6 @@ def test_sizes_counts_rates_and_times() -> None:
     assert [_units.count_of(n, "entry", "entries") for n in (0, 1, 1000)] == [
         "0 entries", "1 entry", "1,000 entries"
     ]  # fmt: skip
+    assert [_units.duration(s) for s in (345600, 5400, 300, 0.25, 123456, 1)] == [
+        "4 days", "1.5 h", "5 min", "0.25 s", "about 1.4 days", "1 s"
+    ]  # fmt: skip
