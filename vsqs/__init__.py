@@ -31,6 +31,8 @@ from ._errors import (
 )
 from ._history import History
 from ._ids import Precision
+from ._layout import UnsafeEntry
+from ._lock import FileLock
 from ._message import Counts, Message
 from ._null import NullQueue
 from ._protocol import QueueLike, Receiver
@@ -39,6 +41,7 @@ from ._renewal import Lease
 from ._root import QueueRoot, validate_name
 from ._sets import AnyQueue, PartitionedQueue, Queue, QueueSet, partitions_of
 from ._stats import Stats
+from ._storage import Storage
 from ._waiters import MultiWaiter
 
 __version__ = "1.0.0.dev0"
@@ -48,6 +51,7 @@ __all__ = [
     "Clock",
     "Counts",
     "DurabilityError",
+    "FileLock",
     "History",
     "InvalidAttributes",
     "InvalidId",
@@ -74,7 +78,9 @@ __all__ = [
     "QueueSet",
     "Receiver",
     "Stats",
+    "Storage",
     "SystemClock",
+    "UnsafeEntry",
     "VsqsError",
     "__version__",
     "partitions_of",
