@@ -35,8 +35,10 @@ from ._layout import UnsafeEntry
 from ._lock import FileLock
 from ._message import Counts, Message
 from ._null import NullQueue
+from ._options import QueueOptions
 from ._protocol import QueueLike, Receiver
 from ._queue import Queue as PlainQueue
+from ._reactor import Reactor, Waiters, reactor
 from ._renewal import Lease
 from ._root import QueueRoot, validate_name
 from ._sets import AnyQueue, PartitionedQueue, Queue, QueueSet, partitions_of
@@ -74,15 +76,19 @@ __all__ = [
     "QueueFull",
     "QueueLike",
     "QueueNotFound",
+    "QueueOptions",
     "QueueRoot",
     "QueueSet",
+    "Reactor",
     "Receiver",
     "Stats",
     "Storage",
     "SystemClock",
     "UnsafeEntry",
     "VsqsError",
+    "Waiters",
     "__version__",
     "partitions_of",
+    "reactor",
     "validate_name",
 ]

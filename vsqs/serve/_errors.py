@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any, Final
 
-from .._errors import VsqsError
+from .. import VsqsError
 
 __all__ = [
     "JSON_TYPES", "QUERY_CODES", "SqsError", "invalid", "missing", "no_queue", "unknown_attribute",

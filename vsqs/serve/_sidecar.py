@@ -42,7 +42,7 @@ from .. import FileLock, Storage
 __all__ = ["read", "read_cached", "update"]
 
 STORAGE: Final = "sqs"
-"""The server's directory in each queue's ``.vsqs``."""
+# The server's vsqs.Storage in each queue (a directory of its own).
 RECORD: Final = "record.json"
 LOCK: Final = "lock"
 RECORD_LIMIT: Final = 64 << 10

@@ -14,7 +14,7 @@ from .. import Message, Storage, _host
 from .._ids import MAX_DURATION
 
 STATE: Final = "spark/streams"
-"""The default stateDir: this :class:`vsqs.Storage` of the queue (``.vsqs/spark/streams``)."""
+# The default stateDir: this vsqs.Storage of the queue (its directory spark/streams).
 
 SCHEMA: Final = (
     "id string, body binary, attributes map<string,string>, receive_count int, sent_at timestamp"
