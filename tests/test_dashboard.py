@@ -260,11 +260,19 @@ def test_redrive_shutdown_and_a_setting(admin_url: tuple[str, Dashboard]) -> Non
     fields = {"action": "configure", "key": "visibility_timeout", "value": "", **confirm}
     assert _post(url + "/ui/action/orders", fields)[0] == 200
     assert "visibility_timeout" not in orders.settings()
-    for key, value in (("capacity", "many"), ("no_such", "1"), ("delay", "-5")):
+    (Path(dashboard.root.path) / "a-file").write_text("not a queue")
+    for key, value in (
+        ("capacity", "many"),
+        ("no_such", "1"),
+        ("delay", "-5"),
+        ("dead_letter", "a-file"),  # not a queue: stored, it would make orders unusable
+        ("dead_letter", "nowhere"),
+    ):
         fields = {"action": "configure", "key": key, "value": value, **confirm}
         status, body = _post(url + "/ui/action/orders", fields)
         assert status == 400, key
         assert b"Traceback" not in body
+    assert orders.settings()["dead_letter"] == "orders.dlq"
 
     status, body = _post(url + "/ui/action/orders", {"action": "shutdown", **confirm})
     assert status == 200 and b"shut down" in body
@@ -520,7 +528,96 @@ def test_a_broken_queue_is_shown_broken_and_the_others_still(
     rows = {row["name"]: row for row in json.loads(data)["queues"]}
     assert rows["good"]["ready"] == 1 and rows["good"]["error"] is None
     assert rows["bad"]["error"].startswith("InvalidSettings")
+    for key in ("ready", "held", "depth", "partitions", "shutdown"):
+        assert rows["bad"][key] is None, key  # unknown, not a 0 that reads as real
     status, _, page = request(url + "/")
-    assert status == 200 and b'<span class="error">InvalidSettings' in page
+    assert status == 200
+    assert b'<span class="error" title="InvalidSettings: invalid settings file' in page
+    assert b">cannot be read (InvalidSettings)</span>" in page
+    bad_row = re.search(rb'<tr data-name="bad">(.*?)</tr>', page)
+    assert bad_row is not None
+    cells = re.findall(rb"<td[^>]*>(.*?)</td>", bad_row.group(1))
+    unknown = b'<span class="unknown" title="Unknown: InvalidSettings'
+    assert all(cell.startswith(unknown) for cell in cells[1:9]), cells  # ready ... out
+    assert "\u2014".encode() in cells[1] and b">0<" not in bad_row.group(1)
+    # Its page is served (not a 500): the numbers, settings and messages say unknown.
     status, _, page = request(url + "/ui/queue/bad")
-    assert status == 500 and b"InvalidSettings" in page and b"Traceback" not in page
+    assert status == 200 and b"Traceback" not in page
+    assert b'data-field="ready" class="unknown" title="Unknown: InvalidSettings' in page
+    assert b'title="Unknown: InvalidSettings' in page.split(b"Oldest messages")[1]
+    assert b"The messages cannot be read." in page
+    assert b"No ready messages" not in page
+
+
+def test_settings_show_in_human_units(admin_url: tuple[str, Dashboard]) -> None:
+    url, dashboard = admin_url
+    dashboard.root.create("dlq")
+    dashboard.root.create(
+        "units",
+        retention=345600.0,
+        visibility_timeout=90,
+        delay=0.5,
+        dedup_window=300,
+        capacity=10000,
+        max_receives=5,
+        dead_letter="dlq",
+    )
+    _, _, page = request(url + "/ui/queue/units")
+    settings = page[page.index(b"<h2>Settings</h2>") :]
+    settings = settings[: settings.index(b"</table>")]
+    for key, shown in [
+        ("retention", "4 days"),
+        ("visibility_timeout", "1.5 min"),
+        ("delay", "0.5 s"),
+        ("dedup_window", "5 min"),
+        ("capacity", "10,000 messages"),
+        ("max_receives", "5 receives"),
+    ]:
+        assert re.search(f"<th>{key}</th><td><span title=[^>]*>{shown}</span>".encode(), settings)
+    assert b'<a href="/ui/queue/dlq">dlq</a>' in settings
+    assert b">345600.0<" not in settings  # the stored number is on hover only
+    assert b'title="retention = 345600.0"' in settings
+
+
+def test_a_dead_letter_queue_holding_messages_is_flagged(
+    admin_url: tuple[str, Dashboard],
+) -> None:
+    """Where a dead-letter queue is listed (its own row and page, the source's column
+    and page), it is flagged while it holds messages, and not once it is empty."""
+    url, dashboard = admin_url
+    _, dlq = _dead_letters(dashboard.root, 3)
+    dashboard.sampler.sample_round()
+    _, _, overview = request(url + "/")
+    rows = dict(re.findall(rb'<tr data-name="([^"]+)">(.*?)</tr>', overview))
+    assert (
+        b'<span class="flag" title="Dead-letter queue of orders: 3 messages'
+        in (rows[b"orders.dlq"])
+    )
+    assert (
+        b'<span class="flag" title="3 messages in the dead-letter queue">3</span>'
+        in (rows[b"orders"])
+    )
+    _, _, dlq_page = request(url + "/ui/queue/orders.dlq")
+    assert b'class="flag"' in dlq_page and b"3 dead letters" in dlq_page
+    _, _, source_page = request(url + "/ui/queue/orders")
+    assert (
+        b'Dead letters go to <a href="/ui/queue/orders.dlq">orders.dlq</a>: <span class="flag"'
+        in source_page
+    )
+    assert b">3 dead letters in orders.dlq</span>" in source_page  # at the top too
+    dlq.purge()
+    dashboard.sampler.refresh_soon()
+    dashboard.sampler.sample_round()
+    for path in ("/", "/ui/queue/orders.dlq", "/ui/queue/orders"):
+        assert b'class="flag"' not in request(url + path)[2], path
+    assert b"(none there now)" in request(url + "/ui/queue/orders")[2]
+
+
+def test_an_empty_queue_says_no_ready_messages(admin_url: tuple[str, Dashboard]) -> None:
+    url, dashboard = admin_url
+    queue = dashboard.root.create("empty")
+    _, _, page = request(url + "/ui/queue/empty")
+    assert b"No ready messages." in page and b"The 0 oldest" not in page
+    queue.publish(b"one")
+    _, _, page = request(url + "/ui/queue/empty")
+    assert b"The oldest ready message, read without" in page

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -189,10 +190,12 @@ def test_admin_purge_and_redrive(browser: webdriver.Chrome, tmp_path: Path) -> N
         )
         assert dlq.counts().ready == 0 and orders.counts().ready == 5
 
+        browser.set_window_size(1280, 1500)
         browser.get(url + "/ui/queue/orders")
         assert _act(browser, "purge") == "Purged 5 messages from orders."
         assert orders.counts().ready == 0
 
+        browser.set_window_size(1280, 1500)
         browser.get(url + "/ui/queue/orders")
         select = browser.find_element(By.CSS_SELECTOR, 'select[name="key"]')
         select.find_element(By.CSS_SELECTOR, 'option[value="visibility_timeout"]').click()
@@ -213,3 +216,54 @@ def test_the_screenshot_script_runs(tmp_path: Path) -> None:
     assert done.returncode == 0, done.stderr
     assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert out.stat().st_size > 10_000
+
+
+def test_an_operator_sees_flags_unknowns_and_units(
+    browser: webdriver.Chrome, tmp_path: Path
+) -> None:
+    """After a live refresh (the script renders the rows): a dead-letter queue holding
+    messages is flagged, a queue that cannot be read shows em dashes (the reason on
+    hover), settings read in human units; a screenshot of each page is taken."""
+    root = vsqs.QueueRoot(tmp_path / "root")
+    dlq = root.create("orders.dlq")
+    orders = root.create("orders", dead_letter="orders.dlq", max_receives=1, retention=345600)
+    orders.publish_batch([b"a", b"b"])
+    for message in orders.receive_batch(2, timeout=0):
+        orders.change_visibility(message, 0)
+    orders.requeue_expired()
+    assert dlq.counts().ready == 2
+    broken = root.create("broken", visibility_timeout=10)
+    (Path(broken.path) / ".vsqs" / "settings.json").write_text("{not json", encoding="utf-8")
+    with Dashboard(root, sample_every=EVERY) as dashboard, serving(dashboard) as url:
+        browser.set_window_size(1280, 600)
+        browser.get(url + "/")
+        first = dashboard.sampler.snapshot
+        _wait(browser, 4 * EVERY + 2).until(lambda b: dashboard.sampler.snapshot is not first)
+        time.sleep(2 * EVERY)  # the page's own refresh has replaced the server's rows
+        assert "2 dead letters" in _row(browser, "orders.dlq")["name"]
+        assert _row(browser, "orders")["dead_letter"] == "orders.dlq 2"
+        row = _row(browser, "broken")
+        assert row["name"] == "broken cannot be read (InvalidSettings)"
+        assert row["ready"] == row["held"] == row["oldest_age"] == "\u2014"
+        title = browser.execute_script(
+            "return document.querySelector('tr[data-name=\"broken\"] td:nth-child(2) span').title"
+        )
+        assert str(title).startswith("Unknown: InvalidSettings")
+        browser.save_screenshot(str(tmp_path / "overview.png"))
+
+        browser.set_window_size(1280, 1500)
+        browser.get(url + "/ui/queue/orders")
+        settings = browser.find_element(By.CSS_SELECTOR, "h2 + p + table.pairs").text
+        assert "retention 4 days" in settings and "345600" not in settings
+        flags = [flag.text for flag in browser.find_elements(By.CSS_SELECTOR, ".flag")]
+        assert flags == ["2 dead letters in orders.dlq", "2 messages"], flags
+        browser.save_screenshot(str(tmp_path / "orders.png"))
+
+        browser.get(url + "/ui/queue/broken")
+        time.sleep(2 * EVERY)  # a live refresh of the numbers keeps them unknown
+        ready = browser.find_element(By.CSS_SELECTOR, '[data-field="ready"]')
+        assert ready.text == "\u2014" and str(ready.get_attribute("title")).startswith("Unknown")
+        browser.save_screenshot(str(tmp_path / "broken.png"))
+        assert _console_errors(browser) == []
+    for name in ("overview", "orders", "broken"):
+        assert (tmp_path / f"{name}.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

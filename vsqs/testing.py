@@ -110,8 +110,14 @@ def fresh_ids(clock: object | None = None) -> Iterator[None]:
     For tests that play two processes in one, or that compare ids across tests. Not
     thread-safe against publishes running in other threads as the block opens or closes.
 
-    >>> with fresh_ids():
-    ...     pass
+    >>> import tempfile, vsqs
+    >>> from vsqs.testing import fresh_ids
+    >>> path = tempfile.mkdtemp()
+    >>> first = vsqs.Queue(path).publish(b"a")
+    >>> with fresh_ids():  # as a second process would: its first id may be the same
+    ...     second = vsqs.Queue(path).publish(b"b")
+    >>> second != first  # the publisher saw the collision and drew again
+    True
     """
     source = IDS if clock is None else source_for(clock)
     before = source.restart()

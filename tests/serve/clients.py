@@ -94,14 +94,18 @@ def _free_port() -> int:
 class Served:
     """One ``vsqs serve ROOT`` process on 127.0.0.1 and a free port."""
 
-    def __init__(self, root: Path, *args: str, env: Mapping[str, str] | None = None) -> None:
+    def __init__(
+        self, root: Path, *args: str, env: Mapping[str, str] | None = None, quiet: bool = True
+    ) -> None:
+        """*quiet*: ``--quiet`` (no access log; a failure's traceback is not printed either)."""
         self.root = root
         self.log = root.parent / f"serve-{id(self)}.log"
+        quiet_flag = ["--quiet"] if quiet else []
         for _attempt in range(5):  # another process may take the free port first
             self.port = _free_port()
             with self.log.open("wb") as log:
                 self.process = subprocess.Popen(
-                    [*SERVE, str(root), "--port", str(self.port), "--quiet", "--create", *args],
+                    [*SERVE, str(root), "--port", str(self.port), *quiet_flag, "--create", *args],
                     stdout=log,
                     stderr=subprocess.STDOUT,
                     env=dict(env) if env is not None else None,

@@ -178,19 +178,25 @@ def test_a_chunked_body_is_read(server: Server) -> None:
     assert b"/000000000000/chunky" in answer
 
 
-_JSON_VALUES = st.recursive(
+FUZZ_VALUES = st.recursive(
     st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=20),
     lambda inner: (
         st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=10), inner, max_size=3)
     ),
     max_leaves=8,
 )
-_PARAMS = st.sampled_from([
+FUZZ_PARAMS = st.sampled_from([
     "QueueUrl", "QueueName", "MessageBody", "ReceiptHandle", "Entries", "Attributes",
     "AttributeNames", "MessageAttributes", "MaxNumberOfMessages", "WaitTimeSeconds", "Tags",
     "TagKeys", "VisibilityTimeout", "DelaySeconds", "MessageGroupId", "Label", "SourceArn",
     "TaskHandle", "NextToken", "MaxResults", "MessageAttributeNames", "Actions",
 ])  # fmt: skip
+
+
+FUZZ_BODIES = st.binary(max_size=200) | st.text(max_size=200).map(str.encode)
+FUZZ_TARGETS = st.sampled_from(
+    ["/", "/0/q", "/?Action=ListQueues", "/%", "//x/..", "/?Action=SendMessage&QueueUrl=/0/q"]
+)
 
 
 @settings(
@@ -200,7 +206,7 @@ _PARAMS = st.sampled_from([
 )
 @given(
     action=st.sampled_from(sorted(ACTIONS)),
-    params=st.dictionaries(_PARAMS, _JSON_VALUES, max_size=4),
+    params=st.dictionaries(FUZZ_PARAMS, FUZZ_VALUES, max_size=4),
     queue=st.sampled_from(["/0/q", "/0/q.fifo", "/0/none", "/0/../q"]),
 )
 def test_fuzzed_json_requests_never_fail_the_server(
@@ -218,13 +224,7 @@ def test_fuzzed_json_requests_never_fail_the_server(
 @settings(
     max_examples=100, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
 )
-@given(
-    body=st.binary(max_size=200) | st.text(max_size=200).map(str.encode),
-    target=st.sampled_from(
-        ["/", "/0/q", "/?Action=ListQueues", "/%", "//x/..", "/?Action=SendMessage&QueueUrl=/0/q"]
-    ),
-    json_protocol=st.booleans(),
-)
+@given(body=FUZZ_BODIES, target=FUZZ_TARGETS, json_protocol=st.booleans())
 def test_fuzzed_bytes_never_fail_the_server(
     server: Server, body: bytes, target: str, json_protocol: bool
 ) -> None:

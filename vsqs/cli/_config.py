@@ -8,7 +8,7 @@ from typing import Any
 
 import click
 
-from .. import InvalidSettings, SystemClock, _host
+from .. import InvalidSettings, PartitionedQueue, PlainQueue, SystemClock, _host
 from .._stored import set_aside
 from ._common import SECONDS, CliError, open_queue, plain
 
@@ -107,6 +107,9 @@ def config(queue: str, unset: tuple[str, ...], reset: bool, as_json: bool, **cha
         given["dead_letter"] = _dead_letter_path(queue, given["dead_letter"])
     if given or unset:
         try:
+            if isinstance(target, PlainQueue) and given.get("partitions") is not None:
+                # A plain queue is partitioned in place only while it holds nothing.
+                target = PartitionedQueue(queue, partitions=given.pop("partitions"))
             stored: dict[str, Any] = dict(target.configure(**given, **dict.fromkeys(unset)))
         except InvalidSettings:
             raise  # the stored file is at fault, not the arguments

@@ -282,6 +282,9 @@ class Dashboard:
 
     def _queue_page(self, name: str, user: Credential | None) -> Response:
         row = self._row(name)
+        settings: dict[str, object] | None = None
+        messages: list[dict[str, Any]] | None = None
+        problem = None
         try:
             with self._open(name) as queue:
                 settings = dict(queue.settings())
@@ -289,12 +292,14 @@ class Dashboard:
         except QueueNotFound:
             raise Refused(404, f"no queue {name!r} under this root") from None
         except (VsqsError, OSError, ValueError) as exc:
-            raise Refused(500, f"{name}: {type(exc).__name__}: {exc}") from None
+            # The page says what cannot be read, and shows the rest: never an empty queue.
+            problem = f"{type(exc).__name__}: {exc}"
         body = _pages.queue_page(
             name,
             row,
             settings,
             messages,
+            problem=problem,
             now=time.time(),
             every=self.sample_every,
             token=token(self._secret, user) if self._can_act(user) else None,
@@ -377,7 +382,9 @@ class Dashboard:
         if action == "redrive":
             return self._plan_redrive(queue, name, form, user, opened=opened)
         if action == "configure":
-            return plan_configure(queue, name, form, lambda other: self._visible(other, user))
+            return plan_configure(
+                queue, name, form, lambda other: self._visible(other, user), self.root.__contains__
+            )
         raise Refused(400, f"unknown action {action!r}")
 
     def _plan_redrive(

@@ -29,13 +29,19 @@ SETTINGS: Final = {
 
 
 def plan_configure(
-    queue: AnyQueue, name: str, form: Mapping[str, str], may_use: Callable[[str], bool]
+    queue: AnyQueue,
+    name: str,
+    form: Mapping[str, str],
+    may_use: Callable[[str], bool],
+    is_queue: Callable[[str], bool],
 ) -> tuple[str, Callable[[], str]]:
     """What changing a setting from *form* will do, and a function doing it.
 
     :param may_use: whether the signed-in key may use a queue (by name): a dead-letter
         queue is one its messages will be written into, so, as ``SetQueueAttributes``'
         ``RedrivePolicy`` through the SQS API, it must be one the key may use.
+    :param is_queue: whether a queue of that name exists beside it: a dead-letter queue
+        must (as in SQS; a file under that name would make the queue unusable).
     """
     key = form.get("key", "")
     if key not in SETTINGS:
@@ -50,6 +56,8 @@ def plan_configure(
             raise Refused(400, f"{key} must be {kind}, not {raw!r}") from None
     if key == "dead_letter" and value is not None and not may_use(str(value)):
         raise Refused(403, f"this access key may not use the queue {value!r} (its dead letters)")
+    if key == "dead_letter" and value is not None and not is_queue(str(value)):
+        raise Refused(400, f"no queue {value!r} under this root to take the dead letters")
     shown = "the default (removed)" if value is None else repr(value)
     what = f"Store {key} = {shown} with {name}; handles opened from now on use it."
 

@@ -7,6 +7,9 @@ import time
 from typing import Final
 
 _BYTES: Final = ("B", "KiB", "MiB", "GiB", "TiB")
+_UNITS: Final = ((86400, "day", "days"), (3600, "h", "h"), (60, "min", "min"), (1, "s", "s"))
+UNKNOWN: Final = "\u2014"
+"""What a number that could not be read shows (an em dash, never a 0 that reads as real)."""
 
 
 def count(value: float | None) -> str:
@@ -55,3 +58,19 @@ def when(unix: float | None) -> str:
     if unix is None:
         return "-"
     return time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(unix))
+
+
+def duration(seconds: float) -> str:
+    """A setting in seconds, in the largest unit that says it exactly (whole or to one
+    decimal): ``345600`` -> ``4 days``, ``5400`` -> ``1.5 h``, ``300`` -> ``5 min``,
+    ``0.25`` -> ``0.25 s``; otherwise ``about`` it in the largest unit it fills
+    (``123456`` -> ``about 1.4 days``)."""
+    for unit, one, many in _UNITS:
+        value = seconds / unit
+        if 1 <= value < 1000 and round(value, 1) == value:
+            shown = f"{value:.0f}" if value == int(value) else f"{value:.1f}"
+            return f"{shown} {one if value == 1 else many}"
+    for unit, _, many in _UNITS:
+        if seconds >= unit:
+            return f"about {seconds / unit:,.1f} {many}"
+    return f"{seconds:g} s"

@@ -15,6 +15,15 @@ from typing import Any, Final
 from urllib.parse import quote
 
 from . import _format
+from ._marks import (
+    dead_letter_line,
+    dead_letters_held,
+    flag,
+    queue_url,
+    setting,
+    unknown,
+    unreadable,
+)
 from ._receives import BUCKETS
 
 # (key, heading, kind, title): the overview's columns; the script formats each kind alike.
@@ -42,19 +51,19 @@ COLUMNS: Final = (
 STATIC: Final = "/ui/static/"
 
 
-def queue_url(name: str) -> str:
-    return "/ui/queue/" + quote(name, safe="")
-
-
 def _cell(  # noqa: PLR0911 - one return per kind of column reads best
     kind: str, row: Mapping[str, Any], key: str
 ) -> tuple[str, str]:
     """``(HTML, sort value)`` of one overview cell (the script's ``cell()`` mirrors it)."""
     value: Any = row.get(key)
+    error = row.get("error")
     if kind == "name":
-        error = row.get("error")
-        extra = f' <span class="error">{escape(error)}</span>' if error else ""
-        return f'<a href="{escape(queue_url(value))}">{escape(value)}</a>{extra}', value
+        extra = f" {unreadable(error)}" if error else ""
+        held = dead_letters_held(row)
+        link = f'<a href="{escape(queue_url(value))}">{escape(value)}</a>'
+        return link + (f" {held}" if held else "") + extra, value
+    if error and kind != "dlq":
+        return unknown(f"Unknown: {error}"), "-1"
     if kind == "count":
         return escape(_format.count(value)), str(value if value is not None else -1)
     if kind == "age":
@@ -67,9 +76,14 @@ def _cell(  # noqa: PLR0911 - one return per kind of column reads best
     if kind == "dlq":
         if not value:
             return "-", ""
-        depth = _format.count(row.get("dead_letter_depth"))
         link = f'<a href="{escape(queue_url(value))}">{escape(value)}</a>'
-        return f"{link} ({escape(depth)})", value
+        depth = row.get("dead_letter_depth")
+        if depth is None:
+            return f"{link} ({unknown('Unknown: the dead-letter queue was not sampled')})", value
+        if depth:
+            shown = _format.count(depth)
+            return f"{link} {flag(shown, f'{shown} messages in the dead-letter queue')}", value
+        return f"{link} (0)", value
     if kind == "bool":
         return ("yes" if value else "no"), ("1" if value else "0")
     if kind == "state":
@@ -143,11 +157,23 @@ def _table(pairs: Iterable[tuple[str, str]], *, css: str = "pairs") -> str:
     return f'<table class="{css}">{rows}</table>'
 
 
-def _field(name: str, text: str) -> str:
+def _field(name: str, text: str, unknown: str | None = None) -> str:
+    """A number the page refreshes; *unknown*: why it could not be read (then a dash)."""
+    if unknown:
+        return (
+            f'<span data-field="{escape(name)}" class="unknown" title="{escape(unknown)}">'
+            f"{_format.UNKNOWN}</span>"
+        )
     return f'<span data-field="{escape(name)}">{escape(text)}</span>'
 
 
 def _stats_table(row: Mapping[str, Any]) -> str:
+    error = row.get("error")
+    if error:
+        why = f"Unknown: {error}"
+        return _table(
+            [(label, _field(key, "", why)) for key, label in (*_STATS, ("shutdown", "State"))]
+        )
     redelivered = _format.count(row.get("redelivered"))
     if row.get("redelivered_capped"):
         redelivered = "\u2265 " + redelivered
@@ -172,6 +198,15 @@ def _stats_table(row: Mapping[str, Any]) -> str:
         ("Consumed per second", _field("out_rate", _format.rate(row.get("out_rate")))),
         ("State", _field("shutdown", "shut down" if row.get("shutdown") else "open")),
     ])  # fmt: skip
+
+
+_STATS: Final = (
+    ("ready", "Ready"), ("held", "Held (in flight)"), ("delayed", "Delayed"),
+    ("new", "New (being written)"), ("oldest_age", "Oldest ready message"),
+    ("redelivered", "Redelivered (received before, back without a delete)"),
+    ("produced", "Published (all time)"), ("consumed", "Consumed (all time)"),
+    ("in_rate", "Published per second"), ("out_rate", "Consumed per second"),
+)  # fmt: skip
 
 
 def _partitions(parts: Sequence[Mapping[str, Any]]) -> str:
@@ -207,7 +242,7 @@ def body_preview(body: bytes, limit: int = 256) -> str:
 
 def _messages(messages: Sequence[Mapping[str, Any]], *, dead_letters: bool, now: float) -> str:
     if not messages:
-        return "<p>No ready message.</p>"
+        return ""
     labels = ["Id", "Age", "Receives", "Attributes", "Body (first bytes)"]
     if dead_letters:
         labels[4:4] = ["Source", "Why", "Dead-lettered"]
@@ -271,33 +306,71 @@ def _actions(name: str, row: Mapping[str, Any], settings_keys: Sequence[str], to
     return '<h2>Actions</h2><div class="actions">' + "".join(parts) + "</div>"
 
 
+def _oldest(
+    messages: Sequence[Mapping[str, Any]] | None,
+    problem: str | None,
+    *,
+    dead_letters: bool,
+    now: float,
+) -> str:
+    """The peek at the oldest ready messages (or why there is none to show)."""
+    head = "<h2>Oldest messages</h2>"
+    if messages is None:
+        return f"{head}<p>{unknown(f'Unknown: {problem}')} The messages cannot be read.</p>"
+    if not messages:
+        return f"{head}<p>No ready messages.</p>"
+    what = (
+        "The oldest ready message"
+        if len(messages) == 1
+        else f"The {len(messages)} oldest ready messages"
+    )
+    dead_letters = dead_letters or any(m.get("source") for m in messages)
+    return (
+        f'{head}<p class="meta">{what}, read without being received (a peek claims '
+        f"nothing).</p>{_messages(messages, dead_letters=dead_letters, now=now)}"
+    )
+
+
 def queue_page(
     name: str,
     row: Mapping[str, Any],
-    settings: Mapping[str, object],
-    messages: Sequence[Mapping[str, Any]],
+    settings: Mapping[str, object] | None,
+    messages: Sequence[Mapping[str, Any]] | None,
     *,
+    problem: str | None = None,
     now: float,
     every: float,
     token: str | None,
     settings_keys: Sequence[str],
     sources: Sequence[str],
 ) -> bytes:
-    """One queue: numbers, charts, settings, partitions, the oldest messages, actions."""
+    """One queue: numbers, charts, settings, partitions, the oldest messages, actions.
+
+    *settings* and *messages* are ``None`` when they could not be read (*problem* says
+    why): the page shows that, never an empty queue."""
     badges = []
-    if row.get("partitions", 1) > 1:
+    if (row.get("partitions") or 1) > 1:
         badges.append(f"{row['partitions']} partitions")
     if row.get("fifo"):
         badges.append("FIFO")
     if row.get("shutdown"):
         badges.append("shut down")
-    if sources:
+    held = dead_letters_held({**row, "sources": sources})
+    if sources and not held:
         badges.append("dead-letter queue")
     dead = row.get("dead_letter")
-    setting_rows = [(k, escape(str(v))) for k, v in settings.items()] or [("(none stored)", "-")]
+    failed = row.get("dead_letter_depth")
+    if dead and failed:  # said at the top too: the line about them is far below
+        shown = _format.count(failed)
+        held += flag(f"{shown} dead letters in {dead}", f"{shown} messages failed and wait there")
+    why = f"Unknown: {problem}"
+    if settings is None:
+        setting_rows = [("(cannot be read)", unknown(why))]
+    else:
+        setting_rows = [(k, setting(k, v)) for k, v in settings.items()]
     parts = [
         f"<h1>{escape(name)}</h1>",
-        "".join(f'<span class="badge">{escape(b)}</span>' for b in badges),
+        "".join(f'<span class="badge">{escape(b)}</span>' for b in badges) + held,
         f'<p class="meta">sampled every {escape(_format.count(every))} s; updated '
         f'<span id="updated">{escape(_format.when(row.get("sampled_at")))}</span>'
         ' <span id="status"></span></p>',
@@ -309,24 +382,17 @@ def queue_page(
         f'<img id="rate-chart" alt="published and consumed per second over the last hour" '
         f'src="{escape(queue_url(name))}/throughput.svg" width="640" height="200"></div>',
         "<h2>Settings</h2>",
-        _table(setting_rows),
+        '<p class="meta">Stored with the queue (the defaults apply to the rest); hover '
+        "a value for the number stored.</p>",
+        _table(setting_rows or [("(none stored)", "-")]),
     ]
     if dead:
-        depth = _format.count(row.get("dead_letter_depth"))
-        parts.append(
-            f'<p>Dead letters go to <a href="{escape(queue_url(dead))}">{escape(dead)}</a> '
-            f"({escape(depth)} messages).</p>"
-        )
+        parts.append(dead_letter_line(dead, row.get("dead_letter_depth")))
     if sources:
         links = ", ".join(f'<a href="{escape(queue_url(s))}">{escape(s)}</a>' for s in sources)
         parts.append(f"<p>Dead-letter queue of: {links}.</p>")
     parts.append(_partitions(row.get("parts") or ()))
-    parts.append(
-        f'<h2>Oldest messages</h2><p class="meta">The {len(messages)} oldest ready '
-        "messages, read without being received (a peek claims nothing).</p>"
-    )
-    parts.append(_messages(messages, dead_letters=bool(sources) or any(
-        m.get("source") for m in messages), now=now))  # fmt: skip
+    parts.append(_oldest(messages, problem, dead_letters=bool(sources), now=now))
     if token is not None:
         parts.append(_actions(name, row, settings_keys, token))
     return page(

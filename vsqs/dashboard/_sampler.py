@@ -71,7 +71,8 @@ class Row:
     sample_seconds: float = 0.0
     """How long the last sample of this queue took (its listing, mostly)."""
     error: str | None = None
-    """Why the queue could not be sampled (its other fields are then zero)."""
+    """Why the queue could not be sampled (its numbers are then zero here, and ``None``
+    in the JSON the pages read: unknown)."""
     parts: tuple[dict[str, Any], ...] = ()
     """Of a partitioned queue, each partition's ready, held, delayed, new and oldest age."""
 
@@ -360,7 +361,7 @@ class Sampler:
         data = asdict(row)
         data.update(_derived(row, snapshot.rows, snapshot.taken_at))
         data["sources"] = sorted(r.name for r in snapshot.rows.values() if r.dead_letter == name)
-        return data
+        return _unknown(data)
 
     @staticmethod
     def _render(version: int, now: float, rows: dict[str, Row], elapsed: float) -> bytes:
@@ -377,7 +378,7 @@ class Sampler:
                 if data[key] is not None:
                     data[key] = round(data[key], 2)
             data["sources"] = sorted(sources.get(row.name, ()))
-            queues.append(data)
+            queues.append(_unknown(data))
         document = {"version": version, "taken_at": now, "round_seconds": elapsed, "queues": queues}
         return json.dumps(document, separators=(",", ":")).encode()
 
@@ -388,15 +389,34 @@ _OVERVIEW: Final = (
 )  # fmt: skip
 
 
+_UNREAD: Final = (
+    "ready", "held", "delayed", "new", "depth", "oldest_age", "redelivered", "in_rate",
+    "out_rate", "produced", "consumed", "produced_bytes", "consumed_bytes", "partitions",
+    "fifo", "shutdown",
+)  # fmt: skip
+"""The fields of a row that say nothing when its queue could not be sampled."""
+
+
 def _derived(row: Row, rows: Mapping[str, Row], now: float) -> dict[str, Any]:
-    """The fields computed from the round: depth, the oldest's age, the DLQ's depth."""
+    """The fields computed from the round: depth, the oldest's age, the DLQ's depth
+    (``None`` if the dead-letter queue is absent or could not be sampled)."""
     dlq = rows.get(row.dead_letter) if row.dead_letter else None
     age = None if row.oldest_sent is None else round(max(0.0, now - row.oldest_sent), 1)
     return {
         "depth": row.depth,
         "oldest_age": age,
-        "dead_letter_depth": None if dlq is None else dlq.depth,
+        "dead_letter_depth": None if dlq is None or dlq.error else dlq.depth,
     }
+
+
+def _unknown(data: dict[str, Any]) -> dict[str, Any]:
+    """*data* (a row as JSON) with its numbers ``None`` if its queue could not be
+    sampled: unknown, never a 0 that reads as real."""
+    if data.get("error"):
+        for key in _UNREAD:
+            if key in data:
+                data[key] = None
+    return data
 
 
 def _parts(stats: Stats) -> tuple[dict[str, Any], ...]:

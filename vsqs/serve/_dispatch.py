@@ -15,6 +15,7 @@ import errno
 import os
 import random
 import re
+import sys
 import traceback
 from collections.abc import Callable, Mapping
 from typing import Final, NamedTuple
@@ -23,7 +24,7 @@ from .. import DurabilityError, InvalidSettings, QueueNotFound
 from . import _sigv4, _wire
 from ._context import Caller
 from ._credentials import Credentials
-from ._errors import SqsError
+from ._errors import ENVIRONMENT, SqsError, storage_error
 from ._origin import READ_ONLY, BrowserPolicy
 from ._service import DEFAULT_REGION, Service
 
@@ -157,10 +158,12 @@ def _answer(  # noqa: PLR0917 - answer's parameters
         result = service.handle(caller, request)
         answered_as = request_id()
         content_type, payload = _wire.render(request, result, answered_as)
-    except (SqsError, InvalidSettings, QueueNotFound, FileNotFoundError, DurabilityError) as exc:
-        error = _as_sqs_error(exc)
+    except (SqsError, InvalidSettings, QueueNotFound, OSError) as exc:
+        error = _as_sqs_error(exc, service.root.path)
         if error is None:
             return _failure(log, json_protocol, action)
+        if error.code == "QueueUnusable":
+            log(f"vsqs serve: {action}: {exc}")  # the operator's to repair: said once
         return error_answer(error, json_protocol=json_protocol, action=action)
     except Exception:  # noqa: BLE001 - the one place a failure becomes an answer
         return _failure(log, json_protocol, action)
@@ -168,7 +171,7 @@ def _answer(  # noqa: PLR0917 - answer's parameters
     return Answer(200, headers_out, payload, action)
 
 
-def _as_sqs_error(exc: Exception) -> SqsError | None:
+def _as_sqs_error(exc: Exception, root: str) -> SqsError | None:
     """The SQS error a failure of a request is answered with (``None``: a 500)."""
     if isinstance(exc, SqsError):
         return exc
@@ -176,6 +179,8 @@ def _as_sqs_error(exc: Exception) -> SqsError | None:
         return _unusable(exc)
     if isinstance(exc, DurabilityError) and exc.errno != errno.ENOENT:
         return None
+    if isinstance(exc, OSError) and not isinstance(exc, (FileNotFoundError, DurabilityError)):
+        return storage_error(exc, root)
     # RACE: another server (or the library) deleted the queue during the request (a
     # message written before went with the queue: its directory is gone).
     return SqsError("QueueDoesNotExist", "The specified queue does not exist.")
@@ -196,7 +201,12 @@ def _unusable(exc: InvalidSettings) -> SqsError:
 
 
 def _failure(log: Callable[[str], None], json_protocol: bool, action: str) -> Answer:
-    """A 500 ``InternalFailure`` for the exception being handled (logged, never sent)."""
-    log(traceback.format_exc().rstrip())
+    """A 500 ``InternalFailure`` for the exception being handled (logged, never sent):
+    its traceback, unless it is the environment's (a full disk: one line says it)."""
+    exc = sys.exc_info()[1]
+    if isinstance(exc, OSError) and exc.errno in ENVIRONMENT:
+        log(f"vsqs serve: {action} failed: {exc}")
+    else:
+        log(traceback.format_exc().rstrip())
     failure = SqsError("InternalFailure", "The request failed on the server.", sender=False)
     return error_answer(failure, json_protocol=json_protocol, action=action)

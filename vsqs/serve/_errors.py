@@ -5,17 +5,20 @@ shape name of botocore's service model, sent as ``__type``), its code in the que
 protocol (``query_code``, sent in ``<ErrorResponse>`` and in the ``x-amzn-query-error``
 header that makes JSON clients raise the query code), the HTTP status and whose fault
 it is. The server maps every other exception of a request to one of these, in
-:mod:`vsqs.serve._server`, and never sends a traceback.
+:mod:`vsqs.serve._dispatch`, and never sends a traceback.
 """
 
 from __future__ import annotations
 
+import errno
+import os
 from typing import Any, Final
 
-from .. import VsqsError
+from .. import NotAQueue, VsqsError
 
 __all__ = [
-    "JSON_TYPES", "QUERY_CODES", "SqsError", "invalid", "missing", "no_queue", "unknown_attribute",
+    "JSON_TYPES", "QUERY_CODES", "SqsError", "invalid", "missing", "no_queue", "storage_error",
+    "unknown_attribute",
 ]  # fmt: skip
 
 # The JSON name of an error -> (its query-protocol code, HTTP status). Errors absent
@@ -106,3 +109,47 @@ def no_queue() -> SqsError:
 def unknown_attribute(name: str) -> SqsError:
     """The error for an attribute name SQS does not know (or not on this queue type)."""
     return SqsError("InvalidAttributeName", f"Unknown Attribute {name}.")
+
+
+# What a queue's files give when something planted there is of the wrong kind or
+# forbidden: the queue needs an operator, and asking again changes nothing.
+_DAMAGED: Final = frozenset({
+    errno.ENOTDIR, errno.EISDIR, errno.ELOOP, errno.EACCES, errno.EPERM, errno.EFBIG,
+})  # fmt: skip
+# The server's environment, not a bug: a line in the log says it, no traceback.
+ENVIRONMENT: Final = frozenset({
+    errno.ENOSPC, errno.EDQUOT, errno.EIO, errno.EROFS, errno.EMFILE, errno.ENFILE,
+    errno.ENOMEM, errno.ESTALE,
+})  # fmt: skip
+
+
+def storage_error(exc: OSError, root: str) -> SqsError | None:
+    """The answer for *exc*, raised by a queue's files under *root* during a request:
+    ``409 QueueUnusable`` for an entry an operator must repair (a file where a queue or
+    a directory belongs, a directory where a file, a symlink, no permission), naming
+    it inside the root (a client never sees the server's paths) and what to do; which
+    no SDK retries, as asking again finds the same entry. ``None`` for any other error.
+    """
+    if exc.errno not in _DAMAGED:
+        return None
+    if isinstance(exc, NotAQueue):
+        what = (
+            f"{_inside(exc.path, root)} under the server's root is not a queue directory "
+            "(a file or a symlink is there)"
+        )
+    else:
+        names = [str(name) for name in (exc.filename, exc.filename2) if name is not None]
+        shown = " -> ".join(_inside(name, root) for name in names)
+        what = f"{exc.strerror or os.strerror(exc.errno or 0)}: {shown or '?'}"
+    return SqsError(
+        "QueueUnusable",
+        f"The queue's files on the server cannot be used: {what}. vsqs never follows or "
+        "replaces such an entry: an operator must remove or repair it on the server.",
+        status=409,
+    )
+
+
+def _inside(path: str, root: str) -> str:
+    """*path* relative to *root* (a bare name stays as it is)."""
+    prefix = root.rstrip("/") + "/"
+    return path[len(prefix) :] if path.startswith(prefix) else os.path.basename(path)

@@ -7,13 +7,20 @@ receiver whichever server it asks; ``DeleteMessage`` unlinks exactly the held fi
 ``ChangeMessageVisibility`` is one rename of it.
 
 **Receipt handles** are the vsqs receipt (``id.expiry``), ``~`` and the receive count
-of that delivery; on a partitioned (FIFO) queue, ``p<index>-`` first, naming the
-partition. As in SQS, a handle stays valid when ``ChangeMessageVisibility`` extends its
-message, through any server: the server that extended it remembers the receipts it
-replaced, and any other follows the lease to its current name (see
-:func:`_superseded`), never to a later delivery of the message: an extended lease
-carries its delivery in its name (``id.expiry.delivery``), which no later delivery
-does, whoever requeued the message and whatever it could record.
+of that delivery, ``~`` and a tag binding the handle to its queue; on a partitioned
+(FIFO) queue, ``p<index>-`` first, naming the partition. The tag is 16 hex digits of
+the BLAKE2b digest of the queue's name and the rest of the handle (see :func:`_tag`):
+a handle used on another queue's URL (or altered) is ``ReceiptHandleIsInvalid``
+rather than a silent no-op. It is no secret, and need not be: a handle only ever
+names a file inside the queue of the request's URL, so a forged tag reaches nothing
+that queue's own receipts would not. Handles without a tag (minted before the tag, by
+unreleased versions only) are refused alike: their message comes back when its
+visibility timeout ends. As in SQS, a handle stays valid when
+``ChangeMessageVisibility`` extends its message, through any server: the server that
+extended it remembers the receipts it replaced, and any other follows the lease to its
+current name (see :func:`_superseded`), never to a later delivery of the message: an
+extended lease carries its delivery in its name (``id.expiry.delivery``), which no
+later delivery does, whoever requeued the message and whatever it could record.
 
 **System attributes.** ``SentTimestamp`` is the vsqs id's time;
 ``ApproximateReceiveCount`` vsqs's receive count; ``ApproximateFirstReceiveTimestamp``
@@ -33,6 +40,7 @@ their visibility timeout ends).
 from __future__ import annotations
 
 import hashlib
+import os
 import re
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Final
@@ -67,7 +75,9 @@ __all__ = ["ACTIONS"]
 MAX_WAIT: Final = 20
 _FOLLOW: Final = 3  # newer receipts of one lease followed before giving up
 _PROBE: Final = 1.0  # seconds of an extension that cannot happen (see _superseded)
-_HANDLE: Final = re.compile(r"(?:p([0-9]{1,4})-)?([0-9]{1,40}\.[0-9]{1,40})(?:~([1-9][0-9]{0,9}))?")
+_HANDLE: Final = re.compile(
+    r"((?:p([0-9]{1,4})-)?([0-9]{1,40}\.[0-9]{1,40})~([1-9][0-9]{0,9}))~([0-9a-f]{16})"
+)
 _SYSTEM: Final = (
     "SenderId", "SentTimestamp", "ApproximateReceiveCount", "ApproximateFirstReceiveTimestamp",
     "SequenceNumber", "MessageDeduplicationId", "MessageGroupId", "AWSTraceHeader",
@@ -85,13 +95,20 @@ def _names(params: dict[str, Any], key: str) -> list[str]:
     return value
 
 
+def _tag(queue: AnyQueue, handle: str) -> str:
+    """The tag binding *handle* (without its tag) to *queue*: its name is the URL's."""
+    name = os.path.basename(queue.path)
+    return hashlib.blake2b(f"{name}\0{handle}".encode(), digest_size=8).hexdigest()
+
+
 def _handle(queue: AnyQueue, message: Message) -> str:
-    """``[p<partition>-]<receipt>~<receive count>`` (see the module's docstring)."""
+    """``[p<partition>-]<receipt>~<receive count>~<tag>`` (see the module's docstring)."""
     partitions = partitions_of(queue)
+    handle = f"{message.receipt}~{message.receive_count}"
     for index, partition in enumerate(partitions):
         if len(partitions) > 1 and partition.path == message.queue:
-            return f"p{index}-{message.receipt}~{message.receive_count}"
-    return f"{message.receipt}~{message.receive_count}"
+            handle = f"p{index}-{handle}"
+    return f"{handle}~{_tag(queue, handle)}"
 
 
 def _system_attributes(  # noqa: PLR0912 - one branch per system attribute
@@ -231,18 +248,24 @@ def _receive(
 
 
 def _target(queue: AnyQueue, handle: object) -> tuple[AnyQueue, str]:
-    """The (partition) queue and vsqs receipt of a receipt handle (the receive count
-    it ends with is checked, and no longer needed)."""
+    """The (partition) queue and vsqs receipt of a receipt handle of
+    *queue*; a handle of another queue, or altered, is ``ReceiptHandleIsInvalid``."""
     match = _HANDLE.fullmatch(handle) if isinstance(handle, str) else None
     partitions = partitions_of(queue)
-    index = int(match.group(1) or 0) if match else 0
+    index = int(match.group(2) or 0) if match else 0
     if (
         match is None
-        or (match.group(1) is None) != (len(partitions) == 1)
+        or (match.group(2) is None) != (len(partitions) == 1)
         or index >= len(partitions)
     ):
         raise _invalid_handle(handle)
-    return partitions[index], match.group(2)
+    if match.group(5) != _tag(queue, match.group(1)):  # no secret: a plain comparison
+        raise SqsError(
+            "ReceiptHandleIsInvalid",
+            f"The input receipt handle is invalid: it is not a handle of queue "
+            f"{os.path.basename(queue.path)} (another queue's, or altered).",
+        )
+    return partitions[index], match.group(3)
 
 
 def _invalid_handle(handle: object) -> SqsError:

@@ -42,6 +42,32 @@
   function numeric(value) {
     return value === null || value === undefined ? "-1" : String(value);
   }
+  // A number that could not be read: an em dash, the reason on hover (_pages.unknown).
+  function unknown(reason) {
+    const span = document.createElement("span");
+    span.className = "unknown";
+    span.title = reason;
+    span.textContent = "\u2014";
+    return span;
+  }
+  // Something to look at (_pages._flag).
+  function flag(text, title) {
+    const span = document.createElement("span");
+    span.className = "flag";
+    span.title = title;
+    span.textContent = text;
+    return span;
+  }
+  // A dead-letter queue holding messages (_pages._dead_letters_held), or null.
+  function deadLettersHeld(row) {
+    const sources = row.sources || [];
+    if (!sources.length || !row.depth) return null;
+    return flag(
+      count(row.depth) + " dead letters",
+      "Dead-letter queue of " + sources.join(", ") + ": " + count(row.depth) +
+        " messages failed there and wait to be looked at (redrive them, or purge)",
+    );
+  }
 
   // One overview cell: [node or text, sort value]; mirrors _pages._cell.
   function cell(kind, row, key) {
@@ -49,14 +75,22 @@
     if (kind === "name") {
       const span = document.createElement("span");
       span.appendChild(link(value));
-      if (row.error) {
+      const held = deadLettersHeld(row);
+      if (held) {
+        span.appendChild(document.createTextNode(" "));
+        span.appendChild(held);
+      }
+      if (row.error) {  // _pages._unreadable
         const err = document.createElement("span");
         err.className = "error";
-        err.textContent = " " + row.error;
+        err.title = row.error;
+        err.textContent = "cannot be read (" + row.error.split(":", 1)[0] + ")";
+        span.appendChild(document.createTextNode(" "));
         span.appendChild(err);
       }
       return [span, value];
     }
+    if (row.error && kind !== "dlq") return [unknown("Unknown: " + row.error), "-1"];
     if (kind === "count") return [count(value), numeric(value)];
     if (kind === "age") return [age(value), numeric(value)];
     if (kind === "rate") return [rate(value), numeric(value)];
@@ -67,7 +101,17 @@
       if (!value) return ["-", ""];
       const span = document.createElement("span");
       span.appendChild(link(value));
-      span.appendChild(document.createTextNode(" (" + count(row.dead_letter_depth) + ")"));
+      const depth = row.dead_letter_depth;
+      if (depth === null || depth === undefined) {
+        span.appendChild(document.createTextNode(" ("));
+        span.appendChild(unknown("Unknown: the dead-letter queue was not sampled"));
+        span.appendChild(document.createTextNode(")"));
+      } else if (depth) {
+        span.appendChild(document.createTextNode(" "));
+        span.appendChild(flag(count(depth), count(depth) + " messages in the dead-letter queue"));
+      } else {
+        span.appendChild(document.createTextNode(" (0)"));
+      }
       return [span, value];
     }
     if (kind === "bool") return [value ? "yes" : "no", value ? "1" : "0"];
@@ -174,6 +218,14 @@
     poll(body.dataset.api, (row) => {
       for (const span of document.querySelectorAll("[data-field]")) {
         const key = span.dataset.field;
+        if (row.error) {
+          span.className = "unknown";
+          span.title = "Unknown: " + row.error;
+          span.textContent = "\u2014";
+          continue;
+        }
+        span.className = "";
+        span.removeAttribute("title");
         if (key === "shutdown") span.textContent = row.shutdown ? "shut down" : "open";
         else if (key === "redelivered") {
           span.textContent = (row.redelivered_capped ? "\u2265 " : "") + count(row.redelivered);
