@@ -156,7 +156,8 @@ class Storage:
             return exc
         return UnsafeEntry(
             exc.errno or errno.EINVAL,
-            f"{shown} is a symlink or not what vsqs keeps there; vsqs never follows it: remove it",
+            # The path is the filename (str() shows it); a server shows it inside its root.
+            "a symlink or not what vsqs keeps there; vsqs never follows it: remove it",
             shown,
         )
 
