@@ -58,7 +58,8 @@ LABEL_W = 270
 def layers() -> list[list[str]]:
     """The module names of each layer, highest first."""
     config = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
-    (contract,) = config["tool"]["importlinter"]["contracts"]
+    contracts = config["tool"]["importlinter"]["contracts"]
+    (contract,) = [c for c in contracts if c["type"] == "layers"]
     return [re.split(r"\s*[|:]\s*", layer) for layer in contract["layers"]]
 
 

@@ -18,7 +18,8 @@ PACKAGE = ROOT / "vsqs"
 
 def _layers() -> list[list[str]]:
     config = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
-    (contract,) = config["tool"]["importlinter"]["contracts"]
+    contracts = config["tool"]["importlinter"]["contracts"]
+    (contract,) = [c for c in contracts if c["type"] == "layers"]
     return [re.split(r"\s*[|:]\s*", layer) for layer in contract["layers"]]
 
 

@@ -16,11 +16,9 @@ from hypothesis import strategies as st
 from pyspark.sql.streaming.datasource import ReadMaxBytes, ReadMaxRows
 
 import vsqs
-from vsqs import _fs
-from vsqs._errors import UnsafeEntry
+from vsqs import Storage, UnsafeEntry, _fs
 from vsqs._ids import State, parse_name
-from vsqs._layout import Layout
-from vsqs.spark._options import Planned, SourceOptions
+from vsqs.spark._options import STATE, Planned, SourceOptions
 from vsqs.spark._read import MessageGone, current_names, read_planned
 from vsqs.spark._state import StateDir
 from vsqs.spark._stream import StreamReader
@@ -364,19 +362,24 @@ def test_a_symlink_planted_in_a_named_state_dir_is_refused(
     assert _snapshot(outside) == before
 
 
-def test_the_layout_names_only_directories_inside_vsqs() -> None:
-    layout = Layout("/q")
-    assert layout.sub_of(layout.spark_dir("streams")) == "spark/streams"
-    assert layout.sub_of("/q/.vsqs") == ""
-    assert layout.sub_of("/q/.vsqs/spark/") == "spark"
-    for elsewhere in ("/q/.vsqs/../x", "/q/.vsqs/spark/../../x", "/q/.vsqsx", "/q", "/x"):
-        assert layout.sub_of(elsewhere) is None, elsewhere
+def test_a_storage_is_named_only_by_directories_inside_vsqs() -> None:
+    assert Storage.name_of("/q", Storage("/q", "spark/streams").path) == "spark/streams"
+    assert Storage.name_of("/q", "/q/.vsqs/spark/") == "spark"
+    for elsewhere in (
+        "/q/.vsqs",
+        "/q/.vsqs/../x",
+        "/q/.vsqs/spark/../../x",
+        "/q/.vsqsx",
+        "/q",
+        "/x",
+    ):
+        assert Storage.name_of("/q", elsewhere) is None, elsewhere
 
 
 def test_state_records_round_trip_and_leave_no_temporary_file(read_queue: vsqs.PlainQueue) -> None:
     """What one run records, the next loads; a record that fails to write leaves nothing,
     and what a crashed writer left is removed by the next run's load."""
-    state = StateDir(read_queue.path, Layout(read_queue.path).spark_dir("streams"), "e1")
+    state = StateDir(read_queue.path, Storage(read_queue.path, STATE).path, "e1")
     try:
         assert not state.exists()
         with pytest.raises(FileNotFoundError, match="no epoch record"):
@@ -407,7 +410,7 @@ def test_stream_state_is_read_with_a_bound_like_every_file_under_vsqs(
     """A sparse 256 MiB ``epoch.json`` (or a batch record past its bound) is refused
     after one ``fstat``, naming it, never read into memory (before issue 37 it was read
     whole: a 320 MiB peak); a record too large to be read back is never written."""
-    state = StateDir(read_queue.path, Layout(read_queue.path).spark_dir("streams"), "e1")
+    state = StateDir(read_queue.path, Storage(read_queue.path, STATE).path, "e1")
     try:
         state.create("e1", read_queue.path)
         epoch = Path(state.path) / "epoch.json"

@@ -27,18 +27,23 @@ from ._errors import (
     QueueDrained,
     QueueFull,
     QueueNotFound,
+    UnsafeEntry,
     VsqsError,
 )
 from ._history import History
 from ._ids import Precision
+from ._lock import FileLock
 from ._message import Counts, Message
 from ._null import NullQueue
+from ._options import QueueOptions
 from ._protocol import QueueLike, Receiver
 from ._queue import Queue as PlainQueue
+from ._reactor import Reactor, Waiters, reactor
 from ._renewal import Lease
 from ._root import QueueRoot, validate_name
 from ._sets import AnyQueue, PartitionedQueue, Queue, QueueSet, partitions_of
 from ._stats import Stats
+from ._storage import Storage
 from ._waiters import MultiWaiter
 
 __version__ = "1.0.0.dev0"
@@ -48,6 +53,7 @@ __all__ = [
     "Clock",
     "Counts",
     "DurabilityError",
+    "FileLock",
     "History",
     "InvalidAttributes",
     "InvalidId",
@@ -70,13 +76,19 @@ __all__ = [
     "QueueFull",
     "QueueLike",
     "QueueNotFound",
+    "QueueOptions",
     "QueueRoot",
     "QueueSet",
+    "Reactor",
     "Receiver",
     "Stats",
+    "Storage",
     "SystemClock",
+    "UnsafeEntry",
     "VsqsError",
+    "Waiters",
     "__version__",
     "partitions_of",
+    "reactor",
     "validate_name",
 ]

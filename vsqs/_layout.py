@@ -13,7 +13,7 @@ reader of the design's format ignore (its name does not parse as an id)::
     .vsqs/capacity.count         an upper bound on the message count (under that lock)
     .vsqs/settings.json          JSON: the settings stored with the queue (see _stored)
     .vsqs/settings.lock          serialises changes to the settings
-    .vsqs/spark/<consumer>/      the state of a Spark consumer (SPARK; nested *sub*s)
+    .vsqs/<integration>/         an integration's own files (see :class:`vsqs.Storage`)
 
 This module is the only one that builds those paths. Its directories are created on
 first use (never in a constructor), with the queue's modes, and every one of them is
@@ -53,12 +53,10 @@ SETTINGS: Final = "settings.json"
 """The settings stored with the queue, in ``.vsqs``."""
 SETTINGS_LOCK: Final = "settings.lock"
 FIFO_LOCK: Final = "fifo.lock"
-SPARK: Final = "spark"
-"""The Spark consumers' state directories, in ``.vsqs`` (see :mod:`vsqs.spark._state`)."""
-SQS_STATE: Final = "sqs.json"
-"""What ``vsqs serve`` keeps for the SQS API alone (tags, permissions, attributes vsqs
-has no setting for, move tasks), in ``.vsqs``: see :mod:`vsqs.serve._sidecar`."""
-SQS_LOCK: Final = "sqs.lock"
+CORE: Final = frozenset({META, DELAYED, DEDUP, STATS, CLOSED, CAPACITY_LOCK, CAPACITY_COUNT,
+                         SETTINGS, SETTINGS_LOCK, FIFO_LOCK})  # fmt: skip
+"""The names the core keeps in ``.vsqs`` (no integration's directory takes one)."""
+TMP: Final = ".tmp-"  # a file :func:`write_at` is writing, renamed over its name once whole
 
 READ_LIMITS: Final = {ROOT: 64 << 10, STATS: 64 << 10, META: 1 << 20, DEDUP: 64 << 20}
 """The most vsqs reads of one of its files, by directory (bytes; 1 MiB in any other).
@@ -120,13 +118,9 @@ class Layout:
         ``access`` that reads nothing); reading and creating it go through descriptors."""
         return f"{self.root}/{CLOSED}"
 
-    def spark_dir(self, consumer: str) -> str:
-        """The state directory of the Spark consumer *consumer* (its path, for the user)."""
-        return f"{self.root}/{SPARK}/{consumer}"
-
     def sub_of(self, path: str) -> str | None:
         """The *sub* argument that names *path*, if it is ``.vsqs`` or a directory below
-        it (``"spark/streams"`` for :meth:`spark_dir`); ``None`` if it is elsewhere."""
+        it (``"spark/streams"`` for ``<queue>/.vsqs/spark/streams``); ``None`` if elsewhere."""
         path = os.path.normpath(path)  # no "..": a sub never climbs out of .vsqs
         if path == self.root:
             return ROOT
@@ -287,18 +281,16 @@ class Layout:
     # -- operations on files under .vsqs, each by (directory, name) ------------------------
 
     def has_dir(self, sub: str) -> bool:
-        """Whether anything is at ``.vsqs/<sub>`` (a hint: one ``access``, no exception).
-
-        Only a hint for skipping work: anything there (a planted link or file too) says
-        yes, and every read and write still goes through the descriptors, never a link,
-        treating a non-directory as absent.
-        """
+        """Whether anything is at ``.vsqs/<sub>`` (a hint: one ``access``, no exception):
+        anything there (a planted link or file too) says yes, and every read and write
+        still goes through the descriptors, treating a non-directory as absent."""
         return _fs.exists(f"{self.root}/{sub}" if sub else self.root)
 
-    def read(self, sub: str, name: str) -> bytes | None:
+    def read(self, sub: str, name: str, limit: int | None = None) -> bytes | None:
         """The content of a regular file; ``None`` if it (or its directory) is absent.
 
-        Bounded: a file larger than :data:`READ_LIMITS` allows for *sub* is never read.
+        Bounded: a file larger than *limit* (by default what :data:`READ_LIMITS` allows
+        for *sub*) is never read.
 
         :raises OSError: ``EINVAL``/``ELOOP`` for a non-file, ``EFBIG`` for one too large;
             :class:`UnsafeEntry`.
@@ -307,7 +299,8 @@ class Layout:
         if fd is None:
             return None
         try:
-            return _fs.read_at(name, fd, READ_LIMITS.get(sub, _OTHER_LIMIT))
+            limit = READ_LIMITS.get(sub, _OTHER_LIMIT) if limit is None else limit
+            return _fs.read_at(name, fd, limit)
         except FileNotFoundError:
             return None
         except OSError as exc:
@@ -320,7 +313,7 @@ class Layout:
         assert fd is not None
         try:
             file_fd = _fs.create_at(name, self.create_mode, fd)
-            self._fill(file_fd, data, durable=durable, cleanup=(name, fd))
+            _fill(file_fd, data, self.file_mode, durable=durable, cleanup=(name, fd))
         except FileExistsError:
             return False
         except OSError as exc:
@@ -329,41 +322,15 @@ class Layout:
         return True
 
     def write(self, sub: str, name: str, data: bytes, *, durable: bool) -> None:
-        """Replace a file with *data* atomically (a temporary file, then a rename).
-
-        Readers see the old content or the new, never a mix. The temporary file is
-        ``.tmp-<name>-...`` in the same directory, removed on failure.
-        """
+        """Replace a file with *data* atomically (:func:`write_at`)."""
         fd = self._open(sub, create=True)
         assert fd is not None
-        tmp = f".tmp-{name}-{os.getpid()}-{os.urandom(4).hex()}"
         try:
-            self._fill(_fs.create_at(tmp, self.create_mode, fd), data, durable=durable,
-                       cleanup=(tmp, fd))  # fmt: skip
+            write_at(fd, name, data, self.create_mode, self.file_mode, durable=durable)
         except OSError as exc:
-            self._name_in(exc, sub, tmp)
+            if isinstance(exc.filename, str):
+                self._name_in(exc, sub, exc.filename)  # the temporary file's, or *name*'s
             raise
-        try:
-            _fs.replace_at(tmp, name, fd)
-        except BaseException as exc:
-            _fs.unlink_at(tmp, fd)
-            if isinstance(exc, OSError):
-                self._name_in(exc, sub, name)
-            raise
-
-    def _fill(self, fd: int, data: bytes, *, durable: bool, cleanup: tuple[str, int]) -> None:
-        """Write *data* to a freshly created *fd* and close it; unlink it on failure."""
-        try:
-            if self.file_mode is not None:
-                _fs.fchmod(fd, self.file_mode)  # whatever the process umask
-            _fs.write_all(fd, memoryview(data))
-            if durable:
-                _fs.fsync(fd)
-        except BaseException:
-            _fs.close(fd)
-            _fs.unlink_at(*cleanup)
-            raise
-        _fs.close(fd)
 
     def remove(self, sub: str, name: str) -> bool:
         """Remove a file (a planted link itself, never its target); ``False`` if absent."""
@@ -423,9 +390,8 @@ class Layout:
             exc.filename = f"{self.root}/{sub}/{name}" if sub else f"{self.root}/{name}"
 
     def open_dir(self, sub: str, *, create: bool) -> int | None:
-        """The descriptor of the directory ``.vsqs/<sub>`` (created if *create*), for a
-        caller that keeps files of its own there (:mod:`vsqs.spark._state`); ``None`` if
-        absent. It stays the layout's: :meth:`close` closes it.
+        """The descriptor of ``.vsqs/<sub>`` (created if *create*; ``None`` if absent) for
+        :class:`vsqs.Storage`; the layout's own (:meth:`close` closes it).
 
         :raises UnsafeEntry: an entry on the way is a symlink or not a directory.
         """
@@ -442,3 +408,35 @@ class Layout:
         fd = self._open(ROOT, create=True)
         assert fd is not None
         return _fs.now_us_at(fd)
+
+
+def write_at(
+    fd: int, name: str, data: bytes, mode: int, file_mode: int | None, *, durable: bool
+) -> None:
+    """Replace *name* in the directory *fd* atomically: a ``.tmp-<name>-...`` file made
+    there (*mode*, *file_mode* forced; flushed if *durable*) renamed over it (a link there
+    replaced, not followed). Readers see old or new; a failure leaves *name* as it was."""
+    tmp = f"{TMP}{name}-{os.getpid()}-{os.urandom(4).hex()}"
+    _fill(_fs.create_at(tmp, mode, fd), data, file_mode, durable=durable, cleanup=(tmp, fd))
+    try:
+        _fs.replace_at(tmp, name, fd)
+    except BaseException:
+        _fs.unlink_at(tmp, fd)
+        raise
+
+
+def _fill(
+    fd: int, data: bytes, file_mode: int | None, *, durable: bool, cleanup: tuple[str, int]
+) -> None:
+    """Write *data* to a freshly created *fd* and close it; unlink it on failure."""
+    try:
+        if file_mode is not None:
+            _fs.fchmod(fd, file_mode)  # whatever the process umask
+        _fs.write_all(fd, memoryview(data))
+        if durable:
+            _fs.fsync(fd)
+    except BaseException:
+        _fs.close(fd)
+        _fs.unlink_at(*cleanup)
+        raise
+    _fs.close(fd)

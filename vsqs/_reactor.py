@@ -1,6 +1,6 @@
 """How coroutines wait for a queue directory to change, without a thread.
 
-Each event loop that waits has one :class:`~vsqs.MultiWaiter` (a :class:`_Reactor` per
+Each event loop that waits has one :class:`~vsqs.MultiWaiter` (a :class:`Reactor` per
 loop) on the directories of its queues, and registers its descriptor (the process's one
 inotify descriptor) with ``loop.add_reader``. When it is readable the loop drains it
 without blocking and wakes the queues whose directories changed; when a *thread* of
@@ -19,13 +19,15 @@ messages to take, plus one.
 
 from __future__ import annotations
 
-import asyncio
 import collections
 import math
 import weakref
-from typing import Final
+from typing import TYPE_CHECKING, Final
 
 from ._waiters import MultiWaiter
+
+if TYPE_CHECKING:
+    import asyncio
 
 _INFINITE: Final = math.inf
 
@@ -62,6 +64,8 @@ class Waiters:
 
     async def wait(self, seconds: float) -> bool:
         """Wait for a wake-up (``True``) or *seconds* (``False``)."""
+        import asyncio  # noqa: PLC0415 -- a coroutine runs: imported already, not by `import vsqs`
+
         loop = asyncio.get_running_loop()
         future: asyncio.Future[bool] = loop.create_future()
         self._futures.append(future)
@@ -87,7 +91,7 @@ def _expire(future: asyncio.Future[bool]) -> None:
         future.set_result(False)
 
 
-class _Reactor:
+class Reactor:
     """One event loop's watch of its queue directories: a :class:`~vsqs.MultiWaiter`
     whose descriptor (the process's inotify descriptor) the loop reads."""
 
@@ -172,15 +176,17 @@ class _Reactor:
                 waiters.notify()
 
 
-_reactors: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _Reactor] = (
+_reactors: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Reactor] = (
     weakref.WeakKeyDictionary()
 )
 
 
-def reactor() -> _Reactor:
+def reactor() -> Reactor:
     """The reactor of the running event loop (made on first use)."""
+    import asyncio  # noqa: PLC0415 -- an event loop runs; `import vsqs` never imports asyncio
+
     loop = asyncio.get_running_loop()
     found = _reactors.get(loop)
     if found is None:
-        found = _reactors[loop] = _Reactor(loop)
+        found = _reactors[loop] = Reactor(loop)
     return found

@@ -33,9 +33,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import pytest
 
-from ._options import QueueOptions
-from ._root import QueueRoot, validate_name
-from ._sets import AnyQueue, Queue
+from . import AnyQueue, Queue, QueueOptions, QueueRoot, validate_name
 from .testing import ManualClock
 
 if TYPE_CHECKING:

@@ -23,14 +23,10 @@ import warnings
 from collections.abc import Callable, Iterator
 from typing import Final, TypeVar
 
-from . import _fs
-from ._errors import UnsafeEntry
+from . import Message, PartitionedQueue, PlainQueue, QueueLike, UnsafeEntry, _fs
 from ._ids import IDS, State, parse_name, source_for
 from ._layout import DIR as META_DIR
 from ._layout import META
-from ._message import Message
-from ._protocol import QueueLike
-from ._sets import PartitionedQueue, PlainQueue
 
 _T = TypeVar("_T")
 

@@ -15,6 +15,7 @@ from urllib.parse import urlsplit
 import pytest
 
 import vsqs
+from vsqs import _storage
 from vsqs.serve import Server, _sidecar
 from vsqs.serve._context import Caller
 from vsqs.serve._dispatch import request_id
@@ -169,7 +170,7 @@ def test_the_record_is_read_again_whenever_it_changed(tmp_path: Path) -> None:
     caller = Caller(None, "us-east-1", "h")
     mine.create_queue(caller, {"QueueName": "q", "Attributes": {"MaximumMessageSize": "2048"}})
     queue = mine.open("q")
-    record = Path(queue.path) / ".vsqs" / "sqs.json"
+    record = Path(queue.path) / ".vsqs" / "sqs" / "record.json"
     _age(record)
     assert _sidecar.read_cached(queue.path)["attributes"]["MaximumMessageSize"] == "2048"
     assert _sidecar.read_cached(queue.path) is _sidecar.read_cached(queue.path)  # remembered
@@ -198,12 +199,12 @@ def test_on_a_filesystem_other_hosts_write_the_record_is_always_read(
 ) -> None:
     """NFS or FUSE: a stat may answer from the attribute cache; opening revalidates."""
     queue = vsqs.QueueRoot(tmp_path / "root").create("q")
-    record = Path(queue.path) / ".vsqs" / "sqs.json"
-    record.parent.mkdir(exist_ok=True)
+    record = Path(queue.path) / ".vsqs" / "sqs" / "record.json"
+    record.parent.mkdir(parents=True, exist_ok=True)
     record.write_text('{"attributes": {"DelaySeconds": "1"}}')
     _age(record)
     assert _sidecar.read_cached(queue.path) is _sidecar.read_cached(queue.path)
-    monkeypatch.setitem(_sidecar._local, record.stat().st_dev, False)  # as if NFS
+    monkeypatch.setitem(_storage._shared, record.stat().st_dev, True)  # as if NFS
     assert _sidecar.read_cached(queue.path) is not _sidecar.read_cached(queue.path)
     assert _sidecar.read_cached(queue.path) == {"attributes": {"DelaySeconds": "1"}}
 

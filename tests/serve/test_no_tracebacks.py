@@ -35,8 +35,8 @@ ODD: Final = (
     "settings-dir",  # .vsqs/settings.json is a directory
     "settings-bad",  # .vsqs/settings.json is not JSON
     "vsqs-file",  # .vsqs is a regular file
-    "sqs-json-dir",  # .vsqs/sqs.json (the SQS API's own state) is a directory
-    "sqs-json-bad",  # .vsqs/sqs.json is not JSON
+    "sqs-json-dir",  # .vsqs/sqs/record.json (the SQS API's own state) is a directory
+    "sqs-json-bad",  # .vsqs/sqs/record.json is not JSON
     "unreadable",  # messages that cannot be read: directories, dangling links, bad metadata
     "to-nowhere",  # its dead-letter queue is a file
 )
@@ -60,12 +60,13 @@ def _make(root: Path) -> None:
     for name, kind, what in [
         ("settings-dir", "settings.json", None),
         ("settings-bad", "settings.json", b"{broken"),
-        ("sqs-json-dir", "sqs.json", None),
-        ("sqs-json-bad", "sqs.json", b"[1, 2"),
+        ("sqs-json-dir", "sqs/record.json", None),
+        ("sqs-json-bad", "sqs/record.json", b"[1, 2"),
     ]:
         if name not in queues:
             queues.create(name).publish(b"m")
             stored = root / name / ".vsqs" / kind
+            stored.parent.mkdir(exist_ok=True)
             if stored.exists():
                 stored.unlink()
             if what is None:

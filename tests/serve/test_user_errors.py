@@ -136,10 +136,10 @@ def test_a_damaged_queue_is_a_409_naming_the_entry(
     root = Path(server.service.root.path)
     (root / "planted").write_text("not a queue")
     server.service.root.create("tagged")
-    (root / "tagged" / ".vsqs" / "sqs.json").mkdir(parents=True)
+    (root / "tagged" / ".vsqs" / "sqs" / "record.json").mkdir(parents=True)
     for action, params, entry in [
         ("CreateQueue", {"QueueName": "planted"}, "planted"),
-        ("TagQueue", {"QueueUrl": "/0/tagged", "Tags": {"k": "v"}}, "sqs.json"),
+        ("TagQueue", {"QueueUrl": "/0/tagged", "Tags": {"k": "v"}}, "record.json"),
     ]:
         status, headers, answer = json_call(server.url, action, params)
         assert status == 409, answer

@@ -43,19 +43,25 @@ from collections.abc import AsyncIterator, Iterable, Mapping
 from types import TracebackType
 from typing import TYPE_CHECKING
 
-from .._errors import QueueDrained, QueueFull
-from .._message import Message
+from .. import (
+    AnyQueue,
+    Lease,
+    Message,
+    Queue,
+    QueueDrained,
+    QueueFull,
+    Stats,
+    Waiters,
+    partitions_of,
+    reactor,
+)
 from .._options import seconds as _seconds
-from .._reactor import Waiters, reactor
-from .._renewal import Lease
-from .._sets import AnyQueue, Queue, partitions_of
-from .._stats import Stats
 from ._publish import Publisher
 
 if TYPE_CHECKING:
     from typing_extensions import Self, Unpack
 
-    from .._options import QueueOptions
+    from .. import QueueOptions
 
 __all__ = ["AsyncLease", "AsyncQueue"]
 

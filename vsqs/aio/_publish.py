@@ -26,8 +26,7 @@ import threading
 from dataclasses import dataclass
 from typing import Final
 
-from .._errors import DurabilityError
-from .._sets import AnyQueue
+from .. import AnyQueue, DurabilityError
 
 MAX_BATCH: Final = 1000
 """The most bodies one sync covers."""

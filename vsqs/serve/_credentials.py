@@ -21,8 +21,7 @@ from dataclasses import dataclass
 from fnmatch import fnmatchcase
 from typing import Any, Final
 
-from .. import _host
-from .._errors import VsqsError
+from .. import VsqsError, _host
 
 __all__ = ["Credential", "Credentials", "CredentialsError", "load_credentials"]
 

@@ -14,7 +14,7 @@ import errno
 import os
 from typing import Any, Final
 
-from .._errors import NotAQueue, VsqsError
+from .. import NotAQueue, VsqsError
 
 __all__ = [
     "JSON_TYPES", "QUERY_CODES", "SqsError", "invalid", "missing", "no_queue", "storage_error",

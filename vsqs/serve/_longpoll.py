@@ -27,9 +27,7 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Final, TypeVar
 
-from .. import AnyQueue, QueueDrained, partitions_of
-from .._message import Message
-from .._reactor import Waiters, reactor
+from .. import AnyQueue, Message, QueueDrained, Waiters, partitions_of, reactor
 
 __all__ = ["Parked", "Poll", "Waiting", "receive"]
 

@@ -38,8 +38,7 @@ import threading
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any, ClassVar, Final
 
-from .. import QueueRoot
-from .._errors import VsqsError
+from .. import QueueRoot, VsqsError
 from .._extras import missing_extra
 from ._asgi import CONNECTION, MAX_BODY, THREADS, ASGIApp, Deadlines, Pages, stderr_log
 from ._credentials import Credentials, load_credentials

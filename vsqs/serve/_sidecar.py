@@ -1,7 +1,7 @@
 """What the SQS API keeps about a queue that vsqs itself does not: one small JSON file.
 
-``.vsqs/sqs.json`` in the queue's directory (the name is :data:`vsqs._layout.SQS_STATE`)
-holds a JSON object::
+``.vsqs/sqs/record.json`` in the queue's directory (:data:`RECORD` in the
+:class:`vsqs.Storage` named :data:`STORAGE`) holds a JSON object::
 
     {"created": 1732257000.1, "modified": 1732257000.1,
      "attributes": {"ReceiveMessageWaitTimeSeconds": "20", "MaximumMessageSize": "262144"},
@@ -15,8 +15,8 @@ Permissions are recorded and listed, never enforced (access is the credentials
 file's business). A queue without the file (made by the library) has none of these.
 
 Written as the settings are: a whole new file renamed over the old one (readers see one
-or the other), under a lock on ``.vsqs/sqs.lock`` (:mod:`vsqs._lock`, waited for up
-to :data:`LOCK_WAIT` seconds) so that two servers changing one queue's tags at once
+or the other), under a lock on ``.vsqs/sqs/lock`` (a :class:`vsqs.FileLock`, waited for
+up to :data:`LOCK_WAIT` seconds) so that two servers changing one queue's tags at once
 both land. A file that is not a JSON object is treated as
 absent when read and replaced by the next change.
 
@@ -32,18 +32,22 @@ from the client's attribute cache, where opening the file revalidates it).
 from __future__ import annotations
 
 import json
-import stat
 import threading
 import time
 from collections.abc import Callable, Mapping
 from typing import Any, Final
 
-from .. import _host, _mountinfo
-from .._clock import SYSTEM_CLOCK
-from .._layout import ROOT, SQS_LOCK, SQS_STATE, Layout
-from .._lock import FileLock
+from .. import FileLock, Storage
 
 __all__ = ["read", "read_cached", "update"]
+
+STORAGE: Final = "sqs"
+# The server's vsqs.Storage in each queue (a directory of its own).
+RECORD: Final = "record.json"
+LOCK: Final = "lock"
+RECORD_LIMIT: Final = 64 << 10
+"""The most read of a record (bytes): 50 tags, a few attributes and move tasks fit in a
+few KiB; anything larger is not the server's, refused after one ``fstat``."""
 
 LOCK_WAIT: Final = 10.0
 """Seconds a change waits for another server's change of the same queue."""
@@ -53,17 +57,8 @@ _threads = threading.Lock()
 TRUST_AFTER: Final = 2.0
 """A record younger than this (seconds since its modification time) is always re-read."""
 _CACHE_SIZE: Final = 4096  # queues remembered; beyond, the memory is dropped and rebuilt
-_Stamp = tuple[int, int, int, int, int]
-_cache: dict[str, tuple[str, _Stamp | None, Mapping[str, Any]]] = {}
+_cache: dict[str, tuple[tuple[int, ...] | None, Mapping[str, Any]]] = {}
 _cache_lock = threading.Lock()
-_local: dict[int, bool] = {}  # device -> whether only this kernel writes it (looked up once)
-
-
-def _only_this_host(device: int, path: str) -> bool:
-    local = _local.get(device)
-    if local is None:
-        local = _local[device] = not _mountinfo.polls(_host.filesystem_type(path))
-    return local
 
 
 def read(queue_dir: str) -> dict[str, Any]:
@@ -72,15 +67,15 @@ def read(queue_dir: str) -> dict[str, Any]:
     :raises FileNotFoundError: the queue's directory is gone (deleted meanwhile): never
         read as a queue without a record, which would answer as another kind of queue.
     """
-    layout = Layout(queue_dir)
+    storage = Storage(queue_dir, STORAGE)
     try:
-        raw = layout.read(ROOT, SQS_STATE)
+        raw = storage.read(RECORD, RECORD_LIMIT)
     except FileNotFoundError:
         raise  # RACE: the queue was deleted meanwhile; the request answers so
     except OSError:
         return {}  # a non-file was planted there
     finally:
-        layout.close()
+        storage.close()
     if raw is None:
         return {}
     try:
@@ -97,34 +92,23 @@ def read_cached(queue_dir: str) -> Mapping[str, Any]:
     """
     with _cache_lock:
         entry = _cache.get(queue_dir)
-    path = entry[0] if entry is not None else f"{Layout(queue_dir).root}/{SQS_STATE}"
-    try:
-        info = _host.lstatus(path)
-    except OSError:
-        info = None  # absent (the queue has no record, or is gone): read says which
-    stamp: _Stamp | None = None
-    if info is not None and stat.S_ISREG(info.st_mode):
-        stamp = (info.st_dev, info.st_ino, info.st_size, info.st_mtime_ns, info.st_ctime_ns)
-        if time.time() - info.st_mtime_ns / 1e9 < TRUST_AFTER or not _only_this_host(
-            info.st_dev, path
-        ):
-            stamp = None  # young, or on a shared filesystem: read every time
-    if entry is not None and stamp is not None and entry[1] == stamp:
-        return entry[2]
+    stamp = Storage(queue_dir, STORAGE).stamp(RECORD, settle=TRUST_AFTER)  # no descriptor
+    if entry is not None and stamp is not None and entry[0] == stamp:
+        return entry[1]
     # The status was taken before the read: a change in between is newer than the stamp
     # kept with it, so the next call sees another stamp and reads again.
     document = read(queue_dir)
     with _cache_lock:
         if len(_cache) >= _CACHE_SIZE:
             _cache.clear()
-        _cache[queue_dir] = (path, stamp, document)
+        _cache[queue_dir] = (stamp, document)
     return document
 
 
-def _locked(layout: Layout) -> FileLock:
+def _locked(storage: Storage) -> FileLock:
     """The record's lock, waited for up to :data:`LOCK_WAIT` seconds (then
     :class:`~vsqs.LockTimeout`: another server holding it is stopped)."""
-    return FileLock.in_queue(layout, SQS_LOCK, SYSTEM_CLOCK, timeout=LOCK_WAIT, threads=_threads)
+    return storage.lock(LOCK, timeout=LOCK_WAIT, threads=_threads)
 
 
 def update(
@@ -137,17 +121,16 @@ def update(
     (the queue's ``LastModifiedTimestamp``) is set to now. An exception raised by
     *change* leaves the record as it was.
     """
-    layout = Layout(queue_dir)
+    storage = Storage(queue_dir, STORAGE)
     try:
-        with _locked(layout):
+        with _locked(storage):
             document = read(queue_dir)
             change(document)
             now = time.time()
             document.setdefault("created", now)
             if touch or "modified" not in document:
                 document["modified"] = now
-            layout.write(ROOT, SQS_STATE, json.dumps(document).encode(), durable=True)
-            layout.fsync(ROOT)
+            storage.write(RECORD, json.dumps(document).encode(), durable=True)
     finally:
-        layout.close()
+        storage.close()
     return document

@@ -10,9 +10,11 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any, Final, TypeVar
 
-from .. import Message, _host
+from .. import Message, Storage, _host
 from .._ids import MAX_DURATION
-from .._layout import Layout
+
+STATE: Final = "spark/streams"
+# The default stateDir: this vsqs.Storage of the queue (its directory spark/streams).
 
 SCHEMA: Final = (
     "id string, body binary, attributes map<string,string>, receive_count int, sent_at timestamp"
@@ -227,7 +229,7 @@ class SourceOptions:
             num_partitions=_integer(raw, "numPartitions", 2),
             max_messages_per_batch=_integer(raw, "maxMessagesPerBatch", 10_000),
             max_bytes_per_batch=_integer(raw, "maxBytesPerBatch", DEFAULT_MAX_BYTES),
-            state_dir=raw.get("statedir") or Layout(os.path.abspath(path)).spark_dir("streams"),
+            state_dir=raw.get("statedir") or Storage(os.path.abspath(path), STATE).path,
             durable=_flag(raw, "durable", True),
             batch_size=_integer(raw, "batchSize", 500),
             key_column=raw.get("keycolumn"),

@@ -2,14 +2,17 @@
 
 ``<stateDir>/<epoch>/epoch.json`` holds the queue and the highest batch claimed; one
 ``<seq>.json`` per claimed, not yet deleted micro-batch lists its messages; ``lock`` is
-held (:mod:`vsqs._lock`) by the one run that serves the epoch. Used by :mod:`vsqs.spark._stream`.
+held (a :class:`vsqs.FileLock`) by the one run that serves the epoch. Used by
+:mod:`vsqs.spark._stream`.
 
-The default stateDir is the queue's ``.vsqs/spark/streams``, reached through the
-queue's :class:`~vsqs._layout.Layout`; a stateDir the user named elsewhere is opened as
-named. Below it, nothing is reached by path: every file is a name in a descriptor of the
-epoch directory, opened without following a symlink, so a symlink planted at
-``.vsqs/spark``, at the epoch directory or at one of its files is refused with
-:class:`~vsqs._layout.UnsafeEntry` naming it, and nothing outside is ever touched.
+The default stateDir is the queue's ``.vsqs/spark/streams``
+(:data:`~vsqs.spark._options.STATE`), the :class:`vsqs.Storage` of the epoch
+``spark/streams/<epoch>``; a stateDir the user named elsewhere is opened as named
+(:meth:`vsqs.Storage.outside`). Below it, nothing is reached
+by path: every file is a name in a descriptor of the epoch directory, opened without
+following a symlink, so a symlink planted at ``.vsqs/spark``, at the epoch directory or
+at one of its files is refused with :class:`vsqs.UnsafeEntry` naming it, and nothing
+outside is ever touched.
 """
 
 from __future__ import annotations
@@ -20,17 +23,12 @@ import os
 from dataclasses import replace
 from typing import Any, Final
 
-from .. import AnyQueue, LeaseLost, Message, VsqsError, _fs, partitions_of
-from .._clock import SYSTEM_CLOCK
-from .._errors import UnsafeEntry
+from .. import AnyQueue, FileLock, LeaseLost, Message, Storage, VsqsError, partitions_of
 from .._ids import parse_decimal
-from .._layout import Layout
-from .._lock import FileLock
 from ._options import Planned
 
 EPOCH: Final = "epoch.json"
 LOCK: Final = "lock"
-_TMP: Final = ".tmp-"
 _SUFFIX: Final = ".json"
 EPOCH_LIMIT: Final = 64 << 10
 """The most read of ``epoch.json`` (bytes): it holds an epoch name, a queue's path and
@@ -39,17 +37,14 @@ BATCH_LIMIT: Final = 64 << 20
 """The most read of one batch's record (bytes), as of a ``batch_dedup_id`` record: a
 batch whose record would be larger is refused when it is written (lower
 ``maxMessagesPerBatch``), so a larger file is not vsqs's and is never read."""
-# What a planted entry gives: a symlink (ELOOP, O_NOFOLLOW), a file where a directory
-# belongs (ENOTDIR), a directory or FIFO where a file belongs (EINVAL, EISDIR).
-_PLANTED: Final = frozenset({errno.ELOOP, errno.ENOTDIR, errno.EINVAL, errno.EISDIR})
 
 
 class StateDir:
     """``epoch.json`` and the ``<seq>.json`` records of one query's claimed batches.
 
     Every file is replaced durably and atomically (a temporary file, fsync, rename,
-    directory fsync): a reader sees the old record or the new. One run at a time writes
-    (:meth:`lock`).
+    directory fsync; :meth:`vsqs.Storage.write`): a reader sees the old record or the
+    new. One run at a time writes (:meth:`lock`).
 
     :param queue: the queue's path.
     :param state_dir: the stateDir option (by default the queue's ``.vsqs/spark/streams``).
@@ -58,70 +53,15 @@ class StateDir:
 
     def __init__(self, queue: str, state_dir: str, epoch: str) -> None:
         self.path = f"{state_dir.rstrip('/')}/{epoch}"
-        self._state_dir = state_dir
-        self._epoch = epoch
-        self._layout = Layout(queue)
-        self._sub = self._layout.sub_of(state_dir)
-        self._fd: int | None = None
-        self._held: FileLock | None = None
-
-    # -- the epoch directory, by descriptor ----------------------------------------------
-
-    def _dir(self, *, create: bool) -> int | None:
-        """The epoch directory's descriptor; ``None`` if it is absent (and not *create*)."""
-        if self._fd is None:
-            if self._sub is not None:  # in the queue's .vsqs: the layout opens the way
-                sub = f"{self._sub}/{self._epoch}" if self._sub else self._epoch
-                self._fd = self._layout.open_dir(sub, create=create)
-            else:
-                self._fd = self._open_outside(create=create)
-        return self._fd
-
-    def _open_outside(self, *, create: bool) -> int | None:
-        """The epoch directory in a stateDir the user named (the stateDir itself is
-        opened as named, a symlink the user chose included; the epoch is not followed)."""
-        if create:
-            _fs.make_dirs(self._state_dir)
-        try:
-            base = _fs.open_queue_dir(self._state_dir)
-        except FileNotFoundError:
-            return None
-        try:
-            for _ in range(2):
-                try:
-                    return _fs.open_dir(self._epoch, base)
-                except FileNotFoundError:
-                    if not create:
-                        return None
-                    _fs.make_dir_at(self._epoch, 0o777, base)
-                except OSError as exc:
-                    raise self._unsafe(exc, self.path) from None
-            raise FileNotFoundError(errno.ENOENT, "vanished while created", self.path)
-        finally:
-            _fs.close(base)
-
-    def _unsafe(self, exc: OSError, shown: str) -> OSError:
-        """*exc* as :class:`UnsafeEntry` naming *shown*, if a planted entry caused it."""
-        if exc.errno not in _PLANTED:
-            return exc
-        return UnsafeEntry(
-            exc.errno or errno.EINVAL,
-            f"{shown} is a symlink or not what the Spark state keeps there; vsqs never"
-            " follows it: remove it",
-            shown,
+        name = Storage.name_of(queue, state_dir)
+        self._storage = (
+            Storage.outside(state_dir, epoch) if name is None else Storage(queue, f"{name}/{epoch}")
         )
+        self._held: FileLock | None = None
 
     def _read(self, name: str) -> bytes | None:
         """The content of the record *name*, bounded like every file under ``.vsqs``."""
-        fd = self._dir(create=False)
-        if fd is None:
-            return None
-        try:
-            return _fs.read_at(name, fd, EPOCH_LIMIT if name == EPOCH else BATCH_LIMIT)
-        except FileNotFoundError:
-            return None
-        except OSError as exc:
-            raise self._unsafe(exc, f"{self.path}/{name}") from None
+        return self._storage.read(name, EPOCH_LIMIT if name == EPOCH else BATCH_LIMIT)
 
     def _write(self, name: str, data: object, limit: int = EPOCH_LIMIT) -> None:
         """Replace *name* with *data* durably (temporary file, fsync, rename, dir fsync);
@@ -132,27 +72,12 @@ class StateDir:
                 f"the Spark state record {self.path}/{name} would be {len(content)} bytes, "
                 f"more than the {limit} read back: lower maxMessagesPerBatch"
             )
-        fd = self._dir(create=True)
-        assert fd is not None
-        tmp = f"{_TMP}{name}-{os.getpid()}-{os.urandom(4).hex()}"
-        out = _fs.create_at(tmp, 0o666, fd)
-        try:
-            try:
-                _fs.write_all(out, content)
-                _fs.fsync(out)
-            finally:
-                _fs.close(out)
-            _fs.replace_at(tmp, name, fd)  # a planted link at *name* is replaced, not followed
-        except BaseException:
-            _fs.unlink_at(tmp, fd)
-            raise
-        _fs.fsync(fd)
+        self._storage.write(name, content, durable=True)
 
     # -- the records ---------------------------------------------------------------------
 
     def exists(self) -> bool:
-        fd = self._dir(create=False)
-        return fd is not None and _fs.exists_at(EPOCH, fd)
+        return self._storage.exists(EPOCH)
 
     def create(self, epoch: str, queue: str) -> None:
         self.set_high(epoch, queue, 0)
@@ -179,12 +104,8 @@ class StateDir:
         """Every recorded batch (left by an earlier run of this query); temporary files
         an earlier run left by crashing are removed (call it under :meth:`lock`)."""
         found: dict[int, list[Planned]] = {}
-        fd = self._dir(create=False)
-        for name in [] if fd is None else _fs.list_at(fd):
-            if name.startswith(_TMP):
-                assert fd is not None
-                _fs.unlink_at(name, fd)
-                continue
+        self._storage.sweep()
+        for name in self._storage.names():
             seq = parse_decimal(name.removesuffix(_SUFFIX)) if name.endswith(_SUFFIX) else None
             raw = None if seq is None else self._read(name)
             if seq is not None and raw is not None:
@@ -197,27 +118,15 @@ class StateDir:
         return found
 
     def remove(self, seq: int) -> None:
-        fd = self._dir(create=False)
-        if fd is not None:
-            # RACE: none expected (one run per query holds the lock); removing twice is fine
-            _fs.unlink_at(f"{seq}{_SUFFIX}", fd)
+        # RACE: none expected (one run per query holds the lock); removing twice is fine
+        self._storage.remove(f"{seq}{_SUFFIX}")
 
     # -- one run at a time ---------------------------------------------------------------
 
     def lock(self, timeout: float) -> bool:
-        """Take the epoch's lock (``lock``, never through a link; :mod:`vsqs._lock`),
+        """Take the epoch's lock (``lock``, never through a link; :class:`vsqs.FileLock`),
         waiting up to *timeout* seconds; ``False`` if another run still holds it."""
-        fd = self._dir(create=True)
-        assert fd is not None
-        path = f"{self.path}/{LOCK}"
-
-        def opener() -> int:
-            try:
-                return _fs.open_lock_at(LOCK, 0o666, fd)
-            except OSError as exc:
-                raise self._unsafe(exc, path) from None
-
-        lock = FileLock(opener, SYSTEM_CLOCK, path)
+        lock = self._storage.lock(LOCK)
         if not lock.acquire(timeout):  # another run of this query: it may be stopping
             return False
         self._held = lock
@@ -228,10 +137,7 @@ class StateDir:
         if self._held is not None:
             self._held.release()
             self._held = None
-        if self._fd is not None and self._sub is None:
-            _fs.close(self._fd)  # the layout's own are closed with it
-        self._fd = None
-        self._layout.close()
+        self._storage.close()
 
 
 def take_over(queue: AnyQueue, receipt: str, seconds: float, where: str = "") -> Message:
