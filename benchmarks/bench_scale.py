@@ -49,14 +49,16 @@ From each trial, three ratios:
 
 A table per role and filesystem gives, per configuration, each ratio's median over the
 trials and its worst trial (the lowest speed-up, the highest cost), with a column per
-floor saying whether it is met; a second table gives each run's median msg/s.
+floor saying whether it is met; for consumers, ``apart`` counts the trials whose two
+consumers on p=2 each took most of their messages (one in 64 sampled) from a different
+partition, their own homes. A second table gives each run's median msg/s.
 
 ``--sweep`` runs issue 27's sweep instead (K = 1, 2, 4, ... processes, four columns; its
 method is in ``benchmarks/scale_sweep.py``).
 
 Run it with::
 
-    python -m benchmarks.bench_scale [--rounds 10] [--messages 40000] [--fs shm|disk|both]
+    python -m benchmarks.bench_scale [--rounds 10] [--messages 30000] [--fs shm|disk|both]
                                      [--roles consumers|producers|both] [--batches 1,10,100,1000]
     python -m benchmarks.bench_scale --sweep [--max-k 8] [--rounds 3] [--messages 100000]
 """
@@ -75,13 +77,13 @@ from pathlib import Path
 from typing import Any, Final
 
 from benchmarks import scale_sweep
-from benchmarks.scale_runs import Job, rst, run_once
+from benchmarks.scale_runs import Job, rst, run_outcomes
 
 ROOTS: Final = {"shm": "/dev/shm", "disk": "/var/tmp"}
 FS_NAMES: Final = {"shm": "tmpfs, /dev/shm", "disk": "ext4, /var/tmp"}
 RUNS: Final = ("bare, 1 dir", "bare, 2 dirs", "vsqs, 1 on p=2", "vsqs, 2 on p=2", "vsqs, 1 on p=1")
 BATCHES: Final = (1, 10, 100, 1000)
-MESSAGES: Final = 40_000
+MESSAGES: Final = 30_000
 DISK_MESSAGES: Final = 20_000
 ROUNDS: Final = 10
 GAIN_FLOOR: Final = 1.5  # vsqs 2 / 1, median
@@ -89,7 +91,11 @@ RELATIVE_FLOOR: Final = 0.9  # vsqs ÷ bare, median
 RELATIVE_WORST_FLOOR: Final = 0.75  # vsqs ÷ bare, worst trial
 COST_CEILING: Final = 1.1  # p=2 ÷ p=1, median
 
-Trial = dict[str, float]  # run -> msg/s
+APART: Final = "apart"
+"""In a consumers' trial: 1.0 if the two consumers on p=2 took most of their messages
+from different partitions (each from its own home), else 0.0."""
+
+Trial = dict[str, float]  # run -> msg/s (and APART)
 
 
 def published(batch: int) -> str:
@@ -153,6 +159,7 @@ def ratio_row(batch: int, trials: Sequence[Trial]) -> tuple[list[str], list[bool
     row = [
         published(batch),
         str(len(trials)),
+        *([f"{sum(t[APART] for t in trials):.0f}"] if APART in trials[0] else []),
         cells[0],
         cells[1],
         _met(checks[0]),
@@ -167,9 +174,11 @@ def ratio_row(batch: int, trials: Sequence[Trial]) -> tuple[list[str], list[bool
 
 def ratio_table(by_batch: dict[int, list[Trial]]) -> tuple[str, list[bool]]:
     """One role on one filesystem: a row per configuration; and every floor's verdict."""
+    consumers = any(APART in t for trials in by_batch.values() for t in trials)
     head = [
         "published by",
         "trials",
+        *(["apart"] if consumers else []),
         "bare 2 / 1",
         "vsqs 2 / 1",
         f"≥ {GAIN_FLOOR}x",
@@ -218,17 +227,19 @@ def measure(
             for number, (role, batch) in enumerate((r, b) for r in roles for b in batches):
                 turn = (rnd + number) % len(RUNS)
                 trial: Trial = {}
-                for run in RUNS[turn:] + RUNS[:turn]:
-                    path = Path(tmp) / f"{role}-{batch}-{len(trial)}-r{rnd}"
-                    trial[run] = run_once(
-                        trial_job(role, run, path, batch=batch, messages=messages)
-                    )
+                for step, run in enumerate(RUNS[turn:] + RUNS[:turn]):
+                    path = Path(tmp) / f"{role}-{batch}-{step}-r{rnd}"
+                    job = trial_job(role, run, path, batch=batch, messages=messages)
+                    trial[run], outcomes = run_outcomes(job)
+                    if role == "consumers" and run == "vsqs, 2 on p=2":
+                        trial[APART] = float(len({o.home for o in outcomes}) == 2)
                     shutil.rmtree(path)
                 found[role][batch].append(trial)
                 log(
                     f"  trial {rnd + 1}, {role}, {published(batch)}: "
                     f"vsqs 2 / 1 {vsqs_gain(trial):.2f}x, bare 2 / 1 {bare_gain(trial):.2f}x, "
                     f"÷ {relative_gain(trial):.2f}, p=2 ÷ p=1 {cost(trial):.2f}"
+                    + ("" if APART not in trial else ", apart" if trial[APART] else ", together")
                 )
     return found
 

@@ -13,6 +13,7 @@ import ctypes
 import multiprocessing
 import os
 import time
+from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any, Final
@@ -47,6 +48,8 @@ class Outcome:
     end: float
     count: int
     misses: int
+    home: str = ""
+    """A vsqs consumer's main partition: the directory most of its messages came from."""
 
 
 # ---------------------------------------------------------------- the processes
@@ -103,12 +106,16 @@ def open_vsqs(job: Job) -> Any:
     return vsqs.Queue(job.dirs[0], **options)
 
 
-def _vsqs_consume(queue: Any) -> int:
+def _vsqs_consume(queue: Any) -> tuple[int, int, str]:
+    """Drain *queue*; (messages, 0, the directory most of them came from)."""
     count = 0
+    seen: Counter[str] = Counter()  # one message in 64: a sample costs nothing measurable
     while (message := queue.receive(timeout=0)) is not None:
         queue.delete(message)
+        if not count & 63:
+            seen[message.queue] += 1
         count += 1
-    return count
+    return count, 0, seen.most_common(1)[0][0] if seen else ""
 
 
 def publish(queue: Any, count: int, batch: int) -> int:
@@ -125,21 +132,22 @@ def publish(queue: Any, count: int, batch: int) -> int:
     return count
 
 
-def _work(job: Job, index: int) -> Callable[[], tuple[int, int]]:
-    """Process *index*'s timed work, everything before it done: () -> (messages, misses)."""
+def _work(job: Job, index: int) -> Callable[[], tuple[int, int, str]]:
+    """Process *index*'s timed work, everything before it done: () -> (messages, misses,
+    home) (see :class:`Outcome`)."""
     if job.kind == "vsqs":
         queue = open_vsqs(job)  # opened before the barrier; homes are taken on first use
         if job.role == "consumers":
-            return lambda: (_vsqs_consume(queue), 0)
+            return lambda: _vsqs_consume(queue)
         count = share(job, index)
-        return lambda: (publish(queue, count, job.batch), 0)
+        return lambda: (publish(queue, count, job.batch), 0, "")
     directory = job.dirs[index % len(job.dirs)]
     if job.role == "consumers":
-        return lambda: _bare_consume(directory)
+        return lambda: (*_bare_consume(directory), "")
     # ids i, i + K, i + 2K, ...: disjoint across producers, as if known in advance
     first = PREFILL_BASE_US + index
     ids = range(first, first + share(job, index) * job.processes, job.processes)
-    return lambda: (_bare_produce(directory, ids), 0)
+    return lambda: (_bare_produce(directory, ids), 0, "")
 
 
 def _process(job: Job, index: int, barrier: Any, results: Any) -> None:
@@ -147,9 +155,9 @@ def _process(job: Job, index: int, barrier: Any, results: Any) -> None:
     work = _work(job, index)
     barrier.wait(BARRIER_S)
     start = time.perf_counter()
-    count, misses = work()
+    count, misses, home = work()
     end = time.perf_counter()
-    results.put((index, asdict(Outcome(start, end, count, misses))))
+    results.put((index, asdict(Outcome(start, end, count, misses, home))))
 
 
 # ---------------------------------------------------------------- one run
@@ -223,6 +231,15 @@ def run_once(job: Job) -> float:
 
     :raises RuntimeError: a process failed, or a message was lost, doubled or left over.
     """
+    return run_outcomes(job)[0]
+
+
+def run_outcomes(job: Job) -> tuple[float, list[Outcome]]:
+    """Run *job* once (its directories fresh); its messages per second and what each
+    process reported.
+
+    :raises RuntimeError: a process failed, or a message was lost, doubled or left over.
+    """
     dirs = message_dirs(job)
     for directory in dirs:
         os.makedirs(directory, exist_ok=True)
@@ -250,7 +267,7 @@ def run_once(job: Job) -> float:
     if total != job.messages or (ready, other) != expected:
         raise RuntimeError(f"{job}: {total} counted, {ready} ready and {other} other files left")
     wall = max(o.end for o in outcomes) - min(o.start for o in outcomes)
-    return job.messages / wall
+    return job.messages / wall, outcomes
 
 
 def rst(head: Sequence[str], rows: Sequence[Sequence[str]]) -> str:

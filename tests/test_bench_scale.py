@@ -33,6 +33,21 @@ def _table_rows(stdout: str, rubric: str) -> list[list[str]]:
     return [re.split(r"\s{2,}", line) for line in lines[:end] if not line.startswith("=")]
 
 
+def _assert_verdicts(row: list[str]) -> None:
+    """Each floor's verdict in a row of the ratio table agrees with the figure it judges
+    (a figure printed equal to its floor may have been rounded either way: not judged)."""
+    checks = (  # (verdict column, figure column, median 0 or worst 1, floor, "at least")
+        (4, 3, 0, 1.5, True),
+        (6, 5, 0, 0.9, True),
+        (7, 5, 1, 0.75, True),
+        (9, 8, 0, 1.1, False),
+    )
+    for verdict, figure, which, floor, at_least in checks:
+        value = float(row[figure].split(" / ")[which])
+        if value != floor:
+            assert (row[verdict] == "yes") == (value > floor if at_least else value < floor), row
+
+
 def test_bench_scale_trials_print_every_ratio_and_floor(tmp_path: Path) -> None:
     """The default (issue 38's trials), tiny, on tmpfs: two trials of each role for
     ``publish`` and ``publish_batch(1000)``, five runs each, every run verified (a lost
@@ -49,8 +64,12 @@ def test_bench_scale_trials_print_every_ratio_and_floor(tmp_path: Path) -> None:
         "--json",
         str(tmp_path / "scale.json"),
     )
+    met = 0
     for role in ("Consumers", "Producers"):
         ratios = _table_rows(done.stdout, f"{role}, on tmpfs, /dev/shm, 2,000 messages")
+        if role == "Consumers":  # how many trials had the two consumers apart: 0 to 2
+            assert ratios[0].pop(2) == "apart"
+            assert {row.pop(2) for row in ratios[1:]} <= {"0", "1", "2"}
         assert tuple(ratios[0]) == RATIO_HEAD
         assert [row[0] for row in ratios[1:]] == ["publish", "publish_batch(1000)"]
         for row in ratios[1:]:
@@ -59,17 +78,21 @@ def test_bench_scale_trials_print_every_ratio_and_floor(tmp_path: Path) -> None:
             for median_worst in (row[2], row[3], row[5], row[8]):
                 assert re.fullmatch(r"\d+\.\d\d / \d+\.\d\d", median_worst)
             assert {row[i] for i in (4, 6, 7, 9)} <= {"yes", "**no**"}
+            _assert_verdicts(row)
+            met += sum(row[i] == "yes" for i in (4, 6, 7, 9))
         rates = _table_rows(done.stdout, f"{role}, on tmpfs, /dev/shm: median msg/s")
         assert tuple(rates[0]) == ("published by", *RUNS)
         assert [len(row) for row in rates[1:]] == [1 + len(RUNS)] * 2
-    assert "Floors met: " in done.stdout and " of 16" in done.stdout
+    assert f"Floors met: {met} of 16" in done.stdout
     found = json.loads((tmp_path / "scale.json").read_text())
     for role in ("consumers", "producers"):
         by_batch = found["shm"][role]
         assert set(by_batch) == {"publish", "publish_batch(1000)"}
         for trials in by_batch.values():
             assert len(trials) == 2
-            assert all(set(t) == set(RUNS) and min(t.values()) > 0 for t in trials)
+            for trial in trials:
+                assert all(trial[run] > 0 for run in RUNS)
+                assert set(trial) - set(RUNS) == ({"apart"} if role == "consumers" else set())
 
 
 def test_bench_scale_rejects_a_bad_batch_size() -> None:
