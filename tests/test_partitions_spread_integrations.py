@@ -1,20 +1,17 @@
 """The integrations that publish without a group spread over a partitioned queue's
-partitions too (issue 38, item 1): kombu's producer, Spark's ``publish_dataframe``
-(batches keyed by their ``batch_dedup_id``) and SQS ``SendMessageBatch`` through
-``vsqs serve``; each test counts the message files in each partition directory."""
+partitions too (issue 38, item 1): kombu's producer and Spark's ``publish_dataframe``
+(batches keyed by their ``batch_dedup_id``); each test counts the message files in each
+partition directory (SQS ``SendMessageBatch``: ``tests/serve/test_partitions_spread.py``)."""
 
 from __future__ import annotations
 
 import os
 import sys
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-import boto3
 import pytest
-from botocore.config import Config
 from kombu.connection import Connection
 from kombu.entity import Exchange
 from kombu.entity import Queue as KombuQueue
@@ -22,7 +19,6 @@ from kombu.entity import Queue as KombuQueue
 import vsqs
 import vsqs.kombu
 from vsqs import PartitionedQueue
-from vsqs.serve import make_server
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -64,47 +60,22 @@ def test_a_kombu_producer_spreads_over_the_partitions(fast_tmp_path: Path) -> No
     _assert_spread(_per_partition(vsqs.QueueRoot(root).get("tasks")), 400)
 
 
-def test_send_message_batch_spreads_over_the_partitions(fast_tmp_path: Path) -> None:
-    """100 ``SendMessageBatch`` calls of 10 entries, without ``MessageGroupId``, through
-    a real ``vsqs serve`` and boto3: each call is one ``publish_batch``; the 1,000
-    messages land in every partition, none holding half of them."""
-    root = vsqs.QueueRoot(fast_tmp_path / "root")
-    root.create("q", partitions=PARTITIONS)
-    server = make_server(root, port=0, quiet=True)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        sqs = boto3.client(
-            "sqs",
-            endpoint_url=server.url,
-            region_name="us-east-1",
-            aws_access_key_id="AKIATEST",
-            aws_secret_access_key="secret",  # noqa: S106 - a test key
-            config=Config(retries={"max_attempts": 1}, read_timeout=30, connect_timeout=5),
-        )
-        url = sqs.get_queue_url(QueueName="q")["QueueUrl"]
-        for call in range(100):
-            entries = [{"Id": str(i), "MessageBody": f"{call}/{i}"} for i in range(10)]
-            answer = sqs.send_message_batch(QueueUrl=url, Entries=entries)
-            assert len(answer["Successful"]) == 10 and not answer.get("Failed")
-    finally:
-        server.shutdown()
-        thread.join(10)
-    _assert_spread(_per_partition(root.get("q")), 1000)
-
-
 @pytest.fixture(scope="module")
 def spark() -> Iterator[SparkSession]:
+    """A local session, or the one another test module has running (stopped only if made
+    here: a Spark session is one per process, shared)."""
+    from pyspark.sql import SparkSession
+
     from tests import spark_helpers
 
+    running = SparkSession.getActiveSession()
     with pytest.MonkeyPatch.context() as patch:
         # The Python workers import vsqs from this checkout.
         patch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [REPO_DIR, *sys.path])))
-        patch.setenv("SPARK_LOCAL_IP", "127.0.0.1")
-        patch.setenv("PYSPARK_PYTHON", sys.executable)
-        session = spark_helpers.build_session("local[2,4]")
+        session = running or spark_helpers.build_session()
         yield session
-        session.stop()
+        if running is None:
+            session.stop()
 
 
 @pytest.mark.spark
