@@ -1,53 +1,71 @@
-"""Scaling out: K consumer (or producer) processes on one directory, on K directories, on vsqs.
+"""Scaling out: does a second consumer (or producer) on a 2-partition queue gain what a
+second bare process on a second directory gains, trial by trial?
 
-Method, on each filesystem (tmpfs ``/dev/shm`` and a disk directory), for K = 1, 2, 4, ...
-up to ``max(os.cpu_count(), 8)``, four columns side by side in one run:
+Method (issue 38). A *configuration* is a role (consumers or producers) and a way of
+publishing: ``publish`` one message at a time, or ``publish_batch`` of 10, 100 or 1,000
+messages (``--batches``). Each configuration is run in ``--rounds`` trials (default 10);
+the rounds are the outer loop, so each configuration's trials are spread over the whole
+run. One trial is five runs back to back, in an order that rotates from trial to trial:
 
-* ``bare, 1 dir``: the bare strict-FIFO rename consumer, all K on one directory: each
-  lists the directory once, then for each name, oldest first, ``rename`` ``<id>`` to
+* ``bare, 1 dir``: one bare strict-FIFO rename consumer on one directory: it lists the
+  directory once, then for each name, oldest first, ``rename`` ``<id>`` to
   ``<id>.<expiry>`` (a lost race, ``ENOENT``, moves it to the next name), ``open``,
   ``read``, ``close``, ``unlink``. The bare producer: ``open(<id>.new, O_CREAT|O_EXCL)``,
-  ``write``, ``close``, ``rename`` to ``<id>``, with ids known in advance (producer i of
-  K writes the ids that are i modulo K);
-* ``bare, K dirs``: the same, process i on directory i of K (the backlog split evenly);
-* ``vsqs, p=1``: ``vsqs.Queue(path)``, the unpartitioned queue: ``receive(timeout=0)`` and
-  ``delete`` until ``receive`` returns ``None``, or ``publish`` one message at a time;
-* ``vsqs, p=K``: the same calls on ``vsqs.Queue(path, partitions=K)``: consumers find their
-  own home partitions, producers publish without a group (each spreads its messages by
-  itself).
+  ``write``, ``close``, ``rename`` to ``<id>``, one message at a time whatever the
+  configuration (the bare loop has no batch), with ids known in advance;
+* ``bare, 2 dirs``: two of them, process i on directory i (the backlog split evenly, or
+  N/2 published each);
+* ``vsqs, 1 on p=2`` and ``vsqs, 2 on p=2``: one and two processes on
+  ``vsqs.Queue(path, partitions=2)``: consumers ``receive(timeout=0)`` and ``delete``
+  until ``receive`` returns ``None``, finding their home partitions themselves;
+  producers publish without a group, N (or N/2 each) by ``publish`` or ``publish_batch``
+  of the configuration's size, and spread their messages themselves;
+* ``vsqs, 1 on p=1``: one process on the plain ``vsqs.Queue(path)``, the same calls.
 
-Consumers drain a backlog of N small messages (100 bytes each; N is ``--messages`` on
-tmpfs, ``--disk-messages`` on the disk, where 100,000 files take minutes on a shared
-machine) made beforehand (untimed), written straight into the (partition) directories as
-ready files, in id order spread evenly over the directories. Producers publish N
-messages in total, N/K each, into empty directories. Before each run the filesystem's
-dirty data is written back (``syncfs``, untimed), so a run does not pay for the backlog
-or the run before it. Every process of a run is started first (spawned, imports done,
-queue opened) and then released by one barrier; a run's throughput is N
-divided by the wall time from the earliest release to the last process's end. Each run
-checks its result: every message delivered once (the counts add up to N and no message
-file is left) or, for producers, N ready files. vsqs handles are ``durable=False``, like
-the bare rows (no ``fsync``).
+The consumers' backlog is N messages of 100 bytes, made before each run (untimed): for
+the bare runs, ready files written straight into the directories, ids dealt round them;
+for vsqs, published the configuration's way (``publish`` or ``publish_batch``) by one
+handle, which closes before the run, so the queue spreads it as it spreads any producer's.
+Before each run the filesystem's dirty data is written back (``syncfs``). Every process
+of a run is spawned, imports ``vsqs`` and opens its queue, then all are released
+together by one barrier (consumers take their home partitions on their first receive,
+after it, as consumers started together do); a run's figure is N divided by the wall
+time from the earliest release to the last process's end. Each run checks itself: every
+message delivered exactly once (the counts add up to N, no message file left) or, for
+producers, N ready files. vsqs handles are ``durable=False``, as the bare loops never
+``fsync``.
 
-Each cell is the median of ``--rounds`` rounds (the order of the columns rotates from one
-round to the next), ``±`` half the spread between the slowest and the fastest round in
-percent of the median, and in brackets the ratio to K=1 of the same column. The last two
-columns divide vsqs by its bare floor: ``p=1 / 1 dir`` and ``p=K / K dirs``.
+From each trial, three ratios:
 
-Last, the per-message cost of ONE consumer (and one producer) on a queue of 2, 4 and 8
-partitions against the unpartitioned queue, the same backlog (or N published), the same
-rounds: µs per message and the ratio to partitions=1.
+* ``vsqs 2 / 1``: ``2 on p=2`` over ``1 on p=2``, vsqs's own speed-up (floor: 1.5x in the
+  median trial);
+* ``vsqs ÷ bare``: that speed-up divided by the bare one of the same trial
+  (``2 dirs`` over ``1 dir``): on a shared 2-core machine the bare speed-up itself
+  varies from 1.1x to 1.7x between trials, so the floor is relative to it (0.9x in the
+  median trial, 0.75x in the worst);
+* ``p=2 ÷ p=1``: what one process pays per message on a 2-partition queue over what it
+  pays on a plain one (``1 on p=1`` over ``1 on p=2`` in messages per second; ceiling
+  1.1x in the median trial).
+
+A table per role and filesystem gives, per configuration, each ratio's median over the
+trials and its worst trial (the lowest speed-up, the highest cost), with a column per
+floor saying whether it is met; for consumers, ``apart`` counts the trials whose two
+consumers on p=2 each took most of their messages (one in 64 sampled) from a different
+partition, their own homes. A second table gives each run's median msg/s.
+
+``--sweep`` runs issue 27's sweep instead (K = 1, 2, 4, ... processes, four columns; its
+method is in ``benchmarks/scale_sweep.py``).
 
 Run it with::
 
-    python -m benchmarks.bench_scale [--quick] [--messages 100000] [--rounds 3]
-                                     [--fs shm|disk|both] [--roles consumers|producers|both]
+    python -m benchmarks.bench_scale [--rounds 10] [--messages 30000] [--fs shm|disk|both]
+                                     [--roles consumers|producers|both] [--batches 1,10,100,1000]
+    python -m benchmarks.bench_scale --sweep [--max-k 8] [--rounds 3] [--messages 100000]
 """
 
 from __future__ import annotations
 
 import argparse
-import ctypes
 import json
 import os
 import shutil
@@ -55,427 +73,309 @@ import statistics
 import tempfile
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Final
 
-from benchmarks.backends import PREFILL_BASE_US, body
+from benchmarks import scale_sweep
+from benchmarks.scale_runs import Job, rst, run_outcomes
 
 ROOTS: Final = {"shm": "/dev/shm", "disk": "/var/tmp"}
 FS_NAMES: Final = {"shm": "tmpfs, /dev/shm", "disk": "ext4, /var/tmp"}
-COLUMNS: Final = ("bare, 1 dir", "bare, K dirs", "vsqs, p=1", "vsqs, p=K")
-SINGLE_PARTITIONS: Final = (1, 2, 4, 8)
-HOLD_US: Final = 60_000_000  # the bare consumer's lease: longer than any run
-BARRIER_S: Final = 300.0
+RUNS: Final = ("bare, 1 dir", "bare, 2 dirs", "vsqs, 1 on p=2", "vsqs, 2 on p=2", "vsqs, 1 on p=1")
+BATCHES: Final = (1, 10, 100, 1000)
+MESSAGES: Final = 30_000
+DISK_MESSAGES: Final = 20_000
+ROUNDS: Final = 10
+GAIN_FLOOR: Final = 1.5  # vsqs 2 / 1, median
+RELATIVE_FLOOR: Final = 0.9  # vsqs ÷ bare, median
+RELATIVE_WORST_FLOOR: Final = 0.75  # vsqs ÷ bare, worst trial
+COST_CEILING: Final = 1.1  # p=2 ÷ p=1, median
+
+APART: Final = "apart"
+"""In a consumers' trial: 1.0 if the two consumers on p=2 took most of their messages
+from different partitions (each from its own home), else 0.0."""
+
+Trial = dict[str, float]  # run -> msg/s (and APART)
 
 
-@dataclass(frozen=True)
-class Job:
-    """What one process of a run does; everything it needs crosses the spawn boundary."""
-
-    role: str  # "consumers" or "producers"
-    kind: str  # "bare" or "vsqs"
-    dirs: tuple[str, ...]  # bare: the directories (process i uses dirs[i % len]); vsqs: (queue,)
-    processes: int
-    partitions: int  # vsqs only
-    messages: int  # in total, over all processes
+def published(batch: int) -> str:
+    return "publish" if batch == 1 else f"publish_batch({batch})"
 
 
-@dataclass(frozen=True)
-class Outcome:
-    start: float
-    end: float
-    count: int
-    misses: int
+def trial_job(role: str, run: str, path: Path, *, batch: int, messages: int) -> Job:
+    """The :class:`Job` of *run* in one trial of (*role*, *batch*), in *path*."""
+    if run == "bare, 1 dir":
+        return Job(role, "bare", (str(path),), 1, 1, messages)
+    if run == "bare, 2 dirs":
+        return Job(role, "bare", (f"{path}/0", f"{path}/1"), 2, 1, messages)
+    processes, partitions = {"vsqs, 1 on p=2": (1, 2), "vsqs, 2 on p=2": (2, 2)}.get(run, (1, 1))
+    return Job(role, "vsqs", (str(path),), processes, partitions, messages, batch)
 
 
-# ---------------------------------------------------------------- the processes
+# ---------------------------------------------------------------- the ratios of a trial
 
 
-def _bare_consume(directory: str) -> tuple[int, int]:
-    """Drain *directory* in id order, as the bare strict-FIFO rename consumer does."""
-    names = sorted(int(n) for n in os.listdir(directory) if n.isdigit())
-    count = misses = 0
-    for mid in names:
-        held = f"{directory}/{mid}.{int(time.time() * 1e6) + HOLD_US}"
-        try:
-            os.rename(f"{directory}/{mid}", held)
-        except FileNotFoundError:  # RACE: another consumer claimed it first: the next one
-            misses += 1
-            continue
-        fd = os.open(held, os.O_RDONLY)
-        try:
-            os.read(fd, 1 << 16)
-        finally:
-            os.close(fd)
-        os.unlink(held)
-        count += 1
-    return count, misses
+def bare_gain(t: Trial) -> float:
+    return t["bare, 2 dirs"] / t["bare, 1 dir"]
 
 
-def _bare_produce(directory: str, ids: range) -> int:
-    data = body()
-    flags = os.O_CREAT | os.O_EXCL | os.O_WRONLY  # EXCL: a name is never written twice
-    for mid in ids:
-        tmp = f"{directory}/{mid}.new"
-        fd = os.open(tmp, flags, 0o644)
-        try:
-            os.write(fd, data)
-        finally:
-            os.close(fd)
-        os.rename(tmp, f"{directory}/{mid}")
-    return len(ids)
+def vsqs_gain(t: Trial) -> float:
+    return t["vsqs, 2 on p=2"] / t["vsqs, 1 on p=2"]
 
 
-def _share(job: Job, index: int) -> int:
-    """How many messages producer *index* publishes (N split as evenly as it goes)."""
-    return job.messages // job.processes + (index < job.messages % job.processes)
+def relative_gain(t: Trial) -> float:
+    return vsqs_gain(t) / bare_gain(t)
 
 
-def _open_vsqs(job: Job) -> Any:
-    import vsqs
-
-    options: dict[str, Any] = {"durable": False, "visibility_timeout": 60.0}
-    if job.partitions > 1:
-        options["partitions"] = job.partitions
-    return vsqs.Queue(job.dirs[0], **options)
+def cost(t: Trial) -> float:
+    return t["vsqs, 1 on p=1"] / t["vsqs, 1 on p=2"]
 
 
-def _vsqs_consume(queue: Any) -> int:
-    count = 0
-    while (message := queue.receive(timeout=0)) is not None:
-        queue.delete(message)
-        count += 1
-    return count
+def _summary(
+    trials: Sequence[Trial], ratio: Callable[[Trial], float], *, high_is_worse: bool = False
+) -> tuple[float, float]:
+    """(median, worst) of *ratio* over *trials*."""
+    values = [ratio(t) for t in trials]
+    return statistics.median(values), max(values) if high_is_worse else min(values)
 
 
-def _vsqs_produce(queue: Any, count: int) -> int:
-    data = body()
-    for _ in range(count):
-        queue.publish(data)
-    return count
+def _met(ok: bool) -> str:
+    return "yes" if ok else "**no**"
 
 
-def _work(job: Job, index: int) -> Callable[[], tuple[int, int]]:
-    """Process *index*'s timed work, everything before it done: () -> (messages, misses)."""
-    if job.kind == "vsqs":
-        queue = _open_vsqs(job)
-        if job.role == "consumers":
-            return lambda: (_vsqs_consume(queue), 0)
-        share = _share(job, index)
-        return lambda: (_vsqs_produce(queue, share), 0)
-    directory = job.dirs[index % len(job.dirs)]
-    if job.role == "consumers":
-        return lambda: _bare_consume(directory)
-    # ids i, i + K, i + 2K, ...: disjoint across producers, as if known in advance
-    first = PREFILL_BASE_US + index
-    ids = range(first, first + _share(job, index) * job.processes, job.processes)
-    return lambda: (_bare_produce(directory, ids), 0)
-
-
-def _process(job: Job, index: int, barrier: Any, results: Any) -> None:
-    """One process of a run: get ready, wait at the barrier, work, report."""
-    work = _work(job, index)
-    barrier.wait(BARRIER_S)
-    start = time.perf_counter()
-    count, misses = work()
-    end = time.perf_counter()
-    results.put((index, asdict(Outcome(start, end, count, misses))))
-
-
-# ---------------------------------------------------------------- one run
-
-
-def _prefill(directory: str, ids: range) -> None:
-    """Ready files named by *ids* in *directory*: the backlog, in the seeds' format."""
-    os.makedirs(directory, exist_ok=True)
-    data = body()
-    for mid in ids:
-        fd = os.open(f"{directory}/{mid}", os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
-        try:
-            os.write(fd, data)
-        finally:
-            os.close(fd)
-
-
-def _message_dirs(job: Job) -> list[str]:
-    """Every directory that holds the run's messages."""
-    if job.kind == "bare":
-        return list(job.dirs)
-    queue = _open_vsqs(job)
-    return [str(q.path) for q in getattr(queue, "partition_queues", (queue,))]
-
-
-def _settle(directory: str) -> None:
-    """Write back the filesystem's dirty data (untimed), so that a run on a disk does not
-    pay for the backlog just made, or for the files of the run before it."""
-    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        if ctypes.CDLL(None, use_errno=True).syncfs(fd) != 0:
-            raise OSError(ctypes.get_errno(), "syncfs failed", directory)
-    finally:
-        os.close(fd)
-
-
-def _count_files(directories: Sequence[str]) -> tuple[int, int]:
-    """(ready messages, any other message files) across *directories*."""
-    ready = other = 0
-    for directory in directories:
-        for name in os.listdir(directory):
-            if name.isdigit():
-                ready += 1
-            elif name[:1].isdigit():
-                other += 1
-    return ready, other
-
-
-def run_once(job: Job) -> float:
-    """Run *job* once (its directories fresh); return its messages per second."""
-    import multiprocessing
-
-    dirs = _message_dirs(job)  # makes the queue (and stores partitions=) for vsqs
-    for directory in dirs:
-        os.makedirs(directory, exist_ok=True)
-    if job.role == "consumers":
-        # Ids in order, dealt round the directories: each holds an even, interleaved share.
-        for i, directory in enumerate(dirs):
-            _prefill(
-                directory, range(PREFILL_BASE_US + i, PREFILL_BASE_US + job.messages, len(dirs))
-            )
-    _settle(dirs[0])
-    context = multiprocessing.get_context("spawn")
-    barrier = context.Barrier(job.processes)
-    results = context.Queue()
-    children = [
-        context.Process(target=_process, args=(job, i, barrier, results))
-        for i in range(job.processes)
+def ratio_row(batch: int, trials: Sequence[Trial]) -> tuple[list[str], list[bool]]:
+    """One configuration's row of the ratio table, and whether each floor is met."""
+    bare = _summary(trials, bare_gain)
+    gain = _summary(trials, vsqs_gain)
+    rel = _summary(trials, relative_gain)
+    per = _summary(trials, cost, high_is_worse=True)
+    checks = [
+        gain[0] >= GAIN_FLOOR,
+        rel[0] >= RELATIVE_FLOOR,
+        rel[1] >= RELATIVE_WORST_FLOOR,
+        per[0] <= COST_CEILING,
     ]
-    for child in children:
-        child.start()
-    outcomes = [Outcome(**results.get(timeout=900)[1]) for _ in children]
-    for child in children:
-        child.join(60)
-        if child.exitcode != 0:
-            raise RuntimeError(f"{job}: a process failed with exit status {child.exitcode}")
-    total = sum(o.count for o in outcomes)
-    ready, other = _count_files(dirs)
-    expected = (0, 0) if job.role == "consumers" else (job.messages, 0)
-    if total != job.messages or (ready, other) != expected:
-        raise RuntimeError(f"{job}: {total} counted, {ready} ready and {other} other files left")
-    wall = max(o.end for o in outcomes) - min(o.start for o in outcomes)
-    return job.messages / wall
+    cells = [f"{m:.2f} / {w:.2f}" for m, w in (bare, gain, rel, per)]
+    row = [
+        published(batch),
+        str(len(trials)),
+        *([f"{sum(t[APART] for t in trials):.0f}"] if APART in trials[0] else []),
+        cells[0],
+        cells[1],
+        _met(checks[0]),
+        cells[2],
+        _met(checks[1]),
+        _met(checks[2]),
+        cells[3],
+        _met(checks[3]),
+    ]
+    return row, checks
 
 
-def make_job(role: str, column: str, base: Path, *, k: int, messages: int, tag: str) -> Job:
-    path = base / f"{role}-{column.replace(', ', '-').replace('=', '')}-{k}-{tag}"
-    if column == "bare, 1 dir":
-        return Job(role, "bare", (str(path),), k, 1, messages)
-    if column == "bare, K dirs":
-        return Job(role, "bare", tuple(f"{path}/{i}" for i in range(k)), k, 1, messages)
-    partitions = 1 if column == "vsqs, p=1" else k
-    return Job(role, "vsqs", (str(path),), k, partitions, messages)
-
-
-def partitions_supported() -> bool:
-    try:
-        import vsqs
-    except ImportError:  # pragma: no cover - the benchmarks run from the repository
-        return False
-    return hasattr(vsqs, "PartitionedQueue")
-
-
-# ---------------------------------------------------------------- tables
-
-
-def _k_values(max_k: int) -> list[int]:
-    ks, k = [], 1
-    while k <= max_k:
-        ks.append(k)
-        k *= 2
-    return ks
-
-
-def _rate(value: float) -> str:
-    return f"{value / 1000:.1f}k"
-
-
-def _cell(samples: Sequence[float], first: Sequence[float] | None) -> str:
-    mid = statistics.median(samples)
-    spread = (max(samples) - min(samples)) / 2 / mid
-    ratio = mid / statistics.median(first) if first else 1.0
-    return f"{_rate(mid)} ±{spread:.0%} ({ratio:.2f}x)"
-
-
-def _rst(head: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
-    widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(head)]
-    rule = "  ".join("=" * w for w in widths)
-
-    def line(cells: Sequence[str]) -> str:
-        return "  ".join(c.ljust(w) for c, w in zip(cells, widths, strict=True)).rstrip()
-
-    return "\n".join([rule, line(head), rule, *(line(r) for r in rows), rule])
-
-
-def scaling_table(samples: dict[tuple[str, int], list[float]], ks: Sequence[int]) -> str:
-    """One filesystem and role: K down, the columns across, msg/s."""
-    columns = [c for c in COLUMNS if (c, 1) in samples]
-    head = ["K", *columns]
-    if "vsqs, p=1" in columns:
-        head.append("p=1 / 1 dir")
-    if "vsqs, p=K" in columns:
-        head.append("p=K / K dirs")
-    rows = []
-    for k in ks:
-        row = [str(k)] + [_cell(samples[(c, k)], samples[(c, 1)]) for c in columns]
-        for vsqs_col, bare_col in (("vsqs, p=1", "bare, 1 dir"), ("vsqs, p=K", "bare, K dirs")):
-            if vsqs_col in columns:
-                ratio = statistics.median(samples[(vsqs_col, k)]) / statistics.median(
-                    samples[(bare_col, k)]
-                )
-                row.append(f"{ratio:.2f}")
+def ratio_table(by_batch: dict[int, list[Trial]]) -> tuple[str, list[bool]]:
+    """One role on one filesystem: a row per configuration; and every floor's verdict."""
+    consumers = any(APART in t for trials in by_batch.values() for t in trials)
+    head = [
+        "published by",
+        "trials",
+        *(["apart"] if consumers else []),
+        "bare 2 / 1",
+        "vsqs 2 / 1",
+        f"≥ {GAIN_FLOOR}x",
+        "vsqs ÷ bare",
+        f"≥ {RELATIVE_FLOOR}x",
+        f"worst ≥ {RELATIVE_WORST_FLOOR}x",
+        "p=2 ÷ p=1",
+        f"≤ {COST_CEILING}x",
+    ]
+    rows, verdicts = [], []
+    for batch, trials in sorted(by_batch.items()):
+        row, checks = ratio_row(batch, trials)
         rows.append(row)
-    return _rst(head, rows)
+        verdicts.extend(checks)
+    return rst(head, rows), verdicts
 
 
-def single_table(samples: dict[int, list[float]]) -> str:
-    """One process on P partitions: µs per message against P=1."""
-    base = statistics.median(samples[1])
-    rows = []
-    for partitions, rates in sorted(samples.items()):
-        us = [1e6 / r for r in rates]
-        mid = statistics.median(us)
-        spread = (max(us) - min(us)) / 2 / mid
-        rows.append(
-            [str(partitions), f"{mid:.1f} ±{spread:.0%}", f"{base / statistics.median(rates):.2f}"]
-        )
-    return _rst(["partitions", "µs per message", "× partitions=1"], rows)
+def rates_table(by_batch: dict[int, list[Trial]]) -> str:
+    """One role on one filesystem: each run's median msg/s per configuration."""
+    rows = [
+        [
+            published(batch),
+            *(f"{statistics.median(t[run] for t in trials) / 1000:.1f}k" for run in RUNS),
+        ]
+        for batch, trials in sorted(by_batch.items())
+    ]
+    return rst(["published by", *RUNS], rows)
 
 
-def floors(found: dict[str, Any]) -> list[str]:
-    """The issue's floors for this 2-core machine, each with its measured figure."""
-    lines = []
-    for fs, by_role in found.items():
-        for role, runs in by_role.items():
-            scaling = runs["scaling"]
-            if ("vsqs, p=K", 2) not in scaling:
-                continue
-            two = statistics.median(scaling[("vsqs, p=K", 2)])
-            one = statistics.median(scaling[("vsqs, p=K", 1)])
-            bare = statistics.median(scaling[("bare, K dirs", 2)])
-            lines.append(
-                f"{fs}, {role}: 2 on p=2 / 1 = {two / one:.2f}x (floor 1.6x), "
-                f"/ bare 2 dirs = {two / bare:.2f}x (floor 0.9x)"
-            )
-            single = runs.get("single")
-            if single and 2 in single:
-                cost = statistics.median(single[1]) / statistics.median(single[2])
-                lines.append(f"{fs}, one of {role} on p=2: {cost:.2f}x per message (ceiling 1.1x)")
-    return lines
-
-
-# ---------------------------------------------------------------- main
+# ---------------------------------------------------------------- the run
 
 
 def measure(
-    fs: str,
+    root: str,
     *,
     roles: Sequence[str],
-    ks: Sequence[int],
-    columns: Sequence[str],
+    batches: Sequence[int],
     messages: int,
     rounds: int,
-) -> dict[str, Any]:
-    """Every sample of one filesystem: {role: {"scaling": ..., "single": ...}}."""
-    found: dict[str, Any] = {}
-    with tempfile.TemporaryDirectory(prefix="vsqs-scale-", dir=ROOTS[fs]) as tmp:
-        base = Path(tmp)
-        for role in roles:
-            scaling: dict[tuple[str, int], list[float]] = {}
-            single: dict[int, list[float]] = {}
-            for rnd in range(rounds):
-                order = list(columns[rnd % len(columns) :]) + list(columns[: rnd % len(columns)])
-                for k in ks:
-                    for column in order:
-                        job = make_job(role, column, base, k=k, messages=messages, tag=f"r{rnd}")
-                        rate = run_once(job)
-                        scaling.setdefault((column, k), []).append(rate)
-                        shutil.rmtree(base / Path(job.dirs[0]).relative_to(base).parts[0])
-                        print(f"  {fs} {role} K={k} {column}: {rate:,.0f} msg/s", flush=True)
-                if "vsqs, p=K" in columns:
-                    for partitions in SINGLE_PARTITIONS:
-                        path = base / f"single-{role}-{partitions}-r{rnd}"
-                        job = Job(role, "vsqs", (str(path),), 1, partitions, messages)
-                        rate = run_once(job)
-                        single.setdefault(partitions, []).append(rate)
-                        shutil.rmtree(path)
-                        print(f"  {fs} one of {role}, p={partitions}: {1e6 / rate:.1f} µs/msg")
-            found[role] = {"scaling": scaling, "single": single}
+    log: Callable[[str], None],
+) -> dict[str, dict[int, list[Trial]]]:
+    """Every trial on the filesystem of *root*: {role: {batch: [trial, ...]}}."""
+    found: dict[str, dict[int, list[Trial]]] = {r: {b: [] for b in batches} for r in roles}
+    with tempfile.TemporaryDirectory(prefix="vsqs-scale-", dir=root) as tmp:
+        for rnd in range(rounds):
+            for number, (role, batch) in enumerate((r, b) for r in roles for b in batches):
+                turn = (rnd + number) % len(RUNS)
+                trial: Trial = {}
+                for step, run in enumerate(RUNS[turn:] + RUNS[:turn]):
+                    path = Path(tmp) / f"{role}-{batch}-{step}-r{rnd}"
+                    job = trial_job(role, run, path, batch=batch, messages=messages)
+                    trial[run], outcomes = run_outcomes(job)
+                    if role == "consumers" and run == "vsqs, 2 on p=2":
+                        trial[APART] = float(len({o.home for o in outcomes}) == 2)
+                    shutil.rmtree(path)
+                found[role][batch].append(trial)
+                log(
+                    f"  trial {rnd + 1}, {role}, {published(batch)}: "
+                    f"vsqs 2 / 1 {vsqs_gain(trial):.2f}x, bare 2 / 1 {bare_gain(trial):.2f}x, "
+                    f"÷ {relative_gain(trial):.2f}, p=2 ÷ p=1 {cost(trial):.2f}"
+                    + ("" if APART not in trial else ", apart" if trial[APART] else ", together")
+                )
     return found
+
+
+def report(found: dict[str, dict[str, dict[int, list[Trial]]]], messages: dict[str, int]) -> bool:
+    """Print the tables of every filesystem and role; whether every floor is met."""
+    verdicts: list[bool] = []
+    for fs, by_role in found.items():
+        for role, by_batch in by_role.items():
+            table, met = ratio_table(by_batch)
+            verdicts.extend(met)
+            print(
+                f".. rubric:: {role.capitalize()}, on {FS_NAMES[fs]}, {messages[fs]:,} "
+                f"messages: median / worst trial\n"
+            )
+            print(table, end="\n\n")
+            print(f".. rubric:: {role.capitalize()}, on {FS_NAMES[fs]}: median msg/s\n")
+            print(rates_table(by_batch), end="\n\n")
+    print(f"Floors met: {sum(verdicts)} of {len(verdicts)}")
+    return all(verdicts)
+
+
+def _batches(text: str) -> tuple[int, ...]:
+    try:
+        sizes = tuple(int(b) for b in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"--batches: sizes separated by commas, not {text!r}"
+        ) from None
+    if not sizes or min(sizes) < 1:
+        raise argparse.ArgumentTypeError(f"--batches: each size is 1 or more, not {text!r}")
+    return sizes
+
+
+def _positive(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"1 or more, not {text}")
+    return value
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--messages", type=int, default=100_000, help="backlog / published")
-    parser.add_argument("--disk-messages", type=int, default=20_000, help="the same, on the disk")
-    parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--quick", action="store_true", help="10,000 messages, one round")
-    parser.add_argument("--fs", choices=("shm", "disk", "both"), default="both")
+    parser.add_argument(
+        "--messages",
+        type=_positive,
+        help=f"backlog / published (default {MESSAGES:,}; sweep 100,000)",
+    )
+    parser.add_argument(
+        "--disk-messages", type=_positive, default=DISK_MESSAGES, help="the same, on the disk"
+    )
+    parser.add_argument(
+        "--rounds", type=_positive, help=f"trials per configuration (default {ROUNDS}; sweep 3)"
+    )
+    parser.add_argument("--quick", action="store_true", help="10,000 messages, 3 rounds")
+    parser.add_argument("--fs", choices=("shm", "disk", "both"), default="shm")
     parser.add_argument("--roles", choices=("consumers", "producers", "both"), default="both")
     parser.add_argument(
-        "--max-k", type=int, default=max(os.cpu_count() or 1, 8), help="the largest K"
+        "--batches",
+        type=_batches,
+        default=BATCHES,
+        help="messages per call, 1 = publish (default 1,10,100,1000)",
     )
-    parser.add_argument("--bare-only", action="store_true", help="only the bare columns")
+    parser.add_argument("--sweep", action="store_true", help="issue 27's sweep over K instead")
+    parser.add_argument(
+        "--max-k",
+        type=_positive,
+        default=max(os.cpu_count() or 1, 8),
+        help="--sweep: the largest K",
+    )
+    parser.add_argument("--bare-only", action="store_true", help="--sweep: only the bare columns")
     parser.add_argument("--json", type=Path, help="write every sample here")
     args = parser.parse_args(argv)
+    rounds = args.rounds or (3 if args.sweep else ROUNDS)
+    shm = args.messages or (100_000 if args.sweep else MESSAGES)
+    disk = args.disk_messages
     if args.quick:
-        args.messages, args.disk_messages, args.rounds = 10_000, 5_000, 1
-    columns = list(COLUMNS)
-    if args.bare_only or not partitions_supported():
-        columns = columns[:2] if args.bare_only else columns[:3]
-    ks = _k_values(args.max_k)
+        shm, disk, rounds = 10_000, 5_000, 3
+    messages = {"shm": shm, "disk": disk}
     roles = ("consumers", "producers") if args.roles == "both" else (args.roles,)
     filesystems = ("shm", "disk") if args.fs == "both" else (args.fs,)
-    messages = {"shm": args.messages, "disk": args.disk_messages}
-    found = {
-        fs: measure(
-            fs, roles=roles, ks=ks, columns=columns, messages=messages[fs], rounds=args.rounds
+    started = time.monotonic()
+    if args.sweep:
+        found = sweep(args, filesystems, roles, messages, rounds)
+    else:
+        found = {
+            fs: measure(
+                ROOTS[fs],
+                roles=roles,
+                batches=args.batches,
+                messages=messages[fs],
+                rounds=rounds,
+                log=lambda line: print(line, flush=True),
+            )
+            for fs in filesystems
+        }
+    print(
+        f"\n{rounds} round(s), {os.cpu_count()} cores, load average "
+        f"{os.getloadavg()[0]:.1f}, {time.strftime('%Y-%m-%d %H:%M', time.gmtime())} UTC, "
+        f"{time.monotonic() - started:.0f} s\n"
+    )
+    if args.sweep:
+        scale_sweep.report(found, scale_sweep.k_values(args.max_k), FS_NAMES, messages)
+        samples = scale_sweep.as_json(found)
+    else:
+        report(found, messages)
+        samples = {
+            fs: {
+                role: {published(b): t for b, t in by_batch.items()}
+                for role, by_batch in by_role.items()
+            }
+            for fs, by_role in found.items()
+        }
+    if args.json:
+        args.json.write_text(json.dumps(samples, indent=1))
+    return 0
+
+
+def sweep(
+    args: argparse.Namespace,
+    filesystems: Sequence[str],
+    roles: Sequence[str],
+    messages: dict[str, int],
+    rounds: int,
+) -> dict[str, Any]:
+    """Issue 27's sweep (``--sweep``), on each filesystem."""
+    columns = list(scale_sweep.COLUMNS)
+    if args.bare_only or not scale_sweep.partitions_supported():
+        columns = columns[:2] if args.bare_only else columns[:3]
+    ks = scale_sweep.k_values(args.max_k)
+    return {
+        fs: scale_sweep.measure(
+            fs, ROOTS[fs], roles=roles, ks=ks, columns=columns, messages=messages[fs], rounds=rounds
         )
         for fs in filesystems
     }
-    cores = os.cpu_count()
-    print(
-        f"\n{args.rounds} round(s), {cores} cores, "
-        f"{time.strftime('%Y-%m-%d %H:%M', time.gmtime())} UTC\n"
-    )
-    for fs, by_role in found.items():
-        for role, runs in by_role.items():
-            print(
-                f".. rubric:: {role.capitalize()}, on {FS_NAMES[fs]}, "
-                f"{messages[fs]:,} messages: msg/s\n"
-            )
-            print(scaling_table(runs["scaling"], ks), end="\n\n")
-            if runs["single"]:
-                print(f".. rubric:: One of the {role}, on {FS_NAMES[fs]}\n")
-                print(single_table(runs["single"]), end="\n\n")
-    for line in floors(found):
-        print(line)
-    if args.json:
-        args.json.write_text(
-            json.dumps(
-                {
-                    fs: {
-                        role: {
-                            "scaling": {f"{c} K={k}": v for (c, k), v in r["scaling"].items()},
-                            "single": r["single"],
-                        }
-                        for role, r in by_role.items()
-                    }
-                    for fs, by_role in found.items()
-                },
-                indent=1,
-            )
-        )
-    return 0
 
 
 if __name__ == "__main__":
