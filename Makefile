@@ -79,7 +79,7 @@ $(VENV)/.mutate: $(STAMP)
 mutate: $(VENV)/.mutate
 	cd $(CURDIR) && PYTHONDONTWRITEBYTECODE= PYTHONPATH=$(CURDIR)/mutants $(BIN)/mutmut run --max-children $(MUTATE_JOBS) \
 		$(if $(MODULE),'vsqs.$(MODULE)*')
-	$(PY) -m tests.mutation_report $(if $(MODULE),--module $(MODULE))
+	$(PY) -m tests.mutation.report $(if $(MODULE),--module $(MODULE))
 
 MUTATE_JOBS ?= 2
 

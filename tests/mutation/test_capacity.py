@@ -20,7 +20,7 @@ from vsqs._capacity import VERIFY_INTERVAL
 from vsqs._scan import NEW_GRACE_US
 from vsqs.testing import ManualClock
 
-from .fixtures_core import patch_fs
+from ..fixtures_core import patch_fs
 
 COUNTER = "capacity.count"
 

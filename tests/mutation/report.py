@@ -3,7 +3,7 @@
 mutmut keeps each mutated file's verdicts in ``mutants/<path>.meta`` (JSON: mutant name to
 the exit code of its test run). This reads them back, counts per module and prints the table
 that docs/reliability.rst "Mutation testing" quotes, then the names of the survivors
-(``mutmut show NAME`` prints one as a diff). Run as ``python -m tests.mutation_report``.
+(``mutmut show NAME`` prints one as a diff). Run as ``python -m tests.mutation.report``.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Final
 
-ROOT: Final = Path(__file__).resolve().parent.parent
+ROOT: Final = Path(__file__).resolve().parents[2]
 MUTANTS: Final = ROOT / "mutants"
 
 # mutmut's exit codes (mutmut/stats.py): a failing test run, a timeout (SIGXCPU or the
