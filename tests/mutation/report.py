@@ -75,12 +75,12 @@ def main() -> None:
     widths = [max(len(row[i]) for row in [header, *rows]) for i in range(len(header))]
     rule = "  ".join("=" * width for width in widths)
     print(rule)
-    print("  ".join(cell.ljust(width) for cell, width in zip(header, widths)))
+    print("  ".join(cell.ljust(width) for cell, width in zip(header, widths, strict=True)))
     print(rule)
     for row in rows:
-        print("  ".join(cell.ljust(width) for cell, width in zip(row, widths)))
+        print("  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)))
     print(rule)
-    for name, codes in found.items():
+    for codes in found.values():
         for mutant, code in sorted(codes.items()):
             if code == SURVIVED or code in NO_TESTS:
                 print(f"{'survived' if code == SURVIVED else 'no test '}  {mutant}")
