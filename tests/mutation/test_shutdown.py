@@ -56,3 +56,45 @@ def test_a_non_durable_shutdown_flushes_nothing(
     calls = _trace_syncs(monkeypatch)
     queue.shutdown()
     assert calls == []
+
+
+def test_a_shutdown_is_seen_at_once_by_every_handle_of_the_process(tmp_path: Path) -> None:
+    """A handle that just published trusts, for ``CLOSE_GRACE``, that the queue is open;
+    a shutdown through another handle of the same process (same clock) ends that trust
+    at once: its next publish raises (mutant: the trust of another path dropped)."""
+    clock = ManualClock()
+    publisher = vsqs.Queue(tmp_path / "q", durable=False, clock=clock)
+    publisher.publish(b"trusted open")
+    vsqs.Queue(tmp_path / "q", durable=False, clock=clock).shutdown()
+    with pytest.raises(vsqs.QueueClosed):
+        publisher.publish(b"after the shutdown")
+    assert publisher.counts().ready == 1
+
+
+def test_shutting_down_again_refuses_publishes_on_that_handle_at_once(tmp_path: Path) -> None:
+    """``shutdown()`` on a handle whose queue another handle shut down already: it
+    returns, and that handle refuses the next publish, even within the time it trusted
+    the queue open (mutants: ``seen`` left unset when the marker existed)."""
+    publisher = vsqs.Queue(tmp_path / "q", durable=False, clock=ManualClock())
+    publisher.publish(b"trusted open")
+    vsqs.Queue(tmp_path / "q", durable=False, clock=ManualClock()).shutdown()  # other clock
+    publisher.shutdown()
+    with pytest.raises(vsqs.QueueClosed):
+        publisher.publish(b"after the shutdown")
+
+
+def test_shutting_down_again_does_nothing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Idempotent: a second ``shutdown()`` makes no file event (no wake-up poke) and
+    changes nothing (mutant: ``mark`` saying it shut the queue down when it was already)."""
+    queue = vsqs.Queue(tmp_path / "q", durable=False, clock=ManualClock())
+    queue.shutdown()
+    made: list[str] = []
+    real: Callable[..., int] = _fs.create_exclusive
+
+    def create_exclusive(path: str, *args: Any) -> int:
+        made.append(path)
+        return real(path, *args)
+
+    patch_fs(monkeypatch, "create_exclusive", create_exclusive)
+    queue.shutdown()
+    assert made == []
