@@ -1,0 +1,95 @@
+"""Guarantees of vsqs._flush that ``make mutate`` found unguarded (docs/reliability.rst,
+"Mutation testing"): each test fails on the mutant named in its docstring."""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+from pathlib import Path
+from typing import NamedTuple
+
+import pytest
+
+from vsqs import _flush
+
+from ..fixtures_core import patch_fs
+
+
+class _Uname(NamedTuple):
+    sysname: str
+    nodename: str
+    release: str
+    version: str
+    machine: str
+
+
+@pytest.mark.parametrize(
+    ("release", "expected"),
+    [
+        ("5.8.0-1-amd64", True),
+        ("5.7.19", False),
+        ("5.10.0-28-cloud-amd64", True),  # minor 10 > 8: compared as numbers
+        ("6.1.0-13-amd64", True),
+        ("4.19.0", False),
+        ("6.0", True),
+        ("unknown", False),
+    ],
+)
+def test_syncfs_reports_errors_from_linux_5_8_on(
+    release: str, expected: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``syncfs`` counts as a barrier only where it reports write-back errors: Linux 5.8
+    and later, read from the kernel's release string; a release that does not parse is
+    not trusted (mutants of ``_kernel_at_least``, which runs once at import)."""
+    monkeypatch.setattr(os, "uname", lambda: _Uname("Linux", "h", release, "#1", "x86_64"))
+    assert _flush._kernel_at_least(5, 8) is expected
+
+
+def _files(directory: Path, count: int) -> list[str]:
+    names = [f"f{n}" for n in range(count)]
+    for name in names:
+        (directory / name).write_bytes(b"x")
+    return names
+
+
+def test_eight_fsyncs_run_at_once_where_there_is_no_barrier(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Without a filesystem-wide barrier, ``sync_files`` fsyncs the bodies eight at once
+    (a network filesystem answers each after a round trip): eight fsyncs that each wait
+    for all eight to have started complete (mutant: the pool made with the default
+    size, six threads on two cores, so they never all start)."""
+    _flush._forget_pool()  # a pool of this test's own, not one another test made
+    patch_fs(monkeypatch, "sync_filesystem", lambda path: False)
+    everyone = threading.Barrier(8, timeout=20)
+    real_fsync = _flush.fsync
+
+    def fsync(fd: int) -> None:
+        everyone.wait()
+        real_fsync(fd)
+
+    patch_fs(monkeypatch, "fsync", fsync)
+    _flush.sync_files(str(tmp_path), _files(tmp_path, 8))
+
+
+@pytest.mark.filterwarnings("ignore:This process .* is multi-threaded:DeprecationWarning")
+def test_a_forked_child_flushes_with_threads_of_its_own(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The fsync threads do not survive a fork: a child of a process that used them makes
+    its own, and its flushes complete (mutant: the pool not forgotten in the child, whose
+    work then waits for threads that are not there)."""
+    patch_fs(monkeypatch, "sync_filesystem", lambda path: False)
+    _flush.sync_files(str(tmp_path), _files(tmp_path, 2))  # the parent's pool exists now
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - the child reports through its exit status
+        status = 1
+        try:
+            signal.alarm(20)  # a child that hangs ends (SIGALRM) rather than block the test
+            _flush.sync_files(str(tmp_path), _files(tmp_path, 3))
+            status = 0
+        finally:
+            os._exit(status)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
