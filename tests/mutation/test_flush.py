@@ -3,8 +3,11 @@
 
 from __future__ import annotations
 
+import ctypes
+import errno
 import os
 import signal
+import tempfile
 import threading
 from pathlib import Path
 from typing import NamedTuple
@@ -93,3 +96,80 @@ def test_a_forked_child_flushes_with_threads_of_its_own(
             os._exit(status)
     _, status = os.waitpid(pid, 0)
     assert os.waitstatus_to_exitcode(status) == 0
+
+
+def test_syncfs_is_never_a_barrier_on_a_filesystem_it_is_not_proven_for() -> None:
+    """Only the filesystems of ``SYNCFS_FILESYSTEMS`` trust one ``syncfs`` (here: procfs
+    is not one of them), whatever the kernel (mutant: ``or`` for ``and``, which trusts it
+    everywhere on a kernel that reports errors)."""
+    assert not _flush.syncfs_is_barrier("/proc")
+
+
+def _trace_flushes(monkeypatch: pytest.MonkeyPatch, *, barrier: bool) -> list[str]:
+    """``sync_filesystem`` answering *barrier*, and every flush recorded (fsyncs wait,
+    up to 20 s, until two have started: they must run at once)."""
+    calls: list[str] = []
+    two = threading.Barrier(2, timeout=20)
+
+    def sync_filesystem(path: str) -> bool:
+        calls.append("sync_filesystem")
+        return barrier
+
+    def fsync(fd: int) -> None:
+        calls.append("fsync")
+        if not barrier:
+            two.wait()
+
+    patch_fs(monkeypatch, "sync_filesystem", sync_filesystem)
+    patch_fs(monkeypatch, "fsync", fsync)
+    return calls
+
+
+def test_one_body_is_fsynced_and_several_are_flushed_by_one_syncfs(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Where ``syncfs`` is a barrier, two bodies cost one ``syncfs`` and no fsync; one
+    body costs one fsync and no ``syncfs`` (mutants: ``>= 1``, ``> 2`` there)."""
+    calls = _trace_flushes(monkeypatch, barrier=True)
+    names = _files(tmp_path, 2)
+    _flush.sync_files(str(tmp_path), names)
+    assert calls == ["sync_filesystem"]
+    calls.clear()
+    _flush.sync_files(str(tmp_path), names[:1])
+    assert calls == ["fsync"]
+
+
+def test_without_a_barrier_two_bodies_are_fsynced_at_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Without a barrier, two bodies are fsynced in parallel (each fsync waits for the
+    other to start), one body directly (mutants: ``< 1``, ``<= 2``)."""
+    _flush._forget_pool()
+    calls = _trace_flushes(monkeypatch, barrier=False)
+    _flush.sync_files(str(tmp_path), _files(tmp_path, 2))
+    assert sorted(calls) == ["fsync", "fsync", "sync_filesystem"]
+
+
+def test_a_failed_syncfs_raises_the_kernels_error_naming_the_directory(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A ``syncfs`` that fails raises :class:`OSError` with the kernel's errno, its
+    message and the directory (mutants of that error). libc's ``syncfs`` is replaced by
+    one that fails with EIO, as a disk that cannot write back would make it."""
+    directory = tempfile.mkdtemp(dir="/dev/shm")
+    try:
+        if not _flush.syncfs_is_barrier(directory):
+            pytest.skip("syncfs is no barrier here (Linux before 5.8)")
+
+        def failing_syncfs(fd: int) -> int:
+            ctypes.set_errno(errno.EIO)
+            return -1
+
+        monkeypatch.setattr(_flush, "_syncfs", failing_syncfs)
+        with pytest.raises(OSError, match="Input/output error") as raised:
+            _flush.sync_filesystem(directory)
+        assert raised.value.errno == errno.EIO
+        assert raised.value.strerror == os.strerror(errno.EIO)
+        assert raised.value.filename == directory
+    finally:
+        os.rmdir(directory)
