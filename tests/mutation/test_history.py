@@ -56,3 +56,37 @@ def test_clean_reports_debris_it_cannot_remove_and_does_not_count_it(
     (text,) = [r.getMessage() for r in caplog.records if "debris" in r.getMessage()]
     assert text.startswith(f"queue {queue.path}: debris that cannot be removed (")
     assert f"meta/{message_id}: " in text and "Permission denied" in text
+
+
+def test_a_message_given_a_new_id_by_its_moves_keeps_its_first_sent_time(
+    tmp_path: Path,
+) -> None:
+    """A poison message dead-lettered into a queue where its id is taken gets a new id;
+    its history still says when it was first published, and still does after it is
+    redriven back, and after it is dead-lettered a second time (mutants of the
+    ``first_sent_us`` record kept by both moves: it is the only place that time
+    survives a new id)."""
+    start = 1_700_000_000.0
+    clock = ManualClock(start)
+    dlq = vsqs.Queue(tmp_path / "dlq", clock=ManualClock(start), durable=False)
+    queue = vsqs.Queue(
+        tmp_path / "q", clock=clock, durable=False, visibility_timeout=1, dead_letter=dlq,
+        max_receives=1,
+    )  # fmt: skip
+    message_id = queue.publish(b"poison")
+    assert dlq.publish(b"already there") == message_id  # the same id, taken there
+    assert queue.receive(timeout=0) is not None
+    clock.advance(100)
+    dlq.clock.advance(100)  # type: ignore[attr-defined]
+    assert queue.receive(timeout=0) is None  # the lease ended: dead-lettered
+    (moved,) = [m for m in dlq.browse() if m.body == b"poison"]
+    assert moved.id != message_id
+    assert dlq.history(moved).first_sent == start
+    assert dlq.redrive() == 1  # only the dead letter has a source to go back to
+    (back,) = [m for m in queue.browse() if m.body == b"poison"]
+    assert queue.history(back).first_sent == start
+    assert queue.receive(timeout=0) is not None  # poison again: dead-lettered again
+    clock.advance(100)
+    assert queue.receive(timeout=0) is None
+    (again,) = [m for m in dlq.browse() if m.body == b"poison"]
+    assert dlq.history(again).first_sent == start
