@@ -14,7 +14,7 @@ from typing import NamedTuple
 
 import pytest
 
-from vsqs import _flush
+from vsqs import _flush, _host
 
 from ..fixtures_core import patch_fs
 
@@ -173,3 +173,22 @@ def test_a_failed_syncfs_raises_the_kernels_error_naming_the_directory(
         assert raised.value.filename == directory
     finally:
         os.rmdir(directory)
+
+
+def test_whether_syncfs_is_a_barrier_is_decided_once_per_directory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The filesystem type behind a directory is looked up once (it reads the mount
+    table), then remembered (mutants of that cache)."""
+    looked_up: list[str] = []
+    real = _host.filesystem_type
+
+    def filesystem_type(path: str) -> str:
+        looked_up.append(path)
+        return real(path)
+
+    monkeypatch.setattr(_host, "filesystem_type", filesystem_type)
+    directory = str(tmp_path)
+    first = _flush.syncfs_is_barrier(directory)
+    assert [_flush.syncfs_is_barrier(directory) for _ in range(3)] == [first] * 3
+    assert looked_up == [directory]
