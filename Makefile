@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 PY     := $(BIN)/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo check test lint typecheck unit integration docs bench bench-quick bench-serve-peers stress clean
+.PHONY: demo check test lint typecheck unit integration docs bench bench-quick bench-serve-peers stress mutate clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -102,5 +102,22 @@ stress: $(STAMP)
 	sh tests/multihost/setup-sshfs.sh
 	$(BIN)/pytest -m stress --stress-long tests
 
+$(VENV)/.mutate: $(STAMP)
+	$(PY) -m pip install --quiet -e '.[mutate]'
+	touch $@
+
+## mutate: mutation testing of the core modules (long: not part of `make test`).
+##   make mutate MODULE=_capacity    one module (_sets for the package, _sets._spread for a file)
+##   make mutate                     every core module ([tool.mutmut] in pyproject.toml)
+## Mutated copies live in mutants/ (kept between runs: a rerun reuses the recorded test
+## coverage); PYTHONPATH points there so that the tests' child processes run the mutant too,
+## and bytecode is written: each child would otherwise compile every mutant again.
+mutate: $(VENV)/.mutate
+	cd $(CURDIR) && PYTHONDONTWRITEBYTECODE= PYTHONPATH=$(CURDIR)/mutants $(BIN)/mutmut run --max-children $(MUTATE_JOBS) \
+		$(if $(MODULE),'vsqs.$(MODULE)*')
+	$(PY) -m tests.mutation.report $(if $(MODULE),--module $(MODULE))
+
+MUTATE_JOBS ?= 2
+
 clean:
-	rm -rf $(VENV) .venv-awscli .venv-query .venv-moto .venv-juicefs tests/serve/js/node_modules benchmarks/sqslite/node_modules docs/_build .pytest_cache .mypy_cache .ruff_cache .coverage*
+	rm -rf mutants $(VENV) .venv-awscli .venv-query .venv-moto .venv-juicefs tests/serve/js/node_modules benchmarks/sqslite/node_modules docs/_build .pytest_cache .mypy_cache .ruff_cache .coverage*

@@ -1,0 +1,194 @@
+"""Guarantees of vsqs._flush that ``make mutate`` found unguarded (docs/reliability.rst,
+"Mutation testing"): each test fails on the mutant named in its docstring."""
+
+from __future__ import annotations
+
+import ctypes
+import errno
+import os
+import signal
+import tempfile
+import threading
+from pathlib import Path
+from typing import NamedTuple
+
+import pytest
+
+from vsqs import _flush, _host
+
+from ..fixtures_core import patch_fs
+
+
+class _Uname(NamedTuple):
+    sysname: str
+    nodename: str
+    release: str
+    version: str
+    machine: str
+
+
+@pytest.mark.parametrize(
+    ("release", "expected"),
+    [
+        ("5.8.0-1-amd64", True),
+        ("5.7.19", False),
+        ("5.10.0-28-cloud-amd64", True),  # minor 10 > 8: compared as numbers
+        ("6.1.0-13-amd64", True),
+        ("4.19.0", False),
+        ("6.0", True),
+        ("unknown", False),
+    ],
+)
+def test_syncfs_reports_errors_from_linux_5_8_on(
+    release: str, expected: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``syncfs`` counts as a barrier only where it reports write-back errors: Linux 5.8
+    and later, read from the kernel's release string; a release that does not parse is
+    not trusted (mutants of ``_kernel_at_least``, which runs once at import)."""
+    monkeypatch.setattr(os, "uname", lambda: _Uname("Linux", "h", release, "#1", "x86_64"))
+    assert _flush._kernel_at_least(5, 8) is expected
+
+
+def _files(directory: Path, count: int) -> list[str]:
+    names = [f"f{n}" for n in range(count)]
+    for name in names:
+        (directory / name).write_bytes(b"x")
+    return names
+
+
+def test_eight_fsyncs_run_at_once_where_there_is_no_barrier(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Without a filesystem-wide barrier, ``sync_files`` fsyncs the bodies eight at once
+    (a network filesystem answers each after a round trip): eight fsyncs that each wait
+    for all eight to have started complete (mutant: the pool made with the default
+    size, six threads on two cores, so they never all start)."""
+    _flush._forget_pool()  # a pool of this test's own, not one another test made
+    patch_fs(monkeypatch, "sync_filesystem", lambda path: False)
+    everyone = threading.Barrier(8, timeout=20)
+    real_fsync = _flush.fsync
+
+    def fsync(fd: int) -> None:
+        everyone.wait()
+        real_fsync(fd)
+
+    patch_fs(monkeypatch, "fsync", fsync)
+    _flush.sync_files(str(tmp_path), _files(tmp_path, 8))
+
+
+@pytest.mark.filterwarnings("ignore:This process .* is multi-threaded:DeprecationWarning")
+def test_a_forked_child_flushes_with_threads_of_its_own(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The fsync threads do not survive a fork: a child of a process that used them makes
+    its own, and its flushes complete (mutant: the pool not forgotten in the child, whose
+    work then waits for threads that are not there)."""
+    patch_fs(monkeypatch, "sync_filesystem", lambda path: False)
+    _flush.sync_files(str(tmp_path), _files(tmp_path, 2))  # the parent's pool exists now
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - the child reports through its exit status
+        status = 1
+        try:
+            signal.alarm(20)  # a child that hangs ends (SIGALRM) rather than block the test
+            _flush.sync_files(str(tmp_path), _files(tmp_path, 3))
+            status = 0
+        finally:
+            os._exit(status)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+
+
+def test_syncfs_is_never_a_barrier_on_a_filesystem_it_is_not_proven_for() -> None:
+    """Only the filesystems of ``SYNCFS_FILESYSTEMS`` trust one ``syncfs`` (here: procfs
+    is not one of them), whatever the kernel (mutant: ``or`` for ``and``, which trusts it
+    everywhere on a kernel that reports errors)."""
+    assert not _flush.syncfs_is_barrier("/proc")
+
+
+def _trace_flushes(monkeypatch: pytest.MonkeyPatch, *, barrier: bool) -> list[str]:
+    """``sync_filesystem`` answering *barrier*, and every flush recorded (fsyncs wait,
+    up to 20 s, until two have started: they must run at once)."""
+    calls: list[str] = []
+    two = threading.Barrier(2, timeout=20)
+
+    def sync_filesystem(path: str) -> bool:
+        calls.append("sync_filesystem")
+        return barrier
+
+    def fsync(fd: int) -> None:
+        calls.append("fsync")
+        if not barrier:
+            two.wait()
+
+    patch_fs(monkeypatch, "sync_filesystem", sync_filesystem)
+    patch_fs(monkeypatch, "fsync", fsync)
+    return calls
+
+
+def test_one_body_is_fsynced_and_several_are_flushed_by_one_syncfs(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Where ``syncfs`` is a barrier, two bodies cost one ``syncfs`` and no fsync; one
+    body costs one fsync and no ``syncfs`` (mutants: ``>= 1``, ``> 2`` there)."""
+    calls = _trace_flushes(monkeypatch, barrier=True)
+    names = _files(tmp_path, 2)
+    _flush.sync_files(str(tmp_path), names)
+    assert calls == ["sync_filesystem"]
+    calls.clear()
+    _flush.sync_files(str(tmp_path), names[:1])
+    assert calls == ["fsync"]
+
+
+def test_without_a_barrier_two_bodies_are_fsynced_at_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Without a barrier, two bodies are fsynced in parallel (each fsync waits for the
+    other to start), one body directly (mutants: ``< 1``, ``<= 2``)."""
+    _flush._forget_pool()
+    calls = _trace_flushes(monkeypatch, barrier=False)
+    _flush.sync_files(str(tmp_path), _files(tmp_path, 2))
+    assert sorted(calls) == ["fsync", "fsync", "sync_filesystem"]
+
+
+def test_a_failed_syncfs_raises_the_kernels_error_naming_the_directory(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A ``syncfs`` that fails raises :class:`OSError` with the kernel's errno, its
+    message and the directory (mutants of that error). libc's ``syncfs`` is replaced by
+    one that fails with EIO, as a disk that cannot write back would make it."""
+    directory = tempfile.mkdtemp(dir="/dev/shm")
+    try:
+        if not _flush.syncfs_is_barrier(directory):
+            pytest.skip("syncfs is no barrier here (Linux before 5.8)")
+
+        def failing_syncfs(fd: int) -> int:
+            ctypes.set_errno(errno.EIO)
+            return -1
+
+        monkeypatch.setattr(_flush, "_syncfs", failing_syncfs)
+        with pytest.raises(OSError, match="Input/output error") as raised:
+            _flush.sync_filesystem(directory)
+        assert raised.value.errno == errno.EIO
+        assert raised.value.strerror == os.strerror(errno.EIO)
+        assert raised.value.filename == directory
+    finally:
+        os.rmdir(directory)
+
+
+def test_whether_syncfs_is_a_barrier_is_decided_once_per_directory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The filesystem type behind a directory is looked up once (it reads the mount
+    table), then remembered (mutants of that cache)."""
+    looked_up: list[str] = []
+    real = _host.filesystem_type
+
+    def filesystem_type(path: str) -> str:
+        looked_up.append(path)
+        return real(path)
+
+    monkeypatch.setattr(_host, "filesystem_type", filesystem_type)
+    directory = str(tmp_path)
+    first = _flush.syncfs_is_barrier(directory)
+    assert [_flush.syncfs_is_barrier(directory) for _ in range(3)] == [first] * 3
+    assert looked_up == [directory]
