@@ -25,11 +25,11 @@ from ..fixtures_core import patch_fs
 COUNTER = "capacity.count"
 
 
-def _bounded(tmp_path: Path, capacity: int, *, durable: bool = False) -> vsqs.Queue:
+def _bounded(tmp_path: Path, capacity: int, *, durable: bool = False) -> vsqs.AnyQueue:
     return vsqs.Queue(tmp_path / "q", durable=durable, capacity=capacity, clock=ManualClock())
 
 
-def _plant_new(queue: vsqs.Queue, created_us: int) -> None:
+def _plant_new(queue: vsqs.AnyQueue, created_us: int) -> None:
     """A publisher's ``.new`` whose id says it was created at *created_us*."""
     Path(queue.path, f"{created_us}.new").write_bytes(b"being written")
 
@@ -110,7 +110,7 @@ def test_a_fresh_handle_lists_before_it_trusts_a_counter(tmp_path: Path) -> None
     assert fresh.counts().ready == 2
 
 
-def _hold_lock(queue: vsqs.Queue) -> int:
+def _hold_lock(queue: vsqs.AnyQueue) -> int:
     """Take the queue's capacity lock as another publisher would (its own open file)."""
     queue.publish(b"makes the lock file", timeout=0)
     fd = os.open(Path(queue.path, ".vsqs", "capacity.lock"), os.O_RDWR)

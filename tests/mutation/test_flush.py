@@ -14,7 +14,7 @@ from typing import NamedTuple
 
 import pytest
 
-from vsqs import _flush, _host
+from vsqs import _flush, _host, _libc
 
 from ..fixtures_core import patch_fs
 
@@ -165,7 +165,7 @@ def test_a_failed_syncfs_raises_the_kernels_error_naming_the_directory(
             ctypes.set_errno(errno.EIO)
             return -1
 
-        monkeypatch.setattr(_flush, "_syncfs", failing_syncfs)
+        monkeypatch.setattr(_libc, "syncfs", lambda: failing_syncfs)
         with pytest.raises(OSError, match="Input/output error") as raised:
             _flush.sync_filesystem(directory)
         assert raised.value.errno == errno.EIO

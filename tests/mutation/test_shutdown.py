@@ -103,7 +103,7 @@ def test_shutting_down_again_does_nothing(tmp_path: Path, monkeypatch: pytest.Mo
     assert made == []
 
 
-def _shut_down_past_its_grace(path: Path, start: float) -> vsqs.Queue:
+def _shut_down_past_its_grace(path: Path, start: float) -> vsqs.AnyQueue:
     """A queue shut down at *start* (by its manual clock), which now reads *start* + 2 s."""
     queue = vsqs.Queue(path, durable=False, clock=ManualClock(start))
     queue.shutdown()
@@ -111,14 +111,14 @@ def _shut_down_past_its_grace(path: Path, start: float) -> vsqs.Queue:
     return queue
 
 
-def _plant_new(queue: vsqs.Queue, created_us: int, mtime_ns: int) -> None:
+def _plant_new(queue: vsqs.AnyQueue, created_us: int, mtime_ns: int) -> None:
     """A publisher's ``.new``: its id says *created_us*, its mtime *mtime_ns*."""
     path = Path(queue.path, f"{created_us}.new")
     path.write_bytes(b"being written")
     os.utime(path, ns=(mtime_ns, mtime_ns))
 
 
-def _drained(queue: vsqs.Queue) -> bool:
+def _drained(queue: vsqs.AnyQueue) -> bool:
     try:
         assert queue.receive(timeout=0) is None
     except vsqs.QueueDrained:
