@@ -847,7 +847,7 @@ def test_publish_dataframe_group_column_keeps_each_groups_order(
     )
     received: dict[str | None, list[str]] = {}
     where: dict[str | None, set[str]] = {}
-    consumer = vsqs.PlainQueue(queue.path, durable=False)
+    consumer = vsqs.Queue(queue.path, durable=False)  # the partitioned queue, every partition
     while batch := consumer.receive_batch(25, timeout=0):
         for message in batch:
             received.setdefault(message.group, []).append(message.body.decode())
