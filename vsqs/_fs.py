@@ -10,7 +10,9 @@ no ``errno`` plumbing. Only :mod:`vsqs._host` (other files) and :mod:`vsqs._inot
 * :func:`rename_noreplace` and :func:`link_noreplace` never replace an existing name;
   they raise :class:`FileExistsError` instead.
 * :func:`read_regular` reads only regular files, never through a symlink, never
-  blocking on a FIFO or device that someone planted in the queue directory.
+  blocking on a FIFO or device that someone planted in the queue directory; a file
+  another host removes while it is read is :class:`FileNotFoundError` there, as one
+  removed before it was opened (:func:`read_opened`).
 """
 
 from __future__ import annotations
@@ -166,12 +168,27 @@ def read_message(
     # Without a dir_fd keyword when there is none: the receive path's read, a tenth cheaper.
     fd = os.open(path, _READ_FLAGS) if dir_fd is None else os.open(path, _READ_FLAGS, dir_fd=dir_fd)
     try:
-        info = os.fstat(fd)  # the one check that the name holds a regular file: keep it
-        if info.st_mode & _S_IFMT != _S_IFREG:
-            raise OSError(errno.EINVAL, "not a regular file", path)
-        size = info.st_size
-        if limit is not None and size > limit:
-            raise OSError(errno.EFBIG, f"too large ({size} bytes, at most {limit} read)", path)
+        return read_opened(fd, path, limit)
+    finally:
+        os.close(fd)  # ours: opened above, closed here only
+
+
+def read_opened(fd: int, path: str, limit: int | None = None) -> tuple[bytes, os.stat_result]:
+    """Read the file just opened as *fd* (named *path* in errors), as :func:`read_message`.
+
+    :raises FileNotFoundError: another host removed the file (or renamed another over
+        it) after it was opened, and its filesystem does not keep it for this reader:
+        a JuiceFS client answers such a ``read`` with ``EBADF`` (its data are gone), then
+        ``fstat`` with ``ENOENT``. A descriptor closed under the reader (``fstat`` says
+        ``EBADF`` too: a double close elsewhere) raises its ``EBADF`` unchanged.
+    """
+    info = os.fstat(fd)  # the one check that the name holds a regular file: keep it
+    if info.st_mode & _S_IFMT != _S_IFREG:
+        raise OSError(errno.EINVAL, "not a regular file", path)
+    size = info.st_size
+    if limit is not None and size > limit:
+        raise OSError(errno.EFBIG, f"too large ({size} bytes, at most {limit} read)", path)
+    try:
         first = os.read(fd, size) if size else b""
         if len(first) == size:
             return first, info
@@ -181,9 +198,27 @@ def read_message(
         while got < cap and (chunk := os.read(fd, min(_COPY_CHUNK, cap - got))):
             chunks.append(chunk)  # (a file grown past the limit meanwhile reads as garbage)
             got += len(chunk)
-        return b"".join(chunks), info
-    finally:
-        os.close(fd)
+    except OSError as exc:
+        if exc.errno == errno.EBADF and _removed_elsewhere(fd):
+            # RACE: another host deleted or replaced the file since we opened it (a
+            # consumer deleting the message whose metadata a fifo claim reads).
+            raise FileNotFoundError(
+                errno.ENOENT, "removed by another host while read", path
+            ) from None
+        raise
+    return b"".join(chunks), info
+
+
+def _removed_elsewhere(fd: int) -> bool:
+    """After a ``read`` of *fd* failed with ``EBADF``: whether the file is gone (``fstat``
+    on the still open descriptor says ``ENOENT``), not the descriptor (``EBADF``)."""
+    try:
+        os.fstat(fd)
+    except FileNotFoundError:
+        return True
+    except OSError:
+        return False
+    return False
 
 
 # -- relative to a directory descriptor, never through a symlink ----------------------
