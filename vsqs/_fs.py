@@ -10,9 +10,7 @@ no ``errno`` plumbing. Only :mod:`vsqs._host` (other files) and :mod:`vsqs._inot
 * :func:`rename_noreplace` and :func:`link_noreplace` never replace an existing name;
   they raise :class:`FileExistsError` instead.
 * :func:`read_regular` reads only regular files, never through a symlink, never
-  blocking on a FIFO or device that someone planted in the queue directory; a file
-  another host removes while it is read is :class:`FileNotFoundError` there, as one
-  removed before it was opened (:func:`read_opened`).
+  blocking on a FIFO or device that someone planted in the queue directory.
 """
 
 from __future__ import annotations
@@ -151,20 +149,16 @@ def unlink(path: str) -> bool:
 
 
 def read_regular(path: str) -> bytes:
-    """Read a whole regular file without following symlinks or blocking on FIFOs.
-
-    Raises :class:`FileNotFoundError` if it vanished and :class:`OSError` with ``EINVAL``
-    if the name is held by something that is not a regular file.
-    """
+    """Read a whole regular file, never through a symlink nor blocking on a FIFO: ``EINVAL``
+    if the name holds something else, :class:`FileNotFoundError` if it vanished."""
     return read_message(path)[0]
 
 
 def read_message(
     path: str, dir_fd: int | None = None, limit: int | None = None
 ) -> tuple[bytes, os.stat_result]:
-    """Read a message file (as :func:`read_regular`; relative to *dir_fd*, if given):
-    its body and status (for its inode: :func:`vsqs._host.stable_inode`). Over
-    *limit* bytes: ``OSError(EFBIG)`` after one ``fstat``; never more than *limit* + 1 read."""
+    """Read a message file (as :func:`read_regular`; relative to *dir_fd*, if given): its
+    body and status (for :func:`vsqs._host.stable_inode`). Over *limit* bytes: EFBIG."""
     # Without a dir_fd keyword when there is none: the receive path's read, a tenth cheaper.
     fd = os.open(path, _READ_FLAGS) if dir_fd is None else os.open(path, _READ_FLAGS, dir_fd=dir_fd)
     try:
@@ -174,14 +168,7 @@ def read_message(
 
 
 def read_opened(fd: int, path: str, limit: int | None = None) -> tuple[bytes, os.stat_result]:
-    """Read the file just opened as *fd* (named *path* in errors), as :func:`read_message`.
-
-    :raises FileNotFoundError: another host removed the file (or renamed another over
-        it) after it was opened, and its filesystem does not keep it for this reader:
-        a JuiceFS client answers such a ``read`` with ``EBADF`` (its data are gone), then
-        ``fstat`` with ``ENOENT``. A descriptor closed under the reader (``fstat`` says
-        ``EBADF`` too: a double close elsewhere) raises its ``EBADF`` unchanged.
-    """
+    """Read the file just opened as *fd* (*path* in errors) as :func:`read_message` does."""
     info = os.fstat(fd)  # the one check that the name holds a regular file: keep it
     if info.st_mode & _S_IFMT != _S_IFREG:
         raise OSError(errno.EINVAL, "not a regular file", path)
@@ -198,27 +185,14 @@ def read_opened(fd: int, path: str, limit: int | None = None) -> tuple[bytes, os
         while got < cap and (chunk := os.read(fd, min(_COPY_CHUNK, cap - got))):
             chunks.append(chunk)  # (a file grown past the limit meanwhile reads as garbage)
             got += len(chunk)
-    except OSError as exc:
-        if exc.errno == errno.EBADF and _removed_elsewhere(fd):
-            # RACE: another host deleted or replaced the file since we opened it (a
-            # consumer deleting the message whose metadata a fifo claim reads).
-            raise FileNotFoundError(
-                errno.ENOENT, "removed by another host while read", path
-            ) from None
+    except OSError as exc:  # an EBADF of a closed descriptor (a double close) stays one
+        try:
+            if exc.errno == errno.EBADF:
+                os.fstat(fd)
+        except FileNotFoundError:  # RACE: another host removed it (JuiceFS: EBADF, ENOENT)
+            raise FileNotFoundError(errno.ENOENT, "removed by another host", path) from None
         raise
     return b"".join(chunks), info
-
-
-def _removed_elsewhere(fd: int) -> bool:
-    """After a ``read`` of *fd* failed with ``EBADF``: whether the file is gone (``fstat``
-    on the still open descriptor says ``ENOENT``), not the descriptor (``EBADF``)."""
-    try:
-        os.fstat(fd)
-    except FileNotFoundError:
-        return True
-    except OSError:
-        return False
-    return False
 
 
 # -- relative to a directory descriptor, never through a symlink ----------------------
