@@ -40,3 +40,22 @@ def test_a_planted_fifo_is_skipped_and_left_in_place(tmp_path: Path) -> None:
     message = q.receive(timeout=0)
     assert message is not None and message.id == real_id
     assert fifo.exists() and fifo.is_fifo()
+
+
+def test_an_ebadf_of_the_descriptor_itself_is_not_read_as_a_removed_file(
+    tmp_path: Path,
+) -> None:
+    """Only a file found gone (``fstat`` of the open descriptor: ``ENOENT``, as JuiceFS
+    says of a file another client removed) turns a read's EBADF into "not found"; an
+    EBADF of the descriptor itself (here: not open for reading; a double close
+    elsewhere is another) is raised unchanged, never hidden as a vanished file."""
+    path = tmp_path / "file"
+    path.write_bytes(b"body")
+    fd = os.open(path, os.O_WRONLY)  # fstat works, read says EBADF
+    try:
+        with pytest.raises(OSError) as caught:
+            _fs.read_opened(fd, str(path))
+    finally:
+        os.close(fd)
+    assert caught.value.errno == errno.EBADF
+    assert not isinstance(caught.value, FileNotFoundError)

@@ -149,29 +149,33 @@ def unlink(path: str) -> bool:
 
 
 def read_regular(path: str) -> bytes:
-    """Read a whole regular file without following symlinks or blocking on FIFOs.
-
-    Raises :class:`FileNotFoundError` if it vanished and :class:`OSError` with ``EINVAL``
-    if the name is held by something that is not a regular file.
-    """
+    """Read a whole regular file, never through a symlink nor blocking on a FIFO: ``EINVAL``
+    if the name holds something else, :class:`FileNotFoundError` if it vanished."""
     return read_message(path)[0]
 
 
 def read_message(
     path: str, dir_fd: int | None = None, limit: int | None = None
 ) -> tuple[bytes, os.stat_result]:
-    """Read a message file (as :func:`read_regular`; relative to *dir_fd*, if given):
-    its body and status (for its inode: :func:`vsqs._host.stable_inode`). Over
-    *limit* bytes: ``OSError(EFBIG)`` after one ``fstat``; never more than *limit* + 1 read."""
+    """Read a message file (as :func:`read_regular`; relative to *dir_fd*, if given): its
+    body and status (for :func:`vsqs._host.stable_inode`). Over *limit* bytes: EFBIG."""
     # Without a dir_fd keyword when there is none: the receive path's read, a tenth cheaper.
     fd = os.open(path, _READ_FLAGS) if dir_fd is None else os.open(path, _READ_FLAGS, dir_fd=dir_fd)
     try:
-        info = os.fstat(fd)  # the one check that the name holds a regular file: keep it
-        if info.st_mode & _S_IFMT != _S_IFREG:
-            raise OSError(errno.EINVAL, "not a regular file", path)
-        size = info.st_size
-        if limit is not None and size > limit:
-            raise OSError(errno.EFBIG, f"too large ({size} bytes, at most {limit} read)", path)
+        return read_opened(fd, path, limit)
+    finally:
+        os.close(fd)  # ours: opened above, closed here only
+
+
+def read_opened(fd: int, path: str, limit: int | None = None) -> tuple[bytes, os.stat_result]:
+    """Read the file just opened as *fd* (*path* in errors) as :func:`read_message` does."""
+    info = os.fstat(fd)  # the one check that the name holds a regular file: keep it
+    if info.st_mode & _S_IFMT != _S_IFREG:
+        raise OSError(errno.EINVAL, "not a regular file", path)
+    size = info.st_size
+    if limit is not None and size > limit:
+        raise OSError(errno.EFBIG, f"too large ({size} bytes, at most {limit} read)", path)
+    try:
         first = os.read(fd, size) if size else b""
         if len(first) == size:
             return first, info
@@ -181,9 +185,14 @@ def read_message(
         while got < cap and (chunk := os.read(fd, min(_COPY_CHUNK, cap - got))):
             chunks.append(chunk)  # (a file grown past the limit meanwhile reads as garbage)
             got += len(chunk)
-        return b"".join(chunks), info
-    finally:
-        os.close(fd)
+    except OSError as exc:  # an EBADF of a closed descriptor (a double close) stays one
+        try:
+            if exc.errno == errno.EBADF:
+                os.fstat(fd)
+        except FileNotFoundError:  # RACE: another host removed it (JuiceFS: EBADF, ENOENT)
+            raise FileNotFoundError(errno.ENOENT, "removed by another host", path) from None
+        raise
+    return b"".join(chunks), info
 
 
 # -- relative to a directory descriptor, never through a symlink ----------------------
