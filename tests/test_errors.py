@@ -32,6 +32,7 @@ BUILTIN_OF: dict[type[vsqs.VsqsError], type[BaseException]] = {
     vsqs.NotAQueue: NotADirectoryError,
     vsqs.QueueDrained: EOFError,
     vsqs.DurabilityError: OSError,
+    vsqs.UnsafeEntry: OSError,
 }
 
 SAMPLES: list[vsqs.VsqsError] = [
@@ -49,7 +50,7 @@ SAMPLES: list[vsqs.VsqsError] = [
     vsqs.QueueNotFound("orders", "/root"),
     vsqs.NotAQueue("/etc/passwd"),
     vsqs.DurabilityError(["1732257000123456"], errno.EIO, "Input/output error"),
-]
+]  # vsqs.UnsafeEntry keeps its data as an OSError's: tests/test_error_tree.py
 
 
 @pytest.mark.parametrize(("error", "builtin"), BUILTIN_OF.items(), ids=lambda v: v.__name__)
