@@ -324,6 +324,9 @@ def test_one_inotify_descriptor_serves_more_queues_than_the_instance_limit(
 
 
 @needs_inotify
+# It takes every inotify instance of the user for a while: in the integration tier, run
+# alone, not beside the quick tier's parallel workers (which would find none left).
+@pytest.mark.integration
 def test_when_inotify_runs_out_waiting_polls_and_says_so_once(
     qpath: str, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
 ) -> None:
