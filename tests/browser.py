@@ -8,9 +8,12 @@ driver on the ``PATH``, so it never tries to download one (there may be no netwo
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
+from collections.abc import Iterator
 
+import pytest
 from selenium import webdriver
 from selenium.webdriver.chrome.service import Service
 
@@ -45,3 +48,17 @@ def start_chromium() -> webdriver.Chrome:
         options.binary_location = browser
     options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
     return webdriver.Chrome(options=options, service=Service(executable_path=driver))
+
+
+@contextlib.contextmanager
+def chromium_session() -> Iterator[webdriver.Chrome]:
+    """:func:`start_chromium` for a module's tests, quit after them; without a driver the
+    test fails with :data:`NO_BROWSER` alone, no traceback."""
+    try:
+        driver = start_chromium()
+    except RuntimeError as exc:
+        pytest.fail(str(exc), pytrace=False)
+    try:
+        yield driver
+    finally:
+        driver.quit()

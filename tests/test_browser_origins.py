@@ -20,7 +20,7 @@ from selenium.webdriver.support.ui import WebDriverWait
 import vsqs
 from vsqs.serve import Server, make_server
 
-from .browser import start_chromium
+from .browser import chromium_session
 
 QUEUE = "/000000000000/orders"
 ATTACK = """<!doctype html><title>running</title>
@@ -65,14 +65,8 @@ fetch("API/", {method: "POST",
 
 @pytest.fixture(scope="module")
 def browser() -> Iterator[webdriver.Chrome]:
-    try:
-        driver = start_chromium()
-    except RuntimeError as exc:
-        pytest.fail(str(exc), pytrace=False)
-    try:
+    with chromium_session() as driver:
         yield driver
-    finally:
-        driver.quit()
 
 
 @contextlib.contextmanager

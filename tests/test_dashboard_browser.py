@@ -28,7 +28,7 @@ import vsqs
 from vsqs.dashboard import Dashboard
 from vsqs.dashboard import _format as fmt
 
-from .browser import start_chromium
+from .browser import chromium_session
 from .dashboard_http import serving
 
 EVERY = 1.0  # seconds between samples and between refreshes of an open page
@@ -37,14 +37,8 @@ XSS = "<script>alert(1)</script>"
 
 @pytest.fixture(scope="module")
 def browser() -> Iterator[webdriver.Chrome]:
-    try:
-        driver = start_chromium()
-    except RuntimeError as exc:
-        pytest.fail(str(exc), pytrace=False)
-    try:
+    with chromium_session() as driver:
         yield driver
-    finally:
-        driver.quit()
 
 
 def _console_errors(browser: webdriver.Chrome) -> list[str]:
