@@ -94,6 +94,10 @@ class QueueMachine(RuleBasedStateMachine):
 
     def teardown(self) -> None:
         _scan.scan = self.real_scan
+        # Closed first: a handle's counters are otherwise flushed by the flusher thread
+        # up to a second later, which may write `.vsqs/stats/` while it is being removed.
+        self.queue.close()
+        self.producer.close()
         shutil.rmtree(self.dir)
 
     def _scan(self, path: str) -> _scan.Listing:
