@@ -24,7 +24,8 @@ absent when read and replaced by the next change.
 for the queue's SQS attributes): the record is read again only when one ``lstat`` of
 the file shows it changed (another inode, size, modification or change time), while
 it is young (written in the last :data:`TRUST_AFTER` seconds, by this host's clock: a
-filesystem whose timestamps are coarse cannot tell two changes within one tick apart),
+filesystem whose timestamps are coarse cannot tell two changes within one tick apart;
+:data:`TRUST_AFTER_IN_MEMORY` on tmpfs, whose tick is a jiffy),
 and always on a filesystem other hosts write (NFS, FUSE...: there a ``stat`` may answer
 from the client's attribute cache, where opening the file revalidates it).
 """
@@ -38,6 +39,7 @@ from collections.abc import Callable, Mapping
 from typing import Any, Final
 
 from .. import FileLock, Storage
+from ._inline import in_memory
 
 __all__ = ["read", "read_cached", "update"]
 
@@ -56,8 +58,12 @@ LOCK_WAIT: Final = 10.0
 _threads = threading.Lock()
 TRUST_AFTER: Final = 2.0
 """A record younger than this (seconds since its modification time) is always re-read."""
+TRUST_AFTER_IN_MEMORY: Final = 0.05
+"""The same on a memory filesystem (tmpfs, ramfs), whose timestamps are the kernel's
+coarse clock in nanoseconds: a tick is a jiffy, 10 ms at most."""
 _CACHE_SIZE: Final = 4096  # queues remembered; beyond, the memory is dropped and rebuilt
-_cache: dict[str, tuple[tuple[int, ...] | None, Mapping[str, Any]]] = {}
+# queue directory -> (the record's stamp, the record, the settle of its filesystem)
+_cache: dict[str, tuple[tuple[int, ...] | None, Mapping[str, Any], float]] = {}
 _cache_lock = threading.Lock()
 
 
@@ -92,7 +98,11 @@ def read_cached(queue_dir: str) -> Mapping[str, Any]:
     """
     with _cache_lock:
         entry = _cache.get(queue_dir)
-    stamp = Storage(queue_dir, STORAGE).stamp(RECORD, settle=TRUST_AFTER)  # no descriptor
+    if entry is None:
+        settle = TRUST_AFTER_IN_MEMORY if in_memory(queue_dir) else TRUST_AFTER
+    else:
+        settle = entry[2]
+    stamp = Storage(queue_dir, STORAGE).stamp(RECORD, settle=settle)  # no descriptor
     if entry is not None and stamp is not None and entry[0] == stamp:
         return entry[1]
     # The status was taken before the read: a change in between is newer than the stamp
@@ -101,7 +111,7 @@ def read_cached(queue_dir: str) -> Mapping[str, Any]:
     with _cache_lock:
         if len(_cache) >= _CACHE_SIZE:
             _cache.clear()
-        _cache[queue_dir] = (stamp, document)
+        _cache[queue_dir] = (stamp, document, settle)
     return document
 
 
