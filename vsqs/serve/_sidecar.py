@@ -38,7 +38,7 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any, Final
 
-from .. import FileLock, Storage
+from .. import FileLock, Storage, _host
 from ._inline import in_memory
 
 __all__ = ["read", "read_cached", "update"]
@@ -83,6 +83,9 @@ def read(queue_dir: str) -> dict[str, Any]:
     finally:
         storage.close()
     if raw is None:
+        # Storage.read says None for an absent directory too: a queue deleted meanwhile
+        # (RACE: DeleteQueue through any server) raises here, never reads as record-less.
+        _host.lstatus(queue_dir)
         return {}
     try:
         document = json.loads(raw)
