@@ -36,7 +36,7 @@ import json
 import threading
 import time
 from collections.abc import Callable, Mapping
-from typing import Any, Final
+from typing import Any, Final, NamedTuple
 
 from .. import FileLock, Storage, _host
 from ._inline import in_memory
@@ -62,8 +62,16 @@ TRUST_AFTER_IN_MEMORY: Final = 0.05
 """The same on a memory filesystem (tmpfs, ramfs), whose timestamps are the kernel's
 coarse clock in nanoseconds: a tick is a jiffy, 10 ms at most."""
 _CACHE_SIZE: Final = 4096  # queues remembered; beyond, the memory is dropped and rebuilt
-# queue directory -> (the record's stamp, the record, the settle of its filesystem)
-_cache: dict[str, tuple[tuple[int, ...] | None, Mapping[str, Any], float]] = {}
+
+
+class _Entry(NamedTuple):
+    stamp: tuple[int, ...] | None  # the record's, taken before it was read
+    record: Mapping[str, Any]
+    settle: float  # TRUST_AFTER of its filesystem
+    storage: Storage  # for its stamp only: never opens a descriptor
+
+
+_cache: dict[str, _Entry] = {}  # by queue directory
 _cache_lock = threading.Lock()
 
 
@@ -103,18 +111,19 @@ def read_cached(queue_dir: str) -> Mapping[str, Any]:
         entry = _cache.get(queue_dir)
     if entry is None:
         settle = TRUST_AFTER_IN_MEMORY if in_memory(queue_dir) else TRUST_AFTER
+        storage = Storage(queue_dir, STORAGE)
     else:
-        settle = entry[2]
-    stamp = Storage(queue_dir, STORAGE).stamp(RECORD, settle=settle)  # no descriptor
-    if entry is not None and stamp is not None and entry[0] == stamp:
-        return entry[1]
+        settle, storage = entry.settle, entry.storage
+    stamp = storage.stamp(RECORD, settle=settle)  # no descriptor
+    if entry is not None and stamp is not None and entry.stamp == stamp:
+        return entry.record
     # The status was taken before the read: a change in between is newer than the stamp
     # kept with it, so the next call sees another stamp and reads again.
     document = read(queue_dir)
     with _cache_lock:
         if len(_cache) >= _CACHE_SIZE:
             _cache.clear()
-        _cache[queue_dir] = (stamp, document, settle)
+        _cache[queue_dir] = _Entry(stamp, document, settle, storage)
     return document
 
 
