@@ -31,9 +31,10 @@ from ._errors import (
     VsqsError,
 )
 from ._history import History
-from ._ids import Precision
+from ._ids import MAX_DURATION, Precision
 from ._lock import FileLock
 from ._message import Counts, Message
+from ._meta import validate_group
 from ._null import NullQueue
 from ._options import QueueOptions
 from ._protocol import QueueLike, Receiver
@@ -44,11 +45,12 @@ from ._root import QueueRoot, validate_name
 from ._sets import AnyQueue, PartitionedQueue, Queue, QueueSet, partitions_of
 from ._stats import Stats
 from ._storage import Storage
+from ._stored import reset_settings
 from ._waiters import MultiWaiter
 
 __version__ = "1.0.0.dev0"
 
-__all__ = [
+__all__ = [  # noqa: RUF022 -- in sorted() order, as tests/test_public_api.py checks
     "AnyQueue",
     "Clock",
     "Counts",
@@ -63,6 +65,7 @@ __all__ = [
     "Lease",
     "LeaseLost",
     "LockTimeout",
+    "MAX_DURATION",
     "Message",
     "MultiWaiter",
     "NotAQueue",
@@ -90,5 +93,7 @@ __all__ = [
     "__version__",
     "partitions_of",
     "reactor",
+    "reset_settings",
+    "validate_group",
     "validate_name",
 ]

@@ -36,7 +36,7 @@ from collections.abc import Mapping
 from typing import Final, TypedDict, cast
 
 from . import _fs
-from ._clock import Clock
+from ._clock import SYSTEM_CLOCK, Clock
 from ._errors import InvalidSettings, UnsafeEntry
 from ._layout import READ_LIMITS, ROOT, SETTINGS, SETTINGS_LOCK, Layout
 from ._lock import FileLock
@@ -318,7 +318,7 @@ def adopt(layout: Layout, clock: Clock, values: Mapping[str, object]) -> None:
         layout.fsync(ROOT)
 
 
-def set_aside(queue: str, clock: Clock) -> str | None:
+def reset_settings(queue: str | os.PathLike[str], *, clock: Clock = SYSTEM_CLOCK) -> str | None:
     """Move the settings file of the queue directory *queue* aside, whatever it holds.
 
     The repair for a file that cannot be read (see :class:`~vsqs.InvalidSettings`),
@@ -327,9 +327,23 @@ def set_aside(queue: str, clock: Clock) -> str | None:
     queue then has the default settings. One rename in ``.vsqs`` (never replacing, the
     planted link or directory itself, never what it points at), under the settings lock:
     a reader sees the old file or none. The path it was moved to; ``None`` if there was
-    no file.
+    no file. Needs no handle (a queue whose file is bad cannot be opened):
+
+    >>> import tempfile, vsqs
+    >>> queue = vsqs.Queue(tempfile.mkdtemp())
+    >>> queue.configure(visibility_timeout=90)
+    {'visibility_timeout': 90.0}
+    >>> vsqs.reset_settings(queue.path).rpartition("/")[2].startswith("settings.json.bad-")
+    True
+    >>> vsqs.Queue(queue.path).settings()
+    {}
+
+    :param clock: the time the moved file is named after.
+    :raises FileNotFoundError: there is no directory *queue* (``NotADirectoryError``:
+        it is not a directory).
+    :raises LockTimeout: another process held the settings lock too long.
     """
-    layout = Layout(queue)
+    layout = Layout(os.path.abspath(os.fspath(queue)))
     try:
         if not layout.exists(ROOT, SETTINGS):
             return None  # nothing to repair: no lock file made in a queue without one

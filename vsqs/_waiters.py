@@ -177,6 +177,10 @@ class MultiWaiter:
     (None, b'hello')
     """
 
+    DEFAULT_POLL_INTERVAL: Final = POLL_INTERVAL
+    """The default *poll_interval* (seconds): a short positive pause between two looks,
+    for a caller that has none of its own (kombu's ``polling_interval=0``)."""
+
     def __init__(
         self,
         paths: Iterable[str | os.PathLike[str]] = (),

@@ -11,7 +11,7 @@ from .. import _fs
 from .._capacity import Capacity
 from .._errors import InvalidId
 from .._message import Message
-from .._meta import check_group
+from .._meta import validate_group
 from .._options import seconds
 from .._queue import Queue as PlainQueue
 from .._waiters import Waiter
@@ -58,7 +58,7 @@ class Router:
         """The partition of a message of *group*, else of dedup *key*, else the sticky one."""
         parts = self.parts
         if group is not None:
-            return parts[group_partition(check_group(group), len(parts))]
+            return parts[group_partition(validate_group(group), len(parts))]
         if isinstance(key, str):  # anything else is refused by the publish itself
             return parts[group_partition(key, len(parts))]
         return self.sticky(1)

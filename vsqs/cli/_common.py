@@ -21,6 +21,7 @@ from typing import Any, Final
 import click
 
 from .. import (
+    MAX_DURATION,
     AnyQueue,
     InvalidSettings,
     LeaseLost,
@@ -33,7 +34,7 @@ from .. import (
     _fs,
     _host,
 )
-from .._ids import MAX_DURATION, parse_name
+from .._ids import parse_name
 from .._inotify import WAKE
 from .._layout import DIR, ROOT, Layout
 
@@ -53,7 +54,7 @@ _FORCE: Final = "vsqs.force"
 _LITERAL: Final = re.compile(r"``(.+?)``")
 
 SECONDS: Final = click.FloatRange(min=0, max=MAX_DURATION)
-"""A duration option: what the API accepts (:data:`vsqs._ids.MAX_DURATION` at most)."""
+"""A duration option: what the API accepts (:data:`vsqs.MAX_DURATION` at most)."""
 
 EXIT_CODES_HELP: Final = f"""\b
 Exit codes:

@@ -10,9 +10,8 @@ from typing import IO
 
 import click
 
-from .. import _host, _units
+from .. import _host, _units, validate_group
 from .._ids import State, parse_name
-from .._meta import check_group
 from ._common import (
     EMPTY,
     ERROR,
@@ -45,7 +44,7 @@ def _group(_ctx: click.Context, _param: click.Parameter, value: str | None) -> s
     if value is None:
         return None
     try:
-        return check_group(value)
+        return validate_group(value)
     except ValueError as exc:
         raise click.BadParameter(plain(str(exc))) from None
 

@@ -10,8 +10,7 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any, Final, TypeVar
 
-from .. import Message, Storage, _host
-from .._ids import MAX_DURATION
+from .. import MAX_DURATION, Message, Storage, _host
 
 STATE: Final = "spark/streams"
 # The default stateDir: this vsqs.Storage of the queue (its directory spark/streams).
