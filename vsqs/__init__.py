@@ -32,6 +32,7 @@ from ._errors import (
 )
 from ._history import History
 from ._ids import MAX_DURATION, Precision
+from ._layout import foreign_entry
 from ._lock import FileLock
 from ._message import Counts, Message
 from ._meta import validate_group
@@ -91,6 +92,7 @@ __all__ = [  # noqa: RUF022 -- in sorted() order, as tests/test_public_api.py ch
     "VsqsError",
     "Waiters",
     "__version__",
+    "foreign_entry",
     "partitions_of",
     "reactor",
     "reset_settings",
