@@ -40,6 +40,7 @@ from ._null import NullQueue
 from ._options import QueueOptions
 from ._protocol import QueueLike, Receiver
 from ._queue import Queue as PlainQueue
+from ._queue import validate_receipt
 from ._reactor import Reactor, Waiters, reactor
 from ._renewal import Lease
 from ._root import QueueRoot, validate_name
@@ -98,4 +99,5 @@ __all__ = [  # noqa: RUF022 -- in sorted() order, as tests/test_public_api.py ch
     "reset_settings",
     "validate_group",
     "validate_name",
+    "validate_receipt",
 ]

@@ -110,6 +110,27 @@ def _as_view(data: object) -> memoryview:
     raise InvalidPayload(type(data).__name__)
 
 
+def validate_receipt(receipt: object) -> str:
+    """Return *receipt* if it is a message's receipt (``<id>.<expiry>``, what a receive
+    gives) or a bare message id, by the name grammar; raise :class:`InvalidId` otherwise.
+    Pure: an integration that is handed receipts (a command line, a web form) checks all
+    of them before it deletes any.
+
+    >>> import vsqs
+    >>> vsqs.validate_receipt("1700000000000000.1700000030000000")
+    '1700000000000000.1700000030000000'
+
+    :raises InvalidId: not a ``str``, or not an id or receipt (a name being written,
+        ``<id>.new``, is not one either).
+    """
+    if not isinstance(receipt, str):
+        raise InvalidId(receipt, "expected a Message, a receipt or an id")
+    entry = parse_name(receipt)
+    if entry is None or entry.state is _State.NEW:
+        raise InvalidId(receipt)
+    return receipt
+
+
 class MoveTarget(QueueLike, Protocol):
     """A queue a moved message (dead-lettered, redriven) may go to: one that says which
     directory a message of a given group lands in, and which bound it counts against
@@ -1478,12 +1499,7 @@ class Queue:
             if message.queue and message.queue != self.path:
                 raise InvalidId(message.receipt, f"the message belongs to {message.queue!r}")
             message = message.receipt  # validated below too: a Message can be made by hand
-        if not isinstance(message, str):
-            raise InvalidId(message, "expected a Message, a receipt or an id")
-        entry = parse_name(message)
-        if entry is None or entry.state is _State.NEW:
-            raise InvalidId(message)
-        return message
+        return validate_receipt(message)
 
     def _locate(self, message_id: str) -> str:
         """The current name of a bare id: a lease we hold, a listed lease, or ready."""

@@ -10,8 +10,7 @@ from typing import IO
 
 import click
 
-from .. import _host, _units, validate_group
-from .._ids import State, parse_name
+from .. import InvalidId, _host, _units, validate_group, validate_receipt
 from ._common import (
     EMPTY,
     ERROR,
@@ -224,12 +223,12 @@ def publish(
 
 
 def _check_receipt(receipt: str) -> str:
-    entry = parse_name(receipt)
-    if entry is None or entry.state is State.NEW:
+    try:
+        return validate_receipt(receipt)
+    except InvalidId:
         raise click.BadParameter(
             f"{receipt!r} is not a receipt or message id", param_hint="RECEIPT"
-        )
-    return receipt
+        ) from None
 
 
 @click.command()
