@@ -40,7 +40,7 @@ from ._null import NullQueue
 from ._options import QueueOptions
 from ._protocol import QueueLike, Receiver
 from ._queue import Queue as PlainQueue
-from ._queue import validate_receipt
+from ._queue import read_bodies, validate_receipt
 from ._reactor import Reactor, Waiters, reactor
 from ._renewal import Lease
 from ._root import QueueRoot, validate_name
@@ -96,6 +96,7 @@ __all__ = [  # noqa: RUF022 -- in sorted() order, as tests/test_public_api.py ch
     "foreign_entry",
     "partitions_of",
     "reactor",
+    "read_bodies",
     "reset_settings",
     "validate_group",
     "validate_name",

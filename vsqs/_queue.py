@@ -131,6 +131,55 @@ def validate_receipt(receipt: object) -> str:
     return receipt
 
 
+def read_bodies(queue: str | os.PathLike[str], receipts: Iterable[str]) -> Iterator[bytes | None]:
+    """The bodies of messages handed over by receipt, read without a handle, in the
+    order given: for a process that reads what another one claimed (a Spark executor
+    reads the messages its driver holds).
+
+    A message's content never changes while it exists, only its name (see
+    :doc:`/concepts`), so each body is read whole from the file named by its receipt
+    (one open, a regular file only, never through a symlink). When that name is gone
+    because the message moved since (a heartbeat renewed the lease, a requeue made it
+    ready), the directory is listed, once for all the receipts (again only when a name
+    moved after that listing), and the file that carries the id now is read. ``None``
+    for a message that no longer exists: deleted by someone else. Reads only: no lock,
+    nothing changes, safe beside any other process.
+
+    >>> import tempfile, vsqs
+    >>> queue = vsqs.Queue(tempfile.mkdtemp())
+    >>> _ = queue.publish(b"hello")
+    >>> held = queue.receive(timeout=0)
+    >>> renewed = queue.change_visibility(held, 60)  # a new receipt: the old name is gone
+    >>> list(vsqs.read_bodies(held.queue, [held.receipt]))
+    [b'hello']
+
+    :param queue: the directory the receipts come from (:attr:`Message.queue
+        <vsqs.Message.queue>`: a partition's, for a partitioned queue).
+    :raises InvalidId: a receipt that is not one (when it is reached).
+    :raises FileNotFoundError: the directory *queue* is gone.
+    """
+    layout = Layout(os.path.abspath(os.fspath(queue)))
+    names: dict[str, str] | None = None
+    for receipt in receipts:
+        message_id = id_of(validate_receipt(receipt))
+        body = _read_named(layout, receipt)
+        for again in (False, True):
+            if body is not None:
+                break
+            if names is None or again:  # again: the listing may predate a later rename
+                names = _scan.current_names_in(layout.path)
+            current = names.get(message_id)
+            body = None if current is None else _read_named(layout, current)
+        yield body
+
+
+def _read_named(layout: Layout, name: str) -> bytes | None:
+    try:
+        return _fs.read_regular(layout.message(name))
+    except FileNotFoundError:
+        return None  # RACE: renamed by a heartbeat or requeue, or deleted, meanwhile
+
+
 class MoveTarget(QueueLike, Protocol):
     """A queue a moved message (dead-lettered, redriven) may go to: one that says which
     directory a message of a given group lands in, and which bound it counts against
