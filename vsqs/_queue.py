@@ -74,7 +74,7 @@ from ._ids import (
     split_name,
 )
 from ._ids import State as _State
-from ._layout import FIFO_LOCK, Layout
+from ._layout import DIR, FIFO_LOCK, META, TMP, Layout
 from ._lock import FileLock
 from ._message import NO_ATTRIBUTES, Counts, Message, received
 from ._meta import Meta, MetaStore, report_once, split_group, validate_attributes, with_group
@@ -1963,6 +1963,50 @@ class Queue:
     def peek(self) -> Message | None:
         """The oldest ready message, without claiming it (``None`` if none is ready)."""
         return next(self.browse(), None)
+
+    def check(self, *, allow_new: bool = False) -> list[str]:
+        """What vsqs should not have left in the directory, one line per problem; ``[]``
+        for a consistent queue (:func:`vsqs.testing.assert_consistent` asserts it).
+
+        A problem is a ``.new`` file (a publish that never finished; one still being
+        written is one too, unless *allow_new*), an entry named by the grammar that is
+        not a regular file, a ``.vsqs`` that is not a directory, metadata of a message
+        that no longer exists, or a temporary file left in the metadata. Files that are
+        not vsqs's (the user's) are none. Reads only (one listing of the directory and
+        one of the metadata), changes nothing: a snapshot, exact only where no other
+        process publishes, receives or deletes meanwhile.
+
+        >>> import tempfile, vsqs
+        >>> vsqs.PlainQueue(tempfile.mkdtemp()).check()
+        []
+        """
+        problems: list[str] = []
+        ids: set[str] = set()
+        for entry in _fs.scandir(self.path):
+            name = entry.name
+            if name == DIR:
+                if not entry.is_dir(follow_symlinks=False):
+                    problems.append(f"{name} is not a directory")
+                continue
+            parsed = parse_name(name)
+            if parsed is None:
+                continue  # foreign files are the user's, not ours
+            ids.add(parsed.id)
+            if parsed.state is _State.NEW and not allow_new:
+                problems.append(f"orphaned {name} (a publish that never finished)")
+            if not entry.is_file(follow_symlinks=False):
+                problems.append(f"{name} is not a regular file")
+        try:
+            meta_names = self.layout.names(META)
+        except UnsafeEntry as exc:  # never followed: a planted .vsqs (said above) or meta
+            problems.append(f"{exc.filename} is not a directory")
+            meta_names = []
+        for name in meta_names:
+            if not name.startswith(".") and name not in ids:
+                problems.append(f"metadata of {name}, which no longer exists")
+            elif name.startswith(TMP):
+                problems.append(f"temporary file {name} left in metadata")
+        return problems
 
     def stats(self) -> Stats:
         """Counters (produced and consumed, cross-process) and the current counts.

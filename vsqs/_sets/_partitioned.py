@@ -371,6 +371,16 @@ class PartitionedQueue:
         keys = [part.peek_oldest_key() for part in (*self._parts, self._root)]
         return min((key for key in keys if key is not None), default=None)
 
+    def check(self, *, allow_new: bool = False) -> list[str]:
+        """:meth:`PlainQueue.check <vsqs.PlainQueue.check>` of every partition (each line
+        after its directory's name) and of the queue directory itself."""
+        problems = [
+            f"{os.path.basename(part.path)}: {problem}"
+            for part in self._parts
+            for problem in part.check(allow_new=allow_new)
+        ]
+        return problems + self._root.check(allow_new=allow_new)
+
     def stats(self) -> Stats:
         """The totals of every partition, and each partition's own in ``partitions``."""
         return add_stats(tuple(part.stats() for part in self._parts), self._root.stats())
