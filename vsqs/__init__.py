@@ -47,7 +47,7 @@ from ._root import QueueRoot, validate_name
 from ._sets import AnyQueue, PartitionedQueue, Queue, QueueSet, partitions_of
 from ._stats import Stats
 from ._storage import Storage
-from ._stored import reset_settings
+from ._stored import reset_settings, settings_stamp
 from ._waiters import MultiWaiter
 
 __version__ = "1.0.0.dev0"
@@ -98,6 +98,7 @@ __all__ = [  # noqa: RUF022 -- in sorted() order, as tests/test_public_api.py ch
     "reactor",
     "read_bodies",
     "reset_settings",
+    "settings_stamp",
     "validate_group",
     "validate_name",
     "validate_receipt",

@@ -30,12 +30,13 @@ as before settings existed.
 from __future__ import annotations
 
 import errno
+import functools
 import os
 import time
 from collections.abc import Mapping
 from typing import Final, TypedDict, cast
 
-from . import _fs
+from . import _fs, _host
 from ._clock import SYSTEM_CLOCK, Clock
 from ._errors import InvalidSettings, UnsafeEntry
 from ._layout import READ_LIMITS, ROOT, SETTINGS, SETTINGS_LOCK, Layout
@@ -170,6 +171,38 @@ def dump(settings: Settings) -> bytes:
 def shown_path(layout: Layout) -> str:
     """The settings file's path, for messages."""
     return f"{layout.root}/{SETTINGS}"
+
+
+def settings_stamp(queue: str | os.PathLike[str]) -> tuple[int, int] | None:
+    """A stamp of the settings stored with the queue directory *queue*: another stamp
+    means they changed; ``None`` when it has none. For a process that keeps handles
+    open (a server) to see at little cost that another process changed the settings
+    (:meth:`~vsqs.PlainQueue.configure`, :func:`reset_settings`), and open a new handle.
+
+    One ``lstat`` by path (no symlink followed, no lock, nothing read): a snapshot.
+    Every change replaces the file by a rename, so the stamp (its inode number and
+    modification time, ns) changes with it, unless a filesystem with coarse timestamps
+    reuses the inode number within one tick.
+
+    >>> import tempfile, vsqs
+    >>> queue = vsqs.Queue(tempfile.mkdtemp())
+    >>> vsqs.settings_stamp(queue.path) is None
+    True
+    >>> _ = queue.configure(visibility_timeout=90)
+    >>> vsqs.settings_stamp(queue.path) is not None
+    True
+    """
+    try:
+        info = _host.lstatus(_settings_path(os.fspath(queue)))
+    except (FileNotFoundError, NotADirectoryError):
+        return None  # none stored (or no queue there: opening it says so)
+    return (info.st_ino, info.st_mtime_ns)
+
+
+@functools.lru_cache(maxsize=4096)
+def _settings_path(queue: str) -> str:
+    """The settings file's path (cached: a server asks for each request)."""
+    return shown_path(Layout(queue))
 
 
 def read(layout: Layout) -> Settings:

@@ -28,9 +28,9 @@ from .. import (
     QueueNotFound,
     QueueRoot,
     _host,
+    settings_stamp,
     validate_name,
 )
-from .._layout import SETTINGS
 from . import _messages, _moves, _queue_attrs, _sidecar
 from ._context import AttemptCache, Caller
 from ._errors import SqsError, invalid, missing, no_queue, unknown_attribute
@@ -169,7 +169,7 @@ class Service:
         if not stat.S_ISDIR(info.st_mode):
             raise no_queue()  # a symlink or a file under a queue's name is not a queue
         try:
-            settings = _queue_attrs.settings_stamp(path, SETTINGS)
+            settings = settings_stamp(path)
         except OSError:
             settings = None  # RACE: deleted meanwhile; root.get below says so
         stamp = (info.st_dev, info.st_ino, settings)
