@@ -37,7 +37,7 @@ from ._lock import FileLock
 from ._message import Counts, Message
 from ._meta import validate_group
 from ._null import NullQueue
-from ._options import QueueOptions
+from ._options import QueueOptions, validate_seconds
 from ._protocol import QueueLike, Receiver
 from ._queue import Queue as PlainQueue
 from ._queue import read_bodies, validate_receipt
@@ -102,4 +102,5 @@ __all__ = [  # noqa: RUF022 -- in sorted() order, as tests/test_public_api.py ch
     "validate_group",
     "validate_name",
     "validate_receipt",
+    "validate_seconds",
 ]

@@ -79,7 +79,7 @@ from ._lock import FileLock
 from ._message import NO_ATTRIBUTES, Counts, Message, received
 from ._meta import Meta, MetaStore, report_once, split_group, validate_attributes, with_group
 from ._options import UNSET, Config, Unset, batch_size, queue_path
-from ._options import seconds as _seconds
+from ._options import validate_seconds as _seconds
 from ._protocol import QueueLike
 from ._renewal import Lease, Renewer, until_entered
 from ._shutdown import ShutdownWatch

@@ -41,7 +41,7 @@ from ._clock import SYSTEM_CLOCK, Clock
 from ._errors import InvalidSettings, UnsafeEntry
 from ._layout import READ_LIMITS, ROOT, SETTINGS, SETTINGS_LOCK, Layout
 from ._lock import FileLock
-from ._options import count, flag, partition_count, seconds
+from ._options import count, flag, partition_count, validate_seconds
 
 STORED: Final = (
     "visibility_timeout",
@@ -98,7 +98,7 @@ def _check_value(key: str, value: object) -> object:
         return partition_count(value)
     if key == "fifo":
         return flag(value, key)
-    return seconds(value, key)
+    return validate_seconds(value, key)
 
 
 def sibling_name(value: object) -> str:

@@ -12,7 +12,7 @@ from .._capacity import Capacity
 from .._errors import InvalidId
 from .._message import Message
 from .._meta import validate_group
-from .._options import seconds
+from .._options import validate_seconds
 from .._queue import Queue as PlainQueue
 from .._waiters import Waiter
 from ._homes import Homes
@@ -49,7 +49,7 @@ class Router:
         """Room for *need* messages in the whole queue (its bound, counting every
         partition), held while they are published; nothing to hold in an unbounded one."""
         if timeout is not None:
-            seconds(timeout, "timeout")
+            validate_seconds(timeout, "timeout")
         if self.capacity is None or not need:
             return nullcontext()
         return self.capacity.room(need, timeout, None if timeout == 0 else self.waiter())
