@@ -82,6 +82,24 @@ def run(producers: int = 3, consumers: int = 3, messages: int = 20_000, path: st
     return 0 if ok else 1
 
 
+def _at_least_one(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise ValueError(text)
+    return value
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m vsqs._demo [--producers N] [--consumers N] [--messages N]``: what
+    ``make demo`` runs (with the core alone installed) and ``vsqs demo`` starts."""
+    import argparse  # noqa: PLC0415 -- only the program parses arguments
+
+    parser = argparse.ArgumentParser(prog="python -m vsqs._demo", description=__doc__)
+    for option, default in (("producers", 3), ("consumers", 3), ("messages", 20_000)):
+        parser.add_argument(f"--{option}", type=_at_least_one, default=default)
+    args = parser.parse_args(argv)
+    return run(args.producers, args.consumers, args.messages)
+
+
 if __name__ == "__main__":
-    # `make demo`, with the core alone installed; `vsqs demo --help` takes options.
-    sys.exit(run())
+    sys.exit(main())
