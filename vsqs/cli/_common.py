@@ -31,7 +31,7 @@ from .. import (
     QueueDrained,
     QueueFull,
     VsqsError,
-    _host,
+    _userfiles,
     foreign_entry,
 )
 
@@ -231,7 +231,7 @@ def open_queue(path: str, *, create: bool = False, **options: Any) -> AnyQueue:
     """
     if not path or "\0" in path:
         raise click.BadParameter(f"{path!r} is not a queue path", param_hint="QUEUE")
-    if not create and not _host.names_anything(path):
+    if not create and not _userfiles.names_anything(path):
         raise CliError(f"no queue at {path}")
     context = click.get_current_context()
     why = None if context.meta.get(_FORCE) else not_a_queue(path)

@@ -10,7 +10,7 @@ from typing import IO
 
 import click
 
-from .. import InvalidId, _host, _units, validate_group, validate_receipt
+from .. import InvalidId, _units, _userfiles, validate_group, validate_receipt
 from ._common import (
     EMPTY,
     ERROR,
@@ -67,7 +67,7 @@ def _bodies(
         if name == "-":
             yield from _from_stream(sys.stdin.buffer, whole)
             continue
-        with _host.open_input(name) as handle:
+        with _userfiles.open_input(name) as handle:
             yield from _from_stream(handle, whole)
 
 
@@ -83,7 +83,7 @@ def _from_stream(stream: IO[bytes], whole: bool) -> Iterator[tuple[bytes, int]]:
 def _input_size(files: tuple[str, ...]) -> int | None:
     total = 0
     for name in files:
-        size = None if name == "-" else _host.input_size(name)
+        size = None if name == "-" else _userfiles.input_size(name)
         if size is None:
             return None
         total += size
@@ -175,7 +175,7 @@ def publish(
         streams = len(messages) - len(singles) + len(files)
         if not ((len(singles) == 1 and streams == 0) or (not singles and streams == 1 and whole)):
             raise click.UsageError("--dedup-id needs exactly one message")
-    if timeout is not None and capacity is None and not _host.names_anything(queue):
+    if timeout is not None and capacity is None and not _userfiles.names_anything(queue):
         raise click.UsageError("--timeout only applies to a bounded queue: add --capacity")
     target = open_queue(queue, create=True, capacity=capacity)
     bound = target.config.capacity  # the stored capacity binds, --capacity only tightens

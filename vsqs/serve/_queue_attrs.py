@@ -34,7 +34,7 @@ import math
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Final
 
-from .. import AnyQueue, _host
+from .. import AnyQueue, _userfiles
 from . import _sidecar
 from ._errors import SqsError, invalid, unknown_attribute
 
@@ -297,7 +297,7 @@ def get(  # noqa: PLR0912 - one branch per attribute, as in the table above
         counts = queue.counts()
     created = record.get("created")
     if created is None:
-        created = _host.status(queue.path).st_mtime
+        created = _userfiles.status(queue.path).st_mtime
     for attribute in names:
         if attribute in (*_FIFO_ONLY, "FifoQueue") and not fifo:
             continue

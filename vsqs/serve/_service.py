@@ -27,7 +27,7 @@ from .. import (
     NotAQueue,
     QueueNotFound,
     QueueRoot,
-    _host,
+    _userfiles,
     settings_stamp,
     validate_name,
 )
@@ -162,7 +162,7 @@ class Service:
         """
         try:
             path = f"{self.root.path}/{validate_name(name)}"
-            info = _host.lstatus(path)
+            info = _userfiles.lstatus(path)
         except (InvalidName, FileNotFoundError, NotADirectoryError):
             self.forget(name)
             raise no_queue() from None
