@@ -32,7 +32,6 @@ from ._errors import (
 )
 from ._history import History
 from ._ids import MAX_DURATION, Precision
-from ._layout import foreign_entry
 from ._lock import FileLock
 from ._message import Counts, Message
 from ._meta import validate_group
@@ -43,7 +42,7 @@ from ._queue import Queue as PlainQueue
 from ._queue import read_bodies, validate_receipt
 from ._reactor import Reactor, Waiters, reactor
 from ._renewal import Lease
-from ._root import QueueRoot, validate_name
+from ._root import QueueRoot, foreign_entry, validate_name
 from ._sets import AnyQueue, PartitionedQueue, Queue, QueueSet, partitions_of
 from ._stats import Stats
 from ._storage import Storage

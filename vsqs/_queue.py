@@ -1965,8 +1965,9 @@ class Queue:
         return next(self.browse(), None)
 
     def check(self, *, allow_new: bool = False) -> list[str]:
-        """What vsqs should not have left in the directory, one line per problem; ``[]``
-        for a consistent queue (:func:`vsqs.testing.assert_consistent` asserts it).
+        """What vsqs should not have left in the directory, one line per problem (after
+        the directory's path); ``[]`` for a consistent queue
+        (:func:`vsqs.testing.assert_consistent` asserts it).
 
         A problem is a ``.new`` file (a publish that never finished; one still being
         written is one too, unless *allow_new*), an entry named by the grammar that is
@@ -2006,7 +2007,7 @@ class Queue:
                 problems.append(f"metadata of {name}, which no longer exists")
             elif name.startswith(TMP):
                 problems.append(f"temporary file {name} left in metadata")
-        return problems
+        return [f"{self.path}: {problem}" for problem in problems]
 
     def stats(self) -> Stats:
         """Counters (produced and consumed, cross-process) and the current counts.
