@@ -139,7 +139,10 @@ class _SharedSyncfs:
         """Wait until a ``syncfs`` of *fd*'s filesystem started after this call and
         ended, making it if no other caller does; its errno, ``0`` if it succeeded."""
         with self._changed:
-            overlapped = self._running  # may have flushed our pages: its failure is ours
+            # RACE: another thread's syncfs, running now, may have started before our
+            # writes ended: it never answers us, but it may have flushed our pages, so
+            # its failure is ours too.
+            overlapped = self._running
             round_ = self._next = self._next or _Round()  # not started: it follows our writes
             while not round_.started and self._running is not None:
                 self._changed.wait()  # bounded by one syncfs, as our own would be
@@ -211,8 +214,9 @@ def fsync_keeps_new_names(directory: str) -> bool:
 def sync_files(directory: str, names: list[str]) -> None:
     """Flush the files *names* of *directory* (their data; not the directory entries):
     one ``syncfs`` where that is a barrier (:func:`sync_filesystem`) and there are several,
-    else an ``fsync`` each, several at once. Every flush is waited for; the first failure
-    is raised (a flush is never retried)."""
+    else an ``fsync`` each, several at once (those are not shared with other threads:
+    each flushes its own files). Every flush is waited for; the first failure is raised
+    (a flush is never retried)."""
     if len(names) > 1 and sync_filesystem(directory):
         return
     paths = [f"{directory}/{name}" for name in names]
