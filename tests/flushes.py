@@ -47,10 +47,15 @@ class Events:
         ]
 
 
+class Interrupted(Exception):
+    """What a wrapped ``syncfs`` raises when told to: its caller never saw its result."""
+
+
 class Syncfs:
     """libc's ``syncfs`` wrapped: each call recorded in *events*; the first one held
     until :meth:`release` if *hold*; the calls numbered in *failing* (0: the first) fail
-    with EIO after the real flush, as a write-back error would."""
+    with EIO after the real flush, as a write-back error would; those in *interrupted*
+    raise :class:`Interrupted` after it, as a signal handler's exception could."""
 
     def __init__(
         self,
@@ -59,6 +64,7 @@ class Syncfs:
         *,
         hold: bool = False,
         failing: frozenset[int] = frozenset(),
+        interrupted: frozenset[int] = frozenset(),
     ) -> None:
         self.real: Callable[[int], int] = _libc.syncfs()
         self.events = events
@@ -67,6 +73,7 @@ class Syncfs:
         if not hold:
             self._release.set()
         self.failing = failing
+        self.interrupted = interrupted
         self.count = 0
         monkeypatch.setattr(_libc, "syncfs", lambda: self)
 
@@ -86,6 +93,8 @@ class Syncfs:
             result = -1
         with self.events.lock:
             self.events.syncfs.append((started, next(self.events.counter)))
+        if number in self.interrupted:
+            raise Interrupted
         return int(result)
 
 

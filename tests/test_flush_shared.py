@@ -24,7 +24,15 @@ import vsqs
 from vsqs import _flush
 
 from .fixtures_core import CHILD_TIMEOUT
-from .flushes import Events, Syncfs, held_then_joined, join_threads, record_callers, run_threads
+from .flushes import (
+    Events,
+    Interrupted,
+    Syncfs,
+    held_then_joined,
+    join_threads,
+    record_callers,
+    run_threads,
+)
 
 THREADS = 4
 
@@ -134,6 +142,24 @@ def test_a_failed_syncfs_fails_every_caller_it_answered(
         )
     assert _flush.sync_filesystem(barrier_dir) is True  # a new syncfs, which succeeds
     assert len(events.syncfs) == 3
+
+
+def test_a_syncfs_whose_result_nobody_saw_fails_every_caller_it_answered(
+    barrier_dir: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The caller that runs the shared ``syncfs`` is interrupted as it returns (an
+    exception from a signal handler): it raises that, and every other caller of that
+    ``syncfs`` raises EIO; none is told that the flush succeeded."""
+    events = Events()
+    syncfs = Syncfs(monkeypatch, events, hold=True, interrupted=frozenset({1}))
+    flush = [lambda: _flush.sync_filesystem(barrier_dir)] * (THREADS + 1)
+    results = held_then_joined(syncfs, flush[0], flush[1:])
+    assert results[0] is True
+    shared = results[1:]
+    assert sum(isinstance(result, Interrupted) for result in shared) == 1, results
+    others = [result for result in shared if not isinstance(result, Interrupted)]
+    assert all(isinstance(r, OSError) and r.errno == errno.EIO for r in others), results
+    assert _flush.sync_filesystem(barrier_dir) is True  # the next syncfs is a new one
 
 
 @pytest.mark.filterwarnings("ignore:This process .* is multi-threaded:DeprecationWarning")
