@@ -31,24 +31,27 @@ from ._errors import (
     VsqsError,
 )
 from ._history import History
-from ._ids import Precision
+from ._ids import MAX_DURATION, Precision
 from ._lock import FileLock
 from ._message import Counts, Message
+from ._meta import validate_group
 from ._null import NullQueue
-from ._options import QueueOptions
+from ._options import QueueOptions, validate_seconds
 from ._protocol import QueueLike, Receiver
 from ._queue import Queue as PlainQueue
+from ._queue import read_bodies, validate_receipt
 from ._reactor import Reactor, Waiters, reactor
 from ._renewal import Lease
-from ._root import QueueRoot, validate_name
+from ._root import QueueRoot, foreign_entry, validate_name
 from ._sets import AnyQueue, PartitionedQueue, Queue, QueueSet, partitions_of
 from ._stats import Stats
 from ._storage import Storage
+from ._stored import reset_settings, settings_stamp
 from ._waiters import MultiWaiter
 
 __version__ = "1.0.0.dev0"
 
-__all__ = [
+__all__ = [  # noqa: RUF022 -- in sorted() order, as tests/test_public_api.py checks
     "AnyQueue",
     "Clock",
     "Counts",
@@ -63,6 +66,7 @@ __all__ = [
     "Lease",
     "LeaseLost",
     "LockTimeout",
+    "MAX_DURATION",
     "Message",
     "MultiWaiter",
     "NotAQueue",
@@ -88,7 +92,14 @@ __all__ = [
     "VsqsError",
     "Waiters",
     "__version__",
+    "foreign_entry",
     "partitions_of",
     "reactor",
+    "read_bodies",
+    "reset_settings",
+    "settings_stamp",
+    "validate_group",
     "validate_name",
+    "validate_receipt",
+    "validate_seconds",
 ]

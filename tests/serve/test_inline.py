@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from vsqs._host import filesystem_type
+from vsqs._userfiles import filesystem_type
 
 from .conftest import Start
 from .http import json_call, request

@@ -11,7 +11,9 @@ network or another process:
 * only on a queue whose handle this server already holds (opening one reads and may
   lock its settings) and whose directory is on a memory filesystem (``tmpfs``,
   ``ramfs``: :data:`MEMORY_FILESYSTEMS`, decided once per device), where every such
-  call, a durable write's flush included, is answered from memory;
+  call, a durable write's flush included, is answered from memory (a durable send may
+  join a ``syncfs`` a pool thread has started, group commit: one of tmpfs writes
+  nothing back and returns at once);
 * everything else (a receive, which may move a message to a dead-letter queue on
   another filesystem or wait for a FIFO claim lock; the queue-level actions, which
   take locks) runs in the pool, as does a request the rule cannot clear before it
@@ -30,7 +32,7 @@ import contextvars
 from collections.abc import Iterator
 from typing import Final
 
-from .. import _host
+from .. import _userfiles
 
 __all__ = [
     "ACTIONS",
@@ -86,7 +88,7 @@ def in_memory(path: str) -> bool:
     """Whether the directory *path* is on a memory filesystem (``False`` if it cannot
     be told)."""
     try:
-        return memory_backed(_host.status(path).st_dev, path)
+        return memory_backed(_userfiles.status(path).st_dev, path)
     except OSError:
         return False
 
@@ -104,5 +106,5 @@ def memory_backed(device: int, path: str) -> bool:
     found = _memory.get(device)
     if found is None:
         # RACE: another pool thread may look the same device up at once: same answer.
-        found = _memory[device] = _host.filesystem_type(path) in MEMORY_FILESYSTEMS
+        found = _memory[device] = _userfiles.filesystem_type(path) in MEMORY_FILESYSTEMS
     return found

@@ -27,10 +27,10 @@ from .. import (
     NotAQueue,
     QueueNotFound,
     QueueRoot,
-    _host,
+    _userfiles,
+    settings_stamp,
     validate_name,
 )
-from .._layout import SETTINGS
 from . import _inline, _messages, _moves, _queue_attrs, _sidecar
 from ._context import AttemptCache, Caller
 from ._errors import SqsError, invalid, missing, no_queue, unknown_attribute
@@ -164,14 +164,14 @@ class Service:
         _inline.check_handle(in_memory=cached is not None and cached[2])
         try:
             path = f"{self.root.path}/{validate_name(name)}"
-            info = _host.lstatus(path)
+            info = _userfiles.lstatus(path)
         except (InvalidName, FileNotFoundError, NotADirectoryError):
             self.forget(name)
             raise no_queue() from None
         if not stat.S_ISDIR(info.st_mode):
             raise no_queue()  # a symlink or a file under a queue's name is not a queue
         try:
-            settings = _queue_attrs.settings_stamp(path, SETTINGS)
+            settings = settings_stamp(path)
         except OSError:
             settings = None  # RACE: deleted meanwhile; root.get below says so
         stamp = (info.st_dev, info.st_ino, settings)

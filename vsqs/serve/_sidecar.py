@@ -38,7 +38,7 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any, Final, NamedTuple
 
-from .. import FileLock, Storage, _host
+from .. import FileLock, Storage, _userfiles
 from ._inline import in_memory
 
 __all__ = ["read", "read_cached", "update"]
@@ -93,7 +93,7 @@ def read(queue_dir: str) -> dict[str, Any]:
     if raw is None:
         # Storage.read says None for an absent directory too: a queue deleted meanwhile
         # (RACE: DeleteQueue through any server) raises here, never reads as record-less.
-        _host.lstatus(queue_dir)
+        _userfiles.lstatus(queue_dir)
         return {}
     try:
         document = json.loads(raw)
