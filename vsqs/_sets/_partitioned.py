@@ -18,7 +18,6 @@ from typing import TYPE_CHECKING, Final
 
 from .. import _stored
 from .._capacity import Capacity
-from .._errors import QueueDrained
 from .._history import History
 from .._ids import parse_id
 from .._ingest import DEFAULT_CHUNK
@@ -240,10 +239,7 @@ class PartitionedQueue:
     ) -> Message | None:
         """Claim one message: from this thread's home partition first (see the module)."""
         if timeout == 0 and visibility_timeout is None:  # the polling fast path
-            message, drained = self._gatherer.poll_one()
-            if drained:
-                raise QueueDrained(self.path)
-            return message
+            return self._gatherer.poll_one()
         got = self.receive_batch(1, visibility_timeout=visibility_timeout, timeout=timeout)
         return got[0] if got else None
 
