@@ -178,7 +178,7 @@ def test_moving_on_to_a_partition_another_consumer_drained_meanwhile_lists_it_af
     parts[home].publish_batch([b"h%d" % n for n in range(VISIT_EVERY + 4)])
     parts[other].publish_batch([b"o%d" % n for n in range(100)])
     clock.advance(1)
-    bodies = []
+    bodies: list[bytes] = []
     while not bodies or bodies[-1][:1] != b"o":  # until the visit to the other partition
         message = consumer.receive(timeout=0)
         assert message is not None
@@ -189,7 +189,7 @@ def test_moving_on_to_a_partition_another_consumer_drained_meanwhile_lists_it_af
     for _ in range(9):  # another consumer takes o1 ... o90 meanwhile
         taken = peer.receive_batch(10, timeout=0)
         assert peer.delete_batch(taken) == 10
-    rest = []
+    rest: list[bytes] = []
     while (message := consumer.receive(timeout=0)) is not None:
         rest.append(message.body)
         assert consumer.delete(message)

@@ -116,9 +116,9 @@ class Gatherer:
                 if message is not None:
                     spread.calls += 1
                     return message
-            got, drained = self.gather(1, None, tried=tried)
+            got, drained = self._pass(spread, 1, None, tried)
         else:
-            got, drained = self.gather(1, None)
+            got, drained = self._pass(self.spread(), 1, None, -1)
         if got:
             return got[0]
         if drained:
@@ -130,8 +130,13 @@ class Gatherer:
     ) -> tuple[list[Message], bool]:
         """One pass without waiting: the messages, and whether the whole queue is drained
         (*tried*: a partition the caller has just found empty, not looked at again)."""
+        return self._pass(self.spread(), limit, visibility_timeout, tried)
+
+    def _pass(
+        self, spread: Spread, limit: int, visibility_timeout: float | None, tried: int
+    ) -> tuple[list[Message], bool]:
+        """:meth:`gather` for this thread's *spread* (its home looked for already)."""
         parts = self.parts
-        spread = self.spread()
         order = spread.order()
         visit = spread.visit
         got: list[Message] = []
@@ -140,7 +145,7 @@ class Gatherer:
             if index == tried:
                 continue
             if index == visit:
-                claimed, done = self._look(index, limit - len(got), visibility_timeout)
+                claimed, done = self._look(spread, index, limit - len(got), visibility_timeout)
                 drained += done
             else:
                 part = parts[index]
@@ -194,12 +199,12 @@ class Gatherer:
         return claimed
 
     def _look(
-        self, index: int, limit: int, visibility_timeout: float | None
+        self, spread: Spread, index: int, limit: int, visibility_timeout: float | None
     ) -> tuple[list[Message], bool]:
         """A look at partition *index* outside the current one (see Spread.visited): its
         claims, none once it loses a race there, and whether that partition is drained.
         A thread without a home looks for a free one first (its holder may have left)."""
-        parts, spread = self.parts, self.threads.spread
+        parts = self.parts
         if not spread.homed:
             spread.settle(self.homes.take(index))
         part = parts[index]
@@ -210,11 +215,10 @@ class Gatherer:
             claimed, drained = [], True
         else:
             drained = False
-        current = parts[spread.current].claim_misses
-        spread.visited(
-            index, claimed=bool(claimed), lost_race=part.claim_misses > lost, current_misses=current
-        )
-        spread.mark = parts[spread.current].claim_misses
+        after, current = part.claim_misses, parts[spread.current].claim_misses
+        spread.visited(index, claimed=bool(claimed), lost_race=after > lost, current_misses=current)
+        # The current partition's lost races now: visited() keeps it, or moves to *index*.
+        spread.mark = after if spread.current == index else current
         return claimed, drained
 
     def try_receive(self, limit: int, visibility_timeout: float | None) -> list[Message]:

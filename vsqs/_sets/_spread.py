@@ -151,7 +151,10 @@ class Spread:
         (:attr:`visit`), another one first, in turn."""
         self.calls += 1
         home, current, count = self.home, self.current, self.partitions
-        order = [current, *(i for i in (*range(home, count), *range(home)) if i != current)]
+        order = [*range(home, count), *range(home)]
+        if current != home:  # no generator: this runs once per 16 receives, or more often
+            order.remove(current)
+            order.insert(0, current)
         self.visit = -1
         if self.calls >= self.next_visit and count > 1:
             self.visits += 1
