@@ -289,11 +289,11 @@ class PartitionedQueue:
 
     def delete(self, message: Message | str) -> bool:
         """:meth:`PlainQueue.delete <vsqs.PlainQueue.delete>` in the message's partition."""
-        if isinstance(message, Message):  # the common case first: one dictionary lookup
-            part = self._by_path.get(message.queue)
-            if part is not None:
-                return part.delete(message)
-        return self._router.owner(message, self.path).delete(message)
+        try:  # the common case first: a Message of a partition, one dictionary lookup
+            part = self._by_path[message.queue]  # type: ignore[union-attr]
+        except (AttributeError, KeyError):  # a receipt or an id; or the queue directory's
+            return self._router.owner(message, self.path).delete(message)
+        return part.delete(message)
 
     def delete_batch(self, messages: Iterable[Message | str]) -> int:
         """Delete several messages, each in its partition; how many this call deleted."""
