@@ -181,7 +181,7 @@ class Gatherer:
         walking past those would cost a failed rename each; one lost race shows that, and
         a listing then costs less. Where none was lost (nobody else claims there, the
         common case of one consumer moving on from its empty home), the partition is not
-        listed again: listing it would cost as much as a fifth of its messages' claims.
+        listed again (about a microsecond per name, some 5% of what claiming them costs).
 
         :raises QueueDrained: *part* is shut down and empty.
         """

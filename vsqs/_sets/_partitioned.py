@@ -291,7 +291,7 @@ class PartitionedQueue:
         """:meth:`PlainQueue.delete <vsqs.PlainQueue.delete>` in the message's partition."""
         try:  # the common case first: a Message of a partition, one dictionary lookup
             part = self._by_path[message.queue]  # type: ignore[union-attr]
-        except (AttributeError, KeyError):  # a receipt or an id; or the queue directory's
+        except (AttributeError, KeyError):  # a receipt or id (a str), or of no partition
             return self._router.owner(message, self.path).delete(message)
         return part.delete(message)
 
