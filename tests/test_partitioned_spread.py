@@ -130,11 +130,20 @@ def test_empty_partitions_are_looked_at_less_and_less_often(
     assert empty <= 16, listed
 
 
-def _home_and_other(consumer: PartitionedQueue) -> tuple[int, int]:
-    """The home partition *consumer* takes (as its first receive would, without
-    receiving) and the other one, of a 2-partition queue."""
+def _two_backlogs(where: Path) -> tuple[ManualClock, PartitionedQueue, int, int]:
+    """A consumer of a new 2-partition queue (on a manual clock) with its home taken (as
+    its first receive would, without receiving), VISIT_EVERY + 4 messages ``h<n>`` in
+    its home and 100 ``o<n>`` in the other partition: the clock, the consumer, and the
+    two partitions' numbers."""
+    clock = ManualClock()
+    queue = PartitionedQueue(where / "q", partitions=2, durable=False, clock=clock)
+    consumer = PartitionedQueue(queue.path, durable=False, clock=clock)
     home = consumer._gatherer.spread().home
-    return home, 1 - home
+    parts = consumer.partition_queues
+    parts[home].publish_batch([b"h%d" % n for n in range(VISIT_EVERY + 4)])
+    parts[1 - home].publish_batch([b"o%d" % n for n in range(100)])
+    clock.advance(1)  # every message older than any listing: none held back for a second
+    return clock, consumer, home, 1 - home
 
 
 def test_moving_on_from_an_empty_home_does_not_list_the_next_partition_again(
@@ -142,16 +151,9 @@ def test_moving_on_from_an_empty_home_does_not_list_the_next_partition_again(
 ) -> None:
     """A lone consumer whose home runs empty claims on in the partition it has looked at
     (a visit listed it) without listing it again: nobody else took its names, and a
-    listing would cost as much as a fifth of its messages' claims. It lists it when its
-    view runs out, as any receive does."""
-    clock = ManualClock()
-    queue = PartitionedQueue(fast_tmp_path / "q", partitions=2, durable=False, clock=clock)
-    consumer = PartitionedQueue(queue.path, durable=False, clock=clock)
-    home, other = _home_and_other(consumer)
-    parts = consumer.partition_queues
-    parts[home].publish_batch([b"h%d" % n for n in range(VISIT_EVERY + 4)])
-    parts[other].publish_batch([b"o%d" % n for n in range(100)])
-    clock.advance(1)  # every message older than any listing: none held back for a second
+    listing costs about a microsecond per name. It lists it when its view runs out, as
+    any receive does."""
+    _, consumer, _, other = _two_backlogs(fast_tmp_path)
     listed = _count_listings(monkeypatch)
     bodies = []
     while (message := consumer.receive(timeout=0)) is not None:
@@ -160,7 +162,7 @@ def test_moving_on_from_an_empty_home_does_not_list_the_next_partition_again(
     assert len(bodies) == len(set(bodies)) == VISIT_EVERY + 104
     assert [b for b in bodies if b[:1] == b"o"] == [b"o%d" % n for n in range(100)]  # FIFO
     # The visit's listing, and the one that finds its view used up: not one on moving.
-    assert listed[parts[other].path] == 2, listed
+    assert listed[consumer.partition_queues[other].path] == 2, listed
 
 
 def test_moving_on_to_a_partition_another_consumer_drained_meanwhile_lists_it_after_one_lost_race(
@@ -170,14 +172,7 @@ def test_moving_on_to_a_partition_another_consumer_drained_meanwhile_lists_it_af
     took most of its names since the look that listed it. The first lost race there
     makes it list the partition afresh, so it loses one race, not one per name taken,
     and still claims the rest oldest first."""
-    clock = ManualClock()
-    queue = PartitionedQueue(fast_tmp_path / "q", partitions=2, durable=False, clock=clock)
-    consumer = PartitionedQueue(queue.path, durable=False, clock=clock)
-    home, other = _home_and_other(consumer)
-    parts = consumer.partition_queues
-    parts[home].publish_batch([b"h%d" % n for n in range(VISIT_EVERY + 4)])
-    parts[other].publish_batch([b"o%d" % n for n in range(100)])
-    clock.advance(1)
+    clock, consumer, _, other = _two_backlogs(fast_tmp_path)
     bodies: list[bytes] = []
     while not bodies or bodies[-1][:1] != b"o":  # until the visit to the other partition
         message = consumer.receive(timeout=0)
@@ -185,7 +180,7 @@ def test_moving_on_to_a_partition_another_consumer_drained_meanwhile_lists_it_af
         bodies.append(message.body)
         assert consumer.delete(message)
     assert bodies[-1] == b"o0"  # the visit listed it: its view holds o1 ... o99
-    peer = PartitionedQueue(queue.path, durable=False, clock=clock).partition_queues[other]
+    peer = PartitionedQueue(consumer.path, durable=False, clock=clock).partition_queues[other]
     for _ in range(9):  # another consumer takes o1 ... o90 meanwhile
         taken = peer.receive_batch(10, timeout=0)
         assert peer.delete_batch(taken) == 10
@@ -195,4 +190,5 @@ def test_moving_on_to_a_partition_another_consumer_drained_meanwhile_lists_it_af
         assert consumer.delete(message)
     assert [b for b in rest if b[:1] == b"o"] == [b"o%d" % n for n in range(91, 100)]
     assert len([b for b in rest if b[:1] == b"h"]) == VISIT_EVERY + 4 - (len(bodies) - 1)
-    assert parts[other].claim_misses <= 1  # o1: then it listed, not walked past o2 ... o90
+    # o1: then it listed, not walked past o2 ... o90
+    assert consumer.partition_queues[other].claim_misses <= 1
