@@ -128,3 +128,67 @@ def test_empty_partitions_are_looked_at_less_and_less_often(
         assert consumer.delete(message)
     empty = sum(n for path, n in listed.items() if path != home.path)
     assert empty <= 16, listed
+
+
+def _two_backlogs(where: Path) -> tuple[ManualClock, PartitionedQueue, int, int]:
+    """A consumer of a new 2-partition queue (on a manual clock) with its home taken (as
+    its first receive would, without receiving), VISIT_EVERY + 4 messages ``h<n>`` in
+    its home and 100 ``o<n>`` in the other partition: the clock, the consumer, and the
+    two partitions' numbers."""
+    clock = ManualClock()
+    queue = PartitionedQueue(where / "q", partitions=2, durable=False, clock=clock)
+    consumer = PartitionedQueue(queue.path, durable=False, clock=clock)
+    home = consumer._gatherer.spread().home
+    parts = consumer.partition_queues
+    parts[home].publish_batch([b"h%d" % n for n in range(VISIT_EVERY + 4)])
+    parts[1 - home].publish_batch([b"o%d" % n for n in range(100)])
+    clock.advance(1)  # every message older than any listing: none held back for a second
+    return clock, consumer, home, 1 - home
+
+
+def test_moving_on_from_an_empty_home_does_not_list_the_next_partition_again(
+    fast_tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A lone consumer whose home runs empty claims on in the partition it has looked at
+    (a visit listed it) without listing it again: nobody else took its names, and a
+    listing costs about a microsecond per name. It lists it when its view runs out, as
+    any receive does."""
+    _, consumer, _, other = _two_backlogs(fast_tmp_path)
+    listed = _count_listings(monkeypatch)
+    bodies = []
+    while (message := consumer.receive(timeout=0)) is not None:
+        bodies.append(message.body)
+        assert consumer.delete(message)
+    assert len(bodies) == len(set(bodies)) == VISIT_EVERY + 104
+    assert [b for b in bodies if b[:1] == b"o"] == [b"o%d" % n for n in range(100)]  # FIFO
+    # The visit's listing, and the one that finds its view used up: not one on moving.
+    assert listed[consumer.partition_queues[other].path] == 2, listed
+
+
+def test_moving_on_to_a_partition_another_consumer_drained_meanwhile_lists_it_after_one_lost_race(
+    fast_tmp_path: Path,
+) -> None:
+    """The view a consumer has of a partition it moves to may be old: another consumer
+    took most of its names since the look that listed it. The first lost race there
+    makes it list the partition afresh, so it loses one race, not one per name taken,
+    and still claims the rest oldest first."""
+    clock, consumer, _, other = _two_backlogs(fast_tmp_path)
+    bodies: list[bytes] = []
+    while not bodies or bodies[-1][:1] != b"o":  # until the visit to the other partition
+        message = consumer.receive(timeout=0)
+        assert message is not None
+        bodies.append(message.body)
+        assert consumer.delete(message)
+    assert bodies[-1] == b"o0"  # the visit listed it: its view holds o1 ... o99
+    peer = PartitionedQueue(consumer.path, durable=False, clock=clock).partition_queues[other]
+    for _ in range(9):  # another consumer takes o1 ... o90 meanwhile
+        taken = peer.receive_batch(10, timeout=0)
+        assert peer.delete_batch(taken) == 10
+    rest: list[bytes] = []
+    while (message := consumer.receive(timeout=0)) is not None:
+        rest.append(message.body)
+        assert consumer.delete(message)
+    assert [b for b in rest if b[:1] == b"o"] == [b"o%d" % n for n in range(91, 100)]
+    assert len([b for b in rest if b[:1] == b"h"]) == VISIT_EVERY + 4 - (len(bodies) - 1)
+    # o1: then it listed, not walked past o2 ... o90
+    assert consumer.partition_queues[other].claim_misses <= 1

@@ -18,7 +18,6 @@ from typing import TYPE_CHECKING, Final
 
 from .. import _stored
 from .._capacity import Capacity
-from .._errors import QueueDrained
 from .._history import History
 from .._ids import parse_id
 from .._ingest import DEFAULT_CHUNK
@@ -240,10 +239,7 @@ class PartitionedQueue:
     ) -> Message | None:
         """Claim one message: from this thread's home partition first (see the module)."""
         if timeout == 0 and visibility_timeout is None:  # the polling fast path
-            message, drained = self._gatherer.poll_one()
-            if drained:
-                raise QueueDrained(self.path)
-            return message
+            return self._gatherer.poll_one()
         got = self.receive_batch(1, visibility_timeout=visibility_timeout, timeout=timeout)
         return got[0] if got else None
 
@@ -293,11 +289,11 @@ class PartitionedQueue:
 
     def delete(self, message: Message | str) -> bool:
         """:meth:`PlainQueue.delete <vsqs.PlainQueue.delete>` in the message's partition."""
-        if isinstance(message, Message):  # the common case first: one dictionary lookup
-            part = self._by_path.get(message.queue)
-            if part is not None:
-                return part.delete(message)
-        return self._router.owner(message, self.path).delete(message)
+        try:  # the common case first: a Message of a partition, one dictionary lookup
+            part = self._by_path[message.queue]  # type: ignore[union-attr]
+        except (AttributeError, KeyError):  # a receipt or id (a str), or of no partition
+            return self._router.owner(message, self.path).delete(message)
+        return part.delete(message)
 
     def delete_batch(self, messages: Iterable[Message | str]) -> int:
         """Delete several messages, each in its partition; how many this call deleted."""
