@@ -46,8 +46,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
-from typing import Final
+from typing import Final, NamedTuple
 
 from . import _fs
 from ._clock import Clock
@@ -65,9 +64,9 @@ def _digest(text: str) -> str:
     return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
 
 
-@dataclass(frozen=True, slots=True)
-class DedupClaim:
-    """What :meth:`Deduplicator.claim` decided for one ``dedup_id``."""
+class DedupClaim(NamedTuple):
+    """What :meth:`Deduplicator.claim` decided for one ``dedup_id`` (named tuples here:
+    a frozen dataclass compiles its methods at every ``import vsqs``)."""
 
     marker: str
     """The marker file of the ``dedup_id``."""
@@ -77,8 +76,7 @@ class DedupClaim:
     """The id already published under this ``dedup_id``; ``None`` if this publish won."""
 
 
-@dataclass(frozen=True, slots=True)
-class Chunk:
+class Chunk(NamedTuple):
     """The record of a batch published under one ``batch_dedup_id``: its marker's content."""
 
     marker: str

@@ -31,8 +31,7 @@ import enum
 import threading
 import weakref
 from collections.abc import Iterable
-from dataclasses import dataclass
-from typing import Final
+from typing import Final, NamedTuple
 
 MS_LIMIT: Final = 10**14
 MAX_DIGITS: Final = 19
@@ -62,9 +61,9 @@ class State(enum.Enum):
     HELD = "held"
 
 
-@dataclass(frozen=True, slots=True)
-class Entry:
-    """A parsed message file name."""
+class Entry(NamedTuple):
+    """A parsed message file name (a named tuple: a frozen dataclass would compile its
+    methods at every ``import vsqs``, a millisecond of it)."""
 
     name: str
     state: State

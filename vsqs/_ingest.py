@@ -18,8 +18,7 @@ import errno
 import os
 import stat
 from collections.abc import Callable
-from dataclasses import dataclass
-from typing import IO, Any, Final
+from typing import IO, Any, Final, NamedTuple
 
 from . import _fs, _host
 from ._errors import InvalidPayload
@@ -35,9 +34,9 @@ def check_source(source: str) -> int:
     return info.st_size
 
 
-@dataclass(frozen=True)
-class Linked:
-    """An existing regular file to publish under a second name: no byte is copied."""
+class Linked(NamedTuple):
+    """An existing regular file to publish under a second name: no byte is copied (a
+    named tuple: a frozen dataclass compiles its methods at every ``import vsqs``)."""
 
     path: str
     size: int

@@ -61,11 +61,13 @@ import os
 import random
 import threading
 import zlib
-from typing import Final
+from typing import TYPE_CHECKING, Final
 
 from .._ids import parse_id
 from .._message import Counts
-from .._stats import Stats
+
+if TYPE_CHECKING:
+    from .._reports import Stats
 
 STICKY_RUN: Final = 100
 """Messages a publisher sends to one partition before it moves to the next (a batch that
@@ -215,6 +217,8 @@ def add_counts(every: list[Counts]) -> Counts:
 def add_stats(each: tuple[Stats, ...], own: Stats) -> Stats:
     """The totals of the partitions' stats (*each*) and of the queue directory's (*own*),
     with *each* kept as the breakdown; the oldest ready message is the oldest of all."""
+    from .._reports import Stats  # noqa: PLC0415 -- a report's dataclass, made when asked
+
     every = (*each, own)
     oldest = min(
         (s for s in every if s.oldest_ready_id is not None),
