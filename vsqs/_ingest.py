@@ -18,7 +18,7 @@ import errno
 import os
 import stat
 from collections.abc import Callable
-from typing import IO, Any, Final, NamedTuple
+from typing import IO, Any, Final
 
 from . import _fs, _host
 from ._errors import InvalidPayload
@@ -34,12 +34,16 @@ def check_source(source: str) -> int:
     return info.st_size
 
 
-class Linked(NamedTuple):
-    """An existing regular file to publish under a second name: no byte is copied (a
-    named tuple: a frozen dataclass compiles its methods at every ``import vsqs``)."""
+class Linked:
+    """An existing regular file to publish under a second name: no byte is copied
+    (immutable; a plain class, as a dataclass would compile its methods at every
+    ``import vsqs``)."""
 
-    path: str
-    size: int
+    __slots__ = ("path", "size")
+
+    def __init__(self, path: str, size: int) -> None:
+        self.path: Final = path
+        self.size: Final = size
 
     @classmethod
     def of(cls, source: str) -> Linked:
