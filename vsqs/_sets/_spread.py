@@ -58,7 +58,6 @@ from __future__ import annotations
 
 import itertools
 import os
-import random
 import threading
 import zlib
 from typing import TYPE_CHECKING, Final
@@ -104,6 +103,8 @@ class Spread:
     """
 
     def __init__(self, partitions: int) -> None:
+        import random  # noqa: PLC0415 -- 0.6 ms at import, for partitioned queues only
+
         start = (os.getpid() + next(_handles)) % partitions
         self.partitions = partitions
         self.home = start
