@@ -40,8 +40,8 @@ INTEGRATION: Final = (
 # The part of the integration tier that runs on every core, beside itself (`make test`
 # runs it first, then the rest one test at a time): each of these tests owns its temporary
 # directories, takes free ports, and neither mounts, fills a system-wide table (inotify
-# instances) nor times the machine. Mounts, other hosts, crash and power-loss runs and
-# benchmarks stay sequential.
+# instances) nor times the machine. Mounts, other hosts, power-loss runs and benchmarks
+# stay sequential.
 PARALLEL: Final = (
     "tests/serve/",
     "tests/outside/",
@@ -55,6 +55,8 @@ PARALLEL: Final = (
     "tests/test_docs",
     "tests/test_examples",
     "tests/test_pytest_plugin",
+    "tests/reliability/test_kill_points",
+    "tests/reliability/test_crash",
 )
 
 
