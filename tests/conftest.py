@@ -19,26 +19,9 @@ from vsqs.testing import fresh_ids as _fresh_ids
 # The integration tier: tests that need more than Python and a local filesystem (a
 # server and its clients, Spark, Celery, a browser, mounts, FUSE, other hosts, the docs
 # build) or that run a benchmark. Everything else is the quick tier, `make check`.
-INTEGRATION: Final = (
-    "tests/serve/",
-    "tests/multihost/",
-    "tests/reliability/",
-    "tests/powerloss/",
-    "tests/outside/",
-    "tests/test_spark",
-    "tests/test_celery",
-    "tests/test_kombu",
-    "tests/test_dashboard",
-    "tests/test_metrics",
-    "tests/test_bench_",
-    "tests/test_java",
-    "tests/test_install",
-    "tests/test_docs",
-    "tests/test_examples",
-    "tests/test_pytest_plugin",
-)
-# The part of the integration tier that runs on every core, beside itself (`make test`
-# runs it first, then the rest one test at a time): each of these tests owns its temporary
+#
+# PARALLEL is the part of it that runs on every core, beside itself (`make test` runs it
+# first, then the rest one test at a time): each of these tests owns its temporary
 # directories, takes free ports, and neither mounts, fills a system-wide table (inotify
 # instances) nor times the machine. Mounts, other hosts, power-loss runs and benchmarks
 # stay sequential.
@@ -57,6 +40,13 @@ PARALLEL: Final = (
     "tests/test_pytest_plugin",
     "tests/reliability/test_kill_points",
     "tests/reliability/test_crash",
+)
+INTEGRATION: Final = (
+    *PARALLEL,
+    "tests/multihost/",
+    "tests/reliability/",
+    "tests/powerloss/",
+    "tests/test_bench_",
 )
 
 

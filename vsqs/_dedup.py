@@ -65,26 +65,18 @@ def _digest(text: str) -> str:
 
 
 class DedupClaim:
-    """What :meth:`Deduplicator.claim` decided for one ``dedup_id`` (immutable).
-
-    Plain classes here: a frozen dataclass compiles its methods, a named tuple each
-    field's annotation, when the class is made, which every ``import vsqs`` would pay.
-    """
+    """What :meth:`Deduplicator.claim` decided for one ``dedup_id`` (immutable)."""
 
     __slots__ = ("created_us", "duplicate_of", "marker")
 
     def __init__(self, marker: str, created_us: int, duplicate_of: str | None) -> None:
-        self.marker: Final = marker
-        """The marker file of the ``dedup_id``."""
-        self.created_us: Final = created_us
-        """The time written into the marker (by this process's clock)."""
-        self.duplicate_of: Final = duplicate_of
-        """The id already published under this ``dedup_id``; ``None`` if this publish won."""
+        self.marker: Final = marker  #: the marker file of the ``dedup_id``
+        self.created_us: Final = created_us  #: written into it (by this process's clock)
+        self.duplicate_of: Final = duplicate_of  #: the id published before, ``None`` if none
 
 
 class Chunk:
-    """The record of a batch published under one ``batch_dedup_id``: its marker's
-    content (immutable)."""
+    """A batch's record under one ``batch_dedup_id``: its marker's content (immutable)."""
 
     __slots__ = ("attributes", "created_us", "delay_us", "entries", "marker")
 
@@ -96,16 +88,11 @@ class Chunk:
         attributes: dict[str, str],
         delay_us: int,
     ) -> None:
-        self.marker: Final = marker
-        """The marker file of the batch."""
-        self.created_us: Final = created_us
-        """The time written into the marker (by its writer's clock)."""
-        self.entries: Final = entries
-        """Each message's id and size, in publish order."""
-        self.attributes: Final = attributes
-        """The attributes of every message of the batch."""
-        self.delay_us: Final = delay_us
-        """The delay of every message of the batch (µs)."""
+        self.marker: Final = marker  #: the marker file of the batch
+        self.created_us: Final = created_us  #: written into it (by its writer's clock)
+        self.entries: Final = entries  #: each message's id and size, in publish order
+        self.attributes: Final = attributes  #: the attributes of every message of the batch
+        self.delay_us: Final = delay_us  #: the delay of every message of the batch (µs)
 
     def record(self, ids: list[str] | None = None) -> bytes:
         """The marker's content: this batch as JSON (its messages under *ids*, if given)."""
