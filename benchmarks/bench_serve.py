@@ -23,7 +23,9 @@ Per server, on fresh standard queues:
 * ``latency``: 64 clients (4 processes of 16 threads) loop ``SendMessage`` for
   *seconds*: the median and 99th percentile of their latencies;
 * ``library``: the durable ``Queue.publish_batch`` of 10 in one thread of this process
-  on the ``vsqs disk`` filesystem: what the disk's flushes allow one sender.
+  on the ``vsqs disk`` filesystem: what the disk's flushes allow one sender; and in a
+  second table, from *library-threads* threads at once into one queue, on ``/var/tmp``
+  and ``/dev/shm``: how far concurrent batches share their flushes (group commit).
 
 Each figure is the median (and the least, or for latencies the greatest) of *rounds*
 rounds; within a round the servers take turns.
@@ -32,6 +34,7 @@ Usage::
 
     python -m benchmarks.bench_serve [--seconds 2] [--rounds 3] [--clients 1,4]
         [--depth 25000] [--servers sqslite,moto,vsqs shm,vsqs disk] [--client-python PY]
+        [--library-threads 1,2,4] [--library-only]
 """
 
 from __future__ import annotations
@@ -46,6 +49,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import uuid
 from collections.abc import Iterator
@@ -206,24 +210,45 @@ def _queue(endpoint: str, python: str) -> str:
     return done.stdout.strip().replace("://127.0.0.1:", "://localhost:")
 
 
-def library_rate(seconds: float) -> float:
-    """Durable ``publish_batch`` of 10 in one thread on ``vsqs disk``'s filesystem."""
+def library_rate(seconds: float, threads: int = 1, root: str = ROOTS["vsqs disk"]) -> float:
+    """Durable ``publish_batch`` of 10 from *threads* threads at once into one queue on
+    *root*'s filesystem: messages a second, all threads together."""
     import vsqs
 
-    path = tempfile.mkdtemp(prefix="vsqs-bench-library-", dir=ROOTS["vsqs disk"])
+    path = tempfile.mkdtemp(prefix="vsqs-bench-library-", dir=root)
     try:
         queue = vsqs.Queue(path, durable=True)
         batch = [BODY] * 10
-        sent = 0
+        sent = [0] * threads
+        go = threading.Barrier(threads + 1)
+
+        def publish(index: int) -> None:
+            go.wait()
+            while time.perf_counter() - began < seconds:
+                queue.publish_batch(batch)
+                sent[index] += 10
+
+        workers = [threading.Thread(target=publish, args=(i,)) for i in range(threads)]
+        for worker in workers:
+            worker.start()
         began = time.perf_counter()
-        while time.perf_counter() - began < seconds:
-            queue.publish_batch(batch)
-            sent += 10
-        rate = sent / (time.perf_counter() - began)
+        go.wait()
+        for worker in workers:
+            worker.join()
+        rate = sum(sent) / (time.perf_counter() - began)
         queue.close()
         return rate
     finally:
         shutil.rmtree(path, ignore_errors=True)
+
+
+def measure_library(seconds: float, threads: list[int]) -> dict[str, float]:
+    """One round of the library's durable rates: {"T ROOT": messages a second}."""
+    return {
+        f"{count} {root}": library_rate(seconds, count, root)
+        for root in (ROOTS["vsqs disk"], ROOTS["vsqs shm"])
+        for count in threads
+    }
 
 
 def measure_server(
@@ -257,15 +282,19 @@ def measure(args: argparse.Namespace) -> dict[str, list[dict[str, float]]]:
     """{server: [one dict of figures a round]}; the library's durable rate as the
     server "library"."""
     rounds: dict[str, list[dict[str, float]]] = {name: [] for name in [*args.servers, "library"]}
-    pool = Clients(max(*args.clients, LATENCY_PROCESSES, 4), args.client_python)
+    pool = Clients(max(*args.clients, LATENCY_PROCESSES, 4) if args.servers else 0,
+                   args.client_python)  # fmt: skip
     try:
         for round_ in range(args.rounds):
-            for name in args.servers:
-                figures = measure_server(name, pool, args.client_python, args)
+            for name in [*args.servers, "library"]:
+                if name == "library":
+                    figures = measure_library(args.seconds, args.library_threads)
+                    figures["durable publish_batch"] = library_rate(args.seconds)
+                else:
+                    figures = measure_server(name, pool, args.client_python, args)
                 rounds[name].append(figures)
                 shown = "  ".join(f"{k} {v:,.0f}" for k, v in figures.items())
                 print(f"  {name:9} round {round_ + 1}: {shown}", file=sys.stderr, flush=True)
-            rounds["library"].append({"durable publish_batch": library_rate(args.seconds)})
     finally:
         pool.close()
     return rounds
@@ -309,6 +338,23 @@ def report(rounds: dict[str, list[dict[str, float]]], servers: list[str]) -> str
     return table(headers, rows)
 
 
+def report_library(rounds: list[dict[str, float]], threads: list[int]) -> str:
+    """The reST table of the library's durable rates: a row per thread count, a column
+    per filesystem, and each one's rate against its one thread's."""
+    roots = [ROOTS["vsqs disk"], ROOTS["vsqs shm"]]
+    headers = ["durable publish_batch of 10", *roots, *(f"{root} / 1 thread" for root in roots)]
+    rows = []
+    for count in threads:
+        medians = [statistics.median(r[f"{count} {root}"] for r in rounds) for root in roots]
+        singles = [statistics.median(r[f"{threads[0]} {root}"] for r in rounds) for root in roots]
+        rows.append(
+            [f"{count} thread{'s' if count > 1 else ''}, one queue"]
+            + [_cell([r[f"{count} {root}"] for r in rounds]) for root in roots]
+            + [f"{m / one:.2f}x" if one else "-" for m, one in zip(medians, singles, strict=True)]
+        )
+    return table(headers, rows)
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seconds", type=float, default=2.0, help="length of a timed phase")
@@ -322,6 +368,14 @@ def main(argv: list[str] | None = None) -> None:
         help="the clients' interpreter (with boto3; default .venv-query's, the query protocol)",
     )
     parser.add_argument("--json", help="also write the figures to this file")
+    parser.add_argument(
+        "--library-threads",
+        default="1,2,4",
+        help="the library's publishing threads, comma-separated",
+    )
+    parser.add_argument(
+        "--library-only", action="store_true", help="only the library's durable rates, no server"
+    )
     parser.add_argument("--serve-moto", type=int, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.serve_moto:
@@ -332,6 +386,9 @@ def main(argv: list[str] | None = None) -> None:
     if unknown:
         parser.error(f"unknown servers {sorted(unknown)}; choose from {', '.join(SERVERS)}")
     args.clients = [int(c) for c in args.clients.split(",")]
+    args.library_threads = [int(t) for t in args.library_threads.split(",")]
+    if args.library_only:
+        args.servers = []
     cores, load = len(os.sched_getaffinity(0)), os.getloadavg()[0]
     print(f"bench_serve: {cores} cores, load {load:.1f}, {args.seconds} s phases, "
           f"{args.rounds} rounds, clients {args.client_python}", file=sys.stderr)  # fmt: skip
@@ -339,7 +396,10 @@ def main(argv: list[str] | None = None) -> None:
     if args.json:
         with open(args.json, "w", encoding="utf-8") as out:
             json.dump(rounds, out, indent=1)
-    print(report(rounds, args.servers))
+    if args.servers:
+        print(report(rounds, args.servers))
+        print()
+    print(report_library(rounds["library"], args.library_threads))
 
 
 if __name__ == "__main__":

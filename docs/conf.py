@@ -16,6 +16,8 @@ Conventions for authors of pages (checked by ``tests/test_docs.py``):
 
 from __future__ import annotations
 
+from typing import Any
+
 import vsqs
 
 project = "vsqs"
@@ -43,3 +45,16 @@ html_static_path = ["_static"]
 exclude_patterns = ["_build"]
 # Plain ">>>" blocks (outside a doctest directive) are tested too.
 doctest_test_doctest_blocks = "default"
+
+
+def _no_type_docstring(
+    _app: object, what: str, _name: str, obj: object, _options: object, lines: list[str]
+) -> None:
+    """A constant (``vsqs.MAX_DURATION``) shows the text api.rst gives it, never the
+    docstring of its type (``int``'s), which autodoc falls back on."""
+    if what == "data" and lines and type(obj).__doc__ == obj.__doc__:
+        lines.clear()
+
+
+def setup(app: Any) -> None:
+    app.connect("autodoc-process-docstring", _no_type_docstring)

@@ -33,6 +33,29 @@ def test_every_module_has_a_layer() -> None:
     assert placed - modules == set(), "remove from [tool.importlinter]: no such module"
 
 
+def _forbidden(name: str) -> tuple[set[str], set[str]]:
+    """The source and forbidden modules of the import contract called *name*."""
+    config = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
+    (contract,) = [c for c in config["tool"]["importlinter"]["contracts"] if c["name"] == name]
+    return set(contract["source_modules"]), set(contract["forbidden_modules"])
+
+
+def test_every_private_module_is_the_cores_or_there_for_the_integrations() -> None:
+    """Each private module is the core's (no integration imports it: vsqs can change it
+    freely) or exists for the integrations alone (the core never imports it), never
+    neither and never both: a new private module must be placed in one contract."""
+    _, core = _forbidden(
+        "integrations import only vsqs's public names, never the core's private modules"
+    )
+    sources, support = _forbidden("the core never imports what exists for the integrations alone")
+    private = {f"vsqs.{p.stem}" for p in PACKAGE.glob("_*.py") if not p.stem.startswith("__")}
+    private |= {f"vsqs.{p.parent.name}" for p in PACKAGE.glob("_*/__init__.py")}
+    assert core & support == set(), "a module is either the core's or the integrations'"
+    assert private - core - support == set(), "add it to one forbidden contract"
+    assert (core | support) - private == set(), "no such module"
+    assert sources == core, "the core (every module of it) never imports the integrations'"
+
+
 def _idea(source: str) -> str:
     """The first line of a module's docstring (``""`` if it has none, or starts blank)."""
     doc = ast.get_docstring(ast.parse(source), clean=False)
@@ -78,10 +101,11 @@ SYSCALLS = {
     "pathlib": {"Path"},
 }  # fmt: skip
 # The mechanism: _fs makes every system call on a queue's files (it is where the crash
-# tests stop a process between two calls), _host those on other files (the user's input,
-# /proc/self/mountinfo: _fs would pass 450 lines), _inotify the waiting layer's inotify(7)
-# and poll(2) calls. No other module, integrations included, is exempt.
-MECHANISM = {"_fs.py", "_flush.py", "_host.py", "_inotify.py"}
+# tests stop a process between two calls), _host the core's on other files
+# (/proc/self/mountinfo, a queue path as named), _userfiles the integrations' on files a
+# person names to them (the CLI's input, a credentials file), _inotify the waiting layer's
+# inotify(7) and poll(2) calls. No other module, integrations included, is exempt.
+MECHANISM = {"_fs.py", "_flush.py", "_host.py", "_inotify.py", "_userfiles.py"}
 
 
 def _dotted(node: ast.expr) -> str:

@@ -18,8 +18,9 @@ from pyspark.sql.streaming.datasource import ReadMaxBytes, ReadMaxRows
 import vsqs
 from vsqs import Storage, UnsafeEntry, _fs
 from vsqs._ids import State, parse_name
+from vsqs._scan import current_names
 from vsqs.spark._options import STATE, Planned, SourceOptions
-from vsqs.spark._read import MessageGone, current_names, read_planned
+from vsqs.spark._read import MessageGone, read_planned
 from vsqs.spark._state import StateDir
 from vsqs.spark._stream import StreamReader
 

@@ -32,21 +32,24 @@ from ._errors import (
     UnsafeEntry,
     VsqsError,
 )
-from ._ids import Precision
+from ._ids import MAX_DURATION, Precision
 from ._lock import FileLock
 from ._message import Counts, Message
-from ._options import QueueOptions
+from ._meta import validate_group
+from ._options import QueueOptions, validate_seconds
 from ._protocol import QueueLike, Receiver
 from ._queue import Queue as PlainQueue
+from ._queue import read_bodies, validate_receipt
 from ._renewal import Lease
 from ._sets import AnyQueue, PartitionedQueue, Queue, QueueSet, partitions_of
+from ._stored import reset_settings, settings_stamp
 from ._waiters import MultiWaiter
 
 if typing.TYPE_CHECKING:
     from ._null import NullQueue
     from ._reactor import Reactor, Waiters, reactor
     from ._reports import History, Stats
-    from ._root import QueueRoot, validate_name
+    from ._root import QueueRoot, foreign_entry, validate_name
     from ._storage import Storage
 
 # Names imported on first use (PEP 562), each from its module: ``import vsqs`` stays
@@ -61,6 +64,7 @@ _LAZY: typing.Final = {
     "Stats": "_reports",
     "Storage": "_storage",
     "Waiters": "_reactor",
+    "foreign_entry": "_root",
     "reactor": "_reactor",
     "validate_name": "_root",
 }
@@ -83,7 +87,7 @@ def __dir__() -> list[str]:
 
 __version__ = "1.0.0.dev0"
 
-__all__ = [
+__all__ = [  # noqa: RUF022 -- in sorted() order, as tests/test_public_api.py checks
     "AnyQueue",
     "Clock",
     "Counts",
@@ -98,6 +102,7 @@ __all__ = [
     "Lease",
     "LeaseLost",
     "LockTimeout",
+    "MAX_DURATION",
     "Message",
     "MultiWaiter",
     "NotAQueue",
@@ -123,7 +128,14 @@ __all__ = [
     "VsqsError",
     "Waiters",
     "__version__",
+    "foreign_entry",
     "partitions_of",
     "reactor",
+    "read_bodies",
+    "reset_settings",
+    "settings_stamp",
+    "validate_group",
     "validate_name",
+    "validate_receipt",
+    "validate_seconds",
 ]

@@ -12,8 +12,7 @@ import os
 import sys
 import time
 
-from . import _host
-from ._sets import Queue
+from . import Queue, _userfiles
 
 
 def _produce(path: str, producer: int, count: int) -> None:
@@ -33,12 +32,12 @@ def _consume(path: str, report: str) -> None:
         seen.append(message.body.decode())
         queue.delete(message)
     queue.detach()
-    _host.write_text(report, "\n".join(seen))
+    _userfiles.write_text(report, "\n".join(seen))
 
 
 def run(producers: int = 3, consumers: int = 3, messages: int = 20_000, path: str = "") -> int:
     """Run the demo; return 0 if every message was delivered exactly once."""
-    workdir = _host.make_temp_dir("vsqs-demo-")
+    workdir = _userfiles.make_temp_dir("vsqs-demo-")
     path = path or os.path.join(workdir, "queue")
     queue = Queue(path)
     per_producer = messages // producers
@@ -63,7 +62,7 @@ def run(producers: int = 3, consumers: int = 3, messages: int = 20_000, path: st
     delivered: list[str] = []
     per_consumer = []
     for report in reports:
-        lines = [line for line in _host.read_text(report).splitlines() if line]
+        lines = [line for line in _userfiles.read_text(report).splitlines() if line]
         per_consumer.append(len(lines))
         delivered += lines
     expected = {f"{p}:{n}" for p in range(producers) for n in range(per_producer)}
@@ -78,10 +77,28 @@ def run(producers: int = 3, consumers: int = 3, messages: int = 20_000, path: st
     print(
         f"result       {'OK' if ok else 'FAILED'}: {len(missing)} missing, {duplicates} duplicated"
     )
-    _host.remove_temp_dir(workdir)
+    _userfiles.remove_temp_dir(workdir)
     return 0 if ok else 1
 
 
+def _at_least_one(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise ValueError(text)
+    return value
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m vsqs._demo [--producers N] [--consumers N] [--messages N]``: what
+    ``make demo`` runs (with the core alone installed) and ``vsqs demo`` starts."""
+    import argparse  # noqa: PLC0415 -- only the program parses arguments
+
+    parser = argparse.ArgumentParser(prog="python -m vsqs._demo", description=__doc__)
+    for option, default in (("producers", 3), ("consumers", 3), ("messages", 20_000)):
+        parser.add_argument(f"--{option}", type=_at_least_one, default=default)
+    args = parser.parse_args(argv)
+    return run(args.producers, args.consumers, args.messages)
+
+
 if __name__ == "__main__":
-    # `make demo`, with the core alone installed; `vsqs demo --help` takes options.
-    sys.exit(run())
+    sys.exit(main())

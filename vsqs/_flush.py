@@ -7,6 +7,10 @@ the kill-point tests reach them as ``_fs.fsync``, ``_fs.sync_files``...). Guaran
   only where that is a proven barrier for the files' data (local block filesystems and
   tmpfs, Linux 5.8 or later, decided once per directory from its filesystem type);
   elsewhere (FUSE, network filesystems) an ``fsync`` per file, several at once.
+* Threads of one process that flush the same filesystem at once share its ``syncfs``
+  (group commit, :class:`_SharedSyncfs`): a caller is answered only by a ``syncfs``
+  that started after it asked, so after its writes; a failure is raised in every caller
+  that ``syncfs`` answered.
 * A failed flush raises and is never retried: after a failure a second flush may succeed
   without the data (PostgreSQL's "fsyncgate"). :func:`flushing_published` turns the
   failure of a flush made after messages became visible into a
@@ -16,10 +20,11 @@ the kill-point tests reach them as ``_fs.fsync``, ``_fs.sync_files``...). Guaran
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import re
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Final
 
 from . import _host, _libc, _mountinfo
@@ -80,18 +85,94 @@ def sync_filesystem(path: str) -> bool:
     (Linux ``syncfs``); ``False``, doing nothing, where that is not a proven barrier (the
     caller fsyncs each file and directory instead): FUSE, network filesystems, anything
     but those of :data:`vsqs._mountinfo.SYNCFS_FILESYSTEMS`. A failure raises and is never
-    retried: after a failed flush a second one may succeed without the data."""
+    retried: after a failed flush a second one may succeed without the data.
+
+    Thread-safe, and shared: threads of this process that call it at once for the same
+    filesystem share one ``syncfs`` (:class:`_SharedSyncfs`); each returns only after a
+    ``syncfs`` that started after its call began, and each raises if that one failed."""
     syncfs = _libc.syncfs()
     if syncfs is None or not syncfs_is_barrier(path):
         return False
     fd = os.open(path, os.O_RDONLY | _O_DIRECTORY | _O_CLOEXEC)
     try:
-        if syncfs(fd) != 0:
-            code = _libc.errno()
-            raise OSError(code, os.strerror(code), path)
+        code = _shared_syncfs(os.fstat(fd).st_dev).flush(fd, syncfs)
     finally:
         os.close(fd)
+    if code:
+        raise OSError(code, os.strerror(code), path)
     return True
+
+
+class _Round:
+    """One ``syncfs`` and the callers it answers: those who joined before it started."""
+
+    __slots__ = ("done", "error", "started")
+
+    def __init__(self) -> None:
+        self.started = False
+        self.done = False
+        self.error = 0  # its errno, set with done
+
+
+class _SharedSyncfs:
+    """The ``syncfs`` calls of one filesystem in this process, shared (group commit).
+
+    At most one runs at a time. A caller that arrives while one runs cannot be answered
+    by it (it may have started before the caller's writes ended): it joins the *next*
+    round, which the first of its callers to see the running one end starts, on its own
+    descriptor, for all of them. So every caller waits for at most the end of one
+    ``syncfs`` and the whole of the next, and concurrent callers cost two ``syncfs``
+    between them, not one each. Every caller a failed round answered gets its errno;
+    so does a caller that arrived while a failed round ran (that round may have written
+    the caller's pages back, and the kernel reports a write-back error only once).
+    Thread-safe; one per filesystem (``st_dev``), forgotten in a forked child.
+    """
+
+    __slots__ = ("_changed", "_next", "_running")
+
+    def __init__(self) -> None:
+        self._changed = threading.Condition(threading.Lock())
+        self._running: _Round | None = None
+        self._next: _Round | None = None
+
+    def flush(self, fd: int, syncfs: Callable[[int], int]) -> int:
+        """Wait until a ``syncfs`` of *fd*'s filesystem started after this call and
+        ended, making it if no other caller does; its errno, ``0`` if it succeeded."""
+        with self._changed:
+            # RACE: another thread's syncfs, running now, may have started before our
+            # writes ended: it never answers us, but it may have flushed our pages, so
+            # its failure is ours too.
+            overlapped = self._running
+            round_ = self._next = self._next or _Round()  # not started: it follows our writes
+            while not round_.started and self._running is not None:
+                self._changed.wait()  # bounded by one syncfs, as our own would be
+            if round_.started:  # another caller of the round started it: it answers us too
+                while not round_.done:
+                    self._changed.wait()
+                return round_.error or (overlapped.error if overlapped is not None else 0)
+            round_.started, self._running, self._next = True, round_, None
+        # A syncfs whose end nobody saw (this thread interrupted) never passes for a good one.
+        error = errno.EIO
+        try:
+            error = 0 if syncfs(fd) == 0 else (_libc.errno() or errno.EIO)
+        finally:
+            with self._changed:
+                round_.error, round_.done, self._running = error, True, None
+                self._changed.notify_all()
+        return error or (overlapped.error if overlapped is not None else 0)
+
+
+_shared: dict[int, _SharedSyncfs] = {}  # by st_dev: every filesystem this process syncs
+_shared_lock = threading.Lock()
+
+
+def _shared_syncfs(device: int) -> _SharedSyncfs:
+    """The shared ``syncfs`` of the filesystem numbered *device* (made on first use)."""
+    with _shared_lock:
+        found = _shared.get(device)
+        if found is None:
+            found = _shared[device] = _SharedSyncfs()
+        return found
 
 
 _barriers: dict[str, bool] = {}  # by directory: whether syncfs flushes its files
@@ -133,8 +214,9 @@ def fsync_keeps_new_names(directory: str) -> bool:
 def sync_files(directory: str, names: list[str]) -> None:
     """Flush the files *names* of *directory* (their data; not the directory entries):
     one ``syncfs`` where that is a barrier (:func:`sync_filesystem`) and there are several,
-    else an ``fsync`` each, several at once. Every flush is waited for; the first failure
-    is raised (a flush is never retried)."""
+    else an ``fsync`` each, several at once (those are not shared with other threads:
+    each flushes its own files). Every flush is waited for; the first failure is raised
+    (a flush is never retried)."""
     if len(names) > 1 and sync_filesystem(directory):
         return
     paths = [f"{directory}/{name}" for name in names]
@@ -174,9 +256,11 @@ def _fsync_pool() -> ThreadPoolExecutor:
 
 
 def _forget_pool() -> None:
-    """In a forked child: the parent's threads (and maybe its lock holder) are not here."""
-    global _pool, _pool_lock  # reset after fork
+    """In a forked child: the parent's threads (and maybe its lock holder, or a round's
+    leader of a shared syncfs) are not here."""
+    global _pool, _pool_lock, _shared, _shared_lock  # reset after fork
     _pool, _pool_lock = None, threading.Lock()
+    _shared, _shared_lock = {}, threading.Lock()
 
 
 os.register_at_fork(after_in_child=_forget_pool)

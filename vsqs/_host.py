@@ -1,18 +1,17 @@
-"""System calls on files that are not a queue's, and on paths as the user named them.
+"""System calls of the core on files that are not a queue's, and on paths as named.
 
-:mod:`vsqs._fs` makes every call on a queue's files; this module the rest, so that the
-two (with :mod:`vsqs._inotify`, the waiting layer's) are the only modules that touch a
-file (``tests/test_architecture.py`` checks every module): ``/proc/self/mountinfo``
-(understood by :mod:`vsqs._mountinfo`), a path the user named, followed as named (a
-queue path may be a symlink the user chose), the CLI's input files, the demo's reports.
-Nothing here changes a queue.
+:mod:`vsqs._fs` makes every call on a queue's files; this module the core's others, so
+that the two (with :mod:`vsqs._inotify`, the waiting layer's, and the integrations'
+:mod:`vsqs._userfiles`) are the only modules that touch a file
+(``tests/test_architecture.py`` checks every module): ``/proc/self/mountinfo``
+(understood by :mod:`vsqs._mountinfo`) and a path the user named, followed as named (a
+queue path may be a symlink the user chose). Nothing here changes a queue.
 """
 
 from __future__ import annotations
 
 import os
-import stat
-from typing import BinaryIO, Final
+from typing import Final
 
 from . import _mountinfo
 
@@ -64,61 +63,6 @@ def lstatus(path: str) -> os.stat_result:
     return os.lstat(path)
 
 
-def names_anything(path: str) -> bool:
-    """Whether *path* names anything, a dangling symlink included (nothing is followed)."""
-    return os.path.lexists(path)
-
-
 def is_dir(path: str) -> bool:
     """Whether *path* is a directory, or a symlink to one (a path the user chose)."""
     return os.path.isdir(path)
-
-
-def remove_temp_dir(path: str) -> None:
-    """Remove a directory :func:`make_temp_dir` made, and what is in it (best effort)."""
-    import shutil  # noqa: PLC0415 -- shutil and tempfile: 3 ms of every import, for rare calls
-
-    shutil.rmtree(path, ignore_errors=True)
-
-
-def make_temp_dir(prefix: str) -> str:
-    """A fresh private directory (``mkdtemp``) for the caller to remove."""
-    import tempfile  # noqa: PLC0415 -- see remove_temp_dir
-
-    return tempfile.mkdtemp(prefix=prefix)
-
-
-def write_text(path: str, text: str) -> None:
-    """Create or replace the UTF-8 text file *path* (not a queue's: the demo's report)."""
-    with open(path, "w", encoding="utf-8") as handle:
-        handle.write(text)
-
-
-def read_text(path: str) -> str:
-    """The content of the UTF-8 text file *path* (not a queue's)."""
-    with open(path, encoding="utf-8") as handle:
-        return handle.read()
-
-
-def open_input(path: str) -> BinaryIO:
-    """Open a file the user named (the CLI's ``--file``) for reading, as Python does."""
-    return open(path, "rb")
-
-
-def input_size(path: str) -> int | None:
-    """The size of the regular file *path* (a symlink followed); ``None`` for anything
-    else (a pipe, a device, a missing file)."""
-    try:
-        info = os.stat(path)
-    except OSError:
-        return None
-    return info.st_size if stat.S_ISREG(info.st_mode) else None
-
-
-def silence(fd: int) -> None:
-    """Point the descriptor *fd* at ``/dev/null`` (a closed stdout's last flush)."""
-    devnull = os.open(os.devnull, os.O_WRONLY)
-    try:
-        os.dup2(devnull, fd)
-    finally:
-        os.close(devnull)

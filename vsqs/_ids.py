@@ -43,7 +43,7 @@ MAX_DURATION: Final = 10**12
 *now* plus it, and must still fit :data:`MAX_DIGITS` digits of microseconds (``10**12`` s
 is about 31,700 years; now plus it stays below ``10**19`` µs until the year 288,000).
 Every duration vsqs accepts (API, CLI, stored settings, Spark and kombu options) is
-checked against this one bound (:func:`vsqs._options.seconds`)."""
+checked against this one bound (:func:`vsqs.validate_seconds`)."""
 
 
 class Precision(str, enum.Enum):

@@ -160,9 +160,18 @@ def validate_attributes(attributes: Mapping[str, str] | None) -> dict[str, str]:
     return result
 
 
-def check_group(group: object) -> str:
-    """*group* if it is a valid message group: 1 to 128 printable ASCII characters
-    (letters, digits, punctuation; as SQS's ``MessageGroupId``)."""
+def validate_group(group: object) -> str:
+    """Return *group* if it is a valid message group: 1 to 128 printable ASCII
+    characters (letters, digits, punctuation; as SQS's ``MessageGroupId``). Pure: an
+    integration checks a group it was given before it publishes anything with it.
+
+    >>> import vsqs
+    >>> vsqs.validate_group("customer-42")
+    'customer-42'
+
+    :raises TypeError: *group* is not a ``str``.
+    :raises ValueError: it is empty, too long, or holds a space or another character.
+    """
     if not isinstance(group, str):
         raise TypeError(f"group must be a str, not {type(group).__name__}")
     if not 0 < len(group) <= MAX_GROUP_CHARS or not all("!" <= ch <= "~" for ch in group):
@@ -177,7 +186,7 @@ def with_group(attributes: dict[str, str], group: str | None) -> dict[str, str]:
     """*attributes* (checked) with *group* kept among them, for the message's record."""
     if group is None:
         return attributes
-    return {**attributes, GROUP: check_group(group)}
+    return {**attributes, GROUP: validate_group(group)}
 
 
 def split_group(attributes: Mapping[str, str]) -> tuple[Mapping[str, str], str | None]:

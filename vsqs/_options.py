@@ -87,8 +87,20 @@ def partition_count(value: object, name: str = "partitions") -> int:
     return checked
 
 
-def seconds(value: object, name: str, *, positive: bool = False) -> float:
-    """*value* as float seconds, or a :class:`TypeError`/:class:`ValueError` naming *name*."""
+def validate_seconds(value: object, name: str, *, positive: bool = False) -> float:
+    """Return *value* as a ``float`` number of seconds if vsqs accepts it as a duration:
+    a finite ``int`` or ``float`` from 0 (above 0 if *positive*) to
+    :data:`~vsqs.MAX_DURATION`; raise an error naming *name* otherwise. Pure: the check
+    every duration of the API goes through, for an integration that takes a duration
+    of its own (a timeout it waits for before calling vsqs) to refuse what vsqs would.
+
+    >>> import vsqs
+    >>> vsqs.validate_seconds(1, "timeout")
+    1.0
+
+    :raises TypeError: not a number (a ``bool`` is not one).
+    :raises ValueError: negative (or 0 with *positive*), NaN, infinite or too large.
+    """
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise TypeError(f"{name} must be a number of seconds, not {type(value).__name__}")
     if math.isnan(value) or math.isinf(value) or value < 0 or (positive and value == 0):
@@ -197,20 +209,20 @@ class Config(NamedTuple):
         if max_receives is not None and dead_letter is None:
             raise ValueError("max_receives needs a dead_letter queue to move messages to")
         return cls(
-            visibility_timeout=seconds(visibility_timeout, "visibility_timeout"),
+            visibility_timeout=validate_seconds(visibility_timeout, "visibility_timeout"),
             durable=flag(durable, "durable"),
-            delay=seconds(delay, "delay"),
+            delay=validate_seconds(delay, "delay"),
             precision=Precision(precision),
             capacity=None if capacity is None else count(capacity, "capacity"),
             dead_letter=None if dead_letter is None else queue_path(dead_letter, "dead_letter"),
             max_receives=None if max_receives is None else count(max_receives, "max_receives"),
-            retention=None if retention is None else seconds(retention, "retention"),
-            dedup_window=seconds(dedup_window, "dedup_window"),
+            retention=None if retention is None else validate_seconds(retention, "retention"),
+            dedup_window=validate_seconds(dedup_window, "dedup_window"),
             wait=wait,
             poll_interval=None
             if poll_interval is None
-            else seconds(poll_interval, "poll_interval", positive=True),
-            refresh_interval=seconds(refresh_interval, "refresh_interval"),
+            else validate_seconds(poll_interval, "poll_interval", positive=True),
+            refresh_interval=validate_seconds(refresh_interval, "refresh_interval"),
             umask=cast("int | None", umask),
             clock=SYSTEM_CLOCK if clock is None else clock,
             fifo=flag(fifo, "fifo"),

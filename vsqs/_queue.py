@@ -73,12 +73,12 @@ from ._ids import (
     split_name,
 )
 from ._ids import State as _State
-from ._layout import FIFO_LOCK, Layout
+from ._layout import DIR, FIFO_LOCK, META, TMP, Layout
 from ._lock import FileLock
 from ._message import NO_ATTRIBUTES, Counts, Message, received
 from ._meta import Meta, MetaStore, report_once, split_group, validate_attributes, with_group
 from ._options import UNSET, Config, Unset, batch_size, queue_path
-from ._options import seconds as _seconds
+from ._options import validate_seconds as _seconds
 from ._protocol import QueueLike
 from ._renewal import Lease, Renewer, until_entered
 from ._shutdown import ShutdownWatch
@@ -110,6 +110,76 @@ def _as_view(data: object) -> memoryview:
         view = memoryview(data)
         return view if view.c_contiguous and view.format == "B" else memoryview(view.tobytes())
     raise InvalidPayload(type(data).__name__)
+
+
+def validate_receipt(receipt: object) -> str:
+    """Return *receipt* if it is a message's receipt (``<id>.<expiry>``, what a receive
+    gives) or a bare message id, by the name grammar; raise :class:`InvalidId` otherwise.
+    Pure: an integration that is handed receipts (a command line, a web form) checks all
+    of them before it deletes any.
+
+    >>> import vsqs
+    >>> vsqs.validate_receipt("1700000000000000.1700000030000000")
+    '1700000000000000.1700000030000000'
+
+    :raises InvalidId: not a ``str``, or not an id or receipt (a name being written,
+        ``<id>.new``, is not one either).
+    """
+    if not isinstance(receipt, str):
+        raise InvalidId(receipt, "expected a Message, a receipt or an id")
+    entry = parse_name(receipt)
+    if entry is None or entry.state is _State.NEW:
+        raise InvalidId(receipt)
+    return receipt
+
+
+def read_bodies(queue: str | os.PathLike[str], receipts: Iterable[str]) -> Iterator[bytes | None]:
+    """The bodies of messages handed over by receipt, read without a handle, in the
+    order given: for a process that reads what another one claimed (a Spark executor
+    reads the messages its driver holds).
+
+    A message's content never changes while it exists, only its name (see
+    :doc:`/concepts`), so each body is read whole from the file named by its receipt
+    (one open, a regular file only, never through a symlink). When that name is gone
+    because the message moved since (a heartbeat renewed the lease, a requeue made it
+    ready), the directory is listed, once for all the receipts (again only when a name
+    moved after that listing), and the file that carries the id now is read. ``None``
+    for a message that no longer exists: deleted by someone else. Reads only: no lock,
+    nothing changes, safe beside any other process.
+
+    >>> import tempfile, vsqs
+    >>> queue = vsqs.Queue(tempfile.mkdtemp())
+    >>> _ = queue.publish(b"hello")
+    >>> held = queue.receive(timeout=0)
+    >>> renewed = queue.change_visibility(held, 60)  # a new receipt: the old name is gone
+    >>> list(vsqs.read_bodies(held.queue, [held.receipt]))
+    [b'hello']
+
+    :param queue: the directory the receipts come from (:attr:`Message.queue
+        <vsqs.Message.queue>`: a partition's, for a partitioned queue).
+    :raises InvalidId: a receipt that is not one (when it is reached).
+    :raises FileNotFoundError: the directory *queue* is gone.
+    """
+    layout = Layout(os.path.abspath(os.fspath(queue)))
+    names: dict[str, str] | None = None
+    for receipt in receipts:
+        message_id = id_of(validate_receipt(receipt))
+        body = _read_named(layout, receipt)
+        for again in (False, True):
+            if body is not None:
+                break
+            if names is None or again:  # again: the listing may predate a later rename
+                names = _scan.current_names_in(layout.path)
+            current = names.get(message_id)
+            body = None if current is None else _read_named(layout, current)
+        yield body
+
+
+def _read_named(layout: Layout, name: str) -> bytes | None:
+    try:
+        return _fs.read_regular(layout.message(name))
+    except FileNotFoundError:
+        return None  # RACE: renamed by a heartbeat or requeue, or deleted, meanwhile
 
 
 class MoveTarget(QueueLike, Protocol):
@@ -1480,12 +1550,7 @@ class Queue:
             if message.queue and message.queue != self.path:
                 raise InvalidId(message.receipt, f"the message belongs to {message.queue!r}")
             message = message.receipt  # validated below too: a Message can be made by hand
-        if not isinstance(message, str):
-            raise InvalidId(message, "expected a Message, a receipt or an id")
-        entry = parse_name(message)
-        if entry is None or entry.state is _State.NEW:
-            raise InvalidId(message)
-        return message
+        return validate_receipt(message)
 
     def _locate(self, message_id: str) -> str:
         """The current name of a bare id: a lease we hold, a listed lease, or ready."""
@@ -1900,6 +1965,51 @@ class Queue:
     def peek(self) -> Message | None:
         """The oldest ready message, without claiming it (``None`` if none is ready)."""
         return next(self.browse(), None)
+
+    def check(self, *, allow_new: bool = False) -> list[str]:
+        """What vsqs should not have left in the directory, one line per problem (after
+        the directory's path); ``[]`` for a consistent queue
+        (:func:`vsqs.testing.assert_consistent` asserts it).
+
+        A problem is a ``.new`` file (a publish that never finished; one still being
+        written is one too, unless *allow_new*), an entry named by the grammar that is
+        not a regular file, a ``.vsqs`` that is not a directory, metadata of a message
+        that no longer exists, or a temporary file left in the metadata. Files that are
+        not vsqs's (the user's) are none. Reads only (one listing of the directory and
+        one of the metadata), changes nothing: a snapshot, exact only where no other
+        process publishes, receives or deletes meanwhile.
+
+        >>> import tempfile, vsqs
+        >>> vsqs.PlainQueue(tempfile.mkdtemp()).check()
+        []
+        """
+        problems: list[str] = []
+        ids: set[str] = set()
+        for entry in _fs.scandir(self.path):
+            name = entry.name
+            if name == DIR:
+                if not entry.is_dir(follow_symlinks=False):
+                    problems.append(f"{name} is not a directory")
+                continue
+            parsed = parse_name(name)
+            if parsed is None:
+                continue  # foreign files are the user's, not ours
+            ids.add(parsed.id)
+            if parsed.state is _State.NEW and not allow_new:
+                problems.append(f"orphaned {name} (a publish that never finished)")
+            if not entry.is_file(follow_symlinks=False):
+                problems.append(f"{name} is not a regular file")
+        try:
+            meta_names = self.layout.names(META)
+        except UnsafeEntry as exc:  # never followed: a planted .vsqs (said above) or meta
+            problems.append(f"{exc.filename} is not a directory")
+            meta_names = []
+        for name in meta_names:
+            if not name.startswith(".") and name not in ids:
+                problems.append(f"metadata of {name}, which no longer exists")
+            elif name.startswith(TMP):
+                problems.append(f"temporary file {name} left in metadata")
+        return [f"{self.path}: {problem}" for problem in problems]
 
     def stats(self) -> Stats:
         """Counters (produced and consumed, cross-process) and the current counts.

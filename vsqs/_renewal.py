@@ -24,7 +24,7 @@ from typing import Final, Protocol
 from ._clock import Clock
 from ._errors import LeaseLost
 from ._message import Message
-from ._options import seconds as _seconds
+from ._options import validate_seconds as _seconds
 
 RENEW_WHEN_LEFT: Final = 3  # renew when 1/RENEW_WHEN_LEFT of the visibility timeout is left
 # The thread reads the wall clock at least this often (seconds): expiries are wall-clock

@@ -12,6 +12,9 @@ from typing import TYPE_CHECKING, Final, cast
 
 from . import _fs, _host
 from ._errors import InvalidName, NotAQueue, QueueNotFound
+from ._ids import parse_name
+from ._inotify import WAKE
+from ._layout import ROOT, Layout
 from ._options import Config, QueueOptions, partition_count
 from ._queue import Queue as PlainQueue
 from ._sets import PartitionedQueue, Queue
@@ -48,6 +51,42 @@ def validate_name(name: object) -> str:
     if not _NAME.fullmatch(name):
         raise InvalidName(name, "use letters, digits, '-', '_' and single inner dots only")
     return name
+
+
+def foreign_entry(path: str | os.PathLike[str]) -> str | None:
+    """An entry of the directory *path* that no queue holds, or ``None``: whether a
+    directory someone named is a queue before a command changes anything in it.
+
+    A queue has a ``.vsqs`` directory, or holds only message names (a queue of vsqs 0.3,
+    or one made by hand) and the ``.wake-`` names vsqs makes to cause events. In a
+    directory without ``.vsqs``, anything else (a user's files) says it is not a queue,
+    and the first such name (in listing order) is returned. ``None`` also when *path* is
+    not a directory, or absent: opening it says what is wrong. :func:`vsqs.Queue` opens
+    any directory, as the design does; ask this first where a person typed the path, so
+    that a slip never makes a ``receive`` rename their file named ``123``. One
+    ``access`` and at most one listing, no lock: a snapshot (a concurrent change may
+    not be seen), and nothing is changed.
+
+    >>> import os, tempfile, vsqs
+    >>> home = tempfile.mkdtemp()
+    >>> vsqs.foreign_entry(home) is None  # empty: a queue yet to be used
+    True
+    >>> open(os.path.join(home, "notes.txt"), "w").close()
+    >>> vsqs.foreign_entry(home)
+    'notes.txt'
+    """
+    path = os.fspath(path)
+    if not _host.is_dir(path) or Layout(path).has_dir(ROOT):
+        return None
+    fd = _fs.open_queue_dir(path)
+    try:
+        names = _fs.list_at(fd)
+    finally:
+        _fs.close(fd)
+    for name in names:
+        if parse_name(name) is None and not name.startswith(WAKE):
+            return name
+    return None
 
 
 class QueueRoot:

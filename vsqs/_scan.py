@@ -13,6 +13,7 @@ the atomic rename decide.
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 from typing import Final
 
 from . import _fs
@@ -93,3 +94,29 @@ def held_names_for(path: str, message_id: str) -> list[str]:
                 if held and entry.is_file(follow_symlinks=False):
                     found.append(name)
     return found
+
+
+def current_names_in(path: str) -> dict[str, str]:
+    """:func:`current_names` of one listing of *path* (a snapshot)."""
+    with _fs.scandir(path) as entries:
+        return current_names(entry.name for entry in entries)
+
+
+def current_names(names: Iterable[str]) -> dict[str, str]:
+    """The name each message id has now (ready ``<id>`` or held ``<id>.<expiry>``), from
+    a listing: names that are not messages by the grammar (``0017``, ``17.new``) are not.
+
+    One id has two names only after a crash (a no-replace rename by link and unlink,
+    stopped between: two names of one file). The held name with the latest expiry is
+    taken then, whatever the order of the listing.
+    """
+    best: dict[str, tuple[int, str]] = {}
+    for name in names:
+        entry = parse_name(name)
+        if entry is None or entry.state is _State.NEW:
+            continue
+        rank = (-1 if entry.expires is None else entry.expires, name)
+        current = best.get(entry.id)
+        if current is None or rank > current:
+            best[entry.id] = rank
+    return {message_id: name for message_id, (_, name) in best.items()}

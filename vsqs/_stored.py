@@ -30,17 +30,18 @@ as before settings existed.
 from __future__ import annotations
 
 import errno
+import functools
 import os
 import time
 from collections.abc import Mapping
 from typing import Final, TypedDict, cast
 
-from . import _fs
-from ._clock import Clock
+from . import _fs, _host
+from ._clock import SYSTEM_CLOCK, Clock
 from ._errors import InvalidSettings, UnsafeEntry
 from ._layout import READ_LIMITS, ROOT, SETTINGS, SETTINGS_LOCK, Layout
 from ._lock import FileLock
-from ._options import count, flag, partition_count, seconds
+from ._options import count, flag, partition_count, validate_seconds
 
 STORED: Final = (
     "visibility_timeout",
@@ -97,7 +98,7 @@ def _check_value(key: str, value: object) -> object:
         return partition_count(value)
     if key == "fifo":
         return flag(value, key)
-    return seconds(value, key)
+    return validate_seconds(value, key)
 
 
 def sibling_name(value: object) -> str:
@@ -170,6 +171,38 @@ def dump(settings: Settings) -> bytes:
 def shown_path(layout: Layout) -> str:
     """The settings file's path, for messages."""
     return f"{layout.root}/{SETTINGS}"
+
+
+def settings_stamp(queue: str | os.PathLike[str]) -> tuple[int, int] | None:
+    """A stamp of the settings stored with the queue directory *queue*: another stamp
+    means they changed; ``None`` when it has none. For a process that keeps handles
+    open (a server) to see at little cost that another process changed the settings
+    (:meth:`~vsqs.PlainQueue.configure`, :func:`reset_settings`), and open a new handle.
+
+    One ``lstat`` by path (no symlink followed, no lock, nothing read): a snapshot.
+    Every change replaces the file by a rename, so the stamp (its inode number and
+    modification time, ns) changes with it, unless a filesystem with coarse timestamps
+    reuses the inode number within one tick.
+
+    >>> import tempfile, vsqs
+    >>> queue = vsqs.Queue(tempfile.mkdtemp())
+    >>> vsqs.settings_stamp(queue.path) is None
+    True
+    >>> _ = queue.configure(visibility_timeout=90)
+    >>> vsqs.settings_stamp(queue.path) is not None
+    True
+    """
+    try:
+        info = _host.lstatus(_settings_path(os.fspath(queue)))
+    except (FileNotFoundError, NotADirectoryError):
+        return None  # none stored (or no queue there: opening it says so)
+    return (info.st_ino, info.st_mtime_ns)
+
+
+@functools.lru_cache(maxsize=4096)
+def _settings_path(queue: str) -> str:
+    """The settings file's path (cached: a server asks for each request)."""
+    return shown_path(Layout(queue))
 
 
 def read(layout: Layout) -> Settings:
@@ -318,7 +351,7 @@ def adopt(layout: Layout, clock: Clock, values: Mapping[str, object]) -> None:
         layout.fsync(ROOT)
 
 
-def set_aside(queue: str, clock: Clock) -> str | None:
+def reset_settings(queue: str | os.PathLike[str], *, clock: Clock = SYSTEM_CLOCK) -> str | None:
     """Move the settings file of the queue directory *queue* aside, whatever it holds.
 
     The repair for a file that cannot be read (see :class:`~vsqs.InvalidSettings`),
@@ -327,9 +360,23 @@ def set_aside(queue: str, clock: Clock) -> str | None:
     queue then has the default settings. One rename in ``.vsqs`` (never replacing, the
     planted link or directory itself, never what it points at), under the settings lock:
     a reader sees the old file or none. The path it was moved to; ``None`` if there was
-    no file.
+    no file. Needs no handle (a queue whose file is bad cannot be opened):
+
+    >>> import tempfile, vsqs
+    >>> queue = vsqs.Queue(tempfile.mkdtemp())
+    >>> queue.configure(visibility_timeout=90)
+    {'visibility_timeout': 90.0}
+    >>> vsqs.reset_settings(queue.path).rpartition("/")[2].startswith("settings.json.bad-")
+    True
+    >>> vsqs.Queue(queue.path).settings()
+    {}
+
+    :param clock: the time the moved file is named after.
+    :raises FileNotFoundError: there is no directory *queue* (``NotADirectoryError``:
+        it is not a directory).
+    :raises LockTimeout: another process held the settings lock too long.
     """
-    layout = Layout(queue)
+    layout = Layout(os.path.abspath(os.fspath(queue)))
     try:
         if not layout.exists(ROOT, SETTINGS):
             return None  # nothing to repair: no lock file made in a queue without one

@@ -49,7 +49,7 @@ from ._clock import SYSTEM_CLOCK, Clock
 from ._host import filesystem_type
 from ._inotify_hub import InotifyHub, process_instance
 from ._mountinfo import polls
-from ._options import WAIT_MODES, seconds
+from ._options import WAIT_MODES, validate_seconds
 
 __all__ = ["MultiWaiter", "Waiter", "make_waiter"]
 
@@ -177,6 +177,10 @@ class MultiWaiter:
     (None, b'hello')
     """
 
+    DEFAULT_POLL_INTERVAL: Final = POLL_INTERVAL
+    """The default *poll_interval* (seconds): a short positive pause between two looks,
+    for a caller that has none of its own (kombu's ``polling_interval=0``)."""
+
     def __init__(
         self,
         paths: Iterable[str | os.PathLike[str]] = (),
@@ -189,8 +193,8 @@ class MultiWaiter:
         if wait not in WAIT_MODES:
             raise ValueError(f"wait must be one of {WAIT_MODES}, not {wait!r}")
         self._mode = wait
-        self.poll_interval = seconds(poll_interval, "poll_interval", positive=True)
-        self.recheck = seconds(recheck, "recheck", positive=True)
+        self.poll_interval = validate_seconds(poll_interval, "poll_interval", positive=True)
+        self.recheck = validate_seconds(recheck, "recheck", positive=True)
         self._clock = clock
         self._lock = threading.Lock()
         self._hubs: dict[str, InotifyHub] = {}

@@ -23,10 +23,8 @@ import warnings
 from collections.abc import Callable, Iterator
 from typing import Final, TypeVar
 
-from . import Message, PartitionedQueue, PlainQueue, QueueLike, UnsafeEntry, _fs
-from ._ids import IDS, State, parse_name, source_for
-from ._layout import DIR as META_DIR
-from ._layout import META
+from . import Message, PartitionedQueue, PlainQueue, QueueLike
+from ._ids import IDS, source_for
 
 _T = TypeVar("_T")
 
@@ -146,43 +144,14 @@ def assert_empty(queue: QueueLike) -> None:
     assert counts.total == 0, f"queue {queue.path!r} is not empty: {counts}"
 
 
-def assert_consistent(queue: QueueLike, *, allow_new: bool = False) -> None:  # noqa: PLR0912 - one per problem
-    """Fail if the directory holds anything vsqs should not have left there.
-
-    Checks that no ``.new`` file is left (unless *allow_new*), that every entry vsqs could
-    have made is a regular file named by the grammar, and that no metadata describes a
-    message that no longer exists. A partitioned queue is checked partition by partition,
-    and its own directory too.
+def assert_consistent(queue: QueueLike, *, allow_new: bool = False) -> None:
+    """Fail if the directory holds anything vsqs should not have left there: the
+    problems :meth:`PlainQueue.check <vsqs.PlainQueue.check>` finds (a ``.new`` file left,
+    unless *allow_new*; an entry named by the grammar that is not a regular file;
+    metadata of a message that no longer exists). A partitioned queue is checked
+    partition by partition, and its own directory too.
     """
-    if isinstance(queue, PartitionedQueue):
-        for part in queue.partition_queues:
-            assert_consistent(part, allow_new=allow_new)
     if not isinstance(queue, (PlainQueue, PartitionedQueue)):
         raise TypeError(f"expected a queue stored in a directory, not {queue!r}")
-    problems: list[str] = []
-    ids: set[str] = set()
-    for entry in _fs.scandir(queue.path):
-        name = entry.name
-        if name == META_DIR:
-            if not entry.is_dir(follow_symlinks=False):
-                problems.append(f"{name} is not a directory")
-            continue
-        parsed = parse_name(name)
-        if parsed is None:
-            continue  # foreign files are the user's, not ours
-        ids.add(parsed.id)
-        if parsed.state is State.NEW and not allow_new:
-            problems.append(f"orphaned {name} (a publish that never finished)")
-        if not entry.is_file(follow_symlinks=False):
-            problems.append(f"{name} is not a regular file")
-    try:
-        meta_names = queue.layout.names(META)
-    except UnsafeEntry as exc:  # never followed: a planted .vsqs (said above) or .vsqs/meta
-        problems.append(f"{exc.filename} is not a directory")
-        meta_names = []
-    for name in meta_names:
-        if not name.startswith(".") and name not in ids:
-            problems.append(f"metadata of {name}, which no longer exists")
-        elif name.startswith(".tmp-"):
-            problems.append(f"temporary file {name} left in metadata")
+    problems = queue.check(allow_new=allow_new)
     assert not problems, f"queue {queue.path!r} is inconsistent: " + "; ".join(problems)

@@ -7,6 +7,7 @@ import base64
 import errno
 import hashlib
 import json
+import os
 import threading
 import time
 from pathlib import Path
@@ -17,6 +18,7 @@ from botocore.exceptions import ClientError
 
 import vsqs
 from vsqs import _fs
+from vsqs._ids import parse_name
 from vsqs.serve import Server
 
 from .conftest import client
@@ -595,6 +597,23 @@ def test_create_queue_again_with_the_same_redrive_policy(sqs: Any) -> None:
             Attributes={"RedrivePolicy": json.dumps({**policy, "maxReceiveCount": 4})},
         )
     assert _code(caught) == "QueueAlreadyExists"
+
+
+def test_settings_changed_by_another_process_are_used_by_the_next_request(
+    sqs: Any, root: vsqs.QueueRoot
+) -> None:
+    """The server's cached handle is replaced once vsqs.settings_stamp says the stored
+    settings changed: a receive without VisibilityTimeout takes the new default."""
+    root.create("q")
+    url = sqs.get_queue_url(QueueName="q")["QueueUrl"]
+    assert sqs.receive_message(QueueUrl=url).get("Messages", []) == []  # a handle cached
+    root.get("q").configure(visibility_timeout=2)  # as `vsqs config` would, elsewhere
+    sqs.send_message(QueueUrl=url, MessageBody="m")
+    assert len(sqs.receive_message(QueueUrl=url)["Messages"]) == 1
+    (held,) = [n for n in os.listdir(Path(root.path, "q")) if not n.startswith(".")]
+    expiry = parse_name(held)
+    assert expiry is not None and expiry.expires is not None
+    assert expiry.expires / 1e6 - time.time() < 10  # 2 s, not the cached handle's 30
 
 
 def test_a_queue_made_again_by_the_library_is_served_fresh(sqs: Any, root: vsqs.QueueRoot) -> None:

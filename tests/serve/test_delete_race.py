@@ -13,7 +13,10 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 import vsqs
+from vsqs.serve import _sidecar
 
 from .conftest import Start
 from .http import json_call
@@ -114,3 +117,26 @@ def test_opening_a_queue_never_makes_a_deleted_one_again(tmp_path: Path) -> None
             trial,
             os.listdir(root.path),
         )
+
+
+def test_the_record_of_a_queue_deleted_during_its_read_reads_as_gone(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A send racing DeleteQueue: its read of the SQS record opened the directory, then
+    the queue was renamed aside and removed. That is ``QueueDoesNotExist``
+    (FileNotFoundError), never a queue without a record (a FIFO queue's
+    ContentBasedDeduplication lost: the send was answered 400 InvalidParameterValue)."""
+    root = vsqs.QueueRoot(tmp_path / "root")
+    root.create("q")
+    path = f"{root.path}/q"
+    _sidecar.update(path, lambda record: record.update(attributes={"DelaySeconds": "1"}))
+    assert _sidecar.read(path)["attributes"] == {"DelaySeconds": "1"}
+    read_at = vsqs._fs.read_at
+
+    def deleted_first(name: str, fd: int, limit: int) -> bytes:
+        root.delete("q")  # between the directory's opening and the file's
+        return read_at(name, fd, limit)
+
+    monkeypatch.setattr(vsqs._fs, "read_at", deleted_first)
+    with pytest.raises(FileNotFoundError):
+        _sidecar.read(path)

@@ -8,7 +8,7 @@ import threading
 
 from .._errors import QueueDrained
 from .._message import Message
-from .._options import batch_size, seconds
+from .._options import batch_size, validate_seconds
 from .._queue import Queue as PlainQueue
 from .._waiters import RECHECK, MultiWaiter
 from ._homes import Homes
@@ -76,13 +76,13 @@ class Gatherer:
         """
         batch_size(limit)
         if visibility_timeout is not None:
-            seconds(visibility_timeout, "visibility_timeout")
+            validate_seconds(visibility_timeout, "visibility_timeout")
         root = self.root
         return receive_until(
             lambda: self.gather(limit, visibility_timeout),
             self.waiter,
             clock=root.clock,
-            timeout=None if timeout is None else seconds(timeout, "timeout"),
+            timeout=None if timeout is None else validate_seconds(timeout, "timeout"),
             next_look=self.next_look,
             drained=lambda: QueueDrained(root.path),
         )
@@ -184,7 +184,7 @@ class Gatherer:
         """
         batch_size(limit)
         if visibility_timeout is not None:
-            seconds(visibility_timeout, "visibility_timeout")
+            validate_seconds(visibility_timeout, "visibility_timeout")
         got: list[Message] = []
         drained = 0
         current = self.spread().current

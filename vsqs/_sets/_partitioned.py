@@ -371,6 +371,10 @@ class PartitionedQueue:
         keys = [part.peek_oldest_key() for part in (*self._parts, self._root)]
         return min((key for key in keys if key is not None), default=None)
 
+    def check(self, *, allow_new: bool = False) -> list[str]:
+        """:meth:`PlainQueue.check <vsqs.PlainQueue.check>` of each partition, then its own."""
+        return [p for q in (*self._parts, self._root) for p in q.check(allow_new=allow_new)]
+
     def stats(self) -> Stats:
         """The totals of every partition, and each partition's own in ``partitions``."""
         return add_stats(tuple(part.stats() for part in self._parts), self._root.stats())
@@ -385,16 +389,14 @@ class PartitionedQueue:
     def shutdown(self) -> None:
         """Shut every partition down, then the queue (see :meth:`PlainQueue.shutdown
         <vsqs.PlainQueue.shutdown>`)."""
-        for part in self._parts:
+        for part in (*self._parts, self._root):
             part.shutdown()
-        self._root.shutdown()
 
     def close(self) -> None:
         """Release this handle, its partitions' and its homes (see :meth:`PlainQueue.close
         <vsqs.PlainQueue.close>`); the object may be used again."""
-        for part in self._parts:
+        for part in (*self._parts, self._root):
             part.close()
-        self._root.close()
         self._gatherer.reset()  # every thread looks for a home again; the waiter goes
         self._router.reset()
 

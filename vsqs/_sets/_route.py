@@ -11,8 +11,8 @@ from .. import _fs
 from .._capacity import Capacity
 from .._errors import InvalidId
 from .._message import Message
-from .._meta import check_group
-from .._options import seconds
+from .._meta import validate_group
+from .._options import validate_seconds
 from .._queue import Queue as PlainQueue
 from .._waiters import Waiter
 from ._homes import Homes
@@ -49,7 +49,7 @@ class Router:
         """Room for *need* messages in the whole queue (its bound, counting every
         partition), held while they are published; nothing to hold in an unbounded one."""
         if timeout is not None:
-            seconds(timeout, "timeout")
+            validate_seconds(timeout, "timeout")
         if self.capacity is None or not need:
             return nullcontext()
         return self.capacity.room(need, timeout, None if timeout == 0 else self.waiter())
@@ -58,7 +58,7 @@ class Router:
         """The partition of a message of *group*, else of dedup *key*, else the sticky one."""
         parts = self.parts
         if group is not None:
-            return parts[group_partition(check_group(group), len(parts))]
+            return parts[group_partition(validate_group(group), len(parts))]
         if isinstance(key, str):  # anything else is refused by the publish itself
             return parts[group_partition(key, len(parts))]
         return self.sticky(1)

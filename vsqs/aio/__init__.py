@@ -54,8 +54,8 @@ from .. import (
     Waiters,
     partitions_of,
     reactor,
+    validate_seconds,
 )
-from .._options import seconds as _seconds
 from ._publish import Publisher
 
 if TYPE_CHECKING:
@@ -204,7 +204,7 @@ class AsyncQueue:
         if group is not None:
             options["group"] = group
         loop = asyncio.get_running_loop()
-        deadline = None if timeout is None else loop.time() + _seconds(timeout, "timeout")
+        deadline = None if timeout is None else loop.time() + validate_seconds(timeout, "timeout")
         while True:
             try:
                 return await self._publish_now(batch, keys, options)
@@ -255,7 +255,7 @@ class AsyncQueue:
         """
         queue = self.queue
         loop = asyncio.get_running_loop()
-        deadline = None if timeout is None else loop.time() + _seconds(timeout, "timeout")
+        deadline = None if timeout is None else loop.time() + validate_seconds(timeout, "timeout")
         clock_deadline = None if timeout is None else queue.clock.monotonic() + timeout
         while True:
             if timeout != 0:

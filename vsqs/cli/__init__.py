@@ -16,7 +16,7 @@ from typing import Any, Final
 
 import click
 
-from .. import __version__, _host
+from .. import __version__, _userfiles
 from ._common import (
     DEBUG,
     EXIT_CODES_HELP,
@@ -66,7 +66,7 @@ def _silence_stdout() -> None:
         fd = sys.stdout.fileno()
     except (AttributeError, ValueError, OSError):
         return  # a replaced sys.stdout (click's test runner): nothing will flush to a pipe
-    _host.silence(fd)
+    _userfiles.silence(fd)
 
 
 class _Group(click.Group):

@@ -19,8 +19,8 @@ from .. import (
     QueueRoot,
     Stats,
     VsqsError,
-    _host,
     _units,
+    _userfiles,
     partitions_of,
     validate_name,
 )
@@ -62,7 +62,7 @@ def _keep_shape(path: str, shape: dict[str, Any]) -> None:
     """Refuse to give an existing queue (one with settings, messages, a count of messages
     ever published, or shut down) another partition count or fifo setting than it has:
     ``create`` never changes a queue. An empty directory is no queue yet."""
-    if not shape or not _host.is_dir(path):
+    if not shape or not _userfiles.is_dir(path):
         return
     existing = Queue(path)
     stats = existing.stats()
@@ -376,7 +376,7 @@ def _root_option(command: Callable[..., None]) -> Callable[..., None]:
 
 
 def _existing_root(root: str) -> QueueRoot:
-    if not _host.is_dir(root):
+    if not _userfiles.is_dir(root):
         raise CliError(f"no queue root at {root}")
     return QueueRoot(root)
 

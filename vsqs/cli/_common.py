@@ -21,6 +21,7 @@ from typing import Any, Final
 import click
 
 from .. import (
+    MAX_DURATION,
     AnyQueue,
     InvalidSettings,
     LeaseLost,
@@ -30,12 +31,9 @@ from .. import (
     QueueDrained,
     QueueFull,
     VsqsError,
-    _fs,
-    _host,
+    _userfiles,
+    foreign_entry,
 )
-from .._ids import MAX_DURATION, parse_name
-from .._inotify import WAKE
-from .._layout import DIR, ROOT, Layout
 
 # The documented exit codes (the epilog of `vsqs --help` and docs/guides/cli.rst).
 OK: Final = 0
@@ -53,7 +51,7 @@ _FORCE: Final = "vsqs.force"
 _LITERAL: Final = re.compile(r"``(.+?)``")
 
 SECONDS: Final = click.FloatRange(min=0, max=MAX_DURATION)
-"""A duration option: what the API accepts (:data:`vsqs._ids.MAX_DURATION` at most)."""
+"""A duration option: what the API accepts (:data:`vsqs.MAX_DURATION` at most)."""
 
 EXIT_CODES_HELP: Final = f"""\b
 Exit codes:
@@ -233,7 +231,7 @@ def open_queue(path: str, *, create: bool = False, **options: Any) -> AnyQueue:
     """
     if not path or "\0" in path:
         raise click.BadParameter(f"{path!r} is not a queue path", param_hint="QUEUE")
-    if not create and not _fs.exists(path):
+    if not create and not _userfiles.names_anything(path):
         raise CliError(f"no queue at {path}")
     context = click.get_current_context()
     why = None if context.meta.get(_FORCE) else not_a_queue(path)
@@ -325,28 +323,18 @@ def plain(text: str) -> str:
 
 
 def not_a_queue(path: str) -> str | None:
-    """Why the existing directory *path* does not look like a queue, or ``None``.
-
-    A queue has a ``.vsqs`` directory, or holds only message names (a queue of vsqs 0.3,
-    or one made by hand, and ``.wake-`` pokes); anything else in a directory without
-    ``.vsqs`` (a user's files) says it is not one. The library opens any directory, as
-    VSQS does; the command line refuses such a one, unless told ``--force``, before a
-    ``receive`` renames a user's file named ``123``.
+    """Why the existing directory *path* does not look like a queue, or ``None``
+    (:func:`vsqs.foreign_entry` finds a name no queue holds). The library opens any
+    directory, as VSQS does; the command line refuses such a one, unless told
+    ``--force``, before a ``receive`` renames a user's file named ``123``.
     """
-    if not _host.is_dir(path) or Layout(path).has_dir(ROOT):
+    name = foreign_entry(path)
+    if name is None:
         return None
-    fd = _fs.open_queue_dir(path)
-    try:
-        names = _fs.list_at(fd)
-    finally:
-        _fs.close(fd)
-    for name in names:
-        if parse_name(name) is None and not name.startswith(WAKE):
-            return (
-                f"{path} is not a queue: it has no {DIR}/ and holds {name!r}, which is not "
-                "a message; pass --force to use it as a queue anyway"
-            )
-    return None
+    return (
+        f"{path} is not a queue: it has no vsqs metadata and holds {name!r}, which is not"
+        " a message; pass --force to use it as a queue anyway"
+    )
 
 
 def _set_force(ctx: click.Context, _param: click.Parameter, value: bool) -> None:
@@ -363,7 +351,7 @@ def force_option() -> click.Option:
     return _meta_flag(
         "--force",
         _set_force,
-        f"Use a directory that is not a queue (no {DIR}/, files that are not messages).",
+        "Use a directory that is not a queue (no vsqs metadata, files that are not messages).",
     )
 
 

@@ -8,8 +8,7 @@ from typing import Any
 
 import click
 
-from .. import InvalidSettings, PartitionedQueue, PlainQueue, SystemClock, _host
-from .._stored import set_aside
+from .. import InvalidSettings, PartitionedQueue, PlainQueue, reset_settings
 from ._common import SECONDS, CliError, open_queue, plain
 
 # Every setting a queue stores, its option and its vsqs default ("none": no limit).
@@ -93,9 +92,10 @@ def config(queue: str, unset: tuple[str, ...], reset: bool, as_json: bool, **cha
     look at, and the queue is back to the defaults (plus the settings given with it).
     """
     if reset:
-        if not _host.is_dir(queue):
-            raise CliError(f"no queue at {queue}")
-        aside = set_aside(os.path.abspath(queue), SystemClock())
+        try:
+            aside = reset_settings(queue)
+        except (FileNotFoundError, NotADirectoryError):
+            raise CliError(f"no queue at {queue}") from None
         if aside is not None:
             click.echo(f"vsqs: moved the settings file aside to {aside}", err=True)
     target = open_queue(queue)

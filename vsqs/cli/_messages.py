@@ -10,9 +10,7 @@ from typing import IO
 
 import click
 
-from .. import _host, _units
-from .._ids import State, parse_name
-from .._meta import check_group
+from .. import InvalidId, _units, _userfiles, validate_group, validate_receipt
 from ._common import (
     EMPTY,
     ERROR,
@@ -45,7 +43,7 @@ def _group(_ctx: click.Context, _param: click.Parameter, value: str | None) -> s
     if value is None:
         return None
     try:
-        return check_group(value)
+        return validate_group(value)
     except ValueError as exc:
         raise click.BadParameter(plain(str(exc))) from None
 
@@ -69,7 +67,7 @@ def _bodies(
         if name == "-":
             yield from _from_stream(sys.stdin.buffer, whole)
             continue
-        with _host.open_input(name) as handle:
+        with _userfiles.open_input(name) as handle:
             yield from _from_stream(handle, whole)
 
 
@@ -85,7 +83,7 @@ def _from_stream(stream: IO[bytes], whole: bool) -> Iterator[tuple[bytes, int]]:
 def _input_size(files: tuple[str, ...]) -> int | None:
     total = 0
     for name in files:
-        size = None if name == "-" else _host.input_size(name)
+        size = None if name == "-" else _userfiles.input_size(name)
         if size is None:
             return None
         total += size
@@ -177,7 +175,7 @@ def publish(
         streams = len(messages) - len(singles) + len(files)
         if not ((len(singles) == 1 and streams == 0) or (not singles and streams == 1 and whole)):
             raise click.UsageError("--dedup-id needs exactly one message")
-    if timeout is not None and capacity is None and not _host.names_anything(queue):
+    if timeout is not None and capacity is None and not _userfiles.names_anything(queue):
         raise click.UsageError("--timeout only applies to a bounded queue: add --capacity")
     target = open_queue(queue, create=True, capacity=capacity)
     bound = target.config.capacity  # the stored capacity binds, --capacity only tightens
@@ -225,12 +223,12 @@ def publish(
 
 
 def _check_receipt(receipt: str) -> str:
-    entry = parse_name(receipt)
-    if entry is None or entry.state is State.NEW:
+    try:
+        return validate_receipt(receipt)
+    except InvalidId:
         raise click.BadParameter(
             f"{receipt!r} is not a receipt or message id", param_hint="RECEIPT"
-        )
-    return receipt
+        ) from None
 
 
 @click.command()

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Final
 
 import click
 
-from .. import QueueRoot, _host
+from .. import QueueRoot, _userfiles
 from ._common import CliError, open_queue
 
 if TYPE_CHECKING:
@@ -78,7 +78,7 @@ def serve(queues: tuple[str, ...], roots: tuple[str, ...], port: int, addr: str)
         raise click.UsageError("name at least one QUEUE or --root")
     sources: list[Source] = [(name, open_queue(name)) for name in queues]
     for root in roots:
-        if not _host.is_dir(root):  # a typo must not create an empty root
+        if not _userfiles.is_dir(root):  # a typo must not create an empty root
             raise CliError(f"no queue root at {root}")
         sources.append(QueueRoot(root))
     registry = CollectorRegistry(auto_describe=False)

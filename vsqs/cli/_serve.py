@@ -7,7 +7,7 @@ import threading
 
 import click
 
-from .. import QueueRoot, _host
+from .. import QueueRoot, _userfiles
 from ..dashboard import Dashboard
 from ..serve import MAX_CONNECTIONS, load_credentials, make_server
 from ._common import CliError, Stopped
@@ -74,7 +74,7 @@ def serve(
     if quiet:  # uvicorn's own warnings too (a malformed request refused, say)
         logging.getLogger("uvicorn").setLevel(logging.ERROR)
     credentials = None if credentials_file is None else load_credentials(credentials_file)
-    if not create and not _host.is_dir(root):  # a typo would serve an empty new root
+    if not create and not _userfiles.is_dir(root):  # a typo would serve an empty new root
         raise CliError(f"no directory {root!r} to serve (give --create to make it)")
     queue_root = QueueRoot(root)
     # The dashboard at / and /ui/ (read-only unless --admin); its sampler thread stops

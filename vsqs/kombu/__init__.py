@@ -57,8 +57,7 @@ try:
 except ModuleNotFoundError as error:
     raise missing_extra(error, "celery", "vsqs.kombu") from None
 
-from .. import AnyQueue, Message, QueueDrained, QueueRoot, __version__
-from .._waiters import POLL_INTERVAL
+from .. import AnyQueue, Message, MultiWaiter, QueueDrained, QueueRoot, __version__
 from ._envelope import NotKombu, expiry_attributes, move, overdue, parse
 from ._names import Binding, Bindings, vsqs_name
 from ._qos import QoS
@@ -377,7 +376,7 @@ class Transport(virtual.Transport):
         except ValueError:
             pass  # no root: the channel says so when it is made
         # polling_interval=0 (kombu: "never sleep") still needs a positive re-check.
-        interval = self.polling_interval or POLL_INTERVAL
+        interval = self.polling_interval or MultiWaiter.DEFAULT_POLL_INTERVAL
         self.watch = Watch(self._consumed, self._deliver_one, interval)
         """How this transport waits for its consumed queues (no thread)."""
 

@@ -35,7 +35,7 @@ from dataclasses import dataclass
 from typing import Any, Final, NamedTuple, Protocol
 
 from .. import QueueRoot
-from . import _dispatch
+from . import _dispatch, _inline
 from ._credentials import Credentials, load_credentials
 from ._errors import SqsError
 from ._longpoll import Poll, Waiting
@@ -103,10 +103,12 @@ class Deadlines:
 class Watched(Protocol):
     """A connection that keeps deadlines on its requests: told when the application
     starts on one (its header fields have arrived), when its body has arrived whole,
-    and when it has been answered."""
+    when its answer starts (the connection may then write the answer's pieces
+    together) and when it has been answered."""
 
     def started(self) -> None: ...
     def received(self) -> None: ...
+    def answering(self) -> None: ...
     def finished(self) -> None: ...
 
 
@@ -148,6 +150,9 @@ class ASGIApp:
         self.deadlines = Deadlines() if deadlines is None else deadlines
         self._log = log
         self._pool = concurrent.futures.ThreadPoolExecutor(threads, "vsqs-serve")
+        # The short actions on a memory filesystem run on the event loop (see
+        # vsqs.serve._inline): never where the root is on a disk or a network.
+        self._inline = _inline.in_memory(service.root.path)
         self._waiting: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Waiting] = (
             weakref.WeakKeyDictionary()
         )
@@ -183,6 +188,8 @@ class ASGIApp:
             if self._log is not None:  # before the answer: a client that has it sees it
                 self._access(scope, reply, time.monotonic() - began)
             if reply is not None:  # else the client left before its body arrived: nothing ran
+                if connection is not None:
+                    connection.answering()
                 await self._send(send, reply)
         finally:
             if connection is not None:
@@ -231,8 +238,14 @@ class ASGIApp:
         )
         loop = asyncio.get_running_loop()
 
-        def run(poll: Poll) -> Awaitable[_dispatch.Answer]:
-            return loop.run_in_executor(self._pool, poll.run, call)
+        async def run(poll: Poll) -> _dispatch.Answer:
+            if self._inline:
+                try:
+                    with _inline.on_loop():
+                        return poll.run(call)
+                except _inline.Offload:
+                    pass  # nothing was changed: the request runs again, whole, below
+            return await loop.run_in_executor(self._pool, poll.run, call)
 
         waiting = self._waiting.get(loop)
         if waiting is None:

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from fnmatch import fnmatchcase
 from typing import Any, Final
 
-from .. import VsqsError, _host
+from .. import VsqsError, _userfiles
 
 __all__ = ["Credential", "Credentials", "CredentialsError", "load_credentials"]
 
@@ -132,7 +132,7 @@ def load_credentials(path: str | os.PathLike[str]) -> Credentials:
     True
     """
     name = os.fspath(path)
-    text = _host.read_text(name)
+    text = _userfiles.read_text(name)
     try:
         document = json.loads(text)
     except ValueError as exc:

@@ -21,7 +21,7 @@ from collections.abc import Callable, Mapping
 from typing import Final, NamedTuple
 
 from .. import DurabilityError, InvalidSettings, QueueNotFound
-from . import _sigv4, _wire
+from . import _inline, _sigv4, _wire
 from ._context import Caller
 from ._credentials import Credentials
 from ._errors import ENVIRONMENT, SqsError, storage_error
@@ -152,6 +152,7 @@ def _answer(  # noqa: PLR0917 - answer's parameters
         )
         request = _wire.parse(method, headers, query, body)
         action, json_protocol = request.action, request.json
+        _inline.check_action(action)
         policy.check(method, headers, changes=action not in READ_ONLY)
         if not request.json and "QueueUrl" not in request.params and path.count("/") >= 2:
             request.params["QueueUrl"] = path  # the query protocol posts to the queue's URL

@@ -23,6 +23,7 @@ and a ``Host`` naming the address they connect to: they are not affected.
 
 from __future__ import annotations
 
+import functools
 import ipaddress
 import re
 from collections.abc import Iterable, Mapping
@@ -54,6 +55,7 @@ def _hostname(value: str) -> str | None:
     return None if match is None else match.group("name")
 
 
+@functools.lru_cache(maxsize=256)  # asked on every request, with a few names
 def _loopback(name: str) -> bool:
     if name == "localhost":
         return True

@@ -29,14 +29,12 @@ the others                                kept in the SQS record; enforced by th
 
 from __future__ import annotations
 
-import functools
 import json
 import math
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Final
 
-from .. import AnyQueue, _host
-from .._layout import SETTINGS, Layout
+from .. import AnyQueue, _userfiles
 from . import _sidecar
 from ._errors import SqsError, invalid, unknown_attribute
 
@@ -84,19 +82,6 @@ _STORED_AS: Final = {
     "DelaySeconds": "delay",
     "MessageRetentionPeriod": "retention",
 }
-
-
-@functools.lru_cache(maxsize=4096)
-def _under_root(queue_dir: str, name: str) -> str:
-    return f"{Layout(queue_dir).root}/{name}"  # one Layout a queue, not one a request
-
-
-def settings_stamp(queue_dir: str, name: str = SETTINGS) -> int | None:
-    """When the queue's stored settings last changed (``None``: it has none)."""
-    try:
-        return _host.status(_under_root(queue_dir, name)).st_mtime_ns
-    except FileNotFoundError:
-        return None
 
 
 def parse_set(  # noqa: PLR0912 - one check per SQS rule
@@ -312,7 +297,7 @@ def get(  # noqa: PLR0912 - one branch per attribute, as in the table above
         counts = queue.counts()
     created = record.get("created")
     if created is None:
-        created = _host.status(queue.path).st_mtime
+        created = _userfiles.status(queue.path).st_mtime
     for attribute in names:
         if attribute in (*_FIFO_ONLY, "FifoQueue") and not fifo:
             continue

@@ -1,13 +1,8 @@
 """The HTTP server under ``vsqs serve``: the ASGI application (:mod:`vsqs.serve._asgi`)
 on uvicorn with h11, the ``serve`` extra.
 
-Why uvicorn with h11: h11 reads HTTP/1.1 strictly (RFC 9112: ``Content-Length`` in
-digits only, conflicting lengths refused, no ``Transfer-Encoding`` but ``chunked``,
-chunk sizes in hexadecimal digits only, the head bounded in size), is pure Python and
-has a long record of fixing what was reported; uvicorn is the most used ASGI server,
-maintained, and can run in a thread of a program (tests, embedding) on a socket bound
-beforehand. Neither parses a byte here. See docs/sqs-api.rst for the comparison with
-hypercorn and granian.
+Why uvicorn with h11 (strict HTTP/1.1, maintained; neither parses a byte here): see
+docs/sqs-api.rst, with the comparison with httptools, hypercorn and granian.
 
 What is added on top, through uvicorn's public configuration (its ``http`` protocol
 class, here one that holds uvicorn's own h11 protocol and forwards every event to it):
@@ -18,15 +13,14 @@ class, here one that holds uvicorn's own h11 protocol and forwards every event t
   (its keep-alive timer restarts at every byte, so a client trickling one byte a
   minute held a connection for ever); each connection here keeps a timer from a
   request's first byte to its header fields' end (then ``408`` and closed), another to
-  the end of its answer (then closed), and one while idle.
+  the end of its answer (then closed), and one while idle;
+* an answer's pieces written in one system call (:class:`~vsqs.serve._held.Held`).
 
-The listen backlog is :data:`BACKLOG` (the kernel may cap it: ``net.core.somaxconn``).
-The blocking calls of each action run in a pool of :data:`~vsqs.serve.THREADS`
-threads; long polls hold none while they wait.
-
-**Shutting down** (:meth:`Server.shutdown`, and SIGTERM in ``vsqs serve``): no new
-connection is accepted, long polls return empty within half a second, requests in
-flight finish and are answered (up to 30 s), idle keep-alive connections are closed.
+The listen backlog is :data:`BACKLOG` (the kernel may cap it). Actions run in a pool
+of :data:`~vsqs.serve.THREADS` threads, the short ones on tmpfs on the event loop
+(:mod:`vsqs.serve._inline`); long polls hold no thread while they wait. **Shutting
+down** (:meth:`Server.shutdown`, SIGTERM): no new connection, long polls return empty
+within half a second, requests in flight are answered (up to 30 s), idle ones closed.
 """
 
 from __future__ import annotations
@@ -42,6 +36,7 @@ from .. import QueueRoot, VsqsError
 from .._extras import missing_extra
 from ._asgi import CONNECTION, MAX_BODY, THREADS, ASGIApp, Deadlines, Pages, stderr_log
 from ._credentials import Credentials, load_credentials
+from ._held import Held
 from ._origin import BrowserPolicy
 from ._service import Service
 
@@ -131,6 +126,7 @@ class _Connection(asyncio.Protocol):
     """
 
     gate: ClassVar[_Gate]
+    _held: Held  # what uvicorn writes to (set when the connection is counted)
 
     def __init__(
         self,
@@ -161,7 +157,8 @@ class _Connection(asyncio.Protocol):
         gate.open += 1
         self._transport = transport
         self._timer = self._loop.call_later(gate.deadlines.idle, transport.close)
-        self._inner.connection_made(transport)
+        self._held = Held(transport)
+        self._inner.connection_made(self._held)
 
     def data_received(self, data: bytes) -> None:
         if not self._busy and self._whole is None:  # the first bytes of a request
@@ -217,8 +214,13 @@ class _Connection(asyncio.Protocol):
         """The body has arrived whole."""
         self._received = True
 
+    def answering(self) -> None:
+        """The answer is being written: keep its pieces, to write them together."""
+        self._held.hold()
+
     def finished(self) -> None:
         """The answer is written: idle until the next request."""
+        self._held.release()
         self._busy = self._received = False
         if self._whole is not None:
             self._whole.cancel()

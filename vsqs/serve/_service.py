@@ -27,11 +27,11 @@ from .. import (
     NotAQueue,
     QueueNotFound,
     QueueRoot,
-    _host,
+    _userfiles,
+    settings_stamp,
     validate_name,
 )
-from .._layout import SETTINGS
-from . import _messages, _moves, _queue_attrs, _sidecar
+from . import _inline, _messages, _moves, _queue_attrs, _sidecar
 from ._context import AttemptCache, Caller
 from ._errors import SqsError, invalid, missing, no_queue, unknown_attribute
 from ._wire import Request
@@ -70,7 +70,7 @@ class Service:
     def __init__(self, root: QueueRoot, stopping: threading.Event | None = None) -> None:
         self.root = root
         self.stopping = stopping or threading.Event()
-        self._handles: dict[str, tuple[AnyQueue, object]] = {}
+        self._handles: dict[str, tuple[AnyQueue, object, bool]] = {}  # (.., stamp, in memory)
         self._lock = threading.Lock()
         self.attempts = AttemptCache()
         self._actions: dict[str, Callable[[Caller, dict[str, Any]], dict[str, Any]]] = {
@@ -154,36 +154,37 @@ class Service:
 
     def open(self, name: str) -> AnyQueue:
         """A handle on the existing queue *name*: the cached one, unless the queue's
-        directory was replaced (deleted and made again) or its stored settings changed.
-
-        Two ``stat`` calls; a new handle when something changed.
+        directory was replaced (deleted and made again) or its stored settings changed:
+        two ``stat`` calls (on the event loop, see :mod:`vsqs.serve._inline`).
 
         :raises SqsError: ``QueueDoesNotExist``.
         """
+        with self._lock:
+            cached = self._handles.get(name)
+        _inline.check_handle(in_memory=cached is not None and cached[2])
         try:
             path = f"{self.root.path}/{validate_name(name)}"
-            info = _host.lstatus(path)
+            info = _userfiles.lstatus(path)
         except (InvalidName, FileNotFoundError, NotADirectoryError):
             self.forget(name)
             raise no_queue() from None
         if not stat.S_ISDIR(info.st_mode):
             raise no_queue()  # a symlink or a file under a queue's name is not a queue
         try:
-            settings = _queue_attrs.settings_stamp(path, SETTINGS)
+            settings = settings_stamp(path)
         except OSError:
             settings = None  # RACE: deleted meanwhile; root.get below says so
         stamp = (info.st_dev, info.st_ino, settings)
-        with self._lock:
-            cached = self._handles.get(name)
         if cached is not None and cached[1] == stamp:
             return cached[0]
+        _inline.check_handle(in_memory=False)  # opening reads (and may lock) its settings
         try:
             queue = self.root.get(name)
         except (QueueNotFound, NotAQueue, InvalidName):
             self.forget(name)
             raise no_queue() from None
         with self._lock:
-            self._handles[name] = (queue, stamp)
+            self._handles[name] = (queue, stamp, _inline.memory_backed(info.st_dev, path))
         return queue
 
     def forget(self, name: str) -> None:

@@ -24,7 +24,8 @@ absent when read and replaced by the next change.
 for the queue's SQS attributes): the record is read again only when one ``lstat`` of
 the file shows it changed (another inode, size, modification or change time), while
 it is young (written in the last :data:`TRUST_AFTER` seconds, by this host's clock: a
-filesystem whose timestamps are coarse cannot tell two changes within one tick apart),
+filesystem whose timestamps are coarse cannot tell two changes within one tick apart;
+:data:`TRUST_AFTER_IN_MEMORY` on tmpfs, whose tick is a jiffy),
 and always on a filesystem other hosts write (NFS, FUSE...: there a ``stat`` may answer
 from the client's attribute cache, where opening the file revalidates it).
 """
@@ -35,9 +36,10 @@ import json
 import threading
 import time
 from collections.abc import Callable, Mapping
-from typing import Any, Final
+from typing import Any, Final, NamedTuple
 
-from .. import FileLock, Storage
+from .. import FileLock, Storage, _userfiles
+from ._inline import in_memory
 
 __all__ = ["read", "read_cached", "update"]
 
@@ -56,8 +58,20 @@ LOCK_WAIT: Final = 10.0
 _threads = threading.Lock()
 TRUST_AFTER: Final = 2.0
 """A record younger than this (seconds since its modification time) is always re-read."""
+TRUST_AFTER_IN_MEMORY: Final = 0.05
+"""The same on a memory filesystem (tmpfs, ramfs), whose timestamps are the kernel's
+coarse clock in nanoseconds: a tick is a jiffy, 10 ms at most."""
 _CACHE_SIZE: Final = 4096  # queues remembered; beyond, the memory is dropped and rebuilt
-_cache: dict[str, tuple[tuple[int, ...] | None, Mapping[str, Any]]] = {}
+
+
+class _Entry(NamedTuple):
+    stamp: tuple[int, ...] | None  # the record's, taken before it was read
+    record: Mapping[str, Any]
+    settle: float  # TRUST_AFTER of its filesystem
+    storage: Storage  # for its stamp only: never opens a descriptor
+
+
+_cache: dict[str, _Entry] = {}  # by queue directory
 _cache_lock = threading.Lock()
 
 
@@ -77,6 +91,9 @@ def read(queue_dir: str) -> dict[str, Any]:
     finally:
         storage.close()
     if raw is None:
+        # Storage.read says None for an absent directory too: a queue deleted meanwhile
+        # (RACE: DeleteQueue through any server) raises here, never reads as record-less.
+        _userfiles.lstatus(queue_dir)
         return {}
     try:
         document = json.loads(raw)
@@ -92,16 +109,21 @@ def read_cached(queue_dir: str) -> Mapping[str, Any]:
     """
     with _cache_lock:
         entry = _cache.get(queue_dir)
-    stamp = Storage(queue_dir, STORAGE).stamp(RECORD, settle=TRUST_AFTER)  # no descriptor
-    if entry is not None and stamp is not None and entry[0] == stamp:
-        return entry[1]
+    if entry is None:
+        settle = TRUST_AFTER_IN_MEMORY if in_memory(queue_dir) else TRUST_AFTER
+        storage = Storage(queue_dir, STORAGE)
+    else:
+        settle, storage = entry.settle, entry.storage
+    stamp = storage.stamp(RECORD, settle=settle)  # no descriptor
+    if entry is not None and stamp is not None and entry.stamp == stamp:
+        return entry.record
     # The status was taken before the read: a change in between is newer than the stamp
     # kept with it, so the next call sees another stamp and reads again.
     document = read(queue_dir)
     with _cache_lock:
         if len(_cache) >= _CACHE_SIZE:
             _cache.clear()
-        _cache[queue_dir] = (stamp, document)
+        _cache[queue_dir] = _Entry(stamp, document, settle, storage)
     return document
 
 

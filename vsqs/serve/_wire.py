@@ -22,7 +22,7 @@ import json
 import re
 from collections.abc import Mapping
 from typing import Any, Final
-from urllib.parse import parse_qsl
+from urllib.parse import unquote
 from xml.sax.saxutils import escape
 
 from ._errors import JSON_TYPES, SqsError, invalid
@@ -87,6 +87,7 @@ _XML_MAPS: Final = {
     "Tags": ("Tag", "Key", "Value"),
 }
 _XML_ESCAPES: Final = {'"': "&quot;", "\r": "&#xD;"}
+_TO_ESCAPE: Final = re.compile(r'[&<>"\r]')  # what escape(text, _XML_ESCAPES) changes
 # What the query protocol says instead, where it says something else (as SQS does).
 _QUERY_MESSAGES: Final = {
     "QueueDoesNotExist": "The specified queue does not exist for this wsdl version.",
@@ -172,6 +173,29 @@ def _integer(name: str, value: str) -> int:
         raise invalid(name, value, "must be an integer.") from None
 
 
+def _form(text: str) -> list[tuple[str, str]]:
+    """The fields of form data or a query string, as ``parse_qsl(text,
+    keep_blank_values=True, strict_parsing=True, max_num_fields=_MAX_FIELDS)`` reads a
+    non-empty one (``[]`` for an empty one), without its cost per field: a field without
+    ``=`` or too many fields is a ValueError; ``+`` is a space; ``%XX`` is UTF-8, an
+    invalid sequence U+FFFD."""
+    if not text:
+        return []
+    fields = text.split("&")
+    if len(fields) > _MAX_FIELDS:
+        raise ValueError("too many fields")
+    pairs = []
+    for field in fields:
+        name, equals, value = field.partition("=")
+        if not equals:
+            raise ValueError(f"bad query field: {field[:80]!r}")
+        name, value = name.replace("+", " "), value.replace("+", " ")
+        pairs.append(
+            (unquote(name) if "%" in name else name, unquote(value) if "%" in value else value)
+        )
+    return pairs
+
+
 def parse(method: str, headers: Mapping[str, str], query: str, body: bytes) -> Request:
     """The request in one shape.
 
@@ -195,24 +219,11 @@ def parse(method: str, headers: Mapping[str, str], query: str, body: bytes) -> R
         if not isinstance(params, dict):
             raise SqsError("SerializationException", "The body must be a JSON object.")
         return Request(match.group(1), params, json=True)
-    pairs: list[tuple[str, str]] = []
     try:
-        pairs.extend(
-            parse_qsl(
-                query,
-                keep_blank_values=True,
-                strict_parsing=bool(query),
-                max_num_fields=_MAX_FIELDS,
-            )
-        )
+        pairs = _form(query)
         content_type = headers.get("content-type", "")
         if method == "POST" and body and "json" not in content_type:
-            text = body.decode("utf-8")
-            pairs.extend(
-                parse_qsl(
-                    text, keep_blank_values=True, strict_parsing=True, max_num_fields=_MAX_FIELDS
-                )
-            )
+            pairs += _form(body.decode("utf-8"))
     except (ValueError, UnicodeDecodeError):
         raise SqsError("MalformedQueryString", "The form data cannot be read.") from None
     fields = dict(pairs)
@@ -225,6 +236,12 @@ def parse(method: str, headers: Mapping[str, str], query: str, body: bytes) -> R
             "SignatureVersion", "Timestamp", "Expires")  # fmt: skip
     kept = [(k, v) for k, v in pairs if k not in skip and not k.startswith("X-Amz-")]
     return Request(action, _from_query(_tree(kept)), json=False)
+
+
+def _text(value: object) -> str:
+    """*value* as XML character data (most are ids and digests: nothing to escape)."""
+    text = str(value)
+    return escape(text, _XML_ESCAPES) if _TO_ESCAPE.search(text) else text
 
 
 def _xml(name: str, value: object, out: list[str], action: str) -> None:
@@ -241,7 +258,7 @@ def _xml(name: str, value: object, out: list[str], action: str) -> None:
     elif isinstance(value, dict) and name in _XML_MAPS:
         item, key_name, value_name = _XML_MAPS[name]
         for key, inner in value.items():
-            out.append(f"<{item}><{key_name}>{escape(str(key), _XML_ESCAPES)}</{key_name}>")
+            out.append(f"<{item}><{key_name}>{_text(key)}</{key_name}>")
             _xml(value_name, inner, out, action)
             out.append(f"</{item}>")
     elif isinstance(value, dict):
@@ -250,7 +267,7 @@ def _xml(name: str, value: object, out: list[str], action: str) -> None:
             _xml(key, inner, out, action)
         out.append(f"</{name}>")
     else:
-        out.append(f"<{name}>{escape(str(value), _XML_ESCAPES)}</{name}>")
+        out.append(f"<{name}>{_text(value)}</{name}>")
 
 
 # One encoder, not one a request; a result is made of fresh dicts and lists, never a

@@ -10,8 +10,7 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any, Final, TypeVar
 
-from .. import Message, Storage, _host
-from .._ids import MAX_DURATION
+from .. import MAX_DURATION, Message, Storage, _userfiles
 
 STATE: Final = "spark/streams"
 # The default stateDir: this vsqs.Storage of the queue (its directory spark/streams).
@@ -181,7 +180,7 @@ def existing_queue(path: str) -> str:
 
     :raises FileNotFoundError: nothing at *path* (naming it).
     """
-    if not _host.names_anything(path):
+    if not _userfiles.names_anything(path):
         raise FileNotFoundError(
             errno.ENOENT,
             f"no queue at {path} (a reader never creates one: check the path, or create"

@@ -3,11 +3,12 @@
 The driver puts :data:`~vsqs.spark._options.Planned` tuples (id, receipt, attributes,
 receive count, publish time) into the partitions, never bodies. A body is the content of
 the message's file (see :doc:`/concepts`), and a message's content never changes while it
-exists: only its name does. So an executor opens ``<queue>/<receipt>``; when the driver
-has renewed the lease since planning (a heartbeat renames ``<id>.<expiry>`` to
-``<id>.<later>``), that name is gone and the executor lists the directory once and reads
-whichever file now carries the id. A renewal therefore never makes a planned message
-unreadable; only a message deleted by someone else is, and ``failOnDataLoss`` decides.
+exists: only its name does. So an executor reads them with :func:`vsqs.read_bodies`,
+which opens ``<queue>/<receipt>``; when the driver has renewed the lease since planning
+(a heartbeat renames ``<id>.<expiry>`` to ``<id>.<later>``), that name is gone and the
+directory is listed once to find whichever file now carries the id. A renewal therefore
+never makes a planned message unreadable; only a message deleted by someone else is,
+and ``failOnDataLoss`` decides.
 """
 
 from __future__ import annotations
@@ -19,9 +20,7 @@ from typing import Any, Final
 
 import pyarrow as pa
 
-from .. import AnyQueue, PartitionedQueue, VsqsError, _fs
-from .._ids import State, parse_name
-from .._layout import Layout
+from .. import AnyQueue, PartitionedQueue, VsqsError, read_bodies
 from ._options import MessageRow, Planned, where
 
 log = logging.getLogger("vsqs.spark")
@@ -46,38 +45,6 @@ class MessageGone(VsqsError, LookupError):
         )
 
 
-def current_names(names: Iterable[str]) -> dict[str, str]:
-    """The name each message id has now (ready ``<id>`` or held ``<id>.<expiry>``), from
-    a listing: names that are not messages by the grammar (``0017``, ``17.new``) are not.
-
-    One id has two names only after a crash (a no-replace rename by link and unlink,
-    stopped between: two names of one file). The held name with the latest expiry is
-    taken then, whatever the order of the listing.
-    """
-    best: dict[str, tuple[int, str]] = {}
-    for name in names:
-        entry = parse_name(name)
-        if entry is None or entry.state is State.NEW:
-            continue
-        rank = (-1 if entry.expires is None else entry.expires, name)
-        current = best.get(entry.id)
-        if current is None or rank > current:
-            best[entry.id] = rank
-    return {message_id: name for message_id, (_, name) in best.items()}
-
-
-def _listing(queue: str) -> list[str]:
-    with _fs.scandir(queue) as entries:
-        return [entry.name for entry in entries]
-
-
-def _read(layout: Layout, name: str) -> bytes | None:
-    try:
-        return _fs.read_regular(layout.message(name))
-    except FileNotFoundError:
-        return None  # RACE: renamed by a heartbeat or requeue, or deleted, since planning
-
-
 def read_planned(
     queue: str, messages: Iterable[Planned], *, fail_on_data_loss: bool = True
 ) -> Iterator[MessageRow]:
@@ -86,19 +53,11 @@ def read_planned(
     :raises MessageGone: a message was deleted meanwhile (unless *fail_on_data_loss* is
         false: then it is skipped and logged).
     """
-    names: dict[str, str] | None = None
-    layout = Layout(queue)
-    for message_id, receipt, attributes, receive_count, sent_at, _ in messages:
-        body = _read(layout, receipt)
-        if body is None:
-            if names is None:
-                names = current_names(_listing(queue))  # one listing per partition at most
-            current = names.get(message_id)
-            body = None if current is None else _read(layout, current)
-            if body is None:
-                names = current_names(_listing(queue))  # it may predate a later rename
-                current = names.get(message_id)
-                body = None if current is None else _read(layout, current)
+    planned = list(messages)
+    bodies = read_bodies(queue, [receipt for _, receipt, *_ in planned])
+    for (message_id, _, attributes, receive_count, sent_at, _), body in zip(
+        planned, bodies, strict=True
+    ):
         if body is None:
             if fail_on_data_loss:
                 raise MessageGone(queue, message_id)

@@ -20,16 +20,17 @@ from __future__ import annotations
 import errno
 import json
 import os
+import re
 from dataclasses import replace
 from typing import Any, Final
 
 from .. import AnyQueue, FileLock, LeaseLost, Message, Storage, VsqsError, partitions_of
-from .._ids import parse_decimal
 from ._options import Planned
 
 EPOCH: Final = "epoch.json"
 LOCK: Final = "lock"
 _SUFFIX: Final = ".json"
+_BATCH: Final = re.compile(r"(0|[1-9][0-9]{0,18})" + re.escape(_SUFFIX))  # save()'s names
 EPOCH_LIMIT: Final = 64 << 10
 """The most read of ``epoch.json`` (bytes): it holds an epoch name, a queue's path and
 a number; anything larger is not vsqs's, refused after one ``fstat`` (``EFBIG``)."""
@@ -106,7 +107,8 @@ class StateDir:
         found: dict[int, list[Planned]] = {}
         self._storage.sweep()
         for name in self._storage.names():
-            seq = parse_decimal(name.removesuffix(_SUFFIX)) if name.endswith(_SUFFIX) else None
+            found_seq = _BATCH.fullmatch(name)
+            seq = None if found_seq is None else int(found_seq[1])
             raw = None if seq is None else self._read(name)
             if seq is not None and raw is not None:
                 rows = json.loads(raw)["messages"]
