@@ -41,16 +41,24 @@ check: $(STAMP)
 unit: $(STAMP)
 	$(BIN)/pytest -q -m "not integration" -n auto
 
+# The integration tier: its parallel part (tests/conftest.py PARALLEL) on every core, a
+# worker taking over another's queue when its own runs out (worksteal: one long file does
+# not finish the pass alone), then the rest one test at a time.
+INTEGRATION_PARALLEL := -m "integration and parallel" -n auto --dist worksteal
+INTEGRATION_SERIAL   := -m "integration and not parallel"
+
 ## integration: the integration tier alone (what make test adds to make check)
 integration: $(STAMP)
-	$(BIN)/pytest -q -m integration
+	$(BIN)/pytest -q $(INTEGRATION_PARALLEL)
+	$(BIN)/pytest -q $(INTEGRATION_SERIAL)
 
 ## typecheck: mypy --strict on vsqs and tests
 typecheck: $(STAMP)
 	$(BIN)/mypy
 
 ## test: lint, type-check, the whole suite with coverage (the quick tier on every core, then
-## the integration tier), and the docs build
+## the integration tier: its parallel part on every core, the rest in sequence), and the
+## docs build
 test: $(STAMP)
 	sh tests/reliability/setup-filesystems.sh
 	sh tests/multihost/setup-sshfs.sh
@@ -65,7 +73,8 @@ test: $(STAMP)
 	$(BIN)/lint-imports
 	$(BIN)/coverage erase
 	$(COVER) -m pytest -q -m "not integration" -n auto
-	$(COVER) -m pytest -m integration
+	$(COVER) -m pytest -q $(INTEGRATION_PARALLEL)
+	$(COVER) -m pytest $(INTEGRATION_SERIAL)
 	$(BIN)/coverage combine -q
 	$(BIN)/coverage report
 	$(MAKE) docs

@@ -19,23 +19,34 @@ from vsqs.testing import fresh_ids as _fresh_ids
 # The integration tier: tests that need more than Python and a local filesystem (a
 # server and its clients, Spark, Celery, a browser, mounts, FUSE, other hosts, the docs
 # build) or that run a benchmark. Everything else is the quick tier, `make check`.
-INTEGRATION: Final = (
+#
+# PARALLEL is the part of it that runs on every core, beside itself (`make test` runs it
+# first, then the rest one test at a time): each of these tests owns its temporary
+# directories, takes free ports, and neither mounts, fills a system-wide table (inotify
+# instances) nor times the machine. Mounts, other hosts, power-loss runs and benchmarks
+# stay sequential.
+PARALLEL: Final = (
     "tests/serve/",
-    "tests/multihost/",
-    "tests/reliability/",
-    "tests/powerloss/",
     "tests/outside/",
     "tests/test_spark",
     "tests/test_celery",
     "tests/test_kombu",
     "tests/test_dashboard",
     "tests/test_metrics",
-    "tests/test_bench_",
     "tests/test_java",
     "tests/test_install",
     "tests/test_docs",
     "tests/test_examples",
     "tests/test_pytest_plugin",
+    "tests/reliability/test_kill_points",
+    "tests/reliability/test_crash",
+)
+INTEGRATION: Final = (
+    *PARALLEL,
+    "tests/multihost/",
+    "tests/reliability/",
+    "tests/powerloss/",
+    "tests/test_bench_",
 )
 
 
@@ -55,20 +66,26 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     )
 
 
+def _where(item: pytest.Item) -> str:
+    return Path(str(item.path)).relative_to(Path(__file__).parent.parent).as_posix()
+
+
 def _is_integration(item: pytest.Item) -> bool:
-    where = Path(str(item.path)).relative_to(Path(__file__).parent.parent).as_posix()
-    return where.startswith(INTEGRATION) or any(
+    return _where(item).startswith(INTEGRATION) or any(
         item.get_closest_marker(name) for name in ("spark", "root", "stress")
     )
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Mark the integration tier (``-m "not integration"`` is the quick one). Without a
-    Java runtime for the Spark tests, stop with one line (which says how to get one)
-    instead of a wall of Spark errors."""
+    """Mark the integration tier (``-m "not integration"`` is the quick one) and its
+    part that may run in parallel (:data:`PARALLEL`). Without a Java runtime for the
+    Spark tests, stop with one line (which says how to get one) instead of a wall of
+    Spark errors."""
     for item in items:
         if _is_integration(item):
             item.add_marker(pytest.mark.integration)
+            if _where(item).startswith(PARALLEL):
+                item.add_marker(pytest.mark.parallel)
     if any(item.get_closest_marker("spark") for item in items):
         try:
             find_java(os.environ)

@@ -103,6 +103,27 @@ def test_import_vsqs_imports_no_integration_and_nothing_heavy() -> None:
     assert imported_by("import vsqs") == []
 
 
+def test_import_vsqs_makes_no_dataclass_but_the_values_it_hands_out() -> None:
+    """A dataclass compiles its methods (``exec``) when its class is made: ``import vsqs``
+    makes only :class:`~vsqs.Message` and :class:`~vsqs.Counts`. Internal records are
+    plain classes or named tuples; :class:`~vsqs.Stats` and :class:`~vsqs.History` come
+    with their module on first use, dataclasses still (``from vsqs import Stats``, ``dir``)."""
+    code = (
+        "import dataclasses, sys, vsqs\n"
+        "made = sorted(c.__qualname__ for n, m in list(sys.modules.items())"
+        " if n.startswith('vsqs') for c in vars(m).values()"
+        " if dataclasses.is_dataclass(c) and c.__module__ == n)\n"
+        "print(made, 'vsqs._reports' in sys.modules)\n"
+        "from vsqs import History, Stats\n"
+        "print(dataclasses.is_dataclass(Stats) and dataclasses.is_dataclass(History),"
+        " Stats is vsqs.Stats, {'History', 'QueueRoot', 'Stats'} <= set(dir(vsqs)))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=120
+    )
+    assert done.stdout.splitlines() == ["['Counts', 'Message'] False", "True True True"]
+
+
 def test_vsqs_publish_imports_only_its_command(tmp_path: Path) -> None:
     """``vsqs publish`` loads click and its own command's module, never the server, the
     dashboard, the metrics extra or rich: each command's module is loaded when it runs."""

@@ -12,6 +12,8 @@ True
 
 from __future__ import annotations
 
+import typing
+
 from ._clock import Clock, SystemClock
 from ._errors import (
     DurabilityError,
@@ -30,24 +32,58 @@ from ._errors import (
     UnsafeEntry,
     VsqsError,
 )
-from ._history import History
 from ._ids import MAX_DURATION, Precision
 from ._lock import FileLock
 from ._message import Counts, Message
 from ._meta import validate_group
-from ._null import NullQueue
 from ._options import QueueOptions, validate_seconds
 from ._protocol import QueueLike, Receiver
 from ._queue import Queue as PlainQueue
 from ._queue import read_bodies, validate_receipt
-from ._reactor import Reactor, Waiters, reactor
 from ._renewal import Lease
-from ._root import QueueRoot, foreign_entry, validate_name
 from ._sets import AnyQueue, PartitionedQueue, Queue, QueueSet, partitions_of
-from ._stats import Stats
-from ._storage import Storage
 from ._stored import reset_settings, settings_stamp
 from ._waiters import MultiWaiter
+
+if typing.TYPE_CHECKING:
+    from ._null import NullQueue
+    from ._reactor import Reactor, Waiters, reactor
+    from ._reports import History, Stats
+    from ._root import QueueRoot, foreign_entry, validate_name
+    from ._storage import Storage
+
+# Names imported on first use (PEP 562), each from its module: ``import vsqs`` stays
+# light for a process that never uses them (a report's dataclass is compiled when it
+# is made). ``from vsqs import Stats``, ``vsqs.Stats``, ``dir()`` and ``help()`` work as
+# for the others; mypy sees the imports above.
+_LAZY: typing.Final = {
+    "History": "_reports",
+    "NullQueue": "_null",
+    "QueueRoot": "_root",
+    "Reactor": "_reactor",
+    "Stats": "_reports",
+    "Storage": "_storage",
+    "Waiters": "_reactor",
+    "foreign_entry": "_root",
+    "reactor": "_reactor",
+    "validate_name": "_root",
+}
+
+
+def __getattr__(name: str) -> object:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    from importlib import import_module  # noqa: PLC0415 -- only for a lazy name's first use
+
+    value = getattr(import_module(f"{__name__}.{module}"), name)
+    globals()[name] = value  # the next use finds it without this function
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_LAZY})
+
 
 __version__ = "1.0.0.dev0"
 

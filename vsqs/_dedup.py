@@ -46,7 +46,6 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from typing import Final
 
 from . import _fs
@@ -65,32 +64,35 @@ def _digest(text: str) -> str:
     return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
 
 
-@dataclass(frozen=True, slots=True)
 class DedupClaim:
-    """What :meth:`Deduplicator.claim` decided for one ``dedup_id``."""
+    """What :meth:`Deduplicator.claim` decided for one ``dedup_id`` (immutable)."""
 
-    marker: str
-    """The marker file of the ``dedup_id``."""
-    created_us: int
-    """The time written into the marker (by this process's clock)."""
-    duplicate_of: str | None
-    """The id already published under this ``dedup_id``; ``None`` if this publish won."""
+    __slots__ = ("created_us", "duplicate_of", "marker")
+
+    def __init__(self, marker: str, created_us: int, duplicate_of: str | None) -> None:
+        self.marker: Final = marker  #: the marker file of the ``dedup_id``
+        self.created_us: Final = created_us  #: written into it (by this process's clock)
+        self.duplicate_of: Final = duplicate_of  #: the id published before, ``None`` if none
 
 
-@dataclass(frozen=True, slots=True)
 class Chunk:
-    """The record of a batch published under one ``batch_dedup_id``: its marker's content."""
+    """A batch's record under one ``batch_dedup_id``: its marker's content (immutable)."""
 
-    marker: str
-    """The marker file of the batch."""
-    created_us: int
-    """The time written into the marker (by its writer's clock)."""
-    entries: tuple[tuple[str, int], ...]
-    """Each message's id and size, in publish order."""
-    attributes: dict[str, str]
-    """The attributes of every message of the batch."""
-    delay_us: int
-    """The delay of every message of the batch (µs)."""
+    __slots__ = ("attributes", "created_us", "delay_us", "entries", "marker")
+
+    def __init__(
+        self,
+        marker: str,
+        created_us: int,
+        entries: tuple[tuple[str, int], ...],
+        attributes: dict[str, str],
+        delay_us: int,
+    ) -> None:
+        self.marker: Final = marker  #: the marker file of the batch
+        self.created_us: Final = created_us  #: written into it (by its writer's clock)
+        self.entries: Final = entries  #: each message's id and size, in publish order
+        self.attributes: Final = attributes  #: the attributes of every message of the batch
+        self.delay_us: Final = delay_us  #: the delay of every message of the batch (µs)
 
     def record(self, ids: list[str] | None = None) -> bytes:
         """The marker's content: this batch as JSON (its messages under *ids*, if given)."""

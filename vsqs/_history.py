@@ -32,38 +32,17 @@ receives, once, however many consumers race.
 from __future__ import annotations
 
 import bisect
-from dataclasses import dataclass
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 from ._ids import Entry, parse_name, to_us
 from ._layout import DELAYED, META, STATS, Layout
 from ._meta import Meta, MetaStore, report_once
 
+if TYPE_CHECKING:
+    from ._reports import History
+
 REQUEUE_HOLD_US: Final = 30_000_000
 """The shortest requeue hold: a stalled requeuer keeps sole ownership at least this long."""
-
-
-@dataclass(frozen=True, slots=True)
-class History:
-    """What vsqs knows about a message's past (see :meth:`Queue.history`).
-
-    Times are unix seconds. In a dead-letter queue, ``source`` and the fields after it
-    say where the message came from and why it was moved; elsewhere they are ``None``.
-    """
-
-    receive_count: int
-    """Receives that ended without a delete (the current delivery, if any, excluded)."""
-    first_sent: float
-    """When the message was first published (its id, or its id in the source queue)."""
-    last_received: float | None
-    """When the last counted receive began (estimated from its lease), if any."""
-    source: str | None = None
-    """The queue it was dead-lettered from."""
-    source_id: str | None = None
-    """Its id in that queue."""
-    dead_lettered: float | None = None
-    reason: str | None = None
-    """``"max_receives"`` or ``"retention"``."""
 
 
 def hold_until(now_us: int, vt_us: int) -> int:
@@ -139,6 +118,8 @@ def expired_split(codes: list[int], now_us: int, retention: float) -> int:
 
 def history_of(meta: Meta, entry: Entry) -> History:
     """The :class:`History` recorded in *meta* for the message *entry*."""
+    from ._reports import History  # noqa: PLC0415 -- a report's dataclass, made when asked
+
     past = meta.history
 
     def seconds(key: str) -> float | None:

@@ -31,7 +31,6 @@ import enum
 import threading
 import weakref
 from collections.abc import Iterable
-from dataclasses import dataclass
 from typing import Final
 
 MS_LIMIT: Final = 10**14
@@ -62,17 +61,25 @@ class State(enum.Enum):
     HELD = "held"
 
 
-@dataclass(frozen=True, slots=True)
 class Entry:
-    """A parsed message file name."""
+    """A parsed message file name (immutable: its fields are ``Final``).
 
-    name: str
-    state: State
-    id: str
-    key: int
-    """The id normalised to microseconds: the FIFO order."""
-    expires: int | None = None
-    """The expiry normalised to microseconds, for held messages."""
+    A plain class: a frozen dataclass compiles its methods, a named tuple each field's
+    annotation, when the class is made, which every ``import vsqs`` would pay.
+    """
+
+    __slots__ = ("expires", "id", "key", "name", "state")
+
+    def __init__(
+        self, name: str, state: State, message_id: str, key: int, expires: int | None = None
+    ) -> None:
+        self.name: Final = name
+        self.state: Final = state
+        self.id: Final = message_id
+        self.key: Final = key
+        """The id normalised to microseconds: the FIFO order."""
+        self.expires: Final = expires
+        """The expiry normalised to microseconds, for held messages."""
 
 
 def parse_decimal(text: str) -> int | None:

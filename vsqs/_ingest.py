@@ -18,7 +18,6 @@ import errno
 import os
 import stat
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import IO, Any, Final
 
 from . import _fs, _host
@@ -35,12 +34,16 @@ def check_source(source: str) -> int:
     return info.st_size
 
 
-@dataclass(frozen=True)
 class Linked:
-    """An existing regular file to publish under a second name: no byte is copied."""
+    """An existing regular file to publish under a second name: no byte is copied
+    (immutable; a plain class, as a dataclass would compile its methods at every
+    ``import vsqs``)."""
 
-    path: str
-    size: int
+    __slots__ = ("path", "size")
+
+    def __init__(self, path: str, size: int) -> None:
+        self.path: Final = path
+        self.size: Final = size
 
     @classmethod
     def of(cls, source: str) -> Linked:

@@ -14,7 +14,6 @@ from __future__ import annotations
 import errno
 import threading
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 from typing import Any, Final
 
 from . import _fs
@@ -31,25 +30,46 @@ attribute a user gives may start with NUL); split off again when it is read."""
 MAX_GROUP_CHARS: Final = 128  # as SQS's MessageGroupId
 
 
-@dataclass(slots=True)
 class Meta:
-    """The metadata of one message (absent means: no attributes, never returned)."""
+    """The metadata of one message (absent means: no attributes, never returned). A
+    plain class, not a dataclass, which would compile its methods at every ``import vsqs``."""
 
-    attributes: dict[str, str] = field(default_factory=dict)
-    receive_count: int = 0
-    """Leases that have ended without a delete (the count of *completed* receives)."""
-    lease: str = ""
-    """The expiry suffix of the last lease counted, so a repeated requeue counts once."""
-    ended: str = ""
-    """The expiry suffix of the last consumer lease that ended undeleted (what a stale
-    receipt is compared with, to tell a returned lease from an extended one)."""
-    last_received_us: int = 0
-    history: dict[str, Any] = field(default_factory=dict)
-    """Set when dead-lettered: source queue, first sent, last received, receive count."""
-    inode: int = 0
-    """The inode of the message file it describes (kept across renames), so metadata is
-    never attributed to another message that reused the id (a clock-skewed publisher
-    may give a new message the id of one that is held); 0 where unknown."""
+    __slots__ = (
+        "attributes",
+        "ended",
+        "history",
+        "inode",
+        "last_received_us",
+        "lease",
+        "receive_count",
+    )
+
+    def __init__(
+        self,
+        *,
+        attributes: dict[str, str] | None = None,
+        receive_count: int = 0,
+        lease: str = "",
+        ended: str = "",
+        last_received_us: int = 0,
+        history: dict[str, Any] | None = None,
+        inode: int = 0,
+    ) -> None:
+        self.attributes: dict[str, str] = {} if attributes is None else attributes
+        self.receive_count = receive_count
+        """Leases that have ended without a delete (the count of *completed* receives)."""
+        self.lease = lease
+        """The expiry suffix of the last lease counted, so a repeated requeue counts once."""
+        self.ended = ended
+        """The expiry suffix of the last consumer lease that ended undeleted (what a stale
+        receipt is compared with, to tell a returned lease from an extended one)."""
+        self.last_received_us = last_received_us
+        self.history: dict[str, Any] = {} if history is None else history
+        """Set when dead-lettered: source queue, first sent, last received, receive count."""
+        self.inode = inode
+        """The inode of the message file it describes (kept across renames), so metadata
+        is never attributed to another message that reused the id (a clock-skewed
+        publisher may give a new message the id of one that is held); 0 where unknown."""
 
     def owned_by(self, inode: int) -> bool:
         """Whether this metadata describes the message file with *inode* (0: unknown)."""

@@ -11,11 +11,10 @@ from typing import Final
 from . import _fs
 from ._clock import SYSTEM_CLOCK, Clock
 from ._errors import InvalidId, LeaseLost
-from ._history import History
 from ._ids import Precision, parse_name, source_for
 from ._message import Counts, Message
 from ._renewal import Lease
-from ._stats import Stats
+from ._reports import History, Stats
 from ._stored import Settings
 
 

@@ -16,8 +16,7 @@ from __future__ import annotations
 import enum
 import math
 import os
-from dataclasses import dataclass, field
-from typing import Final, Literal, TypedDict, cast
+from typing import Final, Literal, NamedTuple, TypedDict, cast
 
 from ._clock import SYSTEM_CLOCK, Clock
 from ._ids import MAX_DURATION, Precision
@@ -150,9 +149,12 @@ def queue_path(value: object, name: str = "path") -> str:
     return os.path.abspath(raw)
 
 
-@dataclass(frozen=True, slots=True)
-class Config:
-    """The validated options of one queue (see :class:`~vsqs.Queue` for each one)."""
+class Config(NamedTuple):
+    """The validated options of one queue (see :class:`~vsqs.Queue` for each one).
+
+    A named tuple (frozen; equal when every option is, the clock by identity): a frozen
+    dataclass would compile its methods at every ``import vsqs``, two milliseconds of it.
+    """
 
     visibility_timeout: float = 30.0
     durable: bool = True
@@ -169,7 +171,7 @@ class Config:
     poll_interval: float | None = None
     refresh_interval: float = 1.0
     umask: int | None = None
-    clock: Clock = field(default=SYSTEM_CLOCK, compare=False)
+    clock: Clock = SYSTEM_CLOCK
     fifo: bool = False
     """One message in flight per message group."""
 

@@ -14,13 +14,14 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterable, Iterator, Mapping
-from typing import Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
-from ._history import History
 from ._message import Counts, Message
 from ._renewal import Lease
-from ._stats import Stats
 from ._stored import Settings
+
+if TYPE_CHECKING:
+    from ._reports import History, Stats
 
 
 class Receiver(Protocol):

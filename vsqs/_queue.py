@@ -40,7 +40,7 @@ import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import replace
-from typing import Final, Protocol, cast
+from typing import TYPE_CHECKING, Final, Protocol, cast
 
 from . import _fs, _history, _ingest, _scan, _stored
 from ._capacity import Capacity, held_back, room_for_move
@@ -58,7 +58,6 @@ from ._errors import (
     UnsafeEntry,
 )
 from ._groups import CLAIM_RETRY, CLAIM_WAIT, Groups
-from ._history import History
 from ._host import stable_inode
 from ._ids import (
     HOLD_TAG,
@@ -83,8 +82,11 @@ from ._options import validate_seconds as _seconds
 from ._protocol import QueueLike
 from ._renewal import Lease, Renewer, until_entered
 from ._shutdown import ShutdownWatch
-from ._stats import Counters, Stats, read_totals
+from ._stats import Counters, read_totals
 from ._waiters import MultiWaiter, make_waiter
+
+if TYPE_CHECKING:
+    from ._reports import History, Stats
 
 _RECEIPT_CACHE: Final = 4096
 # What reading a planted non-file under a message name gives: a symlink (ELOOP, as we
@@ -2015,6 +2017,8 @@ class Queue:
         One listing (whatever the depth, no body is read) and one read of each process's
         counter file; a snapshot.
         """
+        from ._reports import Stats  # noqa: PLC0415 -- a report's dataclass, made when asked
+
         self._counters.flush()
         totals = read_totals(self.layout)
         listing = _scan.scan(self.path)

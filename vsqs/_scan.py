@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable
-from dataclasses import dataclass, field
 from typing import Final
 
 from . import _fs
@@ -28,23 +27,28 @@ from ._inotify import WAKE
 _POKE: Final = re.compile(re.escape(WAKE) + r"[0-9]+-[0-9a-f]{8}(?:-[a-z]+)?")
 
 
-@dataclass(slots=True)
 class Listing:
-    """What one pass over the directory saw."""
+    """What one pass over the directory saw (a plain class, not a dataclass, which would
+    compile its methods at every ``import vsqs``)."""
 
-    ready: list[int] = field(default_factory=list)
-    """Packed ready ids (``_ids.encode_ready``), sorted oldest first."""
-    held: list[tuple[int, str]] = field(default_factory=list)
-    """``(expiry_us, name)`` of held messages, unsorted."""
-    new: list[tuple[int, str]] = field(default_factory=list)
-    """``(created_us, name)`` of messages being written."""
-    pokes: list[str] = field(default_factory=list)
-    """Names of pokes and announcements (``.wake-*``: :data:`vsqs._inotify.WAKE`), made
-    in the queue directory for an instant to cause inotify events; a crash may leave one.
-    Only regular files of exactly that grammar (``_POKE``); the caller checks they are empty."""
-    planted: list[str] = field(default_factory=list)
-    """Names of the message grammar held by something that is not a regular file (a
-    directory, FIFO, socket, device or symlink planted there): not messages, in no count."""
+    __slots__ = ("held", "new", "planted", "pokes", "ready")
+
+    def __init__(self) -> None:
+        self.ready: list[int] = []
+        """Packed ready ids (``_ids.encode_ready``), sorted oldest first."""
+        self.held: list[tuple[int, str]] = []
+        """``(expiry_us, name)`` of held messages, unsorted."""
+        self.new: list[tuple[int, str]] = []
+        """``(created_us, name)`` of messages being written."""
+        self.pokes: list[str] = []
+        """Names of pokes and announcements (``.wake-*``: :data:`vsqs._inotify.WAKE`), made
+        in the queue directory for an instant to cause inotify events; a crash may leave
+        one. Only regular files of exactly that grammar (``_POKE``); the caller checks
+        they are empty."""
+        self.planted: list[str] = []
+        """Names of the message grammar held by something that is not a regular file (a
+        directory, FIFO, socket, device or symlink planted there): not messages, in no
+        count."""
 
 
 NEW_GRACE_US: Final = 60_000_000

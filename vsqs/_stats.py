@@ -27,7 +27,6 @@ import threading
 import time
 import weakref
 from collections import deque
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final
 
 from ._layout import STATS
@@ -46,38 +45,6 @@ def _writer_name() -> str:
     import socket  # noqa: PLC0415 -- 2 ms at import, for one call per queue opened
 
     return f"{socket.gethostname()}-{os.getpid()}-{os.urandom(4).hex()}"
-
-
-@dataclass(frozen=True, slots=True)
-class Stats:
-    """A snapshot of a queue's counters and contents (pressure's stats, and more).
-
-    The counters of other processes are at most about one second late: each process
-    writes its counts within a second of making them, even if it then goes idle.
-    """
-
-    produced_messages: int
-    produced_bytes: int
-    consumed_messages: int
-    """Messages deleted after being received (acknowledged)."""
-    consumed_bytes: int
-    ready: int
-    held: int
-    delayed: int
-    new: int
-    oldest_ready_age: float | None
-    """Seconds since the oldest ready message was published, ``None`` if none is ready."""
-    is_shutdown: bool
-    """Whether the queue was shut down (:meth:`vsqs.Queue.shutdown`)."""
-    oldest_ready_id: str | None = None
-    """The id of the oldest ready message (pass it to :meth:`vsqs.Queue.history`)."""
-    held_back: int = 0
-    """Of the held messages, those kept back from delivery because their dead-letter
-    queue had no room (it is at its capacity, or the disk is full), or whose requeuer
-    died: each is tried again when its hold ends (``max(visibility_timeout, 30 s)``)."""
-    partitions: tuple[Stats, ...] = ()
-    """Of a partitioned queue, each partition's own (the fields above are their totals,
-    with what lies in the queue directory itself); empty for an unpartitioned queue."""
 
 
 class Counters:

@@ -18,7 +18,6 @@ from typing import TYPE_CHECKING, Final
 
 from .. import _stored
 from .._capacity import Capacity
-from .._history import History
 from .._ids import parse_id
 from .._ingest import DEFAULT_CHUNK
 from .._message import Counts, Message
@@ -26,7 +25,6 @@ from .._options import UNSET, HandleOptions, Unset, queue_path
 from .._queue import MoveTarget
 from .._queue import Queue as PlainQueue
 from .._renewal import Lease, until_entered
-from .._stats import Stats
 from .._stored import Settings
 from .._waiters import MultiWaiter
 from ._gather import Gatherer
@@ -38,6 +36,8 @@ from ._wait import consuming
 
 if TYPE_CHECKING:
     from typing_extensions import Unpack
+
+    from .._reports import History, Stats
 
 
 class PartitionedQueue:

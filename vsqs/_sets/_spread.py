@@ -59,14 +59,15 @@ from __future__ import annotations
 
 import itertools
 import os
-import random
 import threading
 import zlib
-from typing import Final
+from typing import TYPE_CHECKING, Final
 
 from .._ids import parse_id
 from .._message import Counts
-from .._stats import Stats
+
+if TYPE_CHECKING:
+    from .._reports import Stats
 
 STICKY_RUN: Final = 100
 """Messages a publisher sends to one partition before it moves to the next (a batch that
@@ -103,6 +104,8 @@ class Spread:
     """
 
     def __init__(self, partitions: int) -> None:
+        import random  # noqa: PLC0415 -- 0.6 ms at import, for partitioned queues only
+
         start = (os.getpid() + next(_handles)) % partitions
         self.partitions = partitions
         self.home = start
@@ -219,6 +222,8 @@ def add_counts(every: list[Counts]) -> Counts:
 def add_stats(each: tuple[Stats, ...], own: Stats) -> Stats:
     """The totals of the partitions' stats (*each*) and of the queue directory's (*own*),
     with *each* kept as the breakdown; the oldest ready message is the oldest of all."""
+    from .._reports import Stats  # noqa: PLC0415 -- a report's dataclass, made when asked
+
     every = (*each, own)
     oldest = min(
         (s for s in every if s.oldest_ready_id is not None),
