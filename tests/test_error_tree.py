@@ -111,7 +111,7 @@ def test_the_tree_and_the_search_see_the_errors_expected() -> None:
     assert TREE["QueueDrained"] == ("QueueClosed", frozenset({"EOFError"}))
     assert TREE["UnsafeEntry"] == ("VsqsError", frozenset({"OSError"}))
     assert {"SqsError", "StateMismatch", "MessageGone", "UnsafeEntry", "Stopped"} <= set(CLASSES)
-    assert {"Stopped", "CliError", "Refused", "NotKombu", "Parked"} == INTERNAL
+    assert {"Stopped", "CliError", "Refused", "NotKombu", "Parked", "Offload"} == INTERNAL
 
 
 @pytest.mark.parametrize("name", sorted(PUBLIC))

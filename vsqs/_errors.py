@@ -40,8 +40,9 @@ process boundaries (multiprocessing, Spark executors).
 Not errors a caller sees, so not in the tree: the command line's ``Stopped`` (a signal,
 ended as an exit status) and ``CliError`` (click's one line on stderr), the dashboard's
 ``Refused`` (answered as an HTTP status), the kombu transport's ``NotKombu`` (a body
-that is not kombu's, handled where it is read) and the server's ``Parked`` (a long poll
-that found nothing, resumed by the event loop).
+that is not kombu's, handled where it is read), and the server's ``Parked`` (a long poll
+that found nothing, resumed by the event loop) and ``Offload`` (a request the event loop
+may not run, run again in the thread pool).
 """
 
 from __future__ import annotations
