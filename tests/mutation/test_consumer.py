@@ -1,0 +1,252 @@
+"""Guarantees of vsqs._consumer that ``make mutate`` found unguarded (docs/reliability.rst,
+"Mutation testing"): each test fails on the mutants named in its docstring."""
+
+from __future__ import annotations
+
+import math
+import os
+import shutil
+import signal
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import vsqs
+from vsqs import _fs, _scan
+from vsqs._consumer import RECEIPT_CACHE
+from vsqs.testing import ManualClock
+
+from ..fixtures_core import CHILD_TIMEOUT, children, patch_fs, wait_blocked_in_inotify
+
+
+def _queue(path: Path, clock: ManualClock) -> vsqs.PlainQueue:
+    return vsqs.PlainQueue(path, durable=False, clock=clock)
+
+
+def test_claim_misses_counts_each_claim_lost_to_another_consumer(tmp_path: Path) -> None:
+    """``claim_misses`` rises by exactly one per message another consumer took from
+    this handle's view (mutants: ``= 1``, ``-= 1``, ``+= 2`` in ``Consumer.miss``)."""
+    clock = ManualClock()
+    publisher = _queue(tmp_path / "q", clock)
+    ids = publisher.publish_batch([b"%d" % n for n in range(4)])
+    clock.advance(1)  # published in the past: the first listing serves them all
+    mine, other = _queue(tmp_path / "q", clock), _queue(tmp_path / "q", clock)
+    first = mine.receive(timeout=0)  # lists all four, claims the oldest
+    assert first is not None and first.id == ids[0]
+    assert mine.claim_misses == 0
+    taken = other.receive_batch(2, timeout=0)  # the next two, behind this handle's back
+    assert [m.id for m in taken] == ids[1:3]
+    last = mine.receive(timeout=0)  # its view still names them: two lost claims
+    assert last is not None and last.id == ids[3]
+    assert mine.claim_misses == 2
+    assert other.claim_misses == 0
+
+
+def test_a_handle_looks_again_when_its_own_lease_ends_first(tmp_path: Path) -> None:
+    """A blocked receive's pause ends with the earliest lease it knows of: its own one
+    (5 s) before another consumer's that it saw listed (10 s) (mutants in
+    ``Consumer.next_expiry``: its own leases skipped, ``and`` for ``or``, ``is not None``)."""
+    clock = ManualClock()
+    mine, other = _queue(tmp_path / "q", clock), _queue(tmp_path / "q", clock)
+    mine.publish_batch([b"a", b"b"])
+    clock.advance(1)
+    assert other.receive(visibility_timeout=10, timeout=0) is not None
+    assert mine.receive(visibility_timeout=5, timeout=0) is not None  # lists the other's
+    assert mine.next_look() == pytest.approx(5, abs=0.01)
+
+
+def test_a_handle_looks_again_when_a_listed_lease_ends_first(tmp_path: Path) -> None:
+    """As above, the other way round: another consumer's listed lease (5 s) ends before
+    this handle's own (10 s) (mutants in ``Consumer.next_expiry``: the listed leases
+    ignored, ``and`` for ``or``, ``is not None``)."""
+    clock = ManualClock()
+    mine, other = _queue(tmp_path / "q", clock), _queue(tmp_path / "q", clock)
+    mine.publish_batch([b"a", b"b"])
+    clock.advance(1)
+    assert other.receive(visibility_timeout=5, timeout=0) is not None
+    assert mine.receive(visibility_timeout=10, timeout=0) is not None
+    assert mine.next_look() == pytest.approx(5, abs=0.01)
+    assert other.next_look() == pytest.approx(5, abs=0.01)  # its own; it listed before
+
+
+@pytest.mark.parametrize("how", ["delete by receipt", "delete by id", "release"])
+def test_a_lease_ended_through_the_handle_no_longer_wakes_it(tmp_path: Path, how: str) -> None:
+    """Once a lease is deleted or released through this handle, a blocked receive no
+    longer plans to look again when it would have ended (mutant: ``Consumer.ended``
+    forgetting nothing)."""
+    clock = ManualClock()
+    queue = _queue(tmp_path / "q", clock)
+    queue.publish(b"a")
+    clock.advance(1)
+    message = queue.receive(visibility_timeout=5, timeout=0)
+    assert message is not None
+    assert queue.next_look() == pytest.approx(5, abs=0.01)
+    if how == "release":
+        queue.change_visibility(message.receipt, 0)
+    else:
+        assert queue.delete(message.receipt if how == "delete by receipt" else message.id)
+    assert queue.next_look() == math.inf
+
+
+def test_a_bare_id_of_a_lease_this_handle_holds_is_found_without_a_listing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Deleting by bare id a message this handle received looks it up in the handle's
+    own receipts, not in the directory (mutant: ``Consumer.receipt`` finding nothing)."""
+    clock = ManualClock()
+    queue = _queue(tmp_path / "q", clock)
+    queue.publish(b"a")
+    clock.advance(1)
+    message = queue.receive(timeout=0)
+    assert message is not None
+    looked: list[str] = []
+    real = _scan.held_names_for
+
+    def counted(path: str, message_id: str) -> list[str]:
+        looked.append(message_id)
+        return real(path, message_id)
+
+    monkeypatch.setattr(_scan, "held_names_for", counted)
+    assert queue.delete(message.id)
+    assert looked == []
+    assert queue.size() == 0
+
+
+def _shm_queue_dir(tmp_path: Path) -> Path:
+    """A queue directory on tmpfs where there is one: a filesystem that renames
+    atomically, so a woken receive trusts the names its events give."""
+    base = Path("/dev/shm") if Path("/dev/shm").is_dir() else tmp_path
+    return Path(tempfile.mkdtemp(dir=base)) / "q"
+
+
+def test_a_planted_name_moved_in_is_tried_once_and_the_next_message_claimed_unlisted(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A directory moved in under a message name while a receive sleeps wakes it; it
+    claims the name, finds no message, puts it back and ignores it for good: its own
+    put-back, which wakes it again, is not tried a second time, and the publish that
+    follows is claimed from its event alone, without a listing (mutants:
+    ``Consumer.ignore`` remembering ``None``; in ``Consumer.named``, the planted names'
+    filter dropping every name, keeping only the planted ones, or failing)."""
+    qdir = _shm_queue_dir(tmp_path)
+    try:
+        consumer = vsqs.PlainQueue(qdir, durable=False, poll_interval=3600)
+        publisher = vsqs.PlainQueue(qdir, durable=False)
+        assert consumer.receive(timeout=0.01) is None  # looked; the watch exists
+        planted = qdir.parent / "1600000000000000"
+        planted.mkdir()
+        renamed: list[str] = []
+        listings: list[bool] = []  # one per listing: whether the name was planted yet
+        real_rename, real_scan = _fs.rename_noreplace, _scan.scan
+
+        def recorded(src: str, dst: str) -> None:
+            renamed.append(Path(src).name)
+            real_rename(src, dst)
+
+        def counted(path: str) -> _scan.Listing:
+            listings.append(not planted.exists())
+            return real_scan(path)
+
+        def plant_then_publish() -> None:
+            os.rename(planted, qdir / planted.name)
+            time.sleep(0.3)
+            publisher.publish(b"after")
+
+        patch_fs(monkeypatch, "rename_noreplace", recorded)
+        monkeypatch.setattr(_scan, "scan", counted)
+        timer = threading.Timer(0.2, plant_then_publish)
+        timer.start()
+        try:
+            message = consumer.receive(timeout=10)
+        finally:
+            timer.join()
+        assert message is not None and message.body == b"after"
+        assert renamed.count(planted.name) == 1
+        assert (qdir / planted.name).is_dir()
+        assert listings == [False]  # the look before it slept; woken twice, by events alone
+    finally:
+        shutil.rmtree(qdir.parent)
+
+
+def test_a_listed_lease_is_returned_at_the_very_microsecond_it_ends(tmp_path: Path) -> None:
+    """A lease another consumer holds, seen in this handle's listing, comes back at its
+    expiry exactly, before the newer messages still in the view (mutant: ``<`` for
+    ``<=`` in ``Consumer.due``)."""
+    clock = ManualClock()
+    other = _queue(tmp_path / "q", clock)
+    mine = vsqs.PlainQueue(tmp_path / "q", durable=False, clock=clock, refresh_interval=3600)
+    first, second, _third = mine.publish_batch([b"a", b"b", b"c"])
+    clock.advance(1)
+    held = other.receive(visibility_timeout=5, timeout=0)
+    assert held is not None and held.id == first
+    taken = mine.receive(visibility_timeout=60, timeout=0)  # lists; the third stays in view
+    assert taken is not None and taken.id == second
+    clock.advance(5)  # now == the other's expiry, to the microsecond
+    back = mine.receive(timeout=0)
+    assert back is not None and back.id == first and back.receive_count == 2
+
+
+def test_a_handle_remembers_its_newest_superseded_receipts_up_to_the_cache_size(
+    tmp_path: Path,
+) -> None:
+    """Of the receipts this handle superseded by extending leases, it keeps the newest
+    ``RECEIPT_CACHE``: the oldest one beyond that deletes nothing through it, the next
+    oldest and the newest still delete (mutants: ``>`` for ``>=`` and ``last=True`` in
+    ``Consumer.extended``)."""
+    clock = ManualClock()
+    queue = _queue(tmp_path / "q", clock)
+    queue.publish_batch([b"m"] * (RECEIPT_CACHE + 1))
+    clock.advance(1)
+    got = queue.receive_batch(RECEIPT_CACHE + 1, visibility_timeout=60, timeout=0)
+    assert len(got) == RECEIPT_CACHE + 1
+    for message in got:  # each lease extended once, oldest first: one superseded each
+        queue.change_visibility(message, 120)
+    oldest, second, newest = got[0], got[1], got[-1]
+    assert not queue.delete(oldest.receipt)  # forgotten: a receipt of someone else's
+    assert queue.delete(second.receipt)
+    assert queue.delete(newest.receipt)
+
+
+def _hold_then_wait(path: str, out: Any) -> None:
+    """Hold the oldest message for 3 s, say until when, then block for the next one."""
+    queue = vsqs.PlainQueue(path, durable=False, poll_interval=3600)
+    held = queue.receive(visibility_timeout=3, timeout=0)
+    assert held is not None
+    out.put(held.expires_at)
+    got = queue.receive(timeout=CHILD_TIMEOUT)
+    assert got is not None
+    out.put((held.id, got.id, got.receive_count))
+
+
+def test_a_woken_receive_serves_its_own_ended_lease_before_the_newer_named_message(
+    tmp_path: Path,
+) -> None:
+    """A receive that wakes after its own lease ended, with a newer publish named by the
+    event, returns the older message (the lease it put back) first: the named messages
+    are merged with what the handle put back, not served ahead of it (mutants in
+    ``Consumer.named``: ``and`` for ``or``; the merge pushing onto nothing, or pushing
+    nothing)."""
+    qdir = _shm_queue_dir(tmp_path)
+    try:
+        publisher = vsqs.PlainQueue(qdir, durable=False)
+        first = publisher.publish(b"old")
+        with children() as kids:
+            out = kids.context.Queue()
+            child = kids.start(_hold_then_wait, str(qdir), out)
+            expires_at = out.get(timeout=CHILD_TIMEOUT)
+            wait_blocked_in_inotify(child)
+            assert child.pid is not None
+            os.kill(child.pid, signal.SIGSTOP)  # so it wakes once, with both to handle
+            time.sleep(max(0.0, expires_at - time.time()) + 0.2)
+            publisher.publish(b"new")
+            os.kill(child.pid, signal.SIGCONT)
+            held, got, receive_count = out.get(timeout=CHILD_TIMEOUT)
+            kids.join(child)
+        assert held == first
+        assert (got, receive_count) == (first, 2)
+    finally:
+        shutil.rmtree(qdir.parent)
