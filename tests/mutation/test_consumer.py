@@ -250,3 +250,75 @@ def test_a_woken_receive_serves_its_own_ended_lease_before_the_newer_named_messa
         assert (got, receive_count) == (first, 2)
     finally:
         shutil.rmtree(qdir.parent)
+
+
+def _count_lookups(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """Record each listing for one id's held names (a delete by bare id makes one when
+    the handle does not know the message's receipt)."""
+    looked: list[str] = []
+    real = _scan.held_names_for
+
+    def counted(path: str, message_id: str) -> list[str]:
+        looked.append(message_id)
+        return real(path, message_id)
+
+    monkeypatch.setattr(_scan, "held_names_for", counted)
+    return looked
+
+
+def test_a_handle_remembers_its_newest_live_receipts_up_to_the_cache_size(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Of the leases it holds, a handle remembers the receipts of the newest
+    ``RECEIPT_CACHE``: a bare id of an older one is looked up in the directory, the
+    others are not (mutants: ``>`` for ``>=`` and ``last=True`` in ``Consumer.claimed``)."""
+    clock = ManualClock()
+    queue = _queue(tmp_path / "q", clock)
+    queue.publish_batch([b"m"] * (RECEIPT_CACHE + 1))
+    clock.advance(1)
+    got = queue.receive_batch(RECEIPT_CACHE + 1, visibility_timeout=60, timeout=0)
+    assert len(got) == RECEIPT_CACHE + 1
+    looked = _count_lookups(monkeypatch)
+    for message in (got[1], got[-2], got[-1]):
+        assert queue.delete(message.id)
+    assert looked == []
+    assert queue.delete(got[0].id)  # forgotten here, found by a listing
+    assert looked == [got[0].id]
+
+
+def test_a_new_lease_that_reuses_an_old_receipt_is_not_redirected_to_its_extension(
+    tmp_path: Path,
+) -> None:
+    """A lease extended, released and received again at the same instant gets its first
+    receipt back; that receipt then names the live lease, not the extension it once led
+    to, so deleting by it deletes the message (mutant: ``Consumer.claimed`` not dropping
+    the receipt from the superseded ones)."""
+    clock = ManualClock()
+    queue = _queue(tmp_path / "q", clock)
+    queue.publish(b"m")
+    clock.advance(1)
+    first = queue.receive(visibility_timeout=10, timeout=0)
+    assert first is not None
+    extended = queue.change_visibility(first, 20)
+    queue.change_visibility(extended, 0)  # released: ready again
+    again = queue.receive(visibility_timeout=10, timeout=0)
+    assert again is not None and again.receipt == first.receipt
+    assert queue.delete(again.receipt)  # the string: the path that follows extensions
+    assert queue.size() == 0
+
+
+def test_a_held_lease_survives_the_pruning_of_deleted_ones(tmp_path: Path) -> None:
+    """A handle that deletes many messages while it holds one keeps that one's lease
+    when it prunes the deleted ones (after ``_OWN_SLACK`` of them): a blocked receive
+    still plans to look again when it ends (mutants in ``Consumer.claimed``: the pruning
+    keeping no lease)."""
+    clock = ManualClock()
+    queue = _queue(tmp_path / "q", clock)
+    queue.publish_batch([b"m"] * 1200)
+    clock.advance(1)
+    kept = queue.receive(visibility_timeout=5, timeout=0)
+    assert kept is not None
+    for _ in range(1199):  # from the one listing, which saw no lease: only its own know
+        message = queue.receive(visibility_timeout=60, timeout=0)
+        assert message is not None and queue.delete(message)
+    assert queue.next_look() == pytest.approx(5, abs=0.01)
