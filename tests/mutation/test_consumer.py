@@ -322,3 +322,26 @@ def test_a_held_lease_survives_the_pruning_of_deleted_ones(tmp_path: Path) -> No
         message = queue.receive(visibility_timeout=60, timeout=0)
         assert message is not None and queue.delete(message)
     assert queue.next_look() == pytest.approx(5, abs=0.01)
+
+
+def test_a_view_is_trusted_for_exactly_the_refresh_interval(tmp_path: Path) -> None:
+    """For ``refresh_interval`` seconds after its listing, inclusive, a handle serves its
+    view without listing again, so a message another consumer released meanwhile (an
+    older id) waits; just past it, the handle lists and serves that one first (mutant:
+    ``>=`` for ``>`` in ``Consumer.stale``)."""
+    clock = ManualClock()
+    other = _queue(tmp_path / "q", clock)
+    mine = vsqs.PlainQueue(tmp_path / "q", durable=False, clock=clock, refresh_interval=2)
+    first, second, third, _fourth = mine.publish_batch([b"a", b"b", b"c", b"d"])
+    clock.advance(1)
+    released = other.receive(visibility_timeout=60, timeout=0)
+    assert released is not None and released.id == first
+    got = mine.receive(timeout=0)  # lists: the first is held by the other
+    assert got is not None and got.id == second
+    other.change_visibility(released, 0)  # ready again, older than the view's next
+    clock.advance(2)  # exactly the refresh interval since the listing
+    got = mine.receive(timeout=0)
+    assert got is not None and got.id == third
+    clock.advance(1e-6)
+    got = mine.receive(timeout=0)
+    assert got is not None and got.id == first
