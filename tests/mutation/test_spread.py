@@ -64,16 +64,20 @@ def test_the_stats_of_a_partitioned_queue_add_up_every_partition(tmp_path: Path)
 
 
 def test_settling_takes_the_home_and_says_it_holds_the_lock() -> None:
-    """A home found on the first receive becomes home and current, and the spread says
-    it holds its lock; none found keeps the start and holds none (mutants: ``homed``
-    set ``None`` or ``False`` in ``Spread.settle``)."""
+    """Before its first receive a spread has looked for no home and holds no lock; a
+    home found then becomes home and current, and the spread says it holds its lock;
+    none found keeps the start, current included, and holds none (mutants: ``homed``
+    set ``None`` or ``False`` in ``Spread.settle``; ``homed``, ``sticky_settled`` true
+    and ``current`` ``None`` in ``Spread.__init__``)."""
     spread = Spread(4)
+    assert not (spread.settled or spread.homed or spread.sticky_settled)
     spread.settle(2)
-    assert (spread.settled, spread.homed, spread.home, spread.current) == (True, True, 2, 2)
+    assert spread.settled and spread.homed and (spread.home, spread.current) == (2, 2)
     other = Spread(4)
     start = other.home
     other.settle(None)
-    assert (other.settled, other.homed, other.home) == (True, False, start)
+    assert other.settled and not other.homed and other.home == start
+    assert other.order()[0] == start
 
 
 def test_a_publisher_home_starts_the_sticky_runs() -> None:
@@ -162,10 +166,10 @@ def test_a_consumer_whose_partition_loses_races_moves_to_a_free_one() -> None:
     since the last look, moves there; if the current one was home, home moves too
     (another consumer serves it); one that lost none since stays (mutants in
     ``Spread.visited``: ``>=`` for ``>``, ``!=`` for ``==``, home or current set
-    ``None``)."""
+    ``None``; ``mark`` starting at 1 in ``Spread.__init__``)."""
     at_home = Spread(4)
     at_home.settle(0)
-    at_home.visited(2, claimed=True, lost_race=False, current_misses=3)
+    at_home.visited(2, claimed=True, lost_race=False, current_misses=1)  # its first
     assert (at_home.home, at_home.current) == (2, 2)
     away = Spread(4)
     away.settle(0)
