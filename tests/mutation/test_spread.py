@@ -69,8 +69,9 @@ def test_settling_takes_the_home_and_says_it_holds_the_lock() -> None:
     none found keeps the start, current included, and holds none (mutants: ``homed``
     set ``None`` or ``False`` in ``Spread.settle``; ``homed``, ``sticky_settled`` true
     and ``current`` ``None`` in ``Spread.__init__``)."""
+    fresh = Spread(4)
+    assert not (fresh.settled or fresh.homed or fresh.sticky_settled)
     spread = Spread(4)
-    assert not (spread.settled or spread.homed or spread.sticky_settled)
     spread.settle(2)
     assert spread.settled and spread.homed and (spread.home, spread.current) == (2, 2)
     other = Spread(4)
