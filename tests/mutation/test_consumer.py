@@ -129,9 +129,10 @@ def test_a_planted_name_moved_in_is_tried_once_and_the_next_message_claimed_unli
     """A directory moved in under a message name while a receive sleeps wakes it; it
     claims the name, finds no message, puts it back and ignores it for good: its own
     put-back, which wakes it again, is not tried a second time, and the publish that
-    follows is claimed from its event alone, without a listing (mutants:
-    ``Consumer.ignore`` remembering ``None``; in ``Consumer.named``, the planted names'
-    filter dropping every name, keeping only the planted ones, or failing)."""
+    follows is claimed from its event alone, without a listing; a later listing still
+    serves what else it lists (mutants: ``Consumer.ignore`` remembering ``None``; in
+    ``Consumer.named`` and ``Consumer.without_ignored``, the planted names' filter
+    dropping every name, keeping only the planted ones, or failing)."""
     qdir = _shm_queue_dir(tmp_path)
     try:
         consumer = vsqs.PlainQueue(qdir, durable=False, poll_interval=3600)
@@ -168,6 +169,10 @@ def test_a_planted_name_moved_in_is_tried_once_and_the_next_message_claimed_unli
         assert renamed.count(planted.name) == 1
         assert (qdir / planted.name).is_dir()
         assert listings == [False]  # the look before it slept; woken twice, by events alone
+        consumer.refresh()
+        publisher.publish(b"listed")
+        listed = consumer.receive(timeout=0)  # a listing, the planted name still there
+        assert listed is not None and listed.body == b"listed"
     finally:
         shutil.rmtree(qdir.parent)
 
@@ -345,3 +350,21 @@ def test_a_view_is_trusted_for_exactly_the_refresh_interval(tmp_path: Path) -> N
     clock.advance(1e-6)
     got = mine.receive(timeout=0)
     assert got is not None and got.id == first
+
+
+def test_a_short_lease_taken_after_longer_ones_is_the_next_to_end(tmp_path: Path) -> None:
+    """Leases of 10, 40, 30, 20 and 50 s: once the first is deleted, the one this handle
+    plans to look again for is the 20 s one, wherever it sits among the others (mutants
+    in ``Consumer.claimed``: its shortcut for leases that end in claim order comparing
+    with the wrong entry, which breaks the heap)."""
+    clock = ManualClock()
+    queue = _queue(tmp_path / "q", clock)
+    queue.publish_batch([b"m"] * 5)
+    clock.advance(1)
+    held = []
+    for vt in (10, 40, 30, 20, 50):
+        message = queue.receive(visibility_timeout=vt, timeout=0)
+        assert message is not None
+        held.append(message)
+    assert queue.delete(held[0].receipt)
+    assert queue.next_look() == pytest.approx(20, abs=0.01)
