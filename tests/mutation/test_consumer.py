@@ -178,19 +178,20 @@ def test_a_planted_name_moved_in_is_tried_once_and_the_next_message_claimed_unli
 
 
 def test_a_listed_lease_is_returned_at_the_very_microsecond_it_ends(tmp_path: Path) -> None:
-    """A lease another consumer holds, seen in this handle's listing, comes back at its
-    expiry exactly, before the newer messages still in the view (mutant: ``<`` for
-    ``<=`` in ``Consumer.due``)."""
+    """Of two leases another consumer holds (5 and 7 s), seen in this handle's listing,
+    the first comes back at its expiry exactly, before the newer message still in the
+    view (mutants: ``<`` for ``<=`` in ``Consumer.due`` and ``Consumer.lease_due``, the
+    listed leases' second entry or none looked at in ``lease_due``)."""
     clock = ManualClock()
     other = _queue(tmp_path / "q", clock)
     mine = vsqs.PlainQueue(tmp_path / "q", durable=False, clock=clock, refresh_interval=3600)
-    first, second, _third = mine.publish_batch([b"a", b"b", b"c"])
+    first, _second, third, _fourth = mine.publish_batch([b"a", b"b", b"c", b"d"])
     clock.advance(1)
-    held = other.receive(visibility_timeout=5, timeout=0)
-    assert held is not None and held.id == first
-    taken = mine.receive(visibility_timeout=60, timeout=0)  # lists; the third stays in view
-    assert taken is not None and taken.id == second
-    clock.advance(5)  # now == the other's expiry, to the microsecond
+    held = [other.receive(visibility_timeout=vt, timeout=0) for vt in (5, 7)]
+    assert held[0] is not None and held[0].id == first
+    taken = mine.receive(visibility_timeout=60, timeout=0)  # lists; the fourth stays in view
+    assert taken is not None and taken.id == third
+    clock.advance(5)  # now == the first lease's expiry, to the microsecond
     back = mine.receive(timeout=0)
     assert back is not None and back.id == first and back.receive_count == 2
 
