@@ -27,6 +27,17 @@ def _queue(path: Path, clock: ManualClock) -> vsqs.PlainQueue:
     return vsqs.PlainQueue(path, durable=False, clock=clock)
 
 
+def _holding_one(path: Path, visibility_timeout: float) -> tuple[vsqs.PlainQueue, vsqs.Message]:
+    """A handle (on a manual clock) that published one message and holds it."""
+    clock = ManualClock()
+    queue = _queue(path, clock)
+    queue.publish(b"m")
+    clock.advance(1)
+    message = queue.receive(visibility_timeout=visibility_timeout, timeout=0)
+    assert message is not None
+    return queue, message
+
+
 def test_claim_misses_counts_each_claim_lost_to_another_consumer(tmp_path: Path) -> None:
     """``claim_misses`` rises by exactly one per message another consumer took from
     this handle's view (mutants: ``= 1``, ``-= 1``, ``+= 2`` in ``Consumer.miss``)."""
@@ -78,12 +89,7 @@ def test_a_lease_ended_through_the_handle_no_longer_wakes_it(tmp_path: Path, how
     """Once a lease is deleted or released through this handle, a blocked receive no
     longer plans to look again when it would have ended (mutant: ``Consumer.ended``
     forgetting nothing)."""
-    clock = ManualClock()
-    queue = _queue(tmp_path / "q", clock)
-    queue.publish(b"a")
-    clock.advance(1)
-    message = queue.receive(visibility_timeout=5, timeout=0)
-    assert message is not None
+    queue, message = _holding_one(tmp_path / "q", visibility_timeout=5)
     assert queue.next_look() == pytest.approx(5, abs=0.01)
     if how == "release":
         queue.change_visibility(message.receipt, 0)
@@ -92,17 +98,9 @@ def test_a_lease_ended_through_the_handle_no_longer_wakes_it(tmp_path: Path, how
     assert queue.next_look() == math.inf
 
 
-def test_a_bare_id_of_a_lease_this_handle_holds_is_found_without_a_listing(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """Deleting by bare id a message this handle received looks it up in the handle's
-    own receipts, not in the directory (mutant: ``Consumer.receipt`` finding nothing)."""
-    clock = ManualClock()
-    queue = _queue(tmp_path / "q", clock)
-    queue.publish(b"a")
-    clock.advance(1)
-    message = queue.receive(timeout=0)
-    assert message is not None
+def _count_lookups(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """Record each listing for one id's held names (a delete by bare id makes one when
+    the handle does not know the message's receipt)."""
     looked: list[str] = []
     real = _scan.held_names_for
 
@@ -111,6 +109,16 @@ def test_a_bare_id_of_a_lease_this_handle_holds_is_found_without_a_listing(
         return real(path, message_id)
 
     monkeypatch.setattr(_scan, "held_names_for", counted)
+    return looked
+
+
+def test_a_bare_id_of_a_lease_this_handle_holds_is_found_without_a_listing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Deleting by bare id a message this handle received looks it up in the handle's
+    own receipts, not in the directory (mutant: ``Consumer.receipt`` finding nothing)."""
+    queue, message = _holding_one(tmp_path / "q", visibility_timeout=60)
+    looked = _count_lookups(monkeypatch)
     assert queue.delete(message.id)
     assert looked == []
     assert queue.size() == 0
@@ -196,6 +204,17 @@ def test_a_listed_lease_is_returned_at_the_very_microsecond_it_ends(tmp_path: Pa
     assert back is not None and back.id == first and back.receive_count == 2
 
 
+def _holding_more_than_the_cache(path: Path) -> tuple[vsqs.PlainQueue, list[vsqs.Message]]:
+    """A handle (on a manual clock) holding ``RECEIPT_CACHE + 1`` leases, oldest first."""
+    clock = ManualClock()
+    queue = _queue(path, clock)
+    queue.publish_batch([b"m"] * (RECEIPT_CACHE + 1))
+    clock.advance(1)
+    got = queue.receive_batch(RECEIPT_CACHE + 1, visibility_timeout=60, timeout=0)
+    assert len(got) == RECEIPT_CACHE + 1
+    return queue, got
+
+
 def test_a_handle_remembers_its_newest_superseded_receipts_up_to_the_cache_size(
     tmp_path: Path,
 ) -> None:
@@ -203,12 +222,7 @@ def test_a_handle_remembers_its_newest_superseded_receipts_up_to_the_cache_size(
     ``RECEIPT_CACHE``: the oldest one beyond that deletes nothing through it, the next
     oldest and the newest still delete (mutants: ``>`` for ``>=`` and ``last=True`` in
     ``Consumer.extended``)."""
-    clock = ManualClock()
-    queue = _queue(tmp_path / "q", clock)
-    queue.publish_batch([b"m"] * (RECEIPT_CACHE + 1))
-    clock.advance(1)
-    got = queue.receive_batch(RECEIPT_CACHE + 1, visibility_timeout=60, timeout=0)
-    assert len(got) == RECEIPT_CACHE + 1
+    queue, got = _holding_more_than_the_cache(tmp_path / "q")
     for message in got:  # each lease extended once, oldest first: one superseded each
         queue.change_visibility(message, 120)
     oldest, second, newest = got[0], got[1], got[-1]
@@ -258,32 +272,13 @@ def test_a_woken_receive_serves_its_own_ended_lease_before_the_newer_named_messa
         shutil.rmtree(qdir.parent)
 
 
-def _count_lookups(monkeypatch: pytest.MonkeyPatch) -> list[str]:
-    """Record each listing for one id's held names (a delete by bare id makes one when
-    the handle does not know the message's receipt)."""
-    looked: list[str] = []
-    real = _scan.held_names_for
-
-    def counted(path: str, message_id: str) -> list[str]:
-        looked.append(message_id)
-        return real(path, message_id)
-
-    monkeypatch.setattr(_scan, "held_names_for", counted)
-    return looked
-
-
 def test_a_handle_remembers_its_newest_live_receipts_up_to_the_cache_size(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Of the leases it holds, a handle remembers the receipts of the newest
     ``RECEIPT_CACHE``: a bare id of an older one is looked up in the directory, the
     others are not (mutants: ``>`` for ``>=`` and ``last=True`` in ``Consumer.claimed``)."""
-    clock = ManualClock()
-    queue = _queue(tmp_path / "q", clock)
-    queue.publish_batch([b"m"] * (RECEIPT_CACHE + 1))
-    clock.advance(1)
-    got = queue.receive_batch(RECEIPT_CACHE + 1, visibility_timeout=60, timeout=0)
-    assert len(got) == RECEIPT_CACHE + 1
+    queue, got = _holding_more_than_the_cache(tmp_path / "q")
     looked = _count_lookups(monkeypatch)
     for message in (got[1], got[-2], got[-1]):
         assert queue.delete(message.id)
@@ -299,12 +294,7 @@ def test_a_new_lease_that_reuses_an_old_receipt_is_not_redirected_to_its_extensi
     receipt back; that receipt then names the live lease, not the extension it once led
     to, so deleting by it deletes the message (mutant: ``Consumer.claimed`` not dropping
     the receipt from the superseded ones)."""
-    clock = ManualClock()
-    queue = _queue(tmp_path / "q", clock)
-    queue.publish(b"m")
-    clock.advance(1)
-    first = queue.receive(visibility_timeout=10, timeout=0)
-    assert first is not None
+    queue, first = _holding_one(tmp_path / "q", visibility_timeout=10)
     extended = queue.change_visibility(first, 20)
     queue.change_visibility(extended, 0)  # released: ready again
     again = queue.receive(visibility_timeout=10, timeout=0)
