@@ -36,12 +36,14 @@ from __future__ import annotations
 
 import bisect
 import heapq
+import math
 import threading
 from collections import OrderedDict, deque
 from collections.abc import Iterable
 from typing import Final
 
 from ._ids import decode_ready
+from ._inotify import ANNOUNCEMENT
 
 _REFRESH_FACTOR: Final = 20.0
 RECEIPT_CACHE: Final = 4096
@@ -58,7 +60,7 @@ class Consumer:
         self._codes: deque[int] = deque()  # the listed candidates, oldest first
         self._returned: list[int] = []  # heap: ids this handle put back (requeues)
         self._listed_leases: list[tuple[int, str]] = []  # heap: (expiry_us, name)
-        self._stale_at = float("-inf")  # monotonic time after which to list again
+        self._stale_at = -math.inf  # monotonic time after which to list again
         self._receipts: OrderedDict[str, str] = OrderedDict()  # id -> live receipt
         self._superseded: OrderedDict[str, str] = OrderedDict()  # old -> next receipt
         self._own: list[tuple[int, str, str]] = []  # heap: (expiry_us, id, receipt)
@@ -75,7 +77,7 @@ class Consumer:
 
     def invalidate(self) -> None:
         """Make the next claim list the directory again."""
-        self._stale_at = float("-inf")
+        self._stale_at = -math.inf
 
     def take(self) -> int | None:
         """The next candidate to claim (a packed id), or ``None`` when the view is used up."""
@@ -116,12 +118,13 @@ class Consumer:
         ``None`` when they cannot stand for a listing: ids are held back from the last
         one (:meth:`load`). When the view still has candidates, they are merged into it
         instead (FIFO across this handle's own requeues) and the answer is empty.
-        Negative codes (announcements) are dropped; the caller checks for them.
+        Announcements (:data:`~vsqs._inotify.ANNOUNCEMENT`) are dropped; the caller
+        checks for them.
         """
         with self._lock:
             if self._deferred:
                 return None
-            named = sorted((code for code in made_ready if code >= 0), reverse=True)
+            named = sorted((code for code in made_ready if code != ANNOUNCEMENT), reverse=True)
             if self._ignored:
                 named = [code for code in named if decode_ready(code) not in self._ignored]
             if self._codes or self._returned:
@@ -221,10 +224,8 @@ class Consumer:
             own, receipts = self._own, self._receipts
             while own and receipts.get(own[0][1]) != own[0][2]:
                 heapq.heappop(own)  # deleted, extended or released since
-            listed = self._listed_leases[0][0] if self._listed_leases else None
-            if own and (listed is None or own[0][0] < listed):
-                return own[0][0]
-            return listed
+            ends = [heap[0][0] for heap in (own, self._listed_leases) if heap]
+            return min(ends) if ends else None
 
     def claimed(self, message_id: str, receipt: str, expiry_us: int) -> None:
         """Remember a lease this handle just took."""

@@ -429,11 +429,6 @@ def mtime(path: str) -> float:
         return math.inf  # RACE: removed meanwhile; whoever asks treats it as brand new
 
 
-def chmod(path: str, mode: int) -> None:
-    """Set permission bits on a path (no symlink following where supported)."""
-    os.chmod(path, mode)
-
-
 def is_plain_dir(path: str) -> bool:
     """Whether *path* is a directory itself, not a symlink to one."""
     try:
