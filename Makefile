@@ -120,8 +120,10 @@ $(VENV)/.mutate: $(STAMP)
 ##   make mutate                     every core module ([tool.mutmut] in pyproject.toml)
 ## Mutated copies live in mutants/ (kept between runs: a rerun reuses the recorded test
 ## coverage); PYTHONPATH points there so that the tests' child processes run the mutant too,
-## and bytecode is written: each child would otherwise compile every mutant again.
+## and bytecode is written: each child would otherwise compile every mutant again. mutants/
+## exists before Python starts, so the tests load this checkout's modules, not another's.
 mutate: $(VENV)/.mutate
+	mkdir -p $(CURDIR)/mutants
 	cd $(CURDIR) && PYTHONDONTWRITEBYTECODE= PYTHONPATH=$(CURDIR)/mutants $(BIN)/mutmut run --max-children $(MUTATE_JOBS) \
 		$(if $(MODULE),'vsqs.$(MODULE)*')
 	$(PY) -m tests.mutation.report $(if $(MODULE),--module $(MODULE))
