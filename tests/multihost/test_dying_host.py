@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import signal
 import subprocess
+import time
 from pathlib import Path
 
 import vsqs
@@ -46,6 +47,13 @@ def test_a_dying_host_loses_nothing_and_stalls_no_one(
     stop = tmp_path / "stop"
     publishers, consumers = start_survivors([("a", owner), ("c", c)], tmp_path, stop, LEASE)
     wait_until_dying_host_holds(tmp_path)
+    # And until its streamer has begun the body (said so, and its `.new` is there): killed
+    # before that, there would be nothing half-written to find.
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and not (
+        read_report(tmp_path / "s-d") and any(p.name.endswith(".new") for p in owner.iterdir())
+    ):
+        time.sleep(0.05)
     for proc in doomed:  # the host dies: every process at once, then its view of the files
         proc.send_signal(signal.SIGKILL)
     for proc in doomed:
