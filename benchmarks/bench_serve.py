@@ -23,9 +23,14 @@ Per server, on fresh standard queues:
 * ``latency``: 64 clients (4 processes of 16 threads) loop ``SendMessage`` for
   *seconds*: the median and 99th percentile of their latencies;
 * ``library``: the durable ``Queue.publish_batch`` of 10 in one thread of this process
-  on the ``vsqs disk`` filesystem: what the disk's flushes allow one sender; and in a
+  on the ``vsqs disk`` filesystem, measured just before that server's ``send 1`` (the
+  filesystem in the same state): what the disk's flushes allow one sender; and in a
   second table, from *library-threads* threads at once into one queue, on ``/var/tmp``
-  and ``/dev/shm``: how far concurrent batches share their flushes (group commit).
+  and ``/dev/shm``: how far concurrent batches share their flushes (group commit);
+* ``bound``: what one synchronous client can get from any durable server on that disk,
+  each round ``1 / (1 / sqslite's send 1 + 1 / library)``: a batch costs at least the
+  client's round trip to a server that does nothing durable (sqslite, in memory) plus
+  the disk's flush, one after the other, since one client waits for each answer.
 
 Each figure is the median (and the least, or for latencies the greatest) of *rounds*
 rounds; within a round the servers take turns.
@@ -66,6 +71,8 @@ QUERY_PYTHON: Final = REPO / ".venv-query" / "bin" / "python"
 LATENCY_PROCESSES: Final = 4
 LATENCY_THREADS: Final = 16
 BODY: Final = b"x" * 100
+LIBRARY: Final = "library durable publish_batch (1 thread, same disk, just before)"
+BOUND: Final = "bound for 1 durable client: 1 / (1 / sqslite send 1 + 1 / library)"
 
 
 def moto_main(port: int) -> None:
@@ -259,6 +266,9 @@ def measure_server(
     figures: dict[str, float] = {}
     with server(name) as endpoint:
         base = {"endpoint": endpoint, "seconds": args.seconds}
+        if name == "vsqs disk":
+            # The library beside the server, on the same filesystem in the same state.
+            figures[LIBRARY] = library_rate(args.seconds, 1, ROOTS[name])
         for count in args.clients:
             url = _queue(endpoint, python)
             figures[f"send {count}"] = pool.rate(count, {**base, "url": url, "phase": "send"})
@@ -289,7 +299,6 @@ def measure(args: argparse.Namespace) -> dict[str, list[dict[str, float]]]:
             for name in [*args.servers, "library"]:
                 if name == "library":
                     figures = measure_library(args.seconds, args.library_threads)
-                    figures["durable publish_batch"] = library_rate(args.seconds)
                 else:
                     figures = measure_server(name, pool, args.client_python, args)
                 rounds[name].append(figures)
@@ -310,7 +319,7 @@ def report(rounds: dict[str, list[dict[str, float]]], servers: list[str]) -> str
     """The reST table: a row per figure, a column per server; vsqs's ratios to sqslite."""
     keys = [k for k in rounds[servers[0]][0] if k not in ("median ms", "p99 ms")]
     keys += [k for s in servers for k in rounds[s][0] if k not in keys]
-    keys = [k for k in keys if k not in ("median ms", "p99 ms")] + ["median ms", "p99 ms"]
+    keys = [k for k in keys if k not in ("median ms", "p99 ms", LIBRARY)] + ["median ms", "p99 ms"]
     vsqs_names = [n for n in servers if n.startswith("vsqs")]
     headers = ["figure", *servers]
     if "sqslite" in servers:
@@ -332,10 +341,31 @@ def report(rounds: dict[str, list[dict[str, float]]], servers: list[str]) -> str
                 else:
                     row.append("-")
         rows.append(row)
-    library = [r["durable publish_batch"] for r in rounds["library"]]
-    rows.append(["library durable publish_batch (1 thread, /var/tmp)", _cell(library)]
-                + [""] * (len(headers) - 2))  # fmt: skip
+    if "sqslite" in servers and "vsqs disk" in servers:
+        rows += _bound_rows(rounds, servers, len(headers))
     return table(headers, rows)
+
+
+def _bound_rows(
+    rounds: dict[str, list[dict[str, float]]], servers: list[str], width: int
+) -> list[list[str]]:
+    """The library's rate beside ``vsqs disk``, the bound of one durable client made of
+    it and sqslite's ``send 1`` (each round's own figures), and the server against it."""
+    column = servers.index("vsqs disk") + 1
+    library, bound, ratio = [], [], []
+    for disk, peer in zip(rounds["vsqs disk"], rounds["sqslite"], strict=True):
+        library.append(disk[LIBRARY])
+        bound.append(1 / (1 / peer["send 1"] + 1 / disk[LIBRARY]))
+        ratio.append(disk["send 1"] / bound[-1])
+    rows = []
+    for label, values in ((LIBRARY, library), (BOUND, bound)):
+        row = [label] + [""] * (width - 1)
+        row[column] = _cell(values)
+        rows.append(row)
+    row = ["vsqs disk send 1 / bound (median, least)"] + [""] * (width - 1)
+    row[column] = f"{statistics.median(ratio):.2f}x ({min(ratio):.2f}x)"
+    rows.append(row)
+    return rows
 
 
 def report_library(rounds: list[dict[str, float]], threads: list[int]) -> str:

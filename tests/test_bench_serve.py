@@ -8,6 +8,8 @@ both tables.
 
 from __future__ import annotations
 
+from benchmarks.bench_serve import BOUND, LIBRARY, report
+
 from .fixtures_core import run_benchmark
 
 
@@ -30,10 +32,10 @@ def test_bench_serve_smoke() -> None:
     server_table, library_table = done.stdout.split("\n\n")
     lines = server_table.splitlines()
     assert lines[1].split() == ["figure", "vsqs", "shm"], done.stdout
-    rows = {line[:50].strip(): line[50:].split() for line in lines[3:-1]}
-    library = "library durable publish_batch (1 thread, /var/tmp)"
+    width = lines[0].index(" ")  # the first column's width, from the table's rule
+    rows = {line[:width].strip(): line[width:].split() for line in lines[3:-1]}
     assert list(rows) == ["send 1", "receive 1", "send 2", "receive 2", "depth", "median ms",
-                          "p99 ms", library]  # fmt: skip
+                          "p99 ms"]  # fmt: skip
     for cells in rows.values():
         median, least = cells[0], cells[1]
         assert float(median.replace(",", "")) > 0, done.stdout
@@ -45,3 +47,22 @@ def test_bench_serve_smoke() -> None:
     for cells in rows.values():
         assert all(float(cells[i].replace(",", "")) > 0 for i in (0, 2)), done.stdout
         assert cells[-2:][0].endswith("x") and cells[-1].endswith("x")
+
+
+def test_the_bound_of_one_durable_client_is_each_rounds_round_trip_plus_flush() -> None:
+    """One client waits for each answer, so a durable batch costs at least sqslite's
+    round trip plus the library's flush: rates combine as 1 / (1/a + 1/b), round by round."""
+    rounds = {
+        "sqslite": [{"send 1": 6000.0}, {"send 1": 4000.0}, {"send 1": 5000.0}],
+        "vsqs disk": [
+            {"send 1": 2000.0, LIBRARY: 3000.0},
+            {"send 1": 1000.0, LIBRARY: 4000.0},
+            {"send 1": 1500.0, LIBRARY: 5000.0},
+        ],
+    }
+    lines = report(rounds, ["sqslite", "vsqs disk"]).splitlines()
+    cells = {line.split("  ")[0]: line for line in lines[3:-1]}
+    assert "2,000 (2,000)" in cells[BOUND]  # 1/(1/6000+1/3000), 1/(1/4000+1/4000), 2,500
+    assert "4,000 (3,000)" in cells[LIBRARY]
+    ratio = cells["vsqs disk send 1 / bound (median, least)"]
+    assert "0.60x (0.50x)" in ratio  # 2000/2000, 1000/2000, 1500/2500
