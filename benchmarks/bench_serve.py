@@ -15,7 +15,9 @@ Per server, on fresh standard queues:
 
 * ``send`` (C = 1 and 4 client processes): each loops ``SendMessageBatch`` of 10 bodies
   of 100 bytes for *seconds*: messages sent over the time from the release to the last
-  answer; ``receive``: each loops ``ReceiveMessage(10)`` and ``DeleteMessageBatch``
+  answer; and the CPU time the server process and the client processes spent in that
+  phase, per batch (from ``/proc/PID/stat``: where two cores go when four clients and a
+  server share them); ``receive``: each loops ``ReceiveMessage(10)`` and ``DeleteMessageBatch``
   until a receive is empty, draining what the send left (a shallow queue);
 * ``depth``: a queue filled with *depth* messages (by 4 clients' batches), then one
   client receives and deletes for *seconds*: is receiving flat with depth? (moto is
@@ -105,9 +107,19 @@ def _wait_listening(process: subprocess.Popen[bytes], port: int) -> None:
     raise RuntimeError(f"nothing listens on port {port}")
 
 
+def cpu_seconds(pids: list[int]) -> float:
+    """The CPU time (user and system, every thread) the processes *pids* have used."""
+    total = 0
+    for pid in pids:
+        with open(f"/proc/{pid}/stat", encoding="ascii") as stat:
+            fields = stat.read().rsplit(")", 1)[1].split()
+        total += int(fields[11]) + int(fields[12])  # utime, stime: fields 14 and 15
+    return total / os.sysconf("SC_CLK_TCK")
+
+
 @contextlib.contextmanager
-def server(name: str) -> Iterator[str]:
-    """Start server *name* in a process of its own; yield its endpoint URL."""
+def server(name: str) -> Iterator[tuple[str, int]]:
+    """Start server *name* in a process of its own; yield its endpoint URL and pid."""
     port = _free_port()
     root = None
     if name == "sqslite":
@@ -124,7 +136,7 @@ def server(name: str) -> Iterator[str]:
         process = subprocess.Popen(args, stdout=log, stderr=log, cwd=REPO)
         try:
             _wait_listening(process, port)
-            yield f"http://127.0.0.1:{port}"
+            yield f"http://127.0.0.1:{port}", process.pid
         except BaseException:
             log.seek(0)
             sys.stderr.write(log.read()[-4000:].decode(errors="replace"))
@@ -188,9 +200,14 @@ class Clients:
 
     def rate(self, count: int, command: dict[str, Any]) -> float:
         """Messages a second of one phase, all *count* clients together."""
+        return self.phase(count, command)[0]
+
+    def phase(self, count: int, command: dict[str, Any]) -> tuple[float, int]:
+        """Messages a second of one phase, all *count* clients together, and how many."""
         results, began = self.run(count, command)
         elapsed = max(r["end"] for r in results) - began
-        return sum(r["count"] for r in results) / elapsed if elapsed > 0 else 0.0
+        messages = sum(r["count"] for r in results)
+        return (messages / elapsed if elapsed > 0 else 0.0), messages
 
     def close(self) -> None:
         for process in self.processes:
@@ -264,14 +281,21 @@ def measure_server(
     """One round's figures of server *name*: {"send C", "receive C", "depth",
     "median ms", "p99 ms"}."""
     figures: dict[str, float] = {}
-    with server(name) as endpoint:
+    with server(name) as (endpoint, pid):
         base = {"endpoint": endpoint, "seconds": args.seconds}
         if name == "vsqs disk":
             # The library beside the server, on the same filesystem in the same state.
             figures[LIBRARY] = library_rate(args.seconds, 1, ROOTS[name])
         for count in args.clients:
             url = _queue(endpoint, python)
-            figures[f"send {count}"] = pool.rate(count, {**base, "url": url, "phase": "send"})
+            clients = [p.pid for p in pool.processes[:count]]
+            cpu = cpu_seconds([pid]), cpu_seconds(clients)
+            rate, sent = pool.phase(count, {**base, "url": url, "phase": "send"})
+            batches = max(sent // 10, 1)
+            figures[f"send {count}"] = rate
+            server_cpu, clients_cpu = cpu_seconds([pid]) - cpu[0], cpu_seconds(clients) - cpu[1]
+            figures[f"send {count}: server CPU µs a batch"] = server_cpu / batches * 1e6
+            figures[f"send {count}: clients' CPU µs a batch"] = clients_cpu / batches * 1e6
             figures[f"receive {count}"] = pool.rate(count, {**base, "url": url, "phase": "receive"})
         if name != "moto" and args.depth:
             url = _queue(endpoint, python)
@@ -309,6 +333,11 @@ def measure(args: argparse.Namespace) -> dict[str, list[dict[str, float]]]:
     return rounds
 
 
+def _low_is_good(key: str) -> bool:
+    """Latencies and CPU times: the less the better."""
+    return key.endswith(("ms", "a batch"))
+
+
 def _cell(values: list[float], *, low_is_good: bool = False) -> str:
     """The median, and the worst of the rounds in brackets."""
     worst = max(values) if low_is_good else min(values)
@@ -330,14 +359,14 @@ def report(rounds: dict[str, list[dict[str, float]]], servers: list[str]) -> str
         medians = {}
         for name in servers:
             values = [r[key] for r in rounds[name] if key in r]
-            row.append(_cell(values, low_is_good=key.endswith("ms")) if values else "-")
+            row.append(_cell(values, low_is_good=_low_is_good(key)) if values else "-")
             if values:
                 medians[name] = statistics.median(values)
         if "sqslite" in servers:
             for name in vsqs_names:
                 if name in medians and medians.get("sqslite"):
                     ratio = medians[name] / medians["sqslite"]
-                    row.append(f"{1 / ratio if key.endswith('ms') else ratio:.2f}x")
+                    row.append(f"{1 / ratio if _low_is_good(key) else ratio:.2f}x")
                 else:
                     row.append("-")
         rows.append(row)

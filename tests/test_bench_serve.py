@@ -34,8 +34,9 @@ def test_bench_serve_smoke() -> None:
     assert lines[1].split() == ["figure", "vsqs", "shm"], done.stdout
     width = lines[0].index(" ")  # the first column's width, from the table's rule
     rows = {line[:width].strip(): line[width:].split() for line in lines[3:-1]}
-    assert list(rows) == ["send 1", "receive 1", "send 2", "receive 2", "depth", "median ms",
-                          "p99 ms"]  # fmt: skip
+    cpu = [f"send {c}: {who} CPU µs a batch" for c in (1, 2) for who in ("server", "clients'")]
+    assert list(rows) == ["send 1", cpu[0], cpu[1], "receive 1", "send 2", cpu[2], cpu[3],
+                          "receive 2", "depth", "median ms", "p99 ms"]  # fmt: skip
     for cells in rows.values():
         median, least = cells[0], cells[1]
         assert float(median.replace(",", "")) > 0, done.stdout
