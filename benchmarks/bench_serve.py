@@ -21,7 +21,9 @@ Per server, on fresh standard queues:
   until a receive is empty, draining what the send left (a shallow queue);
 * ``depth``: a queue filled with *depth* messages (by 4 clients' batches), then one
   client receives and deletes for *seconds*: is receiving flat with depth? (moto is
-  left out: it would take minutes to fill);
+  left out: it would take minutes to fill); ``fifo shallow`` and ``fifo depth``: the
+  same on a FIFO queue filled with 1,000 and with *depth* messages, each batch spread
+  over 10 message groups (vsqs only: sqslite answers FIFO batches with errors);
 * ``latency``: 64 clients (4 processes of 16 threads) loop ``SendMessage`` for
   *seconds*: the median and 99th percentile of their latencies;
 * ``library``: the durable ``Queue.publish_batch`` of 10 in one thread of this process
@@ -70,6 +72,7 @@ SERVERS: Final = ("sqslite", "moto", "vsqs shm", "vsqs disk")
 ROOTS: Final = {"vsqs shm": "/dev/shm", "vsqs disk": "/var/tmp"}
 SQSLITE: Final = REPO / "benchmarks" / "sqslite" / "node_modules" / "sqslite" / "bin" / "cli.js"
 QUERY_PYTHON: Final = REPO / ".venv-query" / "bin" / "python"
+FIFO_SHALLOW: Final = 1000
 LATENCY_PROCESSES: Final = 4
 LATENCY_THREADS: Final = 16
 BODY: Final = b"x" * 100
@@ -219,13 +222,14 @@ class Clients:
             process.wait(timeout=30)
 
 
-def _queue(endpoint: str, python: str) -> str:
-    """A new queue's URL, made through the query protocol."""
-    name = f"bench-{uuid.uuid4().hex[:12]}"
+def _queue(endpoint: str, python: str, *, fifo: bool = False) -> str:
+    """A new queue's URL (a FIFO queue if *fifo*), made through the query protocol."""
+    name = f"bench-{uuid.uuid4().hex[:12]}" + (".fifo" if fifo else "")
+    attributes = "{'FifoQueue': 'true'}" if fifo else "{}"
     code = (
         "import boto3, sys; print(boto3.client('sqs', endpoint_url=sys.argv[1], "
         "region_name='us-east-1', aws_access_key_id='b', aws_secret_access_key='b')"
-        ".create_queue(QueueName=sys.argv[2])['QueueUrl'])"
+        f".create_queue(QueueName=sys.argv[2], Attributes={attributes})['QueueUrl'])"
     )
     done = subprocess.run(
         [python, "-c", code, endpoint, name], capture_output=True, text=True, check=True
@@ -297,12 +301,17 @@ def measure_server(
             figures[f"send {count}: server CPU µs a batch"] = server_cpu / batches * 1e6
             figures[f"send {count}: clients' CPU µs a batch"] = clients_cpu / batches * 1e6
             figures[f"receive {count}"] = pool.rate(count, {**base, "url": url, "phase": "receive"})
+        phases = []  # (figure, fifo, messages)
         if name != "moto" and args.depth:
-            url = _queue(endpoint, python)
+            phases.append(("depth", False, args.depth))
+        if name.startswith("vsqs") and args.depth:  # sqslite answers FIFO batches 500
+            phases += [("fifo shallow", True, FIFO_SHALLOW), ("fifo depth", True, args.depth)]
+        for figure, fifo, messages in phases:
+            url = _queue(endpoint, python, fifo=fifo)
             fill = {"endpoint": endpoint, "url": url, "phase": "send", "seconds": 600.0}
             fillers = min(4, len(pool.processes))
-            pool.run(fillers, {**fill, "limit": -(-args.depth // fillers)})
-            figures["depth"] = pool.rate(1, {**base, "url": url, "phase": "receive"})
+            pool.run(fillers, {**fill, "limit": -(-messages // fillers)})
+            figures[figure] = pool.rate(1, {**base, "url": url, "phase": "receive"})
         url = _queue(endpoint, python)
         latency = {**base, "url": url, "phase": "latency", "threads": LATENCY_THREADS}
         results, _ = pool.run(LATENCY_PROCESSES, latency)

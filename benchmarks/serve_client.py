@@ -13,6 +13,7 @@ An empty line ends it.
 from __future__ import annotations
 
 import json
+import os
 import sys
 import threading
 import time
@@ -37,12 +38,20 @@ def _client(endpoint: str) -> Any:
 
 
 def _send(sqs: Any, url: str, seconds: float, limit: int | None) -> int:
-    sent = 0
+    """Batches of 10 for *seconds* or up to *limit* messages; to a FIFO queue (``.fifo``),
+    each entry of a batch in a group of its own (10 groups) with a unique dedup id."""
+    sent = batches = 0
     entries = [{"Id": str(i), "MessageBody": BODY} for i in range(10)]
+    fifo = url.endswith(".fifo")
     began = time.monotonic()
     while time.monotonic() - began < seconds and (limit is None or sent < limit):
+        if fifo:
+            for i, entry in enumerate(entries):
+                entry["MessageGroupId"] = f"g{i}"
+                entry["MessageDeduplicationId"] = f"{os.getpid()}-{batches}-{i}"
         answer = sqs.send_message_batch(QueueUrl=url, Entries=entries)
         sent += len(answer.get("Successful", []))
+        batches += 1
     return sent
 
 

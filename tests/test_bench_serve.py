@@ -36,7 +36,8 @@ def test_bench_serve_smoke() -> None:
     rows = {line[:width].strip(): line[width:].split() for line in lines[3:-1]}
     cpu = [f"send {c}: {who} CPU µs a batch" for c in (1, 2) for who in ("server", "clients'")]
     assert list(rows) == ["send 1", cpu[0], cpu[1], "receive 1", "send 2", cpu[2], cpu[3],
-                          "receive 2", "depth", "median ms", "p99 ms"]  # fmt: skip
+                          "receive 2", "depth", "fifo shallow", "fifo depth", "median ms",
+                          "p99 ms"]  # fmt: skip
     for cells in rows.values():
         median, least = cells[0], cells[1]
         assert float(median.replace(",", "")) > 0, done.stdout
