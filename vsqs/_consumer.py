@@ -100,6 +100,18 @@ class Consumer:
                 return heapq.heappop(returned)
             return codes.popleft() if codes else None
 
+    def peek(self) -> int | None:
+        """The candidate :meth:`take` would give first (a packed id), left in the view;
+        ``None`` when the view is used up."""
+        with self._lock:
+            codes, returned = self._codes, self._returned
+            try:
+                if returned and (not codes or returned[0] <= codes[0]):
+                    return returned[0]
+                return codes[0] if codes else None
+            except IndexError:
+                return None  # RACE: a lock-free take emptied the view since the test
+
     def put_back(self, codes: Iterable[int]) -> None:
         """Offer ids that this handle made ready again (requeues, unclaimed wake-ups)."""
         with self._lock:

@@ -197,7 +197,7 @@ class NullQueue:
     def peek(self) -> Message | None:
         return None
 
-    def peek_oldest_key(self) -> int | None:
+    def peek_oldest_key(self, *, known: bool = False) -> int | None:
         return None
 
     @property

@@ -2041,8 +2041,23 @@ class Queue:
             held_back=held_back(listing.held),
         )
 
-    def peek_oldest_key(self) -> int | None:
-        """The publish time (µs) of the oldest ready message, from one listing."""
+    def peek_oldest_key(self, *, known: bool = False) -> int | None:
+        """The publish time (µs) of the oldest ready message, from one listing.
+
+        *known*: the oldest this handle knows of instead, without a listing while it
+        knows of any: its last listing's (a receive's, or this call's), less what it has
+        claimed and skipped since, plus what it put back. It costs nothing at any depth
+        but may be out of date: another consumer may have taken that message since (a
+        receive then finds the next), and an ended lease of another consumer shows only
+        in the next listing. The listing made when the view is used up returns ended
+        leases, as a receive's does.
+        """
+        if known:
+            code = self._consumer.peek()
+            if code is None:
+                self._relist(self.clock.time_us())
+                code = self._consumer.peek()
+            return None if code is None else code >> 1
         ready = _scan.scan(self.path).ready
         return (ready[0] >> 1) if ready else None
 

@@ -362,9 +362,11 @@ class PartitionedQueue:
         """The oldest ready message of any partition, not claimed; ``None`` if none."""
         return next(self.browse(), None)
 
-    def peek_oldest_key(self) -> int | None:
-        """The publish time (µs) of the oldest ready message of any partition."""
-        keys = [part.peek_oldest_key() for part in (*self._parts, self._root)]
+    def peek_oldest_key(self, *, known: bool = False) -> int | None:
+        """The publish time (µs) of the oldest ready message of any partition (*known*:
+        of any partition's handle, as :meth:`PlainQueue.peek_oldest_key
+        <vsqs.PlainQueue.peek_oldest_key>`)."""
+        keys = [part.peek_oldest_key(known=known) for part in (*self._parts, self._root)]
         return min((key for key in keys if key is not None), default=None)
 
     def check(self, *, allow_new: bool = False) -> list[str]:

@@ -15,14 +15,18 @@ def in_order(queue: AnyQueue, count: int, visibility: int | None) -> list[Messag
     in order, one in flight).
 
     Not the queue's own receive, which starts at the serving thread's home partition:
-    this order depends on the messages alone. It costs a listing per partition.
+    this order depends on the messages alone. Each partition's oldest is the one its
+    handle knows of (``peek_oldest_key(known=True)``): a listing only for a partition
+    whose view is used up (and that listing returns its ended leases), none per
+    partition per receive, so the cost does not grow with the backlog.
     """
     parts = partitions_of(queue)
     oldest: list[tuple[int, int]] = []
     for index, part in enumerate(parts):
-        key = part.peek_oldest_key()
-        if key is None and part.requeue_expired():  # ended leases: visible again
-            key = part.peek_oldest_key()
+        # RACE: another server or consumer may have taken that message since this
+        # handle listed it: that partition's receive then gives its next, or none, and
+        # the partitions after it are tried.
+        key = part.peek_oldest_key(known=True)
         if key is not None:
             oldest.append((key, index))
     got: list[Message] = []
