@@ -23,8 +23,10 @@ from typing import Any
 import pytest
 
 import vsqs
-from vsqs import _fs, _libc
+from vsqs import _flush, _fs, _libc
 from vsqs.testing import ManualClock
+
+from ..fixtures_core import patch_fs
 
 _REAL_LINK: Callable[..., None] = os.link
 _Name = Callable[[str], str]
@@ -99,13 +101,15 @@ def test_the_linking_rename_moves_and_never_replaces(
 
 
 @pytest.mark.usefixtures("linking")
+@pytest.mark.parametrize("ours_taken", [False, True], ids=["ours-left", "ours-taken-too"])
 def test_a_move_lost_to_another_host_between_link_and_unlink_withdraws_its_name(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, mover: tuple[_Rename, _Name]
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, mover: tuple[_Rename, _Name], ours_taken: bool
 ) -> None:
     """Two hosts move one message at once: both link, the other unlinks the source first.
-    The loser removes its own link (the message is held once, by the winner) and raises
-    ``FileNotFoundError`` naming the source, as an atomic rename would (mutants: the
-    withdrawal of the wrong name, the error without the file name)."""
+    The loser removes its own link (the message is held once, by the winner; already
+    gone is fine) and raises ``FileNotFoundError`` naming the source, as an atomic rename
+    would (mutants: the withdrawal of the wrong name or not tolerating it gone, the
+    error's errno, message and file name)."""
     rename, name = mover
     (tmp_path / _READY).write_bytes(b"m")
 
@@ -113,12 +117,39 @@ def test_a_move_lost_to_another_host_between_link_and_unlink_withdraws_its_name(
         _REAL_LINK(src, dst, **kwargs)
         _REAL_LINK(tmp_path / _READY, tmp_path / "theirs")  # the other host's link...
         os.unlink(tmp_path / _READY)  # ...and its unlink, first
+        if ours_taken:  # and a third host took the name we made, at once
+            os.unlink(tmp_path / _LEASE)
 
     monkeypatch.setattr(os, "link", link_then_lose)
-    with pytest.raises(FileNotFoundError, match="moved by another process") as caught:
+    with pytest.raises(FileNotFoundError) as caught:
         rename(name(_READY), name(_LEASE))
-    assert caught.value.filename == name(_READY)
+    assert (caught.value.errno, caught.value.strerror, caught.value.filename) == (
+        errno.ENOENT,
+        "moved by another process meanwhile",
+        name(_READY),
+    )
     assert _names(tmp_path) == {"theirs": b"m"}
+
+
+@pytest.mark.usefixtures("linking")
+def test_the_linking_rename_moves_a_planted_symlink_as_a_link(
+    tmp_path: Path, mover: tuple[_Rename, _Name]
+) -> None:
+    """A symlink planted under a message's name is moved as the link it is, never as its
+    target (a hard link to a file outside the queue would make it a message); so is a
+    second name given by ``link_noreplace`` (mutants: ``follow_symlinks`` of both)."""
+    rename, name = mover
+    outside = tmp_path.parent / f"{tmp_path.name}-outside"
+    outside.write_bytes(b"secret")
+    try:
+        (tmp_path / _READY).symlink_to(outside)
+        rename(name(_READY), name(_LEASE))
+        assert (tmp_path / _LEASE).is_symlink()
+        _fs.link_noreplace(str(tmp_path / _LEASE), str(tmp_path / "second"))
+        assert (tmp_path / "second").is_symlink()
+        assert os.stat(outside).st_nlink == 1
+    finally:
+        outside.unlink()
 
 
 @pytest.mark.usefixtures("linking")
@@ -208,6 +239,10 @@ def test_a_link_refused_with_eperm_on_a_taken_name_says_it_is_taken(
     )
     assert caught.value.filename == name(_LEASE)
     assert _names(tmp_path) == {_READY: b"m", _LEASE: b"theirs"}
+    (tmp_path / _LEASE).unlink()
+    (tmp_path / _LEASE).symlink_to(tmp_path / "nowhere")  # a name too, though dangling
+    with pytest.raises(FileExistsError):
+        rename(name(_READY), name(_LEASE))
 
 
 @pytest.mark.parametrize("code", [errno.EINVAL, errno.ENOSYS, errno.ENOTSUP, errno.EIO])
@@ -327,3 +362,104 @@ def test_the_filesystem_clock_probe_leaves_nothing_behind(
     queue.receive(timeout=0)
     assert os.listdir(cwd) == []
     assert [n for n in os.listdir(Path(queue.path, ".vsqs")) if n.startswith(".now")] == []
+
+
+def test_a_lock_file_is_made_with_its_mode_never_through_a_symlink_and_locks(
+    tmp_path: Path,
+) -> None:
+    """``open_lock_at`` makes the lock file with the mode asked for, refuses a symlink
+    (nothing made at its target), and ``try_lock`` takes it exclusively by default:
+    one holder, no shared one beside it; shared, several (mutants: ``open_lock_at``'s
+    mode and ``O_NOFOLLOW``, ``try_lock``'s default and its ``shared`` test)."""
+    fd = os.open(tmp_path, os.O_RDONLY | os.O_DIRECTORY)
+    old = os.umask(0o022)
+    try:
+        first, second = (_fs.open_lock_at("lock", 0o640, fd) for _ in range(2))
+        assert stat.S_IMODE(os.stat(tmp_path / "lock").st_mode) == 0o640
+        (tmp_path / "link").symlink_to(tmp_path / "target")
+        with pytest.raises(OSError) as caught:
+            _fs.open_lock_at("link", 0o640, fd)
+        assert caught.value.errno == errno.ELOOP
+        assert not (tmp_path / "target").exists()
+        assert _fs.try_lock(first)
+        assert not _fs.try_lock(second)
+        assert not _fs.try_lock(second, shared=True)
+        _fs.unlock(first)
+        assert _fs.try_lock(first, shared=True)
+        assert _fs.try_lock(second, shared=True)
+        assert not _fs.try_lock(os.open(tmp_path / "lock", os.O_RDONLY))
+    finally:
+        os.umask(old)
+        os.close(fd)
+
+
+def test_two_names_are_one_file_only_if_both_exist_on_one_inode(tmp_path: Path) -> None:
+    """``same_file``: a hard link yes, a copy no, a missing name no (mutant: a missing
+    name taken for the same file, so a requeue would discard a message's only name)."""
+    (tmp_path / "a").write_bytes(b"m")
+    os.link(tmp_path / "a", tmp_path / "b")
+    (tmp_path / "c").write_bytes(b"m")
+    assert _fs.same_file(str(tmp_path / "a"), str(tmp_path / "b"))
+    assert not _fs.same_file(str(tmp_path / "a"), str(tmp_path / "c"))
+    assert not _fs.same_file(str(tmp_path / "a"), str(tmp_path / "gone"))
+    assert not _fs.same_file(str(tmp_path / "gone"), str(tmp_path / "a"))
+
+
+def test_a_queue_root_has_no_queue_under_an_absent_name(tmp_path: Path) -> None:
+    """A name with nothing under it is not a queue of the root (mutant: ``is_plain_dir``
+    true for a missing path)."""
+    root = vsqs.QueueRoot(tmp_path / "root", durable=False)
+    assert "absent" not in root
+    with pytest.raises(vsqs.QueueNotFound):
+        root.get("absent")
+
+
+def test_a_fresh_shutdown_marker_without_a_time_is_not_yet_drained(tmp_path: Path) -> None:
+    """A ``closed`` marker without a time, written just now: the shutdown is dated by its
+    mtime, in whole µs, so the grace for publishers in flight has not passed and a
+    receive finds nothing without raising ``QueueDrained`` (mutants: ``mtime_us_at``'s
+    division)."""
+    queue = vsqs.PlainQueue(tmp_path / "q", durable=False)
+    marker = Path(queue.path, ".vsqs", "closed")
+    marker.parent.mkdir(exist_ok=True)
+    marker.write_bytes(b"")
+    assert vsqs.PlainQueue(tmp_path / "q", durable=False).receive(timeout=0) is None
+
+
+@pytest.mark.parametrize("durable", [False, True])
+def test_a_queue_root_flushes_the_directories_it_made_only_when_durable(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, durable: bool
+) -> None:
+    """A durable root flushes the parent of each directory it made, so that their names
+    survive a power loss; a root that is not durable flushes nothing (mutants:
+    ``make_dirs``' test of *durable*)."""
+    flushed: list[str] = []
+    real = _flush.fsync_dir
+
+    def recorded(path: str) -> None:
+        flushed.append(path)
+        real(path)
+
+    patch_fs(monkeypatch, "fsync_dir", recorded)
+    vsqs.QueueRoot(tmp_path / "a" / "root", durable=durable)
+    assert flushed == ([str(tmp_path), str(tmp_path / "a")] if durable else [])
+
+
+def test_a_copy_returns_its_size_and_reports_progress_before_each_chunk(tmp_path: Path) -> None:
+    """``copy_fd`` copies every byte, in 1 MiB chunks, calls *progress* before each read
+    (a mover renews its claim there) and returns the size copied. (Its one caller, the
+    cross-filesystem move, does not count a moved message as produced, so the size is
+    seen only here; mutants: ``copy_fd``'s running size.)"""
+    body = os.urandom((1 << 20) + 5)  # two chunks
+    (tmp_path / "source").write_bytes(body)
+    calls: list[int] = []
+    source = os.open(tmp_path / "source", os.O_RDONLY)
+    target = os.open(tmp_path / "target", os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    try:
+        size = _fs.copy_fd(source, target, lambda: calls.append(os.lseek(source, 0, os.SEEK_CUR)))
+    finally:
+        os.close(source)
+        os.close(target)
+    assert size == len(body)
+    assert (tmp_path / "target").read_bytes() == body
+    assert calls == [0, 1 << 20, len(body)]
