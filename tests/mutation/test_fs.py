@@ -463,3 +463,124 @@ def test_a_copy_returns_its_size_and_reports_progress_before_each_chunk(tmp_path
     assert size == len(body)
     assert (tmp_path / "target").read_bytes() == body
     assert calls == [0, 1 << 20, len(body)]
+
+
+def test_an_exclusive_create_cut_short_by_ctrl_c_leaves_nothing_and_eperm_says_taken(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``create_at``: Ctrl-C raised as the ``open`` returns removes the file it made
+    (its descriptor is lost to the caller), or nothing if none was made; an existing
+    name is ``FileExistsError`` and never removed; sshfs's EPERM on a taken name is
+    ``FileExistsError``, on a free one stays ``PermissionError``; the file gets the
+    mode asked for (mutants: the cleanup, the EPERM branch and the mode of
+    ``create_at``)."""
+    real_open = os.open
+    fail: list[BaseException] = []
+    made = [True]
+
+    def interrupted_open(path: Any, flags: int, mode: int = 0o777, **kwargs: Any) -> int:
+        if fail and flags & os.O_EXCL:
+            if made[0]:
+                os.close(real_open(path, flags, mode, **kwargs))  # made, then interrupted
+            raise fail[0]
+        return real_open(path, flags, mode, **kwargs)
+
+    monkeypatch.setattr(os, "open", interrupted_open)
+    fd = real_open(tmp_path, os.O_RDONLY | os.O_DIRECTORY)
+    old = os.umask(0o022)
+    try:
+        for dir_fd, name in ((None, str(tmp_path / "new")), (fd, "new")):
+            fail[:] = [KeyboardInterrupt()]
+            for made[0] in (True, False):
+                with pytest.raises(KeyboardInterrupt):
+                    _fs.create_at(name, 0o600, dir_fd)
+                assert os.listdir(tmp_path) == []
+            fail[:] = [PermissionError(errno.EPERM, "Operation not permitted", name)]
+            with pytest.raises(PermissionError) as refused:
+                _fs.create_at(name, 0o600, dir_fd)
+            assert type(refused.value) is PermissionError
+            (tmp_path / "new").write_bytes(b"theirs")
+            with pytest.raises(FileExistsError):  # EPERM, on a taken name
+                _fs.create_at(name, 0o600, dir_fd)
+            fail.clear()
+            with pytest.raises(FileExistsError):  # EEXIST
+                _fs.create_at(name, 0o600, dir_fd)
+            assert _names(tmp_path) == {"new": b"theirs"}
+            (tmp_path / "new").unlink()
+            os.close(_fs.create_at(name, 0o640, dir_fd))
+            assert stat.S_IMODE((tmp_path / "new").stat().st_mode) == 0o640
+            (tmp_path / "new").unlink()
+    finally:
+        os.umask(old)
+        os.close(fd)
+
+
+def test_a_short_write_is_continued_to_the_last_byte(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``write_all`` loops on short writes (a signal, a pipe, a quota) until every byte
+    is written, in order (mutants: ``write_all``'s loop)."""
+    real_write = os.write
+    body = os.urandom(1000)
+
+    def short_write(fd: int, data: Any) -> int:
+        return real_write(fd, bytes(data)[:7])
+
+    fd = os.open(tmp_path / "f", os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    monkeypatch.setattr(os, "write", short_write)
+    try:
+        _fs.write_all(fd, body)
+    finally:
+        monkeypatch.undo()
+        os.close(fd)
+    assert (tmp_path / "f").read_bytes() == body
+
+
+def test_a_queue_directory_gets_its_mode_keeps_its_setgid_and_spares_others_dirs(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``umask=0o002`` while the process umask is 0o077: a queue directory made is 0o775;
+    an existing one of ours is set to 0o775 keeping a set-group-id bit, and not touched
+    when its mode is right already; another user's is left as it is (we may not chmod
+    it); a file in the way is refused; a durable queue flushes the parents of the
+    directories it made (mutants: ``make_queue_dir``)."""
+    flushed: list[str] = []
+    real = _flush.fsync_dir
+
+    def recorded(path: str) -> None:
+        flushed.append(path)
+        real(path)
+
+    patch_fs(monkeypatch, "fsync_dir", recorded)
+    old = os.umask(0o077)
+    try:
+        vsqs.PlainQueue(tmp_path / "a" / "made", durable=True, umask=0o002)
+        assert flushed == [str(tmp_path), str(tmp_path / "a")]
+        assert stat.S_IMODE((tmp_path / "a" / "made").stat().st_mode) == 0o775
+        flushed.clear()
+        vsqs.PlainQueue(tmp_path / "b" / "made", durable=False, umask=0o002)
+        assert flushed == []  # not durable: made, not flushed
+        ours, theirs = tmp_path / "ours", tmp_path / "theirs"
+        for path in (ours, theirs):
+            path.mkdir()
+            os.chmod(path, 0o2701)
+        os.chown(theirs, 65534, -1)  # nobody's
+        for path in (ours, theirs):
+            vsqs.PlainQueue(path, durable=True, umask=0o007)
+        assert flushed == []  # nothing made
+        assert stat.S_IMODE(ours.stat().st_mode) == 0o2770  # o+x gone, g+s kept
+        assert stat.S_IMODE(theirs.stat().st_mode) == 0o2701
+        os.chmod(ours, 0o775)  # noqa: S103 -- as the queue would make it
+        before = ours.stat().st_ctime_ns
+        time.sleep(0.01)
+        vsqs.PlainQueue(ours, durable=False, umask=0o002)
+        assert ours.stat().st_ctime_ns == before  # the mode was right: no chmod
+        vsqs.PlainQueue(ours, durable=False)  # no umask: the mode is left alone
+        os.chmod(ours, 0o700)
+        vsqs.PlainQueue(ours, durable=False)
+        assert stat.S_IMODE(ours.stat().st_mode) == 0o700
+        (tmp_path / "file").write_bytes(b"")
+        with pytest.raises(vsqs.NotAQueue):
+            vsqs.PlainQueue(tmp_path / "file", durable=False, umask=0o002)
+    finally:
+        os.umask(old)
