@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 PY     := $(BIN)/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo check test lint typecheck unit integration docs bench bench-quick bench-serve-peers stress mutate clean
+.PHONY: demo check test lint typecheck unit integration docs bench bench-quick bench-serve-peers stress mutate mutant clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -129,6 +129,17 @@ mutate: $(VENV)/.mutate
 	$(PY) -m tests.mutation.report $(if $(MODULE),--module $(MODULE))
 
 MUTATE_JOBS ?= 2
+
+## mutant: one mutant of the last `make mutate` against TESTS (default tests/mutation/).
+## Run inside mutants/ (mutmut's copy, where the tests import the mutated package), with
+## the checkout's current tests copied in: from the checkout, pytest would import the
+## unmutated vsqs and every mutant would seem to survive.
+mutant: $(VENV)/.mutate
+	@test -n "$(NAME)" && test -d mutants/vsqs || { \
+		echo "usage: make mutant NAME=<a mutant of mutmut's> [TESTS=tests/mutation/] (after make mutate)"; exit 2; }
+	tar -cf - --exclude=node_modules --exclude=__pycache__ tests | tar -C mutants -xf -
+	cd mutants && MUTANT_UNDER_TEST='$(NAME)' PYTHONPATH=$(CURDIR)/mutants \
+		$(CURDIR)/$(BIN)/pytest -q -p no:randomly -p no:cacheprovider $(or $(TESTS),tests/mutation/)
 
 clean:
 	rm -rf mutants $(VENV) .venv-awscli .venv-query .venv-moto .venv-juicefs tests/serve/js/node_modules benchmarks/sqslite/node_modules docs/_build .pytest_cache .mypy_cache .ruff_cache .coverage*
