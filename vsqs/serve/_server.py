@@ -11,9 +11,10 @@ class, here one that holds uvicorn's own h11 protocol and forwards every event t
   ServiceUnavailable`` with ``Retry-After: 1`` (SDKs retry) and closed at once;
 * **deadlines** (:class:`~vsqs.serve.Deadlines`): uvicorn has none on a request's head
   (its keep-alive timer restarts at every byte, so a client trickling one byte a
-  minute held a connection for ever); each connection here keeps a timer from a
-  request's first byte to its header fields' end (then ``408`` and closed), another to
-  the end of its answer (then closed), and one while idle;
+  minute held a connection for ever); each connection here keeps one from a request's
+  first byte to its header fields' end (then ``408`` and closed), one to the end of
+  its answer (then closed), the body's (then the application answers ``408``), and
+  one while idle: checked by one alarm a connection, never a timer a request;
 * an answer's pieces written in one system call (:class:`~vsqs.serve._held.Held`).
 
 The listen backlog is :data:`BACKLOG` (the kernel may cap it). Actions run in a pool
@@ -26,6 +27,7 @@ within half a second, requests in flight are answered (up to 30 s), idle ones cl
 from __future__ import annotations
 
 import asyncio
+import enum
 import ipaddress
 import socket
 import threading
@@ -34,7 +36,16 @@ from typing import TYPE_CHECKING, Any, ClassVar, Final
 
 from .. import QueueRoot, VsqsError
 from .._extras import missing_extra
-from ._asgi import CONNECTION, MAX_BODY, THREADS, ASGIApp, Deadlines, Pages, stderr_log
+from ._asgi import (
+    CONNECTION,
+    MAX_BODY,
+    THREADS,
+    ASGIApp,
+    Deadlines,
+    Expiring,
+    Pages,
+    stderr_log,
+)
 from ._credentials import Credentials, load_credentials
 from ._held import Held
 from ._origin import BrowserPolicy
@@ -62,6 +73,7 @@ BACKLOG: Final = 1024
 MAX_HEAD: Final = 64 << 10
 """The largest request line and header fields, together (bytes); more is a ``400``."""
 _DRAIN: Final = 30
+_EARLY: Final = 0.001  # an alarm may ring this early (the loop's clock resolution)
 _BUSY_BODY: Final = (
     b'{"__type":"ServiceUnavailable","message":"too many connections to this server; retry later"}'
 )
@@ -114,15 +126,28 @@ class _Gate:
         self.deadlines = deadlines
         self.protocol = protocol  # uvicorn's H11Protocol
         self.open = 0
+        # The longest a connection's alarm sleeps: no deadline is shorter, so a phase
+        # that starts later never has a deadline before the alarm (see _Connection).
+        self.step = min(deadlines.header, deadlines.body, deadlines.request, deadlines.idle)
+
+
+class _Phase(enum.Enum):
+    """Where a connection is, and so which deadlines run."""
+
+    IDLE = "idle"  # waiting for a request: the idle deadline
+    HEAD = "head"  # a request's head is arriving: the header and the request deadlines
+    APP = "app"  # the application runs the request: the request's (and the body's)
 
 
 class _Connection(asyncio.Protocol):
     """One connection: uvicorn's h11 protocol, which it holds and forwards every event
     to, plus the connection limit and the deadlines (see the module's docstring).
 
-    States: idle (the idle deadline runs), reading a head (the header and the request
-    deadlines run), in the application (the request deadline runs; the body's is the
-    application's). Runs on the event loop only.
+    The deadlines cost no timer a request: a phase records when it began, and one alarm
+    a connection checks them when it rings, then sleeps until the next one is due, or
+    for :attr:`_Gate.step` at most (the shortest deadline). A phase that starts after
+    the alarm was set has a deadline at least ``step`` away, so the alarm is never
+    late for it, and is never moved. Runs on the event loop only.
     """
 
     gate: ClassVar[_Gate]
@@ -141,10 +166,11 @@ class _Connection(asyncio.Protocol):
         state = {**app_state, CONNECTION: self}
         self._inner = self.gate.protocol(config, server_state, state, self._loop)
         self._transport: asyncio.Transport | None = None
-        self._timer: asyncio.TimerHandle | None = None  # the idle or the header deadline
-        self._whole: asyncio.TimerHandle | None = None  # the request's deadline
-        self._busy = False  # the application runs a request
-        self._received = False  # ... whose body it has read whole
+        self._alarm: asyncio.TimerHandle | None = None
+        self._phase = _Phase.IDLE
+        self._since = 0.0  # when the phase began (HEAD, APP: the request's first byte)
+        self._body: tuple[float, Expiring] | None = None  # the body's deadline, its timeout
+        self._received = False  # the application has read the request's body whole
         self._eof = False  # the client has half-closed: close once answered
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -156,21 +182,22 @@ class _Connection(asyncio.Protocol):
             return
         gate.open += 1
         self._transport = transport
-        self._timer = self._loop.call_later(gate.deadlines.idle, transport.close)
+        self._since = now = self._loop.time()
+        self._alarm = self._loop.call_at(now + gate.step, self._ring)
         self._held = Held(transport)
         self._inner.connection_made(self._held)
 
     def data_received(self, data: bytes) -> None:
-        if not self._busy and self._whole is None:  # the first bytes of a request
-            self._start_request()
-            self._rearm(self.gate.deadlines.header, self._head_late)
+        if self._phase is _Phase.IDLE:  # the first bytes of a request
+            self._phase = _Phase.HEAD
+            self._since = self._loop.time()
         self._inner.data_received(data)
 
     def eof_received(self) -> bool | None:
         """The client half-closed: answer the request it finished sending (``nc -N``
         and some scripts do so), then close; a request cut short (its head or body
         incomplete) is never run: the connection closes now."""
-        if self._transport is None or (self._whole is None and not self._busy):
+        if self._transport is None or self._phase is _Phase.IDLE:
             return None  # idle: asyncio closes the transport
         self._eof = True
         if not self._received:
@@ -186,9 +213,9 @@ class _Connection(asyncio.Protocol):
     def connection_lost(self, exc: Exception | None) -> None:
         if self._transport is None:
             return  # refused: never counted, never handed to uvicorn
-        self._rearm(None)
-        if self._whole is not None:
-            self._whole.cancel()
+        if self._alarm is not None:
+            self._alarm.cancel()
+            self._alarm = None
         self.gate.open -= 1
         self._inner.connection_lost(exc)
 
@@ -204,11 +231,17 @@ class _Connection(asyncio.Protocol):
 
     def started(self) -> None:
         """The head has arrived: the application runs the request."""
-        self._busy = True
+        if self._phase is _Phase.IDLE:  # a pipelined request, read from the buffer
+            self._since = self._loop.time()
+        self._phase = _Phase.APP
         self._received = False
-        self._rearm(None)
-        if self._whole is None:  # a pipelined request, read from the buffer
-            self._start_request()
+
+    def reading(self, limit: Expiring | None) -> None:
+        """The application reads the body under *limit*, expired by this connection
+        when the body's deadline passes (``None``: the reading is over)."""
+        self._body = (
+            None if limit is None else (self._loop.time() + self.gate.deadlines.body, limit)
+        )
 
     def received(self) -> None:
         """The body has arrived whole."""
@@ -221,35 +254,51 @@ class _Connection(asyncio.Protocol):
     def finished(self) -> None:
         """The answer is written: idle until the next request."""
         self._held.release()
-        self._busy = self._received = False
-        if self._whole is not None:
-            self._whole.cancel()
-            self._whole = None
+        self._received = False
+        self._body = None
+        self._phase = _Phase.IDLE
         if self._transport is None or self._transport.is_closing():
             return
         if self._eof:
             self._transport.close()  # after what is written
         else:
-            self._rearm(self.gate.deadlines.idle, self._transport.close)
+            self._since = self._loop.time()
 
     # -- deadlines ------------------------------------------------------------------------
 
-    def _start_request(self) -> None:
-        self._whole = self._loop.call_later(self.gate.deadlines.request, self._late)
-
-    def _rearm(self, seconds: float | None, then: Any = None) -> None:
-        if self._timer is not None:
-            self._timer.cancel()
-        self._timer = None if seconds is None else self._loop.call_later(seconds, then)
-
-    def _head_late(self) -> None:
-        assert self._transport is not None
-        self._transport.write(_LATE)
-        self._transport.close()
-
-    def _late(self) -> None:
-        assert self._transport is not None
-        self._transport.abort()  # nothing flushed: the client may not be reading
+    def _ring(self) -> None:
+        """The alarm: act on the deadline that has passed, else sleep until the next."""
+        self._alarm = None
+        transport = self._transport
+        if transport is None or transport.is_closing():
+            return
+        deadlines = self.gate.deadlines
+        now = self._loop.time()
+        late = now + _EARLY  # what counts as passed
+        if self._phase is _Phase.IDLE:
+            due = self._since + deadlines.idle
+            if late >= due:
+                transport.close()
+                return
+        elif late >= self._since + deadlines.request:
+            transport.abort()  # nothing flushed: the client may not be reading
+            return
+        elif self._phase is _Phase.HEAD:
+            due = self._since + min(deadlines.header, deadlines.request)
+            if late >= due:
+                transport.write(_LATE)
+                transport.close()
+                return
+        else:
+            due = self._since + deadlines.request
+            if self._body is not None:
+                until, limit = self._body
+                if late >= until:
+                    self._body = None
+                    limit.reschedule(now)  # the application answers 408
+                else:
+                    due = min(due, until)
+        self._alarm = self._loop.call_at(min(due, now + self.gate.step), self._ring)
 
 
 class Server:
