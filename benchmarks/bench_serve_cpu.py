@@ -127,7 +127,9 @@ def server(tree: Path) -> Iterator[tuple[int, int]]:
     """``vsqs serve`` from source tree *tree* on a fresh root on /dev/shm: (pid, port)."""
     port = _free_port()
     root = tempfile.mkdtemp(prefix="vsqs-bench-cpu-", dir="/dev/shm")
-    env = {**os.environ, "PYTHONPATH": str(tree)}
+    # This tree first; then the caller's path (an extra package under test).
+    paths = [str(tree), *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(paths)}
     args = [sys.executable, "-m", "vsqs", "serve", root, "--port", str(port), "--quiet"]
     process = subprocess.Popen(args, cwd=tree, env=env, stderr=subprocess.DEVNULL)
     try:

@@ -38,7 +38,7 @@ from .. import QueueRoot
 from . import _dispatch, _inline
 from ._credentials import Credentials, load_credentials
 from ._errors import SqsError
-from ._longpoll import Poll, Waiting
+from ._longpoll import Parked, Poll, Waiting
 from ._origin import BrowserPolicy
 from ._service import Service
 
@@ -197,7 +197,7 @@ class ASGIApp:
                 return
 
     async def _http(self, scope: Scope, receive: Receive, send: Send) -> None:
-        began = time.monotonic()
+        began = time.monotonic() if self._log is not None else 0.0
         connection: Watched | None = (scope.get("state") or {}).get(CONNECTION)
         if connection is not None:
             connection.started()
@@ -254,21 +254,25 @@ class ASGIApp:
             self._traceback,
             self.policy,
         )
-        loop = asyncio.get_running_loop()
+        done = None
+        if self._inline:
+            # The actions allowed on the loop never park (a receive is never one): no
+            # Waiting unless the request is offloaded (or, were one to park, waits).
+            try:
+                with _inline.on_loop():
+                    done = Poll().run(call)
+            except (_inline.Offload, Parked):
+                pass  # nothing was changed: the request runs again, whole, below
+        if done is None:
+            loop = asyncio.get_running_loop()
 
-        async def run(poll: Poll) -> _dispatch.Answer:
-            if self._inline:
-                try:
-                    with _inline.on_loop():
-                        return poll.run(call)
-                except _inline.Offload:
-                    pass  # nothing was changed: the request runs again, whole, below
-            return await loop.run_in_executor(self._pool, poll.run, call)
+            async def run(poll: Poll) -> _dispatch.Answer:
+                return await loop.run_in_executor(self._pool, poll.run, call)
 
-        waiting = self._waiting.get(loop)
-        if waiting is None:
-            waiting = self._waiting[loop] = Waiting(self.service.stopping)
-        done = await waiting.answer(run)
+            waiting = self._waiting.get(loop)
+            if waiting is None:
+                waiting = self._waiting[loop] = Waiting(self.service.stopping)
+            done = await waiting.answer(run)
         return _Reply(done.status, list(done.headers.items()), done.body, done.action)
 
     async def _body(

@@ -32,7 +32,7 @@ import ipaddress
 import socket
 import threading
 from collections.abc import Iterable
-from typing import TYPE_CHECKING, Any, ClassVar, Final
+from typing import TYPE_CHECKING, Any, ClassVar, Final, cast
 
 from .. import QueueRoot, VsqsError
 from .._extras import missing_extra
@@ -174,7 +174,7 @@ class _Connection(asyncio.Protocol):
         self._eof = False  # the client has half-closed: close once answered
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
+        transport = cast("asyncio.Transport", transport)  # uvloop's is not a subclass
         gate = self.gate
         if gate.open >= gate.limit:
             transport.write(_BUSY)
