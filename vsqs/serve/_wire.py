@@ -114,6 +114,11 @@ def _tree(pairs: list[tuple[str, str]]) -> dict[str, Any]:
     """``A.1.B=v`` pairs as nested dicts ``{"A": {"1": {"B": "v"}}}``."""
     root: dict[str, Any] = {}
     for key, value in pairs:
+        if "." not in key:  # a plain parameter (QueueUrl, MessageBody...): no nesting
+            if key in root:
+                raise SqsError("MalformedQueryString", f"parameter {key!r} is given twice")
+            root[key] = value
+            continue
         node = root
         *path, last = key.split(".", _MAX_DEPTH)  # a parameter's name, not a message's
         if len(path) >= _MAX_DEPTH:
