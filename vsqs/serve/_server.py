@@ -152,7 +152,7 @@ class Server:
                 lifespan="on",
                 interface="asgi3",
                 # uvloop where it is installed (the serve extra, on CPython off Windows):
-                # a third less CPU a request in the server's HTTP layer; else asyncio's.
+                # a quarter less CPU a request in the server's HTTP layer; else asyncio's.
                 loop="auto",
                 log_config=None,
                 access_log=False,  # the application's log: escaped, with the action
