@@ -3,6 +3,7 @@ access log, graceful shutdown (in a thread and on SIGTERM), the command line."""
 
 from __future__ import annotations
 
+import contextlib
 import http.client
 import json
 import os
@@ -257,6 +258,45 @@ def test_idle_and_stalled_connections_are_closed(start: Start) -> None:
     assert request(server.url, "GET", "/?Action=ListQueues")[0] == 200
     with pytest.raises(ValueError, match="header deadline"):
         Deadlines(header=0)
+
+
+def test_a_deadline_begun_while_the_alarm_sleeps_is_kept_on_time(start: Start) -> None:
+    """A connection's deadlines are checked by one alarm that sleeps at most the
+    shortest deadline: a head begun after a second of idleness (the idle deadline is
+    4 s) still gets its 408 half a second later, not at the idle deadline."""
+    server = start(deadlines=Deadlines(header=0.5, body=0.5, request=10.0, idle=4.0))
+    host, port = server.server_address[:2]
+    with socket.create_connection((str(host), port), timeout=10) as sock:
+        time.sleep(1.0)
+        sock.sendall(b"POST / HTTP/1.1\r\nHost: localhost\r\nContent-Le")
+        began = time.monotonic()
+        said = b""
+        while chunk := sock.recv(4096):
+            said += chunk
+        took = time.monotonic() - began
+    assert said.startswith(b"HTTP/1.1 408 "), said
+    assert 0.4 < took < 2.0, took
+
+
+def test_a_request_past_its_deadline_is_cut_off_unanswered(start: Start) -> None:
+    """The request deadline runs from a request's first byte to its answer: a long
+    poll of 5 s under a request deadline of 1 s loses its connection after about 1 s,
+    unanswered."""
+    server = start(deadlines=Deadlines(header=0.5, body=0.5, request=1.0, idle=5.0))
+    url = client(server.url).create_queue(QueueName="late")["QueueUrl"]
+    host, port = server.server_address[:2]
+    form = f"Action=ReceiveMessage&WaitTimeSeconds=5&QueueUrl={url}".encode()
+    head = b"POST / HTTP/1.1\r\nHost: localhost\r\nContent-Length: %d\r\n\r\n" % len(form)
+    with socket.create_connection((str(host), port), timeout=10) as sock:
+        sock.sendall(head + form)
+        began = time.monotonic()
+        said = b""
+        with contextlib.suppress(ConnectionResetError):  # aborted: a reset
+            while chunk := sock.recv(4096):
+                said += chunk
+        took = time.monotonic() - began
+    assert said == b""
+    assert 0.8 < took < 3.0, took
 
 
 def test_connections_beyond_the_cap_get_a_retryable_503(start: Start) -> None:

@@ -38,11 +38,20 @@ from .. import QueueRoot
 from . import _dispatch, _inline
 from ._credentials import Credentials, load_credentials
 from ._errors import SqsError
-from ._longpoll import Poll, Waiting
+from ._longpoll import Parked, Poll, Waiting
 from ._origin import BrowserPolicy
 from ._service import Service
 
-__all__ = ["CONNECTION", "MAX_BODY", "THREADS", "ASGIApp", "Deadlines", "Pages", "asgi_app"]
+__all__ = [
+    "CONNECTION",
+    "MAX_BODY",
+    "THREADS",
+    "ASGIApp",
+    "Deadlines",
+    "Expiring",
+    "Pages",
+    "asgi_app",
+]
 
 Scope = MutableMapping[str, Any]
 Receive = Callable[[], Awaitable[MutableMapping[str, Any]]]
@@ -100,13 +109,22 @@ class Deadlines:
                 raise ValueError(f"the {name} deadline must be a positive number, not {value!r}")
 
 
+class Expiring(Protocol):
+    """A timeout being waited under (:func:`asyncio.timeout`): ``reschedule(now)``
+    expires it."""
+
+    def reschedule(self, when: float | None) -> None: ...
+
+
 class Watched(Protocol):
     """A connection that keeps deadlines on its requests: told when the application
-    starts on one (its header fields have arrived), when its body has arrived whole,
-    when its answer starts (the connection may then write the answer's pieces
-    together) and when it has been answered."""
+    starts on one (its header fields have arrived), while it reads the body (under a
+    timeout the connection expires when the body's deadline passes), when its body has
+    arrived whole, when its answer starts (the connection may then write the answer's
+    pieces together) and when it has been answered."""
 
     def started(self) -> None: ...
+    def reading(self, limit: Expiring | None) -> None: ...
     def received(self) -> None: ...
     def answering(self) -> None: ...
     def finished(self) -> None: ...
@@ -179,7 +197,7 @@ class ASGIApp:
                 return
 
     async def _http(self, scope: Scope, receive: Receive, send: Send) -> None:
-        began = time.monotonic()
+        began = time.monotonic() if self._log is not None else 0.0
         connection: Watched | None = (scope.get("state") or {}).get(CONNECTION)
         if connection is not None:
             connection.started()
@@ -212,7 +230,7 @@ class ASGIApp:
             return _refusal(error, json_protocol)
         if int(length) > MAX_BODY:
             return _refusal(_too_large(), json_protocol)
-        body = await self._body(receive, json_protocol)
+        body = await self._body(receive, json_protocol, connection)
         if not isinstance(body, bytes):
             return body
         if connection is not None:
@@ -236,40 +254,54 @@ class ASGIApp:
             self._traceback,
             self.policy,
         )
-        loop = asyncio.get_running_loop()
+        done = None
+        if self._inline:
+            # The actions allowed on the loop never park (a receive is never one): no
+            # Waiting unless the request is offloaded (or, were one to park, waits).
+            try:
+                with _inline.on_loop():
+                    done = Poll().run(call)
+            except (_inline.Offload, Parked):
+                pass  # nothing was changed: the request runs again, whole, below
+        if done is None:
+            loop = asyncio.get_running_loop()
 
-        async def run(poll: Poll) -> _dispatch.Answer:
-            if self._inline:
-                try:
-                    with _inline.on_loop():
-                        return poll.run(call)
-                except _inline.Offload:
-                    pass  # nothing was changed: the request runs again, whole, below
-            return await loop.run_in_executor(self._pool, poll.run, call)
+            async def run(poll: Poll) -> _dispatch.Answer:
+                return await loop.run_in_executor(self._pool, poll.run, call)
 
-        waiting = self._waiting.get(loop)
-        if waiting is None:
-            waiting = self._waiting[loop] = Waiting(self.service.stopping)
-        done = await waiting.answer(run)
+            waiting = self._waiting.get(loop)
+            if waiting is None:
+                waiting = self._waiting[loop] = Waiting(self.service.stopping)
+            done = await waiting.answer(run)
         return _Reply(done.status, list(done.headers.items()), done.body, done.action)
 
-    async def _body(self, receive: Receive, json_protocol: bool) -> bytes | _Reply | None:
-        """The whole body; a refusal (too large, too slow); ``None``: the client left."""
+    async def _body(
+        self, receive: Receive, json_protocol: bool, connection: Watched | None
+    ) -> bytes | _Reply | None:
+        """The whole body; a refusal (too large, too slow); ``None``: the client left.
+        The body's deadline is the connection's to keep where there is one (no timer a
+        request), else this timeout's."""
         chunks: list[bytes] = []
         size = 0
         try:
-            async with _timeout(self.deadlines.body):
-                while True:
-                    message = await receive()
-                    if message["type"] == "http.disconnect":
-                        return None
-                    chunk = message.get("body", b"")
-                    size += len(chunk)
-                    if size > MAX_BODY:
-                        return _refusal(_too_large(), json_protocol)
-                    chunks.append(chunk)
-                    if not message.get("more_body"):
-                        return b"".join(chunks)
+            async with _timeout(self.deadlines.body if connection is None else None) as limit:
+                if connection is not None:
+                    connection.reading(limit)
+                try:
+                    while True:
+                        message = await receive()
+                        if message["type"] == "http.disconnect":
+                            return None
+                        chunk = message.get("body", b"")
+                        size += len(chunk)
+                        if size > MAX_BODY:
+                            return _refusal(_too_large(), json_protocol)
+                        chunks.append(chunk)
+                        if not message.get("more_body"):
+                            return b"".join(chunks)
+                finally:
+                    if connection is not None:
+                        connection.reading(None)  # before the timeout is left
         except TimeoutError:
             late = SqsError("RequestTimeout", "The body did not arrive in time.", status=408)
             return _refusal(late, json_protocol)

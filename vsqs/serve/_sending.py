@@ -184,11 +184,13 @@ class _Outgoing:
             tuple(sorted(stored.items())) if stored else (),
         )
 
-    def answer(self, message_id: str, queue: AnyQueue) -> dict[str, Any]:
-        result: dict[str, Any] = {
-            "MessageId": uuid_of(message_id),
-            "MD5OfMessageBody": _attributes.md5_of_data(self.data),
-        }
+    def answer(
+        self, message_id: str, queue: AnyQueue, entry_id: str | None = None
+    ) -> dict[str, Any]:
+        """The result of this message's send (a batch's entry: with its ``Id`` first)."""
+        result: dict[str, Any] = {} if entry_id is None else {"Id": entry_id}
+        result["MessageId"] = uuid_of(message_id)
+        result["MD5OfMessageBody"] = _attributes.md5_of_data(self.data)
         if self.attributes:
             result["MD5OfMessageAttributes"] = _attributes.md5_of_attributes(self.attributes)
         if self.system:
@@ -335,7 +337,7 @@ def _publish_run(
         # not survive a power loss); the rest were not published: retried safely.
         visible = len(exc.ids)
         for (entry_id, outgoing), message_id in zip(run, exc.ids, strict=False):
-            successful.append({"Id": entry_id, **outgoing.answer(message_id, queue)})
+            successful.append(outgoing.answer(message_id, queue, entry_id))
         error = _storage_error(exc)
         failed.extend(failure(entry_id, error) for entry_id, _ in run[visible:])
     except OSError as exc:
@@ -345,7 +347,7 @@ def _publish_run(
         failed.extend(failure(entry_id, error) for entry_id, _ in run)
     else:
         for (entry_id, outgoing), message_id in zip(run, ids, strict=True):
-            successful.append({"Id": entry_id, **outgoing.answer(message_id, queue)})
+            successful.append(outgoing.answer(message_id, queue, entry_id))
 
 
 def send_message_batch(

@@ -44,7 +44,6 @@ XML_TYPE: Final = "text/xml"
 _NAMESPACE: Final = "http://queue.amazonaws.com/doc/2012-11-05/"
 _TARGET: Final = re.compile(r"AmazonSQS\.([A-Za-z]+)")
 _INDEX: Final = re.compile(r"[1-9][0-9]{0,5}")
-_DOT: Final = re.compile(r"\.")
 _MAX_DEPTH: Final = 8  # SendMessageBatchRequestEntry.1.MessageAttribute.1.Value.StringValue: 6
 _MAX_FIELDS: Final = 10_000  # ten entries of ten attributes need a few hundred
 
@@ -67,6 +66,11 @@ _QUERY_FIELDS: Final[dict[str, tuple[str, str, str, str]]] = {
     "StringListValue": ("StringListValues", "list", "", ""),
     "BinaryListValue": ("BinaryListValues", "list", "", ""),
 }
+# The query protocol's own fields (and its signature's): no action's parameters.
+_SKIP: Final = frozenset({
+    "Action", "Version", "AWSAccessKeyId", "Signature", "SignatureMethod", "SignatureVersion",
+    "Timestamp", "Expires",
+})  # fmt: skip
 _INTEGERS: Final = frozenset({
     "DelaySeconds", "MaxNumberOfMessages", "VisibilityTimeout", "WaitTimeSeconds",
     "MaxResults", "MaxNumberOfMessagesPerSecond",
@@ -110,8 +114,13 @@ def _tree(pairs: list[tuple[str, str]]) -> dict[str, Any]:
     """``A.1.B=v`` pairs as nested dicts ``{"A": {"1": {"B": "v"}}}``."""
     root: dict[str, Any] = {}
     for key, value in pairs:
+        if "." not in key:  # a plain parameter (QueueUrl, MessageBody...): no nesting
+            if key in root:
+                raise SqsError("MalformedQueryString", f"parameter {key!r} is given twice")
+            root[key] = value
+            continue
         node = root
-        *path, last = _DOT.split(key, _MAX_DEPTH)  # a parameter's name, not a message's
+        *path, last = key.split(".", _MAX_DEPTH)  # a parameter's name, not a message's
         if len(path) >= _MAX_DEPTH:
             raise SqsError("MalformedQueryString", f"parameter {key[:80]!r} is nested too deep")
         for part in path:
@@ -181,7 +190,7 @@ def _form(text: str) -> list[tuple[str, str]]:
     invalid sequence U+FFFD."""
     if not text:
         return []
-    fields = text.split("&")
+    fields = text.replace("+", " ").split("&")  # "+" is never "&" or "=": once for all
     if len(fields) > _MAX_FIELDS:
         raise ValueError("too many fields")
     pairs = []
@@ -189,7 +198,6 @@ def _form(text: str) -> list[tuple[str, str]]:
         name, equals, value = field.partition("=")
         if not equals:
             raise ValueError(f"bad query field: {field[:80]!r}")
-        name, value = name.replace("+", " "), value.replace("+", " ")
         pairs.append(
             (unquote(name) if "%" in name else name, unquote(value) if "%" in value else value)
         )
@@ -232,9 +240,7 @@ def parse(method: str, headers: Mapping[str, str], query: str, body: bytes) -> R
         raise SqsError("MissingAction", "The request must contain the parameter Action.")
     if action not in ACTIONS:
         raise SqsError("InvalidAction", f"The action {action[:80]} is not valid for this endpoint.")
-    skip = ("Action", "Version", "AWSAccessKeyId", "Signature", "SignatureMethod",
-            "SignatureVersion", "Timestamp", "Expires")  # fmt: skip
-    kept = [(k, v) for k, v in pairs if k not in skip and not k.startswith("X-Amz-")]
+    kept = [(k, v) for k, v in pairs if k not in _SKIP and not k.startswith("X-Amz-")]
     return Request(action, _from_query(_tree(kept)), json=False)
 
 
@@ -264,7 +270,10 @@ def _xml(name: str, value: object, out: list[str], action: str) -> None:
     elif isinstance(value, dict):
         out.append(f"<{name}>")
         for key, inner in value.items():
-            _xml(key, inner, out, action)
+            if type(inner) is str:  # most are (ids, digests): the last branch, inline
+                out.append(f"<{key}>{_text(inner)}</{key}>")
+            else:
+                _xml(key, inner, out, action)
         out.append(f"</{name}>")
     else:
         out.append(f"<{name}>{_text(value)}</{name}>")
