@@ -11,6 +11,7 @@ from __future__ import annotations
 import ctypes
 import errno
 import itertools
+import os
 import sys
 import threading
 from collections.abc import Callable, Iterator, Sequence
@@ -55,7 +56,8 @@ class Syncfs:
     """libc's ``syncfs`` wrapped: each call recorded in *events*; the first one held
     until :meth:`release` if *hold*; the calls numbered in *failing* (0: the first) fail
     with EIO after the real flush, as a write-back error would; those in *interrupted*
-    raise :class:`Interrupted` after it, as a signal handler's exception could."""
+    raise :class:`Interrupted` after it, as a signal handler's exception could. The
+    filesystem (``st_dev``) of each call's descriptor lands in :attr:`devices`."""
 
     def __init__(
         self,
@@ -75,6 +77,7 @@ class Syncfs:
         self.failing = failing
         self.interrupted = interrupted
         self.count = 0
+        self.devices: list[int] = []
         monkeypatch.setattr(_libc, "syncfs", lambda: self)
 
     def release(self) -> None:
@@ -84,6 +87,7 @@ class Syncfs:
         started = self.events.tick()
         with self.events.lock:
             number, self.count = self.count, self.count + 1
+            self.devices.append(os.fstat(fd).st_dev)
         if number == 0:
             self.held.set()
             assert self._release.wait(CHILD_TIMEOUT), "the held syncfs was never released"

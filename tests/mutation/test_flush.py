@@ -14,9 +14,10 @@ from typing import NamedTuple
 
 import pytest
 
-from vsqs import _flush, _host, _libc
+from vsqs import _flush, _host, _libc, _mountinfo
 
-from ..fixtures_core import patch_fs
+from ..fixtures_core import CHILD_TIMEOUT, patch_fs
+from ..flushes import Events, Syncfs, join_threads, run_threads
 
 
 class _Uname(NamedTuple):
@@ -98,11 +99,31 @@ def test_a_forked_child_flushes_with_threads_of_its_own(
     assert os.waitstatus_to_exitcode(status) == 0
 
 
-def test_syncfs_is_never_a_barrier_on_a_filesystem_it_is_not_proven_for() -> None:
+def test_syncfs_is_never_a_barrier_on_a_filesystem_it_is_not_proven_for(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     """Only the filesystems of ``SYNCFS_FILESYSTEMS`` trust one ``syncfs`` (here: procfs
     is not one of them), whatever the kernel (mutant: ``or`` for ``and``, which trusts it
-    everywhere on a kernel that reports errors)."""
-    assert not _flush.syncfs_is_barrier("/proc")
+    everywhere on a kernel that reports errors, ``syncfs_is_barrier`` 7). The cache
+    starts empty: mutmut forks each mutant from a process whose clean run filled it."""
+    monkeypatch.setattr(_flush, "_barriers", {})
+    assert _flush.syncfs_is_barrier("/proc") is False
+
+
+def test_syncfs_is_no_barrier_on_a_kernel_that_hides_its_errors(
+    fast_tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Before Linux 5.8 ``syncfs`` returned 0 when a write-back failed: there it is no
+    barrier even on a filesystem it flushes, such as tmpfs (mutants: ``or`` for either
+    ``and``, which trust it there, ``syncfs_is_barrier`` 7 and 8). The kernel's answer,
+    read once at import, is replaced by that of an older kernel."""
+    directory = str(fast_tmp_path)
+    monkeypatch.setattr(_flush, "_barriers", {})
+    if not _flush.syncfs_is_barrier(directory):
+        pytest.skip(f"syncfs is no barrier on {directory} here")
+    monkeypatch.setattr(_flush, "_barriers", {})
+    monkeypatch.setattr(_flush, "_KERNEL_SYNCFS_REPORTS_ERRORS", False)
+    assert _flush.syncfs_is_barrier(directory) is False
 
 
 def _trace_flushes(monkeypatch: pytest.MonkeyPatch, *, barrier: bool) -> list[str]:
@@ -150,36 +171,49 @@ def test_without_a_barrier_two_bodies_are_fsynced_at_once(
     assert sorted(calls) == ["fsync", "fsync", "sync_filesystem"]
 
 
+@pytest.mark.parametrize(
+    ("kernels", "raised"),
+    [(errno.EIO, errno.EIO), (errno.ENOSPC, errno.ENOSPC), (0, errno.EIO)],
+)
 def test_a_failed_syncfs_raises_the_kernels_error_naming_the_directory(
-    monkeypatch: pytest.MonkeyPatch,
+    monkeypatch: pytest.MonkeyPatch, kernels: int, raised: int
 ) -> None:
     """A ``syncfs`` that fails raises :class:`OSError` with the kernel's errno, its
-    message and the directory (mutants of that error). libc's ``syncfs`` is replaced by
-    one that fails with EIO, as a disk that cannot write back would make it."""
+    message and the directory (mutants of that error); a failure without an errno is
+    EIO, never a success (``_SharedSyncfs.flush`` 23: ``and`` for ``or`` there, which
+    turned ENOSPC into EIO and a failure without errno into success). libc's ``syncfs``
+    is replaced by one that fails, as a disk that cannot write back would make it."""
     directory = tempfile.mkdtemp(dir="/dev/shm")
     try:
         if not _flush.syncfs_is_barrier(directory):
             pytest.skip("syncfs is no barrier here (Linux before 5.8)")
 
         def failing_syncfs(fd: int) -> int:
-            ctypes.set_errno(errno.EIO)
+            ctypes.set_errno(kernels)
             return -1
 
         monkeypatch.setattr(_libc, "syncfs", lambda: failing_syncfs)
-        with pytest.raises(OSError, match="Input/output error") as raised:
+        with pytest.raises(OSError, match=os.strerror(raised)) as info:
             _flush.sync_filesystem(directory)
-        assert raised.value.errno == errno.EIO
-        assert raised.value.strerror == os.strerror(errno.EIO)
-        assert raised.value.filename == directory
+        assert info.value.errno == raised
+        assert info.value.strerror == os.strerror(raised)
+        assert info.value.filename == directory
     finally:
         os.rmdir(directory)
 
 
-def test_whether_syncfs_is_a_barrier_is_decided_once_per_directory(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+@pytest.mark.parametrize(
+    ("decide", "cache"),
+    [("syncfs_is_barrier", "_barriers"), ("fsync_keeps_new_names", "_names_kept")],
+)
+def test_what_a_filesystem_honours_is_decided_once_per_directory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, decide: str, cache: str
 ) -> None:
     """The filesystem type behind a directory is looked up once (it reads the mount
-    table), then remembered (mutants of that cache)."""
+    table), then remembered: whether ``syncfs`` is a barrier there, and whether an
+    ``fsync`` keeps a new name (mutants of either cache: never filled, filled with
+    ``None``, looked up by ``None``; ``fsync_keeps_new_names`` 1, 2 and 9)."""
+    monkeypatch.setattr(_flush, cache, {})
     looked_up: list[str] = []
     real = _host.filesystem_type
 
@@ -189,6 +223,65 @@ def test_whether_syncfs_is_a_barrier_is_decided_once_per_directory(
 
     monkeypatch.setattr(_host, "filesystem_type", filesystem_type)
     directory = str(tmp_path)
-    first = _flush.syncfs_is_barrier(directory)
-    assert [_flush.syncfs_is_barrier(directory) for _ in range(3)] == [first] * 3
+    decided = getattr(_flush, decide)
+    first = decided(directory)
+    assert [decided(directory) for _ in range(3)] == [first] * 3
     assert looked_up == [directory]
+
+
+def test_an_fsync_keeps_a_new_name_only_where_the_filesystem_commits_it(
+    fast_tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``fsync_keeps_new_names`` answers from the directory's filesystem type: ``True``
+    on tmpfs or ext4 (so a durable publish there skips the metadata directory's fsync),
+    ``False`` on procfs, where only a directory fsync would do; a ``bool`` either way
+    (mutants: the type not looked up, or looked up for ``None``, or ``None`` answered,
+    ``fsync_keeps_new_names`` 3, 4, 5 and 6)."""
+    monkeypatch.setattr(_flush, "_names_kept", {})
+    directory = str(fast_tmp_path)
+    kept = _mountinfo.fsync_keeps_names(_host.filesystem_type(directory))
+    assert _flush.fsync_keeps_new_names(directory) is kept
+    assert _flush.fsync_keeps_new_names("/proc") is False
+
+
+@pytest.mark.parametrize("flush", ["fsync_dir", "sync_filesystem"])
+def test_a_file_given_for_a_directory_is_refused(fast_tmp_path: Path, flush: str) -> None:
+    """The flushes of a directory open it as one (``O_DIRECTORY``): a regular file in
+    its place raises ``NotADirectoryError`` rather than be flushed as though it were the
+    directory whose renames had to be made durable (mutants: ``&`` for either ``|`` of
+    the open flags, which drop ``O_DIRECTORY``: ``fsync_dir`` 6 and 7,
+    ``sync_filesystem`` 12 and 13)."""
+    planted = fast_tmp_path / "not-a-directory"
+    planted.write_bytes(b"x")
+    if flush == "sync_filesystem" and not _flush.syncfs_is_barrier(str(fast_tmp_path)):
+        pytest.skip("syncfs is no barrier here (Linux before 5.8)")
+    with pytest.raises(NotADirectoryError):
+        getattr(_flush, flush)(str(planted))
+    assert planted.read_bytes() == b"x"
+
+
+def test_each_filesystem_shares_only_its_own_syncfs(
+    tmp_path: Path, fast_tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A ``syncfs`` of one filesystem never answers, nor delays, a caller flushing
+    another: while a ``syncfs`` of tmpfs is held, a caller flushing the disk is answered
+    at once by a ``syncfs`` of the disk (mutant: one shared ``syncfs`` for every
+    filesystem, ``sync_filesystem`` 19, where the disk's caller waits for tmpfs's and may
+    then be answered by a ``syncfs`` of tmpfs)."""
+    disk, memory = str(tmp_path), str(fast_tmp_path)
+    devices = [os.stat(memory).st_dev, os.stat(disk).st_dev]
+    if devices[0] == devices[1]:
+        pytest.skip("no tmpfs apart from the temporary directory's filesystem")
+    if not (_flush.syncfs_is_barrier(disk) and _flush.syncfs_is_barrier(memory)):
+        pytest.skip("syncfs is no barrier on both filesystems here")
+    syncfs = Syncfs(monkeypatch, Events(), hold=True)
+    held, _ = run_threads([lambda: _flush.sync_filesystem(memory)])
+    try:
+        assert syncfs.held.wait(CHILD_TIMEOUT), "the first caller never reached syncfs"
+        other, results = run_threads([lambda: _flush.sync_filesystem(disk)])
+        join_threads(other)  # the tmpfs syncfs still held
+        assert results == [True]
+        assert syncfs.devices == devices
+    finally:
+        syncfs.release()
+        join_threads(held)
