@@ -65,17 +65,19 @@ def test_a_lease_that_ended_and_came_back_ready_was_lost_by_expiry(tmp_path: Pat
 
 
 def test_browse_shows_how_often_a_message_was_received(tmp_path: Path) -> None:
-    """A message received and returned once browses with ``receive_count == 1``
-    (mutant: ``browse`` 29, the count left out: 0)."""
+    """A message never received browses with ``receive_count == 0``, one received and
+    returned twice with 2 (mutant: ``browse`` 29, the count left out: ``Message``'s
+    default, 1)."""
     clock = ManualClock()
     queue = _queue(tmp_path / "q", clock)
     queue.publish(b"m")
     clock.advance(1)
-    held = queue.receive(timeout=0)
-    assert held is not None
-    queue.change_visibility(held, 0)  # returned: ready again, received once
-    [browsed] = list(_queue(tmp_path / "q", clock).browse())
-    assert browsed.receive_count == 1
+    assert [m.receive_count for m in queue.browse()] == [0]
+    for _ in range(2):
+        held = queue.receive(timeout=0)
+        assert held is not None
+        queue.change_visibility(held, 0)  # returned: ready again
+    assert [m.receive_count for m in _queue(tmp_path / "q", clock).browse()] == [2]
 
 
 def test_a_queue_made_by_a_redrive_gets_the_handles_umask(tmp_path: Path) -> None:
