@@ -9,11 +9,15 @@ from __future__ import annotations
 import os
 import stat
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 import vsqs
+from vsqs import _fs
 from vsqs.testing import ManualClock
+
+from ..fixtures_core import patch_fs
 
 
 def _queue(path: Path, clock: ManualClock, **options: object) -> vsqs.PlainQueue:
@@ -125,3 +129,56 @@ def test_try_receive_leases_for_the_time_asked_and_stops_at_a_lost_race(
     assert first.expires_at == pytest.approx(clock.time_us() / 1e6 + 7)
     assert [m.id for m in other.receive_batch(1, timeout=0)] == [ids[1]]
     assert mine.try_receive(1) == []  # its view names ids[1]: taken, so it gives up
+
+
+def test_a_fifo_group_whose_message_a_peer_took_waits_for_it(
+    tmp_path: Path, monkeypatch: Any
+) -> None:
+    """``fifo=True``: when a peer that ignores the claim lock (vsqs 0.3, a purge) takes a
+    group's first message between this handle's listing and its claim, the group's next
+    message waits for that one; other groups go on (mutant: ``_claim_in_flight_one`` 52,
+    ``gate.close(None)``: the next message was claimed, two of one group in flight)."""
+    clock = ManualClock()
+    queue = _queue(tmp_path / "q", clock, fifo=True)
+    first = queue.publish(b"g1", group="g")
+    queue.publish(b"g2", group="g")
+    other = queue.publish(b"h1", group="h")
+    clock.advance(1)
+    rename = _fs.rename_noreplace
+    taken: list[str] = []
+
+    def peer_first(src: str, dst: str, *args: Any) -> None:
+        if not taken and os.path.basename(src) == first:
+            taken.append(dst)
+            rename(src, dst)  # the peer's claim, with the same clock
+        rename(src, dst, *args)
+
+    patch_fs(monkeypatch, "rename_noreplace", peer_first)
+    got = queue.receive_batch(10, timeout=0)
+    assert taken
+    assert [m.id for m in got] == [other]
+
+
+def test_a_fifo_claim_lists_at_most_twice(tmp_path: Path, monkeypatch: Any) -> None:
+    """``fifo=True`` on a clock that stands still: the first listing holds back the
+    message published "now", the second confirms it; a message that appeared during
+    that second listing waits for the next call rather than cost a third listing
+    (mutant: ``_claim_in_flight_one`` 34, ``relisted = None``: it listed again)."""
+    clock = ManualClock()
+    queue = _queue(tmp_path / "q", clock, fifo=True)
+    publisher = _queue(tmp_path / "q", clock)
+    first = queue.publish(b"a", group="a")
+    scandir = _fs.scandir
+    listings: list[str] = []
+    late: list[str] = []
+
+    def listing(path: str) -> Any:
+        listings.append(path)
+        if len(listings) == 2:
+            late.append(publisher.publish(b"b", group="b"))  # while it lists
+        return scandir(path)
+
+    patch_fs(monkeypatch, "scandir", listing)
+    assert [m.id for m in queue.receive_batch(10, timeout=0)] == [first]
+    assert len(listings) == 2
+    assert [m.id for m in queue.receive_batch(10, timeout=0)] == late
