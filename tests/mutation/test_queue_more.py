@@ -6,6 +6,7 @@ clock; ``tests/mutation/test_queue.py`` holds the tests for the earlier, smaller
 
 from __future__ import annotations
 
+import errno
 import os
 import stat
 from pathlib import Path
@@ -182,3 +183,70 @@ def test_a_fifo_claim_lists_at_most_twice(tmp_path: Path, monkeypatch: Any) -> N
     assert [m.id for m in queue.receive_batch(10, timeout=0)] == [first]
     assert len(listings) == 2
     assert [m.id for m in queue.receive_batch(10, timeout=0)] == late
+
+
+def _failing_moves_into(dlq: Path, errno_: int, monkeypatch: Any) -> None:
+    """Make every move of a message into the directory *dlq* (an absolute source renamed
+    to a name in *dlq*'s descriptor, as ``_transfer`` moves one) fail with *errno_*:
+    ``ENOSPC`` (no room for a directory entry) or ``EXDEV`` (another filesystem, which
+    vsqs copies across instead)."""
+    rename = _fs.rename_noreplace
+
+    def failing(src: str, dst: str, *args: Any) -> None:
+        moving = args and os.path.isabs(src)
+        if moving and os.readlink(f"/proc/self/fd/{args[0]}") == str(dlq):
+            raise OSError(errno_, os.strerror(errno_), dst)
+        rename(src, dst, *args)
+
+    patch_fs(monkeypatch, "rename_noreplace", failing)
+
+
+def _poisoned(tmp_path: Path, clock: ManualClock) -> vsqs.PlainQueue:
+    """A queue whose one message was received once and may be received once only."""
+    queue = _queue(tmp_path / "q", clock, dead_letter=tmp_path / "dlq", max_receives=1)
+    queue.publish(b"poison")
+    clock.advance(1)
+    assert queue.receive(timeout=0) is not None
+    clock.advance(31)  # its lease has ended: the next look dead-letters it
+    return queue
+
+
+def test_a_dead_letter_move_that_finds_no_space_is_logged_and_kept(
+    tmp_path: Path, monkeypatch: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A full disk under the dead-letter queue: the message stays held here (tried again
+    later, never lost), and the log says why in words (mutant: ``_kept_back`` 12, the
+    log's words ``None``)."""
+    clock = ManualClock()
+    queue = _poisoned(tmp_path, clock)
+    _failing_moves_into(tmp_path / "dlq", errno.ENOSPC, monkeypatch)
+    assert queue.receive(timeout=0) is None
+    assert "no space to dead-letter a message" in caplog.text
+    assert queue.counts().held == 1
+    assert vsqs.PlainQueue(tmp_path / "dlq", durable=False).size() == 0
+
+
+def test_a_copy_whose_claim_was_taken_back_is_withdrawn_unseen(
+    tmp_path: Path, monkeypatch: Any
+) -> None:
+    """A dead-letter move across filesystems (``EXDEV``) whose claim another process
+    took back while it copied (the held message requeued): the copy is withdrawn from
+    the dead-letter queue before anyone sees it, and the message stays in its queue
+    (mutant: ``_copy_to`` 39, the staged copy not withdrawn: a ``TypeError``)."""
+    clock = ManualClock()
+    queue = _poisoned(tmp_path, clock)
+    _failing_moves_into(tmp_path / "dlq", errno.EXDEV, monkeypatch)
+    copy_fd = _fs.copy_fd
+    path = Path(queue.path)
+
+    def requeued_meanwhile(source: int, target: int, progress: Any) -> int:
+        size = copy_fd(source, target, progress)
+        [held] = [p for p in path.iterdir() if p.is_file() and "." in p.name]
+        held.rename(path / held.name.split(".")[0])  # another process requeued it
+        return size
+
+    patch_fs(monkeypatch, "copy_fd", requeued_meanwhile)
+    queue.receive(timeout=0)  # the move gives up; the message may be received again
+    dlq = tmp_path / "dlq"
+    assert sorted(p.name for p in dlq.iterdir()) == [".vsqs"]  # no copy, no debris
+    assert queue.counts().ready + queue.counts().held == 1
