@@ -221,7 +221,7 @@ def test_a_dead_letter_move_that_finds_no_space_is_logged_and_kept(
     queue = _poisoned(tmp_path, clock)
     _failing_moves_into(tmp_path / "dlq", errno.ENOSPC, monkeypatch)
     assert queue.receive(timeout=0) is None
-    assert "no space to dead-letter a message" in caplog.text
+    assert f"queue {queue.path}: no space to dead-letter a message (" in caplog.text
     assert queue.counts().held == 1
     assert vsqs.PlainQueue(tmp_path / "dlq", durable=False).size() == 0
 
@@ -250,3 +250,31 @@ def test_a_copy_whose_claim_was_taken_back_is_withdrawn_unseen(
     dlq = tmp_path / "dlq"
     assert sorted(p.name for p in dlq.iterdir()) == [".vsqs"]  # no copy, no debris
     assert queue.counts().ready + queue.counts().held == 1
+
+
+def test_a_copy_reaches_a_shut_down_dead_letter_queue_and_a_lost_race_is_logged(
+    tmp_path: Path, monkeypatch: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A dead-letter move across filesystems into a dead-letter queue that was shut down
+    still lands, as a rename would (a move is no publish); and when another process took
+    the source back between the copy's commit and the source's delete, the log says so
+    (mutants: ``_copy_to`` 48, ``moved=None``: refused as a publish, and 75, the log's
+    words changed)."""
+    clock = ManualClock()
+    queue = _poisoned(tmp_path, clock)
+    dlq = _queue(tmp_path / "dlq", clock)
+    dlq.shutdown()
+    _failing_moves_into(tmp_path / "dlq", errno.EXDEV, monkeypatch)
+    commit = _fs.rename_noreplace_at
+    path = Path(queue.path)
+
+    def requeued_after_commit(src: str, dst: str, dir_fd: int) -> None:
+        commit(src, dst, dir_fd)
+        if src.endswith(".new"):  # the copy is visible: now another process requeues
+            [held] = [p for p in path.iterdir() if p.is_file() and "." in p.name]
+            held.rename(path / held.name.split(".")[0])
+
+    patch_fs(monkeypatch, "rename_noreplace_at", requeued_after_commit)
+    queue.receive(timeout=0)
+    assert [m.body for m in dlq.browse()] == [b"poison"]
+    assert f"queue {queue.path}: a moved message was taken back during its move (" in caplog.text
