@@ -278,3 +278,15 @@ def test_a_copy_reaches_a_shut_down_dead_letter_queue_and_a_lost_race_is_logged(
     queue.receive(timeout=0)
     assert [m.body for m in dlq.browse()] == [b"poison"]
     assert f"queue {queue.path}: a moved message was taken back during its move (" in caplog.text
+
+
+def test_a_bad_visibility_timeout_is_refused_by_name(tmp_path: Path) -> None:
+    """A receive's own ``visibility_timeout`` that is not a number of seconds is
+    refused naming it, and nothing is claimed (mutant: ``_lease_us`` 5, the name
+    ``None``)."""
+    queue = _queue(tmp_path / "q", ManualClock())
+    queue.publish(b"m")
+    with pytest.raises((TypeError, ValueError), match="^visibility_timeout "):
+        queue.receive(visibility_timeout=-1, timeout=0)
+    assert queue.counts().ready == 1
+
