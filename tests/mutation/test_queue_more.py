@@ -290,3 +290,78 @@ def test_a_bad_visibility_timeout_is_refused_by_name(tmp_path: Path) -> None:
         queue.receive(visibility_timeout=-1, timeout=0)
     assert queue.counts().ready == 1
 
+
+
+def test_refusals_of_what_is_not_a_receipt_or_a_message_carry_it_and_say_why(
+    tmp_path: Path,
+) -> None:
+    """Each refusal carries the value refused and says why, in exact words (mutants:
+    ``validate_receipt`` 14, the value ``None``; ``change_visibility`` 18 and ``lease``
+    8, the words changed; ``_batch_keys`` 9, a bad ``dedup_ids`` entry not checked)."""
+    queue = _queue(tmp_path / "q", ManualClock())
+    message_id = queue.publish(b"m")
+    with pytest.raises(vsqs.InvalidId) as refused:
+        vsqs.validate_receipt("17.")
+    assert refused.value.value == "17."
+    with pytest.raises(vsqs.InvalidId) as refused:
+        queue.change_visibility(message_id, 10)
+    assert refused.value.reason == "a receipt (id.expiry) is needed, not a bare id"
+    with pytest.raises(vsqs.InvalidId) as refused:
+        queue.lease(message_id)  # type: ignore[arg-type]
+    assert refused.value.reason == "lease() takes a received Message"
+    with pytest.raises((TypeError, ValueError), match="dedup_id"):
+        queue.publish_batch([b"a", b"b"], dedup_ids=["ok", 7])  # type: ignore[list-item]
+    assert queue.size() == 1
+
+
+def test_a_returned_message_expires_now_and_a_lease_renews_for_an_hour(
+    tmp_path: Path,
+) -> None:
+    """``change_visibility(m, 0)`` returns a message whose ``expires_at`` is now, in
+    seconds; ``lease()`` renews for one hour by default (mutants: ``change_visibility``
+    63, µs times 1e6; ``lease`` 1, 3,601 seconds)."""
+    clock = ManualClock()
+    queue = _queue(tmp_path / "q", clock)
+    queue.publish(b"m")
+    clock.advance(1)
+    held = queue.receive(timeout=0)
+    assert held is not None
+    returned = queue.change_visibility(held, 0)
+    assert returned.expires_at == clock.time_us() / 1e6
+    again = queue.receive(timeout=0)
+    assert again is not None
+    with queue.lease(again) as lease:
+        assert lease.deadline == clock.time_us() / 1e6 + 3600
+
+
+def test_purge_says_in_words_that_it_left_a_planted_entry(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A directory planted under a message's name survives a purge, and the log says so
+    in exact words (mutant: ``purge`` 9, the words wrapped in ``XX``)."""
+    queue = _queue(tmp_path / "q", ManualClock())
+    queue.publish(b"m")
+    planted = Path(queue.path, "1000000000000000")
+    planted.mkdir()
+    assert queue.purge() == 1
+    assert planted.is_dir()
+    assert f"queue {queue.path}: purge left entries that are not messages (" in caplog.text
+
+
+def test_read_bodies_lists_again_for_a_name_moved_after_its_listing(tmp_path: Path) -> None:
+    """Two handed-over receipts, both renewed: the first read lists the directory; the
+    second lease is renewed again after that listing, so its listed name is gone too and
+    the directory is listed once more (mutant: ``read_bodies`` 15, never again: ``None``
+    for a message that exists)."""
+    clock = ManualClock()
+    queue = _queue(tmp_path / "q", clock)
+    queue.publish_batch([b"one", b"two"])
+    clock.advance(1)
+    one, two = queue.receive_batch(2, timeout=0)
+    queue.change_visibility(one, 60)
+    listed = queue.change_visibility(two, 60)  # the name the first listing will see
+    bodies = vsqs.read_bodies(queue.path, [one.receipt, two.receipt])
+    assert next(bodies) == b"one"  # listed here
+    clock.advance(1)
+    queue.change_visibility(listed, 120)  # renamed after that listing
+    assert next(bodies) == b"two"
