@@ -365,3 +365,34 @@ def test_read_bodies_lists_again_for_a_name_moved_after_its_listing(tmp_path: Pa
     clock.advance(1)
     queue.change_visibility(listed, 120)  # renamed after that listing
     assert next(bodies) == b"two"
+
+
+@pytest.mark.parametrize("by", ["batch_dedup_id", "dedup_ids"])
+def test_a_full_bounded_queue_answers_a_retried_batch_without_room(
+    tmp_path: Path, by: str
+) -> None:
+    """A bounded queue, full: a batch published again under its ``batch_dedup_id`` or
+    its ``dedup_ids`` needs no room and returns the first publish's ids at once
+    (mutants: ``_published_batch`` 1, 8 and 19, and ``publish_batch`` 23, the batch's
+    key not looked up: each raised, or waited for room and found none)."""
+    queue = _queue(tmp_path / "q", ManualClock(), capacity=2)
+    keys: dict[str, Any] = (
+        {"batch_dedup_id": "b-1"} if by == "batch_dedup_id" else {"dedup_ids": ["k-1", "k-2"]}
+    )
+    ids = queue.publish_batch([b"1", b"2"], **keys)
+    assert queue.publish_batch([b"1", b"2"], timeout=0, **keys) == ids
+    assert queue.size() == 2
+    with pytest.raises(vsqs.QueueFull):
+        queue.publish_batch([b"3"], timeout=0)
+
+
+def test_a_durable_delayed_batch_is_delayed(tmp_path: Path) -> None:
+    """A durable batch of several messages (the path that flushes them together) keeps
+    its ``delay`` (mutant: ``publish_batch`` 78, the delay dropped: ready at once)."""
+    clock = ManualClock()
+    queue = vsqs.PlainQueue(tmp_path / "q", durable=True, clock=clock)
+    queue.publish_batch([b"1", b"2"], delay=5, dedup_ids=["k-1", None])
+    assert queue.counts().delayed == 2
+    assert queue.receive(timeout=0) is None
+    clock.advance(6)
+    assert len(queue.receive_batch(2, timeout=0)) == 2
