@@ -396,3 +396,24 @@ def test_a_durable_delayed_batch_is_delayed(tmp_path: Path) -> None:
     assert queue.receive(timeout=0) is None
     clock.advance(6)
     assert len(queue.receive_batch(2, timeout=0)) == 2
+
+
+def test_a_durable_publish_file_flushes_the_queue_directory(
+    tmp_path: Path, monkeypatch: Any
+) -> None:
+    """``publish_file`` on a durable queue flushes the queue's directory once the file
+    is published there (mutant: ``publish_file`` 15, the ids not given to the publish's
+    guard: it took the publish for a duplicate and flushed nothing)."""
+    queue = vsqs.PlainQueue(tmp_path / "q", durable=True, clock=ManualClock())
+    body = tmp_path / "body"
+    body.write_bytes(b"x")
+    fsync_dir = _fs.fsync_dir
+    flushed: list[str] = []
+
+    def recorded(path: str) -> None:
+        flushed.append(path)
+        fsync_dir(path)
+
+    patch_fs(monkeypatch, "fsync_dir", recorded)
+    queue.publish_file(body)
+    assert queue.path in flushed
