@@ -9,6 +9,7 @@ from __future__ import annotations
 import errno
 import os
 import stat
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -417,3 +418,30 @@ def test_a_durable_publish_file_flushes_the_queue_directory(
     patch_fs(monkeypatch, "fsync_dir", recorded)
     queue.publish_file(body)
     assert queue.path in flushed
+
+
+def test_a_batch_published_by_another_process_meanwhile_is_answered_with_its_ids(
+    tmp_path: Path, monkeypatch: Any
+) -> None:
+    """Two publishers of one ``batch_dedup_id``: the other one records the batch after
+    this one looked for it and before this one records its own. This one's copies are
+    discarded unseen, and it returns the other's ids: the batch is in the queue once
+    (mutant: ``_publish_chunk`` 59, the recorded batch finished without its entries:
+    a ``TypeError``)."""
+    clock = ManualClock()
+    queue, other = _queue(tmp_path / "q", clock), _queue(tmp_path / "q", clock)
+    open_queue_dir = _fs.open_queue_dir
+    theirs: list[list[str]] = []
+
+    def raced(path: str) -> int:
+        # Once the publish looked for the batch and opens the directory to stage its
+        # bodies (its metadata's layout opens the directory too, earlier).
+        if not theirs and "_publish_chunk" in sys._getframe(1).f_code.co_name:
+            theirs.append([])  # the other publish opens the directory too
+            theirs[0] = other.publish_batch([b"1", b"2"], batch_dedup_id="b-1")
+        return open_queue_dir(path)
+
+    patch_fs(monkeypatch, "open_queue_dir", raced)
+    assert queue.publish_batch([b"1", b"2"], batch_dedup_id="b-1") == theirs[0]
+    assert queue.size() == 2
+    assert not [p for p in Path(queue.path).iterdir() if p.name.endswith(".new")]
