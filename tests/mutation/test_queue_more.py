@@ -287,10 +287,9 @@ def test_a_bad_visibility_timeout_is_refused_by_name(tmp_path: Path) -> None:
     ``None``)."""
     queue = _queue(tmp_path / "q", ManualClock())
     queue.publish(b"m")
-    with pytest.raises((TypeError, ValueError), match="^visibility_timeout "):
+    with pytest.raises((TypeError, ValueError), match=r"^visibility_timeout "):
         queue.receive(visibility_timeout=-1, timeout=0)
     assert queue.counts().ready == 1
-
 
 
 def test_refusals_of_what_is_not_a_receipt_or_a_message_carry_it_and_say_why(
@@ -369,9 +368,7 @@ def test_read_bodies_lists_again_for_a_name_moved_after_its_listing(tmp_path: Pa
 
 
 @pytest.mark.parametrize("by", ["batch_dedup_id", "dedup_ids"])
-def test_a_full_bounded_queue_answers_a_retried_batch_without_room(
-    tmp_path: Path, by: str
-) -> None:
+def test_a_full_bounded_queue_answers_a_retried_batch_without_room(tmp_path: Path, by: str) -> None:
     """A bounded queue, full: a batch published again under its ``batch_dedup_id`` or
     its ``dedup_ids`` needs no room and returns the first publish's ids at once
     (mutants: ``_published_batch`` 1, 8 and 19, and ``publish_batch`` 23, the batch's
