@@ -442,3 +442,20 @@ def test_a_batch_published_by_another_process_meanwhile_is_answered_with_its_ids
     assert queue.publish_batch([b"1", b"2"], batch_dedup_id="b-1") == theirs[0]
     assert queue.size() == 2
     assert not [p for p in Path(queue.path).iterdir() if p.name.endswith(".new")]
+
+
+def test_a_dead_letter_moves_metadata_with_the_handles_file_mode(tmp_path: Path) -> None:
+    """A handle with a ``umask``: the metadata that a dead-letter move writes into the
+    dead-letter queue (through its open directory) gets the handle's file mode, as
+    every file that handle makes (mutant: ``_pinned`` 3, the mode not passed on: the
+    process's umask is used)."""
+    clock = ManualClock()
+    queue = _queue(tmp_path / "q", clock, dead_letter=tmp_path / "dlq", max_receives=1, umask=0o077)
+    queue.publish(b"poison", attributes={"a": "1"})
+    clock.advance(1)
+    assert queue.receive(timeout=0) is not None
+    clock.advance(31)
+    assert queue.receive(timeout=0) is None  # dead-lettered
+    made = [p for p in (tmp_path / "dlq" / ".vsqs").rglob("*") if p.is_file()]
+    assert made
+    assert {oct(stat.S_IMODE(p.stat().st_mode)) for p in made} == {"0o600"}
