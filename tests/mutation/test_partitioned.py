@@ -15,6 +15,7 @@ import pytest
 
 import vsqs
 from vsqs import PartitionedQueue
+from vsqs._ids import parse_id
 from vsqs._sets._spread import group_partition
 from vsqs.testing import ManualClock
 
@@ -76,7 +77,8 @@ def test_a_streamed_or_file_message_reaches_its_partition_with_every_option(
     """``publish_stream`` and ``publish_file`` put the message in its group's partition
     (else its dedup key's), with its attributes, delay, group and dedup id, reading the
     stream in the chunks asked for; without a delay it is ready at once (mutants:
-    ``publish_stream`` 1 to 6, 11 to 22; ``publish_file`` 3 to 6, 12, 15, 17, 18, 20)."""
+    ``publish_stream`` 1 to 6, 11 to 22; ``publish_file`` 3 to 6, 12, 15, 17, 18, 20;
+    ``publish`` 4 and 6: a dedup id's partition not its own)."""
     queue, clock = _queue(tmp_path / "q")
     for number in range(PARTS):
         group = _named(number)
@@ -91,17 +93,21 @@ def test_a_streamed_or_file_message_reaches_its_partition_with_every_option(
         assert message.queue == queue.partition_for(message.group).path
         assert message.attributes == {"k": "s" if message.body == b"s" * 10 else "f"}
         assert queue.delete(message)
-    key = _named(1, prefix="k")
-    first = queue.publish_stream(io.BytesIO(b"once"), dedup_id=key, delay=30)
-    assert queue.publish_stream(io.BytesIO(b"once"), dedup_id=key, delay=30) == first
-    body = tmp_path / "keyed"
-    body.write_bytes(b"keyed")
-    queue.publish_file(body, dedup_id=_named(2, prefix="k"), delay=30)
-    assert _where(queue) == {}  # both delayed
-    assert queue.counts().delayed == 2
+    for number in range(PARTS):  # a dedup id's partition, every partition in turn
+        key = _named(number, prefix="s")
+        first = queue.publish_stream(io.BytesIO(b"s%d" % number), dedup_id=key, delay=30)
+        assert queue.publish_stream(io.BytesIO(b"s%d" % number), dedup_id=key, delay=30) == first
+        body = tmp_path / f"keyed{number}"
+        body.write_bytes(b"f%d" % number)
+        queue.publish_file(body, dedup_id=_named(number, prefix="f"), delay=30)
+        queue.publish(b"p%d" % number, dedup_id=_named(number, prefix="p"), delay=30)
+    assert _where(queue) == {}  # all delayed
+    assert queue.counts().delayed == 3 * PARTS
     clock.advance(31)
-    assert queue.requeue_expired() == 2
-    assert _where(queue) == {b"once": 1, b"keyed": 2}
+    assert queue.requeue_expired() == 3 * PARTS
+    assert _where(queue) == {
+        b"%s%d" % (kind, number): number for kind in (b"s", b"f", b"p") for number in range(PARTS)
+    }
 
 
 def test_a_streamed_or_file_message_takes_one_place_of_the_bound(tmp_path: Path) -> None:
@@ -232,6 +238,22 @@ def test_redrive_opens_the_target_with_the_sources_durability(
     assert synced == []
 
 
+def test_redrive_dates_a_taken_id_by_the_sources_clock(tmp_path: Path) -> None:
+    """A dead letter whose id is taken in the target's partition gets a new id there,
+    dated by the clock the source was opened with, as every message the handle makes
+    (mutants: ``redrive`` 8 and 13, the target opened with the system clock)."""
+    source, clock = _queue(tmp_path / "dlq")
+    group = _named(1, partitions=2)
+    message_id = source.publish(b"moved", group=group)
+    target = PartitionedQueue(tmp_path / "t", partitions=2, durable=False)
+    Path(target.partition_for(group).path, message_id).write_bytes(b"there before")
+    assert source.redrive(to=target.path) == 1
+    moved = {message.body: message.id for message in target.browse()}
+    assert moved[b"there before"] == message_id != moved[b"moved"]
+    made_us = parse_id(moved[b"moved"])
+    assert made_us is not None and abs(made_us - clock.time_us()) < 1_000_000
+
+
 def test_browse_peek_and_the_oldest_key_span_every_partition(tmp_path: Path) -> None:
     """``browse`` merges every partition oldest first, ``peek`` is the oldest and
     ``peek_oldest_key`` its time; an empty queue has neither (mutants: ``browse`` 2, 4
@@ -276,22 +298,23 @@ def test_a_lease_keeps_its_maximum_and_visibility(tmp_path: Path) -> None:
     message = queue.receive(timeout=0)
     assert message is not None
     lease = queue.lease(message, max_duration=100, visibility_timeout=9)
-    assert lease.deadline == pytest.approx(now + 100)
+    assert lease.deadline == now + 100
     # renewed a third of its visibility timeout before the message's expiry
     assert lease.next_renewal_us == clock.time_us() + 30_000_000 - 3_000_000
-    assert queue.lease(message).deadline == pytest.approx(now + 3600)
+    assert queue.lease(message).deadline == now + 3600
     leases = queue.consume_leases(visibility_timeout=9, timeout=0, max_duration=100)
     got = list(leases)
     assert sorted(each.message.body for each in got) == [b"b", b"c"]
     for each in got:
-        assert each.deadline == pytest.approx(now + 100)
-        assert each.message.expires_at == pytest.approx(now + 9)
+        assert each.deadline == now + 100
+        assert each.message.expires_at == now + 9
     assert list(queue.consume_leases(timeout=0)) == []  # all held
     for each in got:
         each.release()
-    default = next(iter(queue.consume_leases(timeout=0)))
-    assert default.deadline == pytest.approx(now + 3600)
-    assert default.message.expires_at == pytest.approx(now + 30)
+    leases = queue.consume_leases(timeout=0)  # kept: a dropped generator ends its lease
+    default = next(leases)
+    assert default.deadline == now + 3600
+    assert default.message.expires_at == now + 30
 
 
 def test_what_a_handle_says_of_itself(tmp_path: Path) -> None:
@@ -347,7 +370,7 @@ def test_the_receiving_defaults_and_options_of_a_partitioned_queue(tmp_path: Pat
     assert len(queue.try_receive()) == 1
     assert len(queue.try_receive(2, visibility_timeout=100)) == 2
     consumed = next(queue.consume(visibility_timeout=100, timeout=0))
-    assert consumed.expires_at == pytest.approx(_now(clock) + 100)
+    assert consumed.expires_at == _now(clock) + 100
     assert queue.size() == 4  # all held
     clock.advance(50)
     assert queue.requeue_expired() == 1  # only try_receive()'s, of 10 s
