@@ -71,7 +71,7 @@ class _Chunks:
         return self.data.read(size)
 
 
-def test_a_streamed_or_file_message_reaches_its_partition_with_every_option(
+def test_each_publish_reaches_its_partition_with_every_option(
     tmp_path: Path,
 ) -> None:
     """``publish_stream`` and ``publish_file`` put the message in its group's partition
@@ -308,6 +308,7 @@ def test_a_lease_keeps_its_maximum_and_visibility(tmp_path: Path) -> None:
     for each in got:
         assert each.deadline == now + 100
         assert each.message.expires_at == now + 9
+        assert each.next_renewal_us == round((now + 9 - 3) * 1e6)  # a third of 9 s before
     assert list(queue.consume_leases(timeout=0)) == []  # all held
     for each in got:
         each.release()
