@@ -214,3 +214,87 @@ def test_a_homeless_consumer_takes_a_home_freed_when_it_next_visits(tmp_path: Pa
         for _ in range(2 * VISIT_EVERY):
             assert queue.receive(timeout=0) is not None
         assert not _is_free(queue, 0)
+
+
+def test_a_handles_waiter_polls_as_its_options_say(tmp_path: Path) -> None:
+    """The waiter of a handle opened with ``wait="poll"`` and a ``poll_interval`` polls
+    every directory at that interval, and rechecks no less often (mutants: ``waiter``
+    10, 11, 20, 22)."""
+    queue = PartitionedQueue(
+        tmp_path / "q", partitions=2, durable=False, wait="poll", poll_interval=0.5
+    )
+    waiter = queue.waiter()
+    assert (waiter.poll_interval, waiter.recheck, waiter.interval) == (0.5, 0.5, 0.5)
+    assert waiter.fileno() == -1  # nothing watched with inotify: every directory polled
+    assert len(waiter.paths) == 3
+
+
+def test_an_empty_look_leaves_the_consumer_at_home(tmp_path: Path) -> None:
+    """A receive that finds every partition empty does not move the consumer: its next
+    receive looks at its home first (mutant: ``_pass`` 45, moving to an empty one)."""
+    queue, clock = _filled(tmp_path, (0, 0))
+    with _home_taken(queue, 0):
+        assert queue.receive(timeout=0) is None
+        queue.publish(b"other", group=_group(0))
+        clock.advance(1)
+        queue.publish(b"home", group=_group(1))
+        message = queue.receive(timeout=0)
+        assert message is not None and message.body == b"home"
+
+
+def test_a_visit_takes_what_it_can_then_the_home_the_rest(tmp_path: Path) -> None:
+    """At a visit, a batch takes up to its limit from the visited partition, and the
+    home is asked only for the rest (mutants: ``_look`` 10; ``_pass`` 31)."""
+    for other, expected in ((3, [0, 0, 0]), (1, [0, 1, 1])):
+        queue, _ = _filled(tmp_path / str(other), (other, 4 * VISIT_EVERY))
+        with _home_taken(queue, 0):
+            for _ in range(VISIT_EVERY - 1):
+                assert _partition(queue, queue.receive_batch(1)[0]) == 1
+            got = queue.receive_batch(3)
+        assert [_partition(queue, message) for message in got] == expected
+
+
+def _moved_to(tmp_path: Path) -> tuple[PartitionedQueue, PartitionedQueue, ManualClock]:
+    """A consumer whose home (partition 1) is empty and which has listed partition 0
+    (holding ``b"a"`` ... ``b"d"`` published in that order) claiming ``b"a"``; and
+    another handle on the queue."""
+    queue, clock = _filled(tmp_path, (0, 0))
+    for body in (b"a", b"b", b"c", b"d"):
+        queue.publish(body, group=_group(0))
+        clock.advance(1)
+    (first,) = queue.partition_queues[0].try_receive(1)
+    assert first.body == b"a"
+    return queue, PartitionedQueue(queue.path, durable=False, clock=clock), clock
+
+
+def test_a_move_that_loses_a_race_lists_again_and_keeps_its_claims(tmp_path: Path) -> None:
+    """A consumer moving to another partition claims from what it listed there; once
+    it loses a race there, it lists it again and claims the rest of its batch, keeping
+    what it claimed before the race, with the visibility timeout asked for (mutants:
+    ``_arrive`` 10, 13, 16, 18)."""
+    queue, other, clock = _moved_to(tmp_path)
+    taken = other.partition_queues[0].receive_batch(2)
+    assert [m.body for m in taken] == [b"b", b"c"]
+    other.partition_queues[0].change_visibility(taken[0], 0)  # b ready again; c held
+    for body in (b"e", b"f"):
+        queue.publish(body, group=_group(0))
+        clock.advance(1)
+    with _home_taken(queue, 0):
+        got = queue.receive_batch(3, visibility_timeout=100)
+    assert [m.body for m in got] == [b"b", b"d", b"e"]  # lost c: listed again
+    assert all(m.expires_at == _now(clock) + 100 for m in got)
+
+
+def test_a_move_that_finds_everything_taken_does_not_wait(
+    tmp_path: Path,
+) -> None:
+    """A consumer whose listing of another partition went stale, every message there
+    taken, comes back at once, without waiting, not even on the manual clock (mutants:
+    ``_arrive`` 14, 19)."""
+    queue, other, clock = _moved_to(tmp_path)
+    taken = other.partition_queues[0].receive_batch(3)
+    assert [m.body for m in taken] == [b"b", b"c", b"d"]
+    before = clock.time_us()
+    with _home_taken(queue, 0):
+        assert queue.receive_batch(3) == []
+    assert clock.time_us() == before  # no wait, not even on the manual clock
