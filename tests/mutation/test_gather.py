@@ -283,3 +283,16 @@ def test_a_move_that_finds_everything_taken_does_not_wait(
     with _home_taken(queue, 0):
         assert queue.receive_batch(3) == []
     assert clock.time_us() == before  # no wait, not even on the manual clock
+
+
+def test_a_fruitful_visit_to_its_home_brings_a_consumer_back(tmp_path: Path) -> None:
+    """A consumer that moved away from its empty home comes back at the first visit
+    that finds messages there, and claims from it from then on (mutant: ``_look`` 17,
+    the visited partition not named)."""
+    queue, _ = _filled(tmp_path, (4 * VISIT_EVERY, 0))
+    with _home_taken(queue, 0):
+        got = [_partition(queue, queue.receive(timeout=0))]  # home empty: moves to 0
+        for _ in range(4 * VISIT_EVERY):
+            queue.publish(b"home", group=_group(1))
+        got += [_partition(queue, queue.receive(timeout=0)) for _ in range(VISIT_EVERY + 4)]
+    assert got == [0] * (VISIT_EVERY - 1) + [1] * 6
