@@ -243,6 +243,10 @@ class Gatherer:
                 drained += 1
             if len(got) >= limit:
                 return got
-        if not got and drained == count:
-            return self.root.try_receive(limit, visibility_timeout=visibility_timeout)
+        if not got:  # strays in the queue directory itself (a vsqs 0.3 producer's)
+            try:
+                return self.root.try_receive(limit, visibility_timeout=visibility_timeout)
+            except QueueDrained:
+                if drained == count:
+                    raise
         return got

@@ -260,7 +260,7 @@ class PartitionedQueue:
         self, max_messages: int = 1, *, visibility_timeout: float | None = None
     ) -> list[Message]:
         """:meth:`PlainQueue.try_receive <vsqs.PlainQueue.try_receive>` in each partition,
-        home first, until *max_messages* are claimed.
+        home first, until *max_messages* are claimed; none there, in the queue directory.
 
         :raises QueueDrained: the queue is shut down and every partition is empty."""
         return self._gatherer.try_receive(max_messages, visibility_timeout)
