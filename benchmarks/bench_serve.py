@@ -355,8 +355,8 @@ def _cell(values: list[float], *, low_is_good: bool = False) -> str:
 
 def report(rounds: dict[str, list[dict[str, float]]], servers: list[str]) -> str:
     """The reST table: a row per figure, a column per server; vsqs's ratios to sqslite."""
-    keys = [k for k in rounds[servers[0]][0] if k not in ("median ms", "p99 ms")]
-    keys += [k for s in servers for k in rounds[s][0] if k not in keys]
+    # Every server's figures, each once, in the order they were first measured.
+    keys = list(dict.fromkeys(k for s in servers for k in rounds[s][0]))
     keys = [k for k in keys if k not in ("median ms", "p99 ms", LIBRARY)] + ["median ms", "p99 ms"]
     vsqs_names = [n for n in servers if n.startswith("vsqs")]
     headers = ["figure", *servers]
