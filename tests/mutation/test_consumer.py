@@ -17,7 +17,7 @@ import pytest
 
 import vsqs
 from vsqs import _fs, _scan
-from vsqs._consumer import RECEIPT_CACHE
+from vsqs._consumer import _OWN_SLACK, RECEIPT_CACHE, Consumer
 from vsqs.testing import ManualClock
 
 from ..fixtures_core import CHILD_TIMEOUT, children, patch_fs, wait_blocked_in_inotify
@@ -359,3 +359,22 @@ def test_a_short_lease_taken_after_longer_ones_is_the_next_to_end(tmp_path: Path
         held.append(message)
     assert queue.delete(held[0].receipt)
     assert queue.next_look() == pytest.approx(20, abs=0.01)
+
+
+def test_a_handle_keeps_at_most_twice_its_live_leases_plus_the_slack() -> None:
+    """A handle holding 500 leases that takes and deletes 5,000 more never remembers
+    more than twice its live leases plus ``_OWN_SLACK`` lease entries (one more, the
+    lease just taken): deleted ones are pruned, not kept for their whole visibility
+    timeout (mutant ``claimed`` 14: pruning at three times the live leases). Driven on
+    the bookkeeping object itself, which does no I/O: the bound is its memory."""
+    consumer = Consumer(refresh_interval=1.0)
+    live = 500
+    for n in range(live):
+        consumer.claimed(f"held{n}", f"h{n}", expiry_us=10**12 + n)
+    most = 0
+    for n in range(5000):
+        consumer.claimed(f"m{n}", f"r{n}", expiry_us=10**12 + live + n)
+        most = max(most, len(consumer._own))
+        assert consumer.settle(f"m{n}", f"r{n}")
+    assert most <= 2 * (live + 1) + _OWN_SLACK + 1
+    assert [consumer.receipt(f"held{n}") for n in range(live)] == [f"h{n}" for n in range(live)]
