@@ -3,10 +3,12 @@
 
 from __future__ import annotations
 
+import linecache
 import math
 import os
 import shutil
 import signal
+import sys
 import tempfile
 import threading
 import time
@@ -20,7 +22,13 @@ from vsqs import _fs, _scan
 from vsqs._consumer import _OWN_SLACK, RECEIPT_CACHE, Consumer
 from vsqs.testing import ManualClock
 
-from ..fixtures_core import CHILD_TIMEOUT, children, patch_fs, wait_blocked_in_inotify
+from ..fixtures_core import (
+    CHILD_TIMEOUT,
+    children,
+    patch_fs,
+    wait_blocked_in_inotify,
+    wait_until,
+)
 
 
 def _queue(path: Path, clock: ManualClock) -> vsqs.PlainQueue:
@@ -378,3 +386,42 @@ def test_a_handle_keeps_at_most_twice_its_live_leases_plus_the_slack() -> None:
         assert consumer.settle(f"m{n}", f"r{n}")
     assert most <= 2 * (live + 1) + _OWN_SLACK + 1
     assert [consumer.receipt(f"held{n}") for n in range(live)] == [f"h{n}" for n in range(live)]
+
+
+def _waiting_for_the_lock(thread: threading.Thread) -> bool:
+    """Whether *thread* stands at a ``with self._lock:`` line of ``Consumer.take``
+    (blocked there: the test holds that lock)."""
+    frame = sys._current_frames().get(thread.ident or -1)
+    if frame is None:
+        return False
+    line = linecache.getline(frame.f_code.co_filename, frame.f_lineno).strip()
+    return "take" in frame.f_code.co_name and line == "with self._lock:"
+
+
+def test_two_takes_racing_for_the_last_requeued_id_give_it_once_and_nothing_else() -> None:
+    """Two threads both see one id put back (the lock-free check in ``Consumer.take``)
+    and then queue for the lock: the first takes the id, the second finds nothing left
+    and gets ``None``, not an ``IndexError`` (mutants ``take`` 3, ``or`` for ``and``
+    before the heap's head, and 15, popping the empty view). The test holds the lock
+    until both threads wait for it (their frames stand at the ``with``), so it stops
+    them between those two lines without timing; which one wins does not matter."""
+    consumer = Consumer(refresh_interval=1.0)
+    consumer.put_back([7])
+    got: list[int | None] = []
+    errors: list[BaseException] = []
+
+    def take() -> None:
+        try:
+            got.append(consumer.take())
+        except BaseException as exc:  # noqa: BLE001 -- reported by the assertion below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=take) for _ in range(2)]
+    with consumer._lock:
+        for thread in threads:
+            thread.start()
+        wait_until(lambda: all(_waiting_for_the_lock(t) for t in threads), "both takes")
+    for thread in threads:
+        thread.join(CHILD_TIMEOUT)
+    assert errors == []
+    assert sorted(got, key=str) == [7, None]
