@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import dis
 import linecache
 import math
 import os
@@ -13,6 +14,7 @@ import tempfile
 import threading
 import time
 from pathlib import Path
+from types import FrameType
 from typing import Any
 
 import pytest
@@ -425,3 +427,52 @@ def test_two_takes_racing_for_the_last_requeued_id_give_it_once_and_nothing_else
         thread.join(CHILD_TIMEOUT)
     assert errors == []
     assert sorted(got, key=str) == [7, None]
+
+
+def test_a_lease_popped_while_lease_due_reads_the_heap_is_reported_due() -> None:
+    """``Consumer.lease_due`` reads the lease heap without the lock: when another
+    thread pops the last lease between its ``bool(own)`` and its ``own[0]``, it answers
+    ``True`` (look again: ``due()`` finds nothing, a cost only), never ``False``, which
+    could let a receive sleep past a lease that ended (mutant ``lease_due`` 13). The
+    thread is stopped between the two halves of that expression with an opcode trace
+    (``sys.settrace``), at its first subscript, while the test pops the heap through
+    ``due()``; nothing depends on timing."""
+    consumer = Consumer(refresh_interval=1.0)
+    consumer.claimed("m", "r", expiry_us=100)
+    at_subscript, popped = threading.Event(), threading.Event()
+    answers: list[bool] = []
+
+    def trace(frame: FrameType, event: str, _arg: object) -> Any:
+        if event == "call":
+            names = frame.f_code.co_varnames
+            if "lease_due" not in frame.f_code.co_name or "own" not in names:
+                return None  # mutmut's trampoline, or anything else
+            frame.f_trace_opcodes = True
+            return trace
+        if event == "opcode" and not at_subscript.is_set():
+            subscripts = [
+                i.offset for i in dis.get_instructions(frame.f_code) if i.opname == "BINARY_SUBSCR"
+            ]
+            if frame.f_lasti == subscripts[0]:  # own[0], bool(own) was true
+                at_subscript.set()
+                assert popped.wait(CHILD_TIMEOUT)
+        return trace
+
+    def check() -> None:
+        sys.settrace(trace)
+        try:
+            answers.append(consumer.lease_due(200))
+        finally:
+            sys.settrace(None)
+            at_subscript.set()  # answered without reaching it (``or`` for ``and``): no race
+
+    thread = threading.Thread(target=check)
+    thread.start()
+    try:
+        assert at_subscript.wait(CHILD_TIMEOUT)
+        if not answers:
+            assert consumer.due(200) == ["r"]  # the heap is empty now
+    finally:
+        popped.set()
+        thread.join(CHILD_TIMEOUT)
+    assert answers == [True]
