@@ -3,24 +3,34 @@
 
 from __future__ import annotations
 
+import dis
+import linecache
 import math
 import os
 import shutil
 import signal
+import sys
 import tempfile
 import threading
 import time
 from pathlib import Path
+from types import FrameType
 from typing import Any
 
 import pytest
 
 import vsqs
 from vsqs import _fs, _scan
-from vsqs._consumer import RECEIPT_CACHE
+from vsqs._consumer import _OWN_SLACK, RECEIPT_CACHE, Consumer
 from vsqs.testing import ManualClock
 
-from ..fixtures_core import CHILD_TIMEOUT, children, patch_fs, wait_blocked_in_inotify
+from ..fixtures_core import (
+    CHILD_TIMEOUT,
+    children,
+    patch_fs,
+    wait_blocked_in_inotify,
+    wait_until,
+)
 
 
 def _queue(path: Path, clock: ManualClock) -> vsqs.PlainQueue:
@@ -359,3 +369,110 @@ def test_a_short_lease_taken_after_longer_ones_is_the_next_to_end(tmp_path: Path
         held.append(message)
     assert queue.delete(held[0].receipt)
     assert queue.next_look() == pytest.approx(20, abs=0.01)
+
+
+def test_a_handle_keeps_at_most_twice_its_live_leases_plus_the_slack() -> None:
+    """A handle holding 500 leases that takes and deletes 5,000 more never remembers
+    more than twice its live leases plus ``_OWN_SLACK`` lease entries (one more, the
+    lease just taken): deleted ones are pruned, not kept for their whole visibility
+    timeout (mutant ``claimed`` 14: pruning at three times the live leases). Driven on
+    the bookkeeping object itself, which does no I/O: the bound is its memory."""
+    consumer = Consumer(refresh_interval=1.0)
+    live = 500
+    for n in range(live):
+        consumer.claimed(f"held{n}", f"h{n}", expiry_us=10**12 + n)
+    most = 0
+    for n in range(5000):
+        consumer.claimed(f"m{n}", f"r{n}", expiry_us=10**12 + live + n)
+        most = max(most, len(consumer._own))
+        assert consumer.settle(f"m{n}", f"r{n}")
+    assert most <= 2 * (live + 1) + _OWN_SLACK + 1
+    assert [consumer.receipt(f"held{n}") for n in range(live)] == [f"h{n}" for n in range(live)]
+
+
+def _waiting_for_the_lock(thread: threading.Thread) -> bool:
+    """Whether *thread* stands at a ``with self._lock:`` line of ``Consumer.take``
+    (blocked there: the test holds that lock)."""
+    frame = sys._current_frames().get(thread.ident or -1)
+    if frame is None:
+        return False
+    line = linecache.getline(frame.f_code.co_filename, frame.f_lineno).strip()
+    return "take" in frame.f_code.co_name and line == "with self._lock:"
+
+
+def test_two_takes_racing_for_the_last_requeued_id_give_it_once_and_nothing_else() -> None:
+    """Two threads both see one id put back (the lock-free check in ``Consumer.take``)
+    and then queue for the lock: the first takes the id, the second finds nothing left
+    and gets ``None``, not an ``IndexError`` (mutants ``take`` 3, ``or`` for ``and``
+    before the heap's head, and 15, popping the empty view). The test holds the lock
+    until both threads wait for it (their frames stand at the ``with``), so it stops
+    them between those two lines without timing; which one wins does not matter."""
+    consumer = Consumer(refresh_interval=1.0)
+    consumer.put_back([7])
+    got: list[int | None] = []
+    errors: list[BaseException] = []
+
+    def take() -> None:
+        try:
+            got.append(consumer.take())
+        except BaseException as exc:  # noqa: BLE001 -- reported by the assertion below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=take) for _ in range(2)]
+    with consumer._lock:
+        for thread in threads:
+            thread.start()
+        wait_until(lambda: all(_waiting_for_the_lock(t) for t in threads), "both takes")
+    for thread in threads:
+        thread.join(CHILD_TIMEOUT)
+    assert errors == []
+    assert sorted(got, key=str) == [7, None]
+
+
+def test_a_lease_popped_while_lease_due_reads_the_heap_is_reported_due() -> None:
+    """``Consumer.lease_due`` reads the lease heap without the lock: when another
+    thread pops the last lease between its ``bool(own)`` and its ``own[0]``, it answers
+    ``True`` (look again: ``due()`` finds nothing, a cost only), never ``False``, which
+    could let a receive sleep past a lease that ended (mutant ``lease_due`` 13). The
+    thread is stopped between the two halves of that expression with an opcode trace
+    (``sys.settrace``), at its first subscript, while the test pops the heap through
+    ``due()``; nothing depends on timing."""
+    consumer = Consumer(refresh_interval=1.0)
+    consumer.claimed("m", "r", expiry_us=100)
+    at_subscript, popped = threading.Event(), threading.Event()
+    answers: list[bool] = []
+
+    def trace(frame: FrameType, event: str, _arg: object) -> Any:
+        if event == "call":
+            names = frame.f_code.co_varnames
+            if "lease_due" not in frame.f_code.co_name or "own" not in names:
+                return None  # mutmut's trampoline, or anything else
+            frame.f_trace_opcodes = True
+            return trace
+        if event == "opcode" and not at_subscript.is_set():
+            subscripts = [
+                i.offset for i in dis.get_instructions(frame.f_code) if i.opname == "BINARY_SUBSCR"
+            ]
+            if frame.f_lasti == subscripts[0]:  # own[0], bool(own) was true
+                at_subscript.set()
+                assert popped.wait(CHILD_TIMEOUT)
+        return trace
+
+    def check() -> None:
+        sys.settrace(trace)
+        try:
+            answers.append(consumer.lease_due(200))
+        finally:
+            sys.settrace(None)
+            at_subscript.set()  # answered without reaching it (``or`` for ``and``): no race
+
+    thread = threading.Thread(target=check)
+    thread.start()
+    try:
+        assert at_subscript.wait(CHILD_TIMEOUT)
+        if not answers:
+            assert consumer.due(200) == ["r"]  # the heap is empty now
+    finally:
+        popped.set()
+        thread.join(CHILD_TIMEOUT)
+    assert answers == [True]

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import errno
+import json
 import logging
 import os
 from pathlib import Path
@@ -90,3 +91,34 @@ def test_a_message_given_a_new_id_by_its_moves_keeps_its_first_sent_time(
     assert queue.receive(timeout=0) is None
     (again,) = [m for m in dlq.browse() if m.body == b"poison"]
     assert dlq.history(again).first_sent == start
+
+
+@pytest.mark.parametrize("source", ["", 42, True, ["q"]], ids=["empty", "int", "bool", "list"])
+def test_a_dead_letter_whose_recorded_source_is_not_a_path_stays_at_redrive(
+    tmp_path: Path, source: object
+) -> None:
+    """A dead letter whose history names a source that is not a non-empty string (a
+    hand-edited record) stays in the dead-letter queue, untouched, when it is redriven
+    to its source; the next, well recorded, goes back (mutants ``redrive_source`` 6 and
+    7, which accept such a ``source`` and try to open a queue at it)."""
+    clock = ManualClock(1_700_000_000.0)
+    dlq = vsqs.Queue(tmp_path / "dlq", clock=clock, durable=False)
+    queue = vsqs.Queue(
+        tmp_path / "q", clock=clock, durable=False, visibility_timeout=1, dead_letter=dlq,
+        max_receives=1,
+    )  # fmt: skip
+    edited, kept = queue.publish_batch([b"edited", b"kept"])
+    assert len(queue.receive_batch(2, timeout=0)) == 2
+    clock.advance(100)
+    assert queue.receive(timeout=0) is None  # both leases ended: both dead-lettered
+    assert [m.id for m in dlq.browse()] == [edited, kept]
+    record = Path(dlq.path, ".vsqs", "meta", edited)
+    meta = json.loads(record.read_bytes())
+    meta["history"]["source"] = source
+    record.write_text(json.dumps(meta))
+    assert dlq.redrive() == 1
+    (left,) = dlq.browse()
+    assert (left.id, left.body) == (edited, b"edited")
+    assert json.loads(record.read_bytes()) == meta  # untouched
+    assert [m.body for m in queue.browse()] == [b"kept"]
+    assert sorted(os.listdir(tmp_path)) == ["dlq", "q"]

@@ -182,3 +182,25 @@ def test_a_consumer_whose_partition_loses_races_moves_to_a_free_one() -> None:
     calm.move(1, misses=5)
     calm.visited(3, claimed=True, lost_race=False, current_misses=5)
     assert (calm.home, calm.current) == (0, 1)
+
+
+def test_a_message_a_partition_holds_back_is_counted_in_the_queue_s_stats(
+    tmp_path: Path,
+) -> None:
+    """Past retention, two messages of one partition are dead-lettered into a queue
+    with room for one: the other is held back in its partition, and the partitioned
+    queue's ``stats().held_back`` counts it (mutant ``add_stats`` 39: ``held_back``
+    not summed over the partitions)."""
+    clock = ManualClock()
+    dlq = vsqs.PlainQueue(tmp_path / "dlq", durable=False, clock=clock, capacity=1)
+    queue = vsqs.PartitionedQueue(
+        tmp_path / "q", partitions=2, durable=False, clock=clock, retention=10, dead_letter=dlq
+    )
+    group = _group_of(1, 2)
+    queue.publish_batch([b"a", b"b"], group=group)
+    clock.advance(11)
+    assert queue.clean() == 2  # both past retention: one moved, one held back
+    assert [m.body for m in dlq.browse()] == [b"a"]
+    stats = queue.stats()
+    assert [part.held_back for part in stats.partitions] == [0, 1]
+    assert (stats.held_back, stats.held) == (1, 1)
