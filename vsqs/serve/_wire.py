@@ -44,6 +44,7 @@ XML_TYPE: Final = "text/xml"
 _NAMESPACE: Final = "http://queue.amazonaws.com/doc/2012-11-05/"
 _TARGET: Final = re.compile(r"AmazonSQS\.([A-Za-z]+)")
 _INDEX: Final = re.compile(r"[1-9][0-9]{0,5}")
+_DOT: Final = re.compile(r"\.")  # parameters' names are split with it, never messages'
 _MAX_DEPTH: Final = 8  # SendMessageBatchRequestEntry.1.MessageAttribute.1.Value.StringValue: 6
 _MAX_FIELDS: Final = 10_000  # ten entries of ten attributes need a few hundred
 
@@ -120,7 +121,7 @@ def _tree(pairs: list[tuple[str, str]]) -> dict[str, Any]:
             root[key] = value
             continue
         node = root
-        *path, last = key.split(".", _MAX_DEPTH)  # a parameter's name, not a message's
+        *path, last = _DOT.split(key, _MAX_DEPTH)  # a parameter's name, not a message's
         if len(path) >= _MAX_DEPTH:
             raise SqsError("MalformedQueryString", f"parameter {key[:80]!r} is nested too deep")
         for part in path:
