@@ -459,3 +459,106 @@ def test_a_dead_letter_moves_metadata_with_the_handles_file_mode(tmp_path: Path)
     made = [p for p in (tmp_path / "dlq" / ".vsqs").rglob("*") if p.is_file()]
     assert made
     assert {oct(stat.S_IMODE(p.stat().st_mode)) for p in made} == {"0o600"}
+
+
+def _swap_for_a_link(queue_dir: Path, outside: Path) -> Path:
+    """Another process renames the queue directory *queue_dir* away and plants a link
+    to *outside* under its name; where the queue is now."""
+    moved = queue_dir.with_name(queue_dir.name + "-moved")
+    queue_dir.rename(moved)
+    queue_dir.symlink_to(outside)
+    return moved
+
+
+def _copy_into_a_swapped_dead_letter_queue(
+    tmp_path: Path, monkeypatch: Any, fault: OSError | None
+) -> tuple[vsqs.PlainQueue, Path, Path]:
+    """A dead-letter move across filesystems (``EXDEV``) during whose copy the
+    dead-letter queue is renamed away and a link to ``outside`` takes its name; then the
+    renewal of the move's claim, after the copy, meets *fault*, if any. The queue, the
+    dead-letter queue's new place, outside."""
+    clock = ManualClock()
+    queue = _queue(tmp_path / "q", clock, dead_letter=tmp_path / "dlq", max_receives=1)
+    queue.publish(b"poison", attributes={"a": "1"})
+    clock.advance(1)
+    assert queue.receive(timeout=0) is not None
+    clock.advance(31)
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    _failing_moves_into(tmp_path / "dlq", errno.EXDEV, monkeypatch)
+    copy_fd = _fs.copy_fd
+    moved: list[Path] = []
+
+    def swapped_meanwhile(source: int, target: int, progress: Any) -> int:
+        size = copy_fd(source, target, progress)
+        moved.append(_swap_for_a_link(tmp_path / "dlq", outside))
+        return size
+
+    rename = _fs.rename_noreplace
+
+    def renewal_fails(src: str, dst: str, *args: Any) -> None:
+        if moved and fault is not None and os.path.dirname(src) == queue.path:
+            raise fault  # the claim's renewal: a rename in this queue
+        rename(src, dst, *args)
+
+    patch_fs(monkeypatch, "copy_fd", swapped_meanwhile)
+    patch_fs(monkeypatch, "rename_noreplace", renewal_fails)
+    assert queue.receive(timeout=0) is None  # dead-lettered, or kept back by *fault*
+    return queue, moved[0], outside
+
+
+def test_a_copy_lands_whole_in_the_dead_letter_queue_it_opened(
+    tmp_path: Path, monkeypatch: Any
+) -> None:
+    """The dead-letter queue swapped for a link while a message is copied into it: the
+    copy and its metadata land in the directory the move opened, nothing where the link
+    points (mutant: ``_copy_to`` 57, the copy committed without the opened directory's
+    metadata store: its metadata written by path)."""
+    _, dlq, outside = _copy_into_a_swapped_dead_letter_queue(tmp_path, monkeypatch, None)
+    [dead] = vsqs.PlainQueue(dlq, durable=False).browse()
+    assert (dead.body, dead.attributes) == (b"poison", {"a": "1"})
+    assert list(outside.iterdir()) == []
+
+
+def test_a_failed_copy_is_withdrawn_from_the_dead_letter_queue_it_opened(
+    tmp_path: Path, monkeypatch: Any
+) -> None:
+    """The dead-letter queue swapped for a link while a message is copied into it, and
+    the move then fails (no space to renew its claim): the unseen copy is removed from
+    the directory the move opened, and the message stays held here (mutant: ``_copy_to``
+    66, the copy discarded by path: left behind as debris)."""
+    no_space = OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+    queue, dlq, outside = _copy_into_a_swapped_dead_letter_queue(tmp_path, monkeypatch, no_space)
+    assert sorted(p.name for p in dlq.iterdir()) == [".vsqs"]
+    assert list(outside.iterdir()) == []
+    assert queue.counts().held == 1
+
+
+def test_a_batch_is_made_ready_in_the_directory_it_was_staged_in(
+    tmp_path: Path, monkeypatch: Any
+) -> None:
+    """A keyed batch whose queue directory is renamed away, and a link planted under its
+    name, after the batch was recorded and before it is made ready: every message is
+    made ready in the directory the batch opened, none left as ``.new``, nothing where
+    the link points (mutants: ``_finish_chunk`` 14 and ``_publish_chunk`` 68, the
+    messages renamed by path: not found, so taken for another finisher's)."""
+    queue = _queue(tmp_path / "q", ManualClock())
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    moved: list[Path] = []
+
+    def swapping(rename: Any) -> Any:
+        def first_commit_swaps(src: str, *args: Any) -> None:
+            if not moved and src.endswith(".new"):
+                moved.append(_swap_for_a_link(tmp_path / "q", outside))
+            rename(src, *args)
+
+        return first_commit_swaps
+
+    for name in ("rename_noreplace", "rename_noreplace_at"):
+        patch_fs(monkeypatch, name, swapping(getattr(_fs, name)))
+    ids = queue.publish_batch([b"1", b"2"], batch_dedup_id="b-1")
+    assert moved
+    names = sorted(p.name for p in moved[0].iterdir())
+    assert names == sorted([*ids, ".vsqs"])
+    assert list(outside.iterdir()) == []
