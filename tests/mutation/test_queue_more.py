@@ -17,6 +17,7 @@ import pytest
 
 import vsqs
 from vsqs import _fs
+from vsqs._ids import is_hold
 from vsqs.testing import ManualClock
 
 from ..fixtures_core import patch_fs
@@ -562,3 +563,36 @@ def test_a_batch_is_made_ready_in_the_directory_it_was_staged_in(
     names = sorted(p.name for p in moved[0].iterdir())
     assert names == sorted([*ids, ".vsqs"])
     assert list(outside.iterdir()) == []
+
+
+def _purged_while_on_hold(queue: vsqs.PlainQueue, monkeypatch: Any) -> None:
+    """Another process (a purge) deletes a message in the requeue hold this process just
+    took, before this process makes it ready again."""
+    rename = _fs.rename_noreplace
+
+    def purged_first(src: str, dst: str, *args: Any) -> None:
+        if os.path.dirname(src) == queue.path and is_hold(os.path.basename(src)):
+            os.unlink(src)  # the purge
+        rename(src, dst, *args)
+
+    patch_fs(monkeypatch, "rename_noreplace", purged_first)
+
+
+def test_a_message_purged_while_on_hold_is_not_counted_or_returned(
+    tmp_path: Path, monkeypatch: Any
+) -> None:
+    """A message purged during its requeue (after the hold was taken, before it was made
+    ready) was not requeued: ``requeue_expired`` counts none, and a release of its lease
+    is refused as lost (mutant: ``_return`` 104, ``None`` for "lost": counted as
+    requeued, and the release answered with a message that no longer exists)."""
+    clock = ManualClock()
+    queue = _queue(tmp_path / "q", clock)
+    queue.publish_batch([b"1", b"2"])
+    clock.advance(1)
+    _, released = queue.receive_batch(2, visibility_timeout=5, timeout=0)  # the other ends
+    _purged_while_on_hold(queue, monkeypatch)
+    with pytest.raises(vsqs.LeaseLost):
+        queue.change_visibility(released, 0)
+    clock.advance(6)
+    assert _queue(tmp_path / "q", clock).requeue_expired() == 0
+    assert queue.size() == 0
