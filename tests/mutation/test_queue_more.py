@@ -596,3 +596,54 @@ def test_a_message_purged_while_on_hold_is_not_counted_or_returned(
     clock.advance(6)
     assert _queue(tmp_path / "q", clock).requeue_expired() == 0
     assert queue.size() == 0
+
+
+def test_a_redrive_cut_short_leaves_the_message_to_come_back(
+    tmp_path: Path, monkeypatch: Any
+) -> None:
+    """A redrive whose move fails (no space in the target) raises, and the message it
+    claimed comes back to its queue when that claim ends: never lost (mutant:
+    ``_claim_for_move`` 1, the claim named ``<id>.None``: a name no requeue recognises,
+    so the message never came back)."""
+    clock = ManualClock()
+    dlq = _queue(tmp_path / "dlq", clock)
+    dlq.publish(b"dead")
+    clock.advance(1)
+    _failing_moves_into(tmp_path / "q", errno.ENOSPC, monkeypatch)
+    with pytest.raises(OSError, match="No space"):
+        dlq.redrive(to=_queue(tmp_path / "q", clock))
+    monkeypatch.undo()
+    assert dlq.receive(timeout=0) is None  # claimed still
+    clock.advance(31)
+    back = dlq.receive(timeout=0)
+    assert back is not None
+    assert back.body == b"dead"
+
+
+def test_a_dead_letter_copy_that_failed_is_held_back(
+    tmp_path: Path, monkeypatch: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A dead-letter move across filesystems that fails as its copy is committed (no
+    space): the message stays out of delivery in a requeue hold, renewed as a hold, and
+    ``stats()`` counts it held back for want of room; it is dead-lettered once the hold
+    ends (mutant: ``_Claim.__init__`` 5, the hold renewed as a plain lease: a consumer's
+    lease to every observer, not held back)."""
+    clock = ManualClock()
+    queue = _poisoned(tmp_path, clock)
+    _failing_moves_into(tmp_path / "dlq", errno.EXDEV, monkeypatch)
+    commit = _fs.rename_noreplace_at
+
+    def no_space(src: str, dst: str, dir_fd: int) -> None:
+        if src.endswith(".new"):
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), dst)
+        commit(src, dst, dir_fd)
+
+    patch_fs(monkeypatch, "rename_noreplace_at", no_space)
+    assert queue.receive(timeout=0) is None
+    assert "no space to dead-letter a message" in caplog.text
+    monkeypatch.undo()
+    assert queue.stats().held_back == 1
+    assert list((tmp_path / "dlq").iterdir()) == [tmp_path / "dlq" / ".vsqs"]  # no debris
+    clock.advance(3600)
+    assert queue.receive(timeout=0) is None  # dead-lettered now
+    assert [m.body for m in _queue(tmp_path / "dlq", clock).browse()] == [b"poison"]
