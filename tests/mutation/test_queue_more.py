@@ -624,17 +624,19 @@ def test_a_dead_letter_copy_that_failed_is_held_back(
     tmp_path: Path, monkeypatch: Any, caplog: pytest.LogCaptureFixture
 ) -> None:
     """A dead-letter move across filesystems that fails as its copy is committed (no
-    space): the message stays out of delivery in a requeue hold, renewed as a hold, and
-    ``stats()`` counts it held back for want of room; it is dead-lettered once the hold
-    ends (mutant: ``_Claim.__init__`` 5, the hold renewed as a plain lease: a consumer's
-    lease to every observer, not held back)."""
+    space): the claim on the message, renewed before the commit, is still a requeue
+    hold, which ``stats()`` counts held back for want of room; the message stays out of
+    delivery and is dead-lettered once the hold ends (mutant: ``_Claim.__init__`` 5, the
+    hold renewed as a plain lease: a consumer's lease to every observer, not held back)."""
     clock = ManualClock()
     queue = _poisoned(tmp_path, clock)
     _failing_moves_into(tmp_path / "dlq", errno.EXDEV, monkeypatch)
     commit = _fs.rename_noreplace_at
+    seen: list[int] = []
 
     def no_space(src: str, dst: str, dir_fd: int) -> None:
         if src.endswith(".new"):
+            seen.append(_queue(tmp_path / "q", clock).stats().held_back)  # a peer looks
             raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), dst)
         commit(src, dst, dir_fd)
 
@@ -642,8 +644,72 @@ def test_a_dead_letter_copy_that_failed_is_held_back(
     assert queue.receive(timeout=0) is None
     assert "no space to dead-letter a message" in caplog.text
     monkeypatch.undo()
+    assert seen == [1]
     assert queue.stats().held_back == 1
     assert list((tmp_path / "dlq").iterdir()) == [tmp_path / "dlq" / ".vsqs"]  # no debris
     clock.advance(3600)
     assert queue.receive(timeout=0) is None  # dead-lettered now
     assert [m.body for m in _queue(tmp_path / "dlq", clock).browse()] == [b"poison"]
+
+
+@pytest.mark.parametrize("across", [False, True], ids=["renamed", "copied"])
+def test_a_dead_letter_move_tried_again_counts_the_receive_once(
+    tmp_path: Path, monkeypatch: Any, across: bool
+) -> None:
+    """A message received once whose dead-letter move failed (no space) is kept in its
+    requeue hold and moved when that ends, its receive counted once, whether the move
+    renames it or copies it across filesystems (a bug this found: a copy's claim,
+    renewed, left the message under a hold that its metadata did not name, so its
+    receive was counted again)."""
+    clock = ManualClock()
+    queue = _poisoned(tmp_path, clock)
+    no_space = OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+    if across:
+        _failing_moves_into(tmp_path / "dlq", errno.EXDEV, monkeypatch)
+        commit = _fs.rename_noreplace_at
+
+        def failing(src: str, dst: str, dir_fd: int) -> None:
+            if src.endswith(".new"):
+                raise no_space
+            commit(src, dst, dir_fd)
+
+        patch_fs(monkeypatch, "rename_noreplace_at", failing)
+    else:
+        _failing_moves_into(tmp_path / "dlq", errno.ENOSPC, monkeypatch)
+    assert queue.receive(timeout=0) is None
+    monkeypatch.undo()
+    assert queue.stats().held_back == 1
+    clock.advance(3600)
+    assert queue.receive(timeout=0) is None  # dead-lettered now
+    dlq = _queue(tmp_path / "dlq", clock)
+    [dead] = dlq.browse()
+    assert dlq.history(dead).receive_count == 1
+
+
+def test_a_failed_copy_whose_claim_was_taken_meanwhile_reports_the_failure(
+    tmp_path: Path, monkeypatch: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A dead-letter copy that fails as it is committed (no space) after another process
+    took its renewed claim back (requeued it): undoing the renewal finds nothing, which
+    is that process's doing; the failure is what is reported, and the receive goes on to
+    the message, ready again (mutant: ``_copy_to`` 68, ``suppress(None)``: the receive
+    raised ``FileNotFoundError``)."""
+    clock = ManualClock()
+    queue = _poisoned(tmp_path, clock)
+    _failing_moves_into(tmp_path / "dlq", errno.EXDEV, monkeypatch)
+    commit = _fs.rename_noreplace_at
+    path = Path(queue.path)
+
+    def requeued_then_no_space(src: str, dst: str, dir_fd: int) -> None:
+        if src.endswith(".new"):
+            [held] = [p for p in path.iterdir() if p.is_file() and "." in p.name]
+            held.rename(path / held.name.split(".")[0])  # another process requeued it
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), dst)
+        commit(src, dst, dir_fd)
+
+    patch_fs(monkeypatch, "rename_noreplace_at", requeued_then_no_space)
+    got = queue.receive(timeout=0)
+    assert got is not None
+    assert got.body == b"poison"
+    assert "no space to dead-letter a message" in caplog.text
+    assert list((tmp_path / "dlq").iterdir()) == [tmp_path / "dlq" / ".vsqs"]  # no debris
