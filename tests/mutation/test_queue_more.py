@@ -713,3 +713,45 @@ def test_a_failed_copy_whose_claim_was_taken_meanwhile_reports_the_failure(
     assert got.body == b"poison"
     assert "no space to dead-letter a message" in caplog.text
     assert list((tmp_path / "dlq").iterdir()) == [tmp_path / "dlq" / ".vsqs"]  # no debris
+
+
+def test_a_retention_copy_that_failed_is_held_back_and_moved_later(
+    tmp_path: Path, monkeypatch: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Retention into a dead-letter queue on another filesystem, whose copy fails as it
+    is committed (no space): the expired message is turned into a requeue hold, held
+    back out of delivery, and moved once that ends, never received (the bug fixed with
+    the test above: the claim's renewal left it under a name the hold-back did not know,
+    a plain lease, not held back, that came back as a message received once)."""
+    clock = ManualClock()
+    dlq = _queue(tmp_path / "dlq", clock)
+    queue = _queue(tmp_path / "q", clock, retention=10, dead_letter=dlq)
+    stale = queue.publish(b"stale")
+    clock.advance(11)
+    _failing_moves_into(tmp_path / "dlq", errno.EXDEV, monkeypatch)
+    commit = _fs.rename_noreplace_at
+
+    def no_space(src: str, dst: str, dir_fd: int) -> None:
+        if src.endswith(".new"):
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), dst)
+        commit(src, dst, dir_fd)
+
+    copy_fd = _fs.copy_fd
+
+    def slow(source: int, target: int, progress: Any) -> int:
+        clock.advance(1)  # a copy takes time: the claim's renewal gives it a new name
+        return copy_fd(source, target, progress)
+
+    patch_fs(monkeypatch, "copy_fd", slow)
+    patch_fs(monkeypatch, "rename_noreplace_at", no_space)
+    queue.clean()
+    assert "no space to dead-letter a message" in caplog.text
+    monkeypatch.undo()
+    assert queue.stats().held_back == 1
+    clock.advance(3600)
+    assert queue.requeue_expired() == 1  # the hold ended: ready, and expired
+    queue.clean()
+    [dead] = dlq.browse()
+    assert (dead.body, dlq.history(dead).reason) == (b"stale", "retention")
+    assert (dlq.history(dead).source_id, dlq.history(dead).receive_count) == (stale, 0)
+    assert queue.size() == 0
