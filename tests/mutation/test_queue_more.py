@@ -10,6 +10,7 @@ import errno
 import os
 import stat
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -620,6 +621,23 @@ def test_a_redrive_cut_short_leaves_the_message_to_come_back(
     assert back.body == b"dead"
 
 
+def _copies_find_no_space(
+    dlq: Path, monkeypatch: Any, first: Callable[[], object] = lambda: None
+) -> None:
+    """Moves into the directory *dlq* cross filesystems (``EXDEV``: copied), and each
+    copy, once made, fails as it is committed (``ENOSPC``), after calling *first*."""
+    _failing_moves_into(dlq, errno.EXDEV, monkeypatch)
+    commit = _fs.rename_noreplace_at
+
+    def no_space(src: str, dst: str, dir_fd: int) -> None:
+        if src.endswith(".new"):
+            first()
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), dst)
+        commit(src, dst, dir_fd)
+
+    patch_fs(monkeypatch, "rename_noreplace_at", no_space)
+
+
 def test_a_dead_letter_copy_that_failed_is_held_back(
     tmp_path: Path, monkeypatch: Any, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -630,17 +648,12 @@ def test_a_dead_letter_copy_that_failed_is_held_back(
     hold renewed as a plain lease: a consumer's lease to every observer, not held back)."""
     clock = ManualClock()
     queue = _poisoned(tmp_path, clock)
-    _failing_moves_into(tmp_path / "dlq", errno.EXDEV, monkeypatch)
-    commit = _fs.rename_noreplace_at
     seen: list[int] = []
 
-    def no_space(src: str, dst: str, dir_fd: int) -> None:
-        if src.endswith(".new"):
-            seen.append(_queue(tmp_path / "q", clock).stats().held_back)  # a peer looks
-            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), dst)
-        commit(src, dst, dir_fd)
+    def a_peer_looks() -> None:
+        seen.append(_queue(tmp_path / "q", clock).stats().held_back)
 
-    patch_fs(monkeypatch, "rename_noreplace_at", no_space)
+    _copies_find_no_space(tmp_path / "dlq", monkeypatch, a_peer_looks)
     assert queue.receive(timeout=0) is None
     assert "no space to dead-letter a message" in caplog.text
     monkeypatch.undo()
@@ -663,17 +676,8 @@ def test_a_dead_letter_move_tried_again_counts_the_receive_once(
     receive was counted again)."""
     clock = ManualClock()
     queue = _poisoned(tmp_path, clock)
-    no_space = OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
     if across:
-        _failing_moves_into(tmp_path / "dlq", errno.EXDEV, monkeypatch)
-        commit = _fs.rename_noreplace_at
-
-        def failing(src: str, dst: str, dir_fd: int) -> None:
-            if src.endswith(".new"):
-                raise no_space
-            commit(src, dst, dir_fd)
-
-        patch_fs(monkeypatch, "rename_noreplace_at", failing)
+        _copies_find_no_space(tmp_path / "dlq", monkeypatch)
     else:
         _failing_moves_into(tmp_path / "dlq", errno.ENOSPC, monkeypatch)
     assert queue.receive(timeout=0) is None
@@ -696,18 +700,13 @@ def test_a_failed_copy_whose_claim_was_taken_meanwhile_reports_the_failure(
     raised ``FileNotFoundError``)."""
     clock = ManualClock()
     queue = _poisoned(tmp_path, clock)
-    _failing_moves_into(tmp_path / "dlq", errno.EXDEV, monkeypatch)
-    commit = _fs.rename_noreplace_at
     path = Path(queue.path)
 
-    def requeued_then_no_space(src: str, dst: str, dir_fd: int) -> None:
-        if src.endswith(".new"):
-            [held] = [p for p in path.iterdir() if p.is_file() and "." in p.name]
-            held.rename(path / held.name.split(".")[0])  # another process requeued it
-            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), dst)
-        commit(src, dst, dir_fd)
+    def requeued() -> None:
+        [held] = [p for p in path.iterdir() if p.is_file() and "." in p.name]
+        held.rename(path / held.name.split(".")[0])  # another process requeued it
 
-    patch_fs(monkeypatch, "rename_noreplace_at", requeued_then_no_space)
+    _copies_find_no_space(tmp_path / "dlq", monkeypatch, requeued)
     got = queue.receive(timeout=0)
     assert got is not None
     assert got.body == b"poison"
@@ -728,14 +727,7 @@ def test_a_retention_copy_that_failed_is_held_back_and_moved_later(
     queue = _queue(tmp_path / "q", clock, retention=10, dead_letter=dlq)
     stale = queue.publish(b"stale")
     clock.advance(11)
-    _failing_moves_into(tmp_path / "dlq", errno.EXDEV, monkeypatch)
-    commit = _fs.rename_noreplace_at
-
-    def no_space(src: str, dst: str, dir_fd: int) -> None:
-        if src.endswith(".new"):
-            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), dst)
-        commit(src, dst, dir_fd)
-
+    _copies_find_no_space(tmp_path / "dlq", monkeypatch)
     copy_fd = _fs.copy_fd
 
     def slow(source: int, target: int, progress: Any) -> int:
@@ -743,7 +735,6 @@ def test_a_retention_copy_that_failed_is_held_back_and_moved_later(
         return copy_fd(source, target, progress)
 
     patch_fs(monkeypatch, "copy_fd", slow)
-    patch_fs(monkeypatch, "rename_noreplace_at", no_space)
     queue.clean()
     assert "no space to dead-letter a message" in caplog.text
     monkeypatch.undo()
