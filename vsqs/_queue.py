@@ -38,7 +38,7 @@ import math
 import os
 import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from contextlib import AbstractContextManager, contextmanager, nullcontext
+from contextlib import AbstractContextManager, contextmanager, nullcontext, suppress
 from dataclasses import replace
 from typing import TYPE_CHECKING, Final, Protocol, cast
 
@@ -1864,6 +1864,14 @@ class Queue:
             return None  # RACE: another process took the message while we copied
         except BaseException:
             dest._discard_all(staged, into)  # cut short: the copy is never left half made
+            if claim.name != held_name:
+                # The caller keeps the message held under the name it gave (a requeue
+                # hold its metadata names, retention's claim to turn into one): renewals
+                # are undone, or its receive would be counted again when that ends.
+                with suppress(FileNotFoundError):  # RACE: a stall let another take it
+                    _fs.rename_noreplace(
+                        self.layout.message(claim.name), self.layout.message(held_name)
+                    )
             raise
         if not self._unlink_message(claim.name):
             # RACE: the claim ran out between the renewal and now (a stall longer than

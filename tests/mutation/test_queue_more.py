@@ -10,6 +10,7 @@ import errno
 import os
 import stat
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +18,7 @@ import pytest
 
 import vsqs
 from vsqs import _fs
+from vsqs._ids import is_hold
 from vsqs.testing import ManualClock
 
 from ..fixtures_core import patch_fs
@@ -459,3 +461,288 @@ def test_a_dead_letter_moves_metadata_with_the_handles_file_mode(tmp_path: Path)
     made = [p for p in (tmp_path / "dlq" / ".vsqs").rglob("*") if p.is_file()]
     assert made
     assert {oct(stat.S_IMODE(p.stat().st_mode)) for p in made} == {"0o600"}
+
+
+def _swap_for_a_link(queue_dir: Path, outside: Path) -> Path:
+    """Another process renames the queue directory *queue_dir* away and plants a link
+    to *outside* under its name; where the queue is now."""
+    moved = queue_dir.with_name(queue_dir.name + "-moved")
+    queue_dir.rename(moved)
+    queue_dir.symlink_to(outside)
+    return moved
+
+
+def _copy_into_a_swapped_dead_letter_queue(
+    tmp_path: Path, monkeypatch: Any, fault: OSError | None
+) -> tuple[vsqs.PlainQueue, Path, Path]:
+    """A dead-letter move across filesystems (``EXDEV``) during whose copy the
+    dead-letter queue is renamed away and a link to ``outside`` takes its name; then the
+    renewal of the move's claim, after the copy, meets *fault*, if any. The queue, the
+    dead-letter queue's new place, outside."""
+    clock = ManualClock()
+    queue = _queue(tmp_path / "q", clock, dead_letter=tmp_path / "dlq", max_receives=1)
+    queue.publish(b"poison", attributes={"a": "1"})
+    clock.advance(1)
+    assert queue.receive(timeout=0) is not None
+    clock.advance(31)
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    _failing_moves_into(tmp_path / "dlq", errno.EXDEV, monkeypatch)
+    copy_fd = _fs.copy_fd
+    moved: list[Path] = []
+
+    def swapped_meanwhile(source: int, target: int, progress: Any) -> int:
+        size = copy_fd(source, target, progress)
+        moved.append(_swap_for_a_link(tmp_path / "dlq", outside))
+        return size
+
+    rename = _fs.rename_noreplace
+
+    def renewal_fails(src: str, dst: str, *args: Any) -> None:
+        if moved and fault is not None and os.path.dirname(src) == queue.path:
+            raise fault  # the claim's renewal: a rename in this queue
+        rename(src, dst, *args)
+
+    patch_fs(monkeypatch, "copy_fd", swapped_meanwhile)
+    patch_fs(monkeypatch, "rename_noreplace", renewal_fails)
+    assert queue.receive(timeout=0) is None  # dead-lettered, or kept back by *fault*
+    return queue, moved[0], outside
+
+
+def test_a_copy_lands_whole_in_the_dead_letter_queue_it_opened(
+    tmp_path: Path, monkeypatch: Any
+) -> None:
+    """The dead-letter queue swapped for a link while a message is copied into it: the
+    copy and its metadata land in the directory the move opened, nothing where the link
+    points (mutant: ``_copy_to`` 57, the copy committed without the opened directory's
+    metadata store: its metadata written by path)."""
+    _, dlq, outside = _copy_into_a_swapped_dead_letter_queue(tmp_path, monkeypatch, None)
+    [dead] = vsqs.PlainQueue(dlq, durable=False).browse()
+    assert (dead.body, dead.attributes) == (b"poison", {"a": "1"})
+    assert list(outside.iterdir()) == []
+
+
+def test_a_failed_copy_is_withdrawn_from_the_dead_letter_queue_it_opened(
+    tmp_path: Path, monkeypatch: Any
+) -> None:
+    """The dead-letter queue swapped for a link while a message is copied into it, and
+    the move then fails (no space to renew its claim): the unseen copy is removed from
+    the directory the move opened, and the message stays held here (mutant: ``_copy_to``
+    66, the copy discarded by path: left behind as debris)."""
+    no_space = OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+    queue, dlq, outside = _copy_into_a_swapped_dead_letter_queue(tmp_path, monkeypatch, no_space)
+    assert sorted(p.name for p in dlq.iterdir()) == [".vsqs"]
+    assert list(outside.iterdir()) == []
+    assert queue.counts().held == 1
+
+
+def test_a_batch_is_made_ready_in_the_directory_it_was_staged_in(
+    tmp_path: Path, monkeypatch: Any
+) -> None:
+    """A keyed batch whose queue directory is renamed away, and a link planted under its
+    name, after the batch was recorded and before it is made ready: every message is
+    made ready in the directory the batch opened, none left as ``.new``, nothing where
+    the link points (mutants: ``_finish_chunk`` 14 and ``_publish_chunk`` 68, the
+    messages renamed by path: not found, so taken for another finisher's)."""
+    queue = _queue(tmp_path / "q", ManualClock())
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    moved: list[Path] = []
+
+    def swapping(rename: Any) -> Any:
+        def first_commit_swaps(src: str, *args: Any) -> None:
+            if not moved and src.endswith(".new"):
+                moved.append(_swap_for_a_link(tmp_path / "q", outside))
+            rename(src, *args)
+
+        return first_commit_swaps
+
+    for name in ("rename_noreplace", "rename_noreplace_at"):
+        patch_fs(monkeypatch, name, swapping(getattr(_fs, name)))
+    ids = queue.publish_batch([b"1", b"2"], batch_dedup_id="b-1")
+    assert moved
+    names = sorted(p.name for p in moved[0].iterdir())
+    assert names == sorted([*ids, ".vsqs"])
+    assert list(outside.iterdir()) == []
+
+
+def _purged_while_on_hold(queue: vsqs.PlainQueue, monkeypatch: Any) -> None:
+    """Another process (a purge) deletes a message in the requeue hold this process just
+    took, before this process makes it ready again."""
+    rename = _fs.rename_noreplace
+
+    def purged_first(src: str, dst: str, *args: Any) -> None:
+        if os.path.dirname(src) == queue.path and is_hold(os.path.basename(src)):
+            os.unlink(src)  # the purge
+        rename(src, dst, *args)
+
+    patch_fs(monkeypatch, "rename_noreplace", purged_first)
+
+
+def test_a_message_purged_while_on_hold_is_not_counted_or_returned(
+    tmp_path: Path, monkeypatch: Any
+) -> None:
+    """A message purged during its requeue (after the hold was taken, before it was made
+    ready) was not requeued: ``requeue_expired`` counts none, and a release of its lease
+    is refused as lost (mutant: ``_return`` 104, ``None`` for "lost": counted as
+    requeued, and the release answered with a message that no longer exists)."""
+    clock = ManualClock()
+    queue = _queue(tmp_path / "q", clock)
+    queue.publish_batch([b"1", b"2"])
+    clock.advance(1)
+    _, released = queue.receive_batch(2, visibility_timeout=5, timeout=0)  # the other ends
+    _purged_while_on_hold(queue, monkeypatch)
+    with pytest.raises(vsqs.LeaseLost):
+        queue.change_visibility(released, 0)
+    clock.advance(6)
+    assert _queue(tmp_path / "q", clock).requeue_expired() == 0
+    assert queue.size() == 0
+
+
+def test_a_redrive_cut_short_leaves_the_message_to_come_back(
+    tmp_path: Path, monkeypatch: Any
+) -> None:
+    """A redrive whose move fails (no space in the target) raises, and the message it
+    claimed comes back to its queue when that claim ends: never lost (mutant:
+    ``_claim_for_move`` 1, the claim named ``<id>.None``: a name no requeue recognises,
+    so the message never came back)."""
+    clock = ManualClock()
+    dlq = _queue(tmp_path / "dlq", clock)
+    dlq.publish(b"dead")
+    clock.advance(1)
+    _failing_moves_into(tmp_path / "q", errno.ENOSPC, monkeypatch)
+    with pytest.raises(OSError, match="No space"):
+        dlq.redrive(to=_queue(tmp_path / "q", clock))
+    monkeypatch.undo()
+    assert dlq.receive(timeout=0) is None  # claimed still
+    clock.advance(31)
+    back = dlq.receive(timeout=0)
+    assert back is not None
+    assert back.body == b"dead"
+
+
+def _copies_find_no_space(
+    dlq: Path, monkeypatch: Any, first: Callable[[], object] = lambda: None
+) -> None:
+    """Moves into the directory *dlq* cross filesystems (``EXDEV``: copied), and each
+    copy, once made, fails as it is committed (``ENOSPC``), after calling *first*."""
+    _failing_moves_into(dlq, errno.EXDEV, monkeypatch)
+    commit = _fs.rename_noreplace_at
+
+    def no_space(src: str, dst: str, dir_fd: int) -> None:
+        if src.endswith(".new"):
+            first()
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), dst)
+        commit(src, dst, dir_fd)
+
+    patch_fs(monkeypatch, "rename_noreplace_at", no_space)
+
+
+def test_a_dead_letter_copy_that_failed_is_held_back(
+    tmp_path: Path, monkeypatch: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A dead-letter move across filesystems that fails as its copy is committed (no
+    space): the claim on the message, renewed before the commit, is still a requeue
+    hold, which ``stats()`` counts held back for want of room; the message stays out of
+    delivery and is dead-lettered once the hold ends (mutant: ``_Claim.__init__`` 5, the
+    hold renewed as a plain lease: a consumer's lease to every observer, not held back)."""
+    clock = ManualClock()
+    queue = _poisoned(tmp_path, clock)
+    seen: list[int] = []
+
+    def a_peer_looks() -> None:
+        seen.append(_queue(tmp_path / "q", clock).stats().held_back)
+
+    _copies_find_no_space(tmp_path / "dlq", monkeypatch, a_peer_looks)
+    assert queue.receive(timeout=0) is None
+    assert "no space to dead-letter a message" in caplog.text
+    monkeypatch.undo()
+    assert seen == [1]
+    assert queue.stats().held_back == 1
+    assert list((tmp_path / "dlq").iterdir()) == [tmp_path / "dlq" / ".vsqs"]  # no debris
+    clock.advance(3600)
+    assert queue.receive(timeout=0) is None  # dead-lettered now
+    assert [m.body for m in _queue(tmp_path / "dlq", clock).browse()] == [b"poison"]
+
+
+@pytest.mark.parametrize("across", [False, True], ids=["renamed", "copied"])
+def test_a_dead_letter_move_tried_again_counts_the_receive_once(
+    tmp_path: Path, monkeypatch: Any, across: bool
+) -> None:
+    """A message received once whose dead-letter move failed (no space) is kept in its
+    requeue hold and moved when that ends, its receive counted once, whether the move
+    renames it or copies it across filesystems (a bug this found: a copy's claim,
+    renewed, left the message under a hold that its metadata did not name, so its
+    receive was counted again)."""
+    clock = ManualClock()
+    queue = _poisoned(tmp_path, clock)
+    if across:
+        _copies_find_no_space(tmp_path / "dlq", monkeypatch)
+    else:
+        _failing_moves_into(tmp_path / "dlq", errno.ENOSPC, monkeypatch)
+    assert queue.receive(timeout=0) is None
+    monkeypatch.undo()
+    assert queue.stats().held_back == 1
+    clock.advance(3600)
+    assert queue.receive(timeout=0) is None  # dead-lettered now
+    dlq = _queue(tmp_path / "dlq", clock)
+    [dead] = dlq.browse()
+    assert dlq.history(dead).receive_count == 1
+
+
+def test_a_failed_copy_whose_claim_was_taken_meanwhile_reports_the_failure(
+    tmp_path: Path, monkeypatch: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A dead-letter copy that fails as it is committed (no space) after another process
+    took its renewed claim back (requeued it): undoing the renewal finds nothing, which
+    is that process's doing; the failure is what is reported, and the receive goes on to
+    the message, ready again (mutant: ``_copy_to`` 68, ``suppress(None)``: the receive
+    raised ``FileNotFoundError``)."""
+    clock = ManualClock()
+    queue = _poisoned(tmp_path, clock)
+    path = Path(queue.path)
+
+    def requeued() -> None:
+        [held] = [p for p in path.iterdir() if p.is_file() and "." in p.name]
+        held.rename(path / held.name.split(".")[0])  # another process requeued it
+
+    _copies_find_no_space(tmp_path / "dlq", monkeypatch, requeued)
+    got = queue.receive(timeout=0)
+    assert got is not None
+    assert got.body == b"poison"
+    assert "no space to dead-letter a message" in caplog.text
+    assert list((tmp_path / "dlq").iterdir()) == [tmp_path / "dlq" / ".vsqs"]  # no debris
+
+
+def test_a_retention_copy_that_failed_is_held_back_and_moved_later(
+    tmp_path: Path, monkeypatch: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Retention into a dead-letter queue on another filesystem, whose copy fails as it
+    is committed (no space): the expired message is turned into a requeue hold, held
+    back out of delivery, and moved once that ends, never received (the bug fixed with
+    the test above: the claim's renewal left it under a name the hold-back did not know,
+    a plain lease, not held back, that came back as a message received once)."""
+    clock = ManualClock()
+    dlq = _queue(tmp_path / "dlq", clock)
+    queue = _queue(tmp_path / "q", clock, retention=10, dead_letter=dlq)
+    stale = queue.publish(b"stale")
+    clock.advance(11)
+    _copies_find_no_space(tmp_path / "dlq", monkeypatch)
+    copy_fd = _fs.copy_fd
+
+    def slow(source: int, target: int, progress: Any) -> int:
+        clock.advance(1)  # a copy takes time: the claim's renewal gives it a new name
+        return copy_fd(source, target, progress)
+
+    patch_fs(monkeypatch, "copy_fd", slow)
+    queue.clean()
+    assert "no space to dead-letter a message" in caplog.text
+    monkeypatch.undo()
+    assert queue.stats().held_back == 1
+    clock.advance(3600)
+    assert queue.requeue_expired() == 1  # the hold ended: ready, and expired
+    queue.clean()
+    [dead] = dlq.browse()
+    assert (dead.body, dlq.history(dead).reason) == (b"stale", "retention")
+    assert (dlq.history(dead).source_id, dlq.history(dead).receive_count) == (stale, 0)
+    assert queue.size() == 0
