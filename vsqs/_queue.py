@@ -1868,7 +1868,9 @@ class Queue:
                 # The caller keeps the message held under the name it gave (a requeue
                 # hold its metadata names, retention's claim to turn into one): renewals
                 # are undone, or its receive would be counted again when that ends.
-                with suppress(FileNotFoundError):  # RACE: a stall let another take it
+                # RACE: a stall let another take it (gone), or requeue it (name taken):
+                # it comes back or is served by that consumer, as any lease.
+                with suppress(FileNotFoundError, FileExistsError):
                     _fs.rename_noreplace(
                         self.layout.message(claim.name), self.layout.message(held_name)
                     )
