@@ -316,8 +316,8 @@ def test_a_lease_keeps_its_maximum_and_visibility(tmp_path: Path) -> None:
     default = next(leases)
     assert default.deadline == now + 3600
     assert default.message.expires_at == now + 30
-    leases.close()
     queue.close()  # no renewal thread outlives the test (tests/test_leases.py counts them)
+    assert not [t for t in threading.enumerate() if t.name.startswith("vsqs-lease-renewer")]
 
 
 def test_what_a_handle_says_of_itself(tmp_path: Path) -> None:
