@@ -384,22 +384,40 @@ def test_a_move_that_loses_no_race_lists_the_partition_once(
     queue.close()
 
 
-def test_a_drained_partition_whose_last_message_a_peer_took_says_drained(
+def test_a_partition_drained_by_peers_during_a_move_says_drained(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A shut down queue whose last message another consumer claims and deletes while
-    this one moves to its partition to claim it is drained, and the receive says so
-    (mutant: ``_arrive`` 20, the partition's ``QueueDrained`` swallowed: ``None``)."""
+    """A shut down queue whose partition is emptied by other consumers while this one
+    moves there is drained, and the receive says so: the message it meant to claim
+    taken by a peer (the look gives up, and finds a message still held, not drained),
+    and the held one deleted by its holder before the listing that follows (mutant:
+    ``_arrive`` 20, the partition's ``QueueDrained`` swallowed: ``None``)."""
     queue, clock = _filled(tmp_path, (0, 0))
-    _published(queue, clock, 0, 1)
+    _published(queue, clock, 0, 2)
+    holder = PartitionedQueue(queue.path, durable=False, clock=clock)
+    held = holder.partition_queues[0].receive(visibility_timeout=100, timeout=0)
+    assert held is not None and held.body == b"0-0"
     queue.shutdown()
     clock.advance(5)  # past the shutdown's grace
+    where = Path(queue.partition_queues[0].path)
     peer = _Peer(monkeypatch)
+    scandir = _fs.scandir
+    since: list[Path] = []  # listings of partition 0 since the peer's claim
+
+    def listing(path: str) -> Any:
+        if peer.took and Path(path) == where:
+            since.append(where)
+            if len(since) == 2:  # after the look's own drained check: the holder deletes
+                assert holder.delete(held)
+        return scandir(path)
+
+    patch_fs(monkeypatch, "scandir", listing)
     with _home_taken(queue, 0):
-        peer.arm(queue, 0)
+        peer.arm(queue, 0)  # "0-1", the only one ready
         with pytest.raises(QueueDrained) as raised:
             queue.receive(timeout=0)
-    assert raised.value.path == queue.path and len(peer.took) == 1
+    assert raised.value.path == queue.path and peer.took and len(since) >= 2
+    holder.close()
     queue.close()
 
 
