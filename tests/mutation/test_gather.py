@@ -11,17 +11,21 @@ from __future__ import annotations
 
 import fcntl
 import os
+import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 import vsqs
-from vsqs import PartitionedQueue, QueueDrained
+from vsqs import PartitionedQueue, QueueDrained, _fs
 from vsqs._sets._spread import VISIT_EVERY, group_partition
 from vsqs.testing import ManualClock
+
+from ..fixtures_core import patch_fs
 
 
 def _group(partition: int) -> str:
@@ -296,3 +300,225 @@ def test_a_fruitful_visit_to_its_home_brings_a_consumer_back(tmp_path: Path) -> 
             queue.publish(b"home", group=_group(1))
         got += [_partition(queue, queue.receive(timeout=0)) for _ in range(VISIT_EVERY + 4)]
     assert got == [0] * (VISIT_EVERY - 1) + [1] * 6
+
+
+class _Peer:
+    """Another consumer, as on another host: armed for a directory, it claims and deletes
+    a message this process is about to claim there, between this handle's listing and
+    its rename (so that rename fails: a race lost), once per arming."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.armed: dict[Path, int] = {}  # directory: claims of ours to let through first
+        self.took: list[str] = []
+        rename = _fs.rename_noreplace
+
+        def first(src: str, dst: str, *args: Any) -> None:
+            where = Path(src).parent
+            if where in self.armed:
+                if self.armed[where] == 0:
+                    del self.armed[where]
+                    self.took.append(Path(src).name)
+                    rename(src, dst)  # the peer's claim...
+                    os.unlink(dst)  # ...and its delete
+                else:
+                    self.armed[where] -= 1
+            rename(src, dst, *args)
+
+        patch_fs(monkeypatch, "rename_noreplace", first)
+
+    def arm(self, queue: PartitionedQueue, partition: int, *, after: int = 0) -> None:
+        """Take the message of *partition* this process claims after *after* others."""
+        self.armed[Path(queue.partition_queues[partition].path)] = after
+
+
+def _published(queue: PartitionedQueue, clock: ManualClock, partition: int, n: int) -> list[str]:
+    """*n* messages published into *partition*, a manual second apart; their bodies."""
+    bodies = [f"{partition}-{k}" for k in range(n)]
+    for body in bodies:
+        queue.publish(body.encode(), group=_group(partition))
+        clock.advance(1)
+    return bodies
+
+
+def test_a_move_that_loses_a_race_lists_again_and_keeps_what_it_claimed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A consumer moving to another partition that loses a race there after claiming
+    some lists it again and claims the rest of its limit, no more, with the visibility
+    timeout asked for, the claims before the race kept (mutants: ``_arrive`` 10, the
+    first claims dropped though leased; 13 and 16, the default timeout; 18, past the
+    limit)."""
+    queue, clock = _filled(tmp_path, (0, 0))
+    bodies = _published(queue, clock, 0, 6)
+    peer = _Peer(monkeypatch)
+    with _home_taken(queue, 0):
+        peer.arm(queue, 0, after=1)  # "0-0" claimed, then "0-1" taken by the peer
+        got = queue.receive_batch(3, visibility_timeout=100)
+    assert len(peer.took) == 1
+    assert [m.body.decode() for m in got] == [bodies[0], bodies[2], bodies[3]]
+    assert all(m.expires_at == _now(clock) + 100 for m in got)
+    queue.close()
+
+
+def test_a_move_that_loses_no_race_lists_the_partition_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A consumer moving from its empty home to a partition nobody else serves lists it
+    once, however few it finds there (mutants: ``_arrive`` 7 and 9, a second listing
+    when no race was lost)."""
+    queue, clock = _filled(tmp_path, (0, 0))
+    bodies = _published(queue, clock, 0, 2)
+    where = Path(queue.partition_queues[0].path)
+    scandir = _fs.scandir
+    listings: list[Path] = []
+
+    def listing(path: str) -> Any:
+        listings.append(Path(path))
+        return scandir(path)
+
+    patch_fs(monkeypatch, "scandir", listing)
+    with _home_taken(queue, 0):
+        got = queue.receive_batch(3)
+    assert [m.body.decode() for m in got] == bodies
+    assert listings.count(where) == 1
+    queue.close()
+
+
+def test_a_partition_drained_by_peers_during_a_move_says_drained(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A shut down queue whose partition is emptied by other consumers while this one
+    moves there is drained, and the receive says so: the message it meant to claim
+    taken by a peer (the look gives up, and finds a message still held, not drained),
+    and the held one deleted by its holder before the listing that follows (mutant:
+    ``_arrive`` 20, the partition's ``QueueDrained`` swallowed: ``None``)."""
+    queue, clock = _filled(tmp_path, (0, 0))
+    _published(queue, clock, 0, 2)
+    holder = PartitionedQueue(queue.path, durable=False, clock=clock)
+    held = holder.partition_queues[0].receive(visibility_timeout=100, timeout=0)
+    assert held is not None and held.body == b"0-0"
+    queue.shutdown()
+    clock.advance(5)  # past the shutdown's grace
+    where = Path(queue.partition_queues[0].path)
+    peer = _Peer(monkeypatch)
+    scandir = _fs.scandir
+    since: list[Path] = []  # listings of partition 0 since the peer's claim
+
+    def listing(path: str) -> Any:
+        if peer.took and Path(path) == where:
+            since.append(where)
+            if len(since) == 2:  # after the look's own drained check: the holder deletes
+                assert holder.delete(held)
+        return scandir(path)
+
+    patch_fs(monkeypatch, "scandir", listing)
+    with _home_taken(queue, 0):
+        peer.arm(queue, 0)  # "0-1", the only one ready
+        with pytest.raises(QueueDrained) as raised:
+            queue.receive(timeout=0)
+    assert raised.value.path == queue.path and peer.took and len(since) >= 2
+    holder.close()
+    queue.close()
+
+
+def _where(queue: PartitionedQueue, calls: int) -> list[int]:
+    return [_partition(queue, queue.receive(timeout=0)) for _ in range(calls)]
+
+
+def test_a_visit_that_loses_a_race_comes_back_twice_as_late(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A visit that claims one message and then loses a race in the visited partition
+    doubles the interval to the next visit (mutant: ``_look`` 19, the lost race not
+    passed on: the next visit ``VISIT_EVERY`` calls later)."""
+    queue, clock = _filled(tmp_path, (0, 0))
+    _published(queue, clock, 1, 4 * VISIT_EVERY)
+    _published(queue, clock, 0, 6)
+    peer = _Peer(monkeypatch)
+    with _home_taken(queue, 0):
+        assert _where(queue, VISIT_EVERY - 1) == [1] * (VISIT_EVERY - 1)
+        peer.arm(queue, 0, after=1)
+        visit = queue.receive_batch(3)
+        assert [_partition(queue, m) for m in visit] == [0, 1, 1] and peer.took
+        assert _where(queue, 2 * VISIT_EVERY) == [1] * (2 * VISIT_EVERY - 1) + [0]
+    queue.close()
+
+
+def test_a_consumer_leaves_its_home_once_races_are_lost_there_since_the_last_look(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A consumer that lost a race at a visit to another partition, and then one at
+    home, moves to that partition at its next fruitful visit there: the races counted
+    against home are home's, not the visited one's (mutants: ``_look`` 29 and 30, the
+    visited partition's lost races taken for the home's)."""
+    queue, clock = _filled(tmp_path, (0, 0))
+    _published(queue, clock, 1, 6 * VISIT_EVERY)
+    _published(queue, clock, 0, 4 * VISIT_EVERY)
+    peer = _Peer(monkeypatch)
+    with _home_taken(queue, 0):
+        assert _where(queue, VISIT_EVERY - 1) == [1] * (VISIT_EVERY - 1)
+        peer.arm(queue, 0)  # the visit finds its first candidate taken: none claimed
+        assert _where(queue, 1) == [1]
+        peer.arm(queue, 1)  # then home loses one
+        got = _where(queue, 2 * VISIT_EVERY + 3)
+    assert len(peer.took) == 2
+    assert got == [1] * (2 * VISIT_EVERY - 1) + [0] * 4  # the visit, then it stays
+    queue.close()
+
+
+def test_a_consumer_back_home_counts_home_races_from_its_return(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A consumer that moved away from its empty home, lost a race there, and came back
+    home at a visit, leaves home for the other partition at the next fruitful visit once
+    home lost a race since its return (mutants: ``_look`` 28 and 30, the races counted
+    against home taken from the partition it left)."""
+    queue, clock = _filled(tmp_path, (0, 0))
+    _published(queue, clock, 0, 6 * VISIT_EVERY)
+    peer = _Peer(monkeypatch)
+    with _home_taken(queue, 0):
+        assert _where(queue, 1) == [0]  # home empty: moves to 0
+        peer.arm(queue, 0)
+        assert _where(queue, VISIT_EVERY - 2) == [0] * (VISIT_EVERY - 2)
+        _published(queue, clock, 1, 4 * VISIT_EVERY)
+        assert _where(queue, 1) == [1]  # the visit home: back
+        peer.arm(queue, 1)
+        got = _where(queue, VISIT_EVERY + 3)
+    assert len(peer.took) == 2
+    assert got == [1] * (VISIT_EVERY - 1) + [0] * 4  # the visit to 0, then it stays
+    queue.close()
+
+
+class _Together:
+    """A lock that lets in its first two takers only once both have come (each having
+    found no waiter made yet): two threads making a handle's first waiter at once."""
+
+    def __init__(self, lock: threading.Lock) -> None:
+        self.lock = lock
+        self.met = threading.Barrier(2, timeout=30)
+
+    def __enter__(self) -> None:
+        self.met.wait()
+        self.lock.acquire()
+
+    def __exit__(self, *exc: object) -> None:
+        self.lock.release()
+
+
+def test_two_threads_making_the_first_waiter_at_once_share_one(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two threads that both find a handle without a waiter and make it at once get the
+    same one (mutant: ``waiter`` 3, the second thread made another, replacing it)."""
+    queue, _ = _filled(tmp_path, (0, 0))
+    gatherer = queue._gatherer
+    monkeypatch.setattr(gatherer, "_lock", _Together(gatherer._lock))
+    got: list[object] = []
+    threads = [threading.Thread(target=lambda: got.append(queue.waiter())) for _ in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(30)
+    monkeypatch.undo()
+    assert len(got) == 2 and got[0] is got[1] is queue.waiter()
+    queue.close()
