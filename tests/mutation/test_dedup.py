@@ -4,6 +4,7 @@ docstring."""
 
 from __future__ import annotations
 
+import errno
 from pathlib import Path
 
 import pytest
@@ -48,5 +49,91 @@ def test_a_batch_recorded_exactly_a_window_ago_meanwhile_is_still_a_duplicate(
     assert len(b_ids) == 2
     assert sorted(m.body for m in a.receive_batch(10)) == [b"b1", b"b2"]
     assert not [name for name in path.iterdir() if name.name.endswith(".new")]
+    a.close()
+    b.close()
+
+
+def test_a_failed_record_rename_leaves_no_temporary_record_and_the_retry_publishes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The rename that makes a ``batch_dedup_id`` record (its commit point) fails once
+    with EIO: the publish raises that error, leaves nothing in ``.vsqs/dedup`` and no
+    body behind, and the retry publishes the batch once (mutant: ``claim_chunk`` 45,
+    which removes ``None`` instead of the temporary record: a ``TypeError`` in place of
+    the EIO, and the record's temporary file left behind)."""
+    path = tmp_path / "q"
+    q = vsqs.PlainQueue(path, durable=False)
+    real = _fs.rename_noreplace_at
+    failed: list[str] = []
+
+    def rename(src: str, dst: str, fd: int) -> None:
+        if ".new-" in src and not failed:  # the record's temporary name, not a body's
+            failed.append(src)
+            raise OSError(errno.EIO, "Input/output error", src)
+        real(src, dst, fd)
+
+    patch_fs(monkeypatch, "rename_noreplace_at", rename)
+    with pytest.raises(OSError, match="Input/output"):
+        q.publish_batch([b"a", b"b"], batch_dedup_id="job-1")
+    assert failed
+    assert list((path / ".vsqs" / "dedup").iterdir()) == []
+    assert [name.name for name in path.iterdir() if not name.name.startswith(".")] == []
+    ids = q.publish_batch([b"a", b"b"], batch_dedup_id="job-1")
+    assert q.publish_batch([b"a", b"b"], batch_dedup_id="job-1") == ids
+    assert [m.body for m in q.receive_batch(10)] == [b"a", b"b"]
+    q.close()
+
+
+def test_a_full_queue_answers_a_batch_retry_exactly_a_window_after_its_record(
+    tmp_path: Path,
+) -> None:
+    """A bounded queue, full with a ``batch_dedup_id`` batch; exactly ``dedup_window``
+    later (still within it, as everywhere else in ``_dedup``) the retry with
+    ``timeout=0`` is answered with the first ids and needs no room (mutant:
+    ``find_chunk`` 8, ``>=`` for ``>``, which missed the record at the boundary and
+    raised QueueFull)."""
+    clock = ManualClock(START)
+    q = vsqs.PlainQueue(tmp_path / "q", clock=clock, durable=False, capacity=1,
+                        dedup_window=WINDOW)  # fmt: skip
+    ids = q.publish_batch([b"a"], batch_dedup_id="job-1")
+    clock.advance(WINDOW)
+    assert q.publish_batch([b"a"], batch_dedup_id="job-1", timeout=0) == ids
+    clock.advance(0.000_001)  # past the window: a new batch, which needs room
+    with pytest.raises(vsqs.QueueFull):
+        q.publish_batch([b"a"], batch_dedup_id="job-1", timeout=0)
+    assert q.counts().total == 1
+    q.close()
+
+
+def test_a_bounded_retry_is_never_told_the_id_of_a_message_still_being_written(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Publisher A of a bounded queue has made its ``dedup_id`` marker, and its body is
+    still ``<id>.new``; a retry on another handle with ``timeout=0`` must not return A's
+    id (a message not yet receivable, lost if A dies now): it waits for room like any
+    publish, and so raises QueueFull here (mutant: ``published`` 13, which looked for
+    ``None`` instead of ``<id>.new``, never found it staged, and returned A's id)."""
+    path = tmp_path / "q"
+    a = vsqs.PlainQueue(path, durable=False, capacity=1)
+    b = vsqs.PlainQueue(path, durable=False, capacity=1)
+    real = _fs.rename_noreplace
+    answers: list[object] = []
+
+    def rename(src: str, dst: str, *dir_fd: int) -> None:
+        if src.endswith(".new") and not answers:  # A's commit: its marker is made
+            try:
+                answers.append(b.publish(b"order", dedup_id="order-1", timeout=0))
+            except vsqs.QueueFull as exc:
+                answers.append(exc)
+        real(src, dst, *dir_fd)
+
+    patch_fs(monkeypatch, "rename_noreplace", rename)
+    first = a.publish(b"order", dedup_id="order-1")
+    monkeypatch.undo()
+    assert len(answers) == 1 and isinstance(answers[0], vsqs.QueueFull), answers
+    assert b.publish(b"order", dedup_id="order-1", timeout=0) == first  # now published
+    got = b.receive(timeout=0)
+    assert got is not None and (got.id, got.body) == (first, b"order")
+    b.delete(got)
     a.close()
     b.close()
