@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 import vsqs
-from vsqs import _fs
+from vsqs import _fs, _layout
 from vsqs.testing import ManualClock
 
 from ..fixtures_core import patch_fs
@@ -26,8 +26,10 @@ def test_a_batch_recorded_exactly_a_window_ago_meanwhile_is_still_a_duplicate(
     host whose clock is exactly ``dedup_window`` behind A's, publishes the same batch
     id. When A records its batch, B's record is exactly a window old by A's clock:
     still within the window, as the look before found it would be, so A publishes
-    nothing and returns B's ids (mutant: ``claim_chunk`` 56, ``>=`` for ``>``, which
-    expires B's record and publishes the batch twice)."""
+    nothing, returns B's ids and leaves only B's record in ``.vsqs/dedup`` (mutants:
+    ``claim_chunk`` 56, ``>=`` for ``>``, which expires B's record and publishes the
+    batch twice; ``claim_chunk`` 40, which looks for A's temporary record in
+    ``.vsqs/None`` and leaves it behind)."""
     path = tmp_path / "q"
     a_clock = ManualClock(START)
     b_clock = ManualClock(START - WINDOW)
@@ -49,6 +51,7 @@ def test_a_batch_recorded_exactly_a_window_ago_meanwhile_is_still_a_duplicate(
     assert len(b_ids) == 2
     assert sorted(m.body for m in a.receive_batch(10)) == [b"b1", b"b2"]
     assert not [name for name in path.iterdir() if name.name.endswith(".new")]
+    assert len(list((path / ".vsqs" / "dedup").iterdir())) == 1  # B's record alone
     a.close()
     b.close()
 
@@ -137,3 +140,23 @@ def test_a_bounded_retry_is_never_told_the_id_of_a_message_still_being_written(
     b.delete(got)
     a.close()
     b.close()
+
+
+def test_a_batch_whose_record_would_be_unreadable_is_refused_by_name(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A ``batch_dedup_id`` batch whose record would exceed the read bound of
+    ``.vsqs/dedup`` (lowered here, as a batch of millions would meet it) is refused
+    with a ValueError that says so and what to do, and leaves nothing behind (mutant:
+    ``claim_chunk`` 22, the error's message replaced by ``None``)."""
+    path = tmp_path / "q"
+    q = vsqs.PlainQueue(path, durable=False)
+    monkeypatch.setitem(_layout.READ_LIMITS, _layout.DEDUP, 1024)
+    with pytest.raises(ValueError, match=r"100 messages is too large .* split it"):
+        q.publish_batch([b"x"] * 100, batch_dedup_id="job-1")
+    assert [name.name for name in path.iterdir() if not name.name.startswith(".")] == []
+    dedup = path / ".vsqs" / "dedup"
+    assert not dedup.exists() or list(dedup.iterdir()) == []
+    ids = q.publish_batch([b"x"] * 10, batch_dedup_id="job-1")  # a smaller one fits
+    assert len(ids) == 10
+    q.close()
