@@ -5,12 +5,15 @@ docstring."""
 from __future__ import annotations
 
 import errno
+import hashlib
+import json
+import os
 from pathlib import Path
 
 import pytest
 
 import vsqs
-from vsqs import _fs, _layout
+from vsqs import _dedup, _fs, _layout
 from vsqs.testing import ManualClock
 
 from ..fixtures_core import patch_fs
@@ -159,4 +162,138 @@ def test_a_batch_whose_record_would_be_unreadable_is_refused_by_name(
     assert not dedup.exists() or list(dedup.iterdir()) == []
     ids = q.publish_batch([b"x"] * 10, batch_dedup_id="job-1")  # a smaller one fits
     assert len(ids) == 10
+    q.close()
+
+
+def test_a_retry_exactly_a_window_after_its_publish_needs_no_room(tmp_path: Path) -> None:
+    """The single-message counterpart of the test above: exactly ``dedup_window`` after
+    a ``dedup_id`` publish filled a bounded queue, the retry with ``timeout=0`` returns
+    the first id (mutant: ``published`` 10, ``>=`` for ``>``: QueueFull)."""
+    clock = ManualClock(START)
+    q = vsqs.PlainQueue(tmp_path / "q", clock=clock, durable=False, capacity=1,
+                        dedup_window=WINDOW)  # fmt: skip
+    first = q.publish(b"order", dedup_id="order-1")
+    clock.advance(WINDOW)
+    assert q.publish(b"order", dedup_id="order-1", timeout=0) == first
+    assert q.counts().total == 1
+    q.close()
+
+
+def test_the_batch_record_is_named_from_the_documented_digest(tmp_path: Path) -> None:
+    """The record of a ``batch_dedup_id`` is ``.vsqs/dedup/<sha256 of "chunk\\0" and the
+    id>``, the name every vsqs sharing the queue (another host, another version) looks
+    up (mutant: ``_chunk_marker`` 4, ``"CHUNK\\0"``: a peer would publish the batch
+    again)."""
+    path = tmp_path / "q"
+    q = vsqs.PlainQueue(path, durable=False)
+    ids = q.publish_batch([b"a", b"b"], batch_dedup_id="job-1")
+    name = hashlib.sha256(b"chunk\0job-1").hexdigest()
+    assert [entry.name for entry in (path / ".vsqs" / "dedup").iterdir()] == [name]
+    assert json.loads((path / ".vsqs" / "dedup" / name).read_bytes())["ids"] == ids
+    q.close()
+
+
+def _crash_after_the_record(q: vsqs.PlainQueue, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Publish ``[a, b]`` under ``job-1`` with the first rename past the record failing
+    (EIO), as a writer that died there: the record stays, with both ``.new`` files."""
+    real = _fs.rename_noreplace_at
+    failed: list[str] = []
+
+    def rename(src: str, dst: str, fd: int) -> None:
+        if src.endswith(".new") and not failed:
+            failed.append(src)
+            raise OSError(errno.EIO, "Input/output error", src)
+        real(src, dst, fd)
+
+    patch_fs(monkeypatch, "rename_noreplace_at", rename)
+    with pytest.raises(OSError, match="Input/output"):
+        q.publish_batch([b"a", b"b"], batch_dedup_id="job-1")
+    monkeypatch.undo()
+    assert len([n for n in os.listdir(q.path) if n.endswith(".new")]) == 2
+
+
+def test_a_retry_gives_a_writer_that_may_be_alive_its_time_then_completes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A batch's record is fresh and its ``.new`` files are still there: the retry waits
+    ``IN_PROGRESS_LIMIT`` (manual) seconds for the writer before rolling the batch
+    forward itself, whatever the monotonic clock read when it began (mutant:
+    ``await_chunk`` 10, ``+ since``, which took over at once from a clock already 40 s
+    on)."""
+    clock = ManualClock(START)
+    clock.advance(40)  # a process that has run a while
+    q = vsqs.PlainQueue(tmp_path / "q", clock=clock, durable=False, dedup_window=3600)
+    _crash_after_the_record(q, monkeypatch)
+    began = clock.monotonic()
+    ids = q.publish_batch([b"a", b"b"], batch_dedup_id="job-1")
+    assert clock.monotonic() - began >= _dedup.IN_PROGRESS_LIMIT
+    got = [(m.id, m.body) for m in q.receive_batch(10)]
+    assert got == list(zip(ids, [b"a", b"b"], strict=True))
+    q.close()
+
+
+def test_a_retry_takes_over_at_once_from_a_batch_writer_dead_by_the_records_time(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The record is older than ``IN_PROGRESS_LIMIT`` by its own time and its ``.new``
+    files are still there: its writer is dead, and the retry completes the batch without
+    waiting (mutants: ``await_chunk`` 4, ``stale = None``, and 9, ``and`` for ``or``,
+    which both waited another ``IN_PROGRESS_LIMIT``)."""
+    clock = ManualClock(START)
+    q = vsqs.PlainQueue(tmp_path / "q", clock=clock, durable=False, dedup_window=3600)
+    _crash_after_the_record(q, monkeypatch)
+    clock.advance(_dedup.IN_PROGRESS_LIMIT + 1)
+    began = clock.monotonic()
+    ids = q.publish_batch([b"a", b"b"], batch_dedup_id="job-1")
+    assert clock.monotonic() == began
+    got = [(m.id, m.body) for m in q.receive_batch(10)]
+    assert got == list(zip(ids, [b"a", b"b"], strict=True))
+    q.close()
+
+
+def test_a_durable_batch_record_is_flushed_before_and_after_its_rename(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A durable ``batch_dedup_id`` batch: its record's content is flushed before the
+    rename that makes it the commit point, and ``.vsqs/dedup`` after it, or a power loss
+    could keep the batch and lose (or empty) its record, and a retry would publish the
+    batch again (mutants: ``claim_chunk`` 29, the record written unflushed, and
+    ``_flush_marker`` 1, the directory of ``None`` flushed instead of ``.vsqs/dedup``)."""
+    path = tmp_path / "q"
+    q = vsqs.PlainQueue(path, durable=True)
+    dedup = str(path / ".vsqs" / "dedup")
+    real_fsync, real_rename = _fs.fsync, _fs.rename_noreplace_at
+    calls: list[str] = []
+
+    def fsync(fd: int) -> None:
+        calls.append("fsync:" + os.readlink(f"/proc/self/fd/{fd}"))
+        real_fsync(fd)
+
+    def rename(src: str, dst: str, fd: int) -> None:
+        calls.append(f"rename:{os.readlink(f'/proc/self/fd/{fd}')}/{src}")
+        real_rename(src, dst, fd)
+
+    patch_fs(monkeypatch, "fsync", fsync)
+    patch_fs(monkeypatch, "rename_noreplace_at", rename)
+    q.publish_batch([b"a", b"b"], batch_dedup_id="job-1")
+    monkeypatch.undo()
+    commit = next(i for i, c in enumerate(calls) if c.startswith(f"rename:{dedup}/"))
+    tmp = calls[commit].removeprefix("rename:")
+    assert f"fsync:{tmp}" in calls[:commit], calls
+    assert f"fsync:{dedup}" in calls[commit:], calls
+    q.close()
+
+
+def test_a_new_dedup_id_on_a_full_queue_near_the_epoch_still_needs_room(tmp_path: Path) -> None:
+    """A bounded queue whose clock reads less than a window after the epoch (a
+    ManualClock started at 0): a ``dedup_id`` never published finds no marker and waits
+    for room like any publish (mutant: ``published`` 5, which read a missing marker as
+    id ``XXXX`` made at time 0, still within the window, and returned that id for a
+    message never published)."""
+    q = vsqs.PlainQueue(tmp_path / "q", clock=ManualClock(0.0), durable=False, capacity=1,
+                        dedup_window=WINDOW)  # fmt: skip
+    q.publish(b"first")
+    with pytest.raises(vsqs.QueueFull):
+        q.publish(b"order", dedup_id="order-1", timeout=0)
+    assert q.counts().total == 1
     q.close()
