@@ -8,6 +8,7 @@ import errno
 import hashlib
 import json
 import os
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -59,6 +60,27 @@ def test_a_batch_recorded_exactly_a_window_ago_meanwhile_is_still_a_duplicate(
     b.close()
 
 
+def _publish_failing_one_rename(
+    q: vsqs.PlainQueue, monkeypatch: pytest.MonkeyPatch, which: Callable[[str], bool]
+) -> None:
+    """Publish ``[a, b]`` under ``job-1`` with the first rename in ``.vsqs/dedup`` or the
+    queue whose source *which* picks failing with EIO: the publish raises it."""
+    real = _fs.rename_noreplace_at
+    failed: list[str] = []
+
+    def rename(src: str, dst: str, fd: int) -> None:
+        if which(src) and not failed:
+            failed.append(src)
+            raise OSError(errno.EIO, "Input/output error", src)
+        real(src, dst, fd)
+
+    patch_fs(monkeypatch, "rename_noreplace_at", rename)
+    with pytest.raises(OSError, match="Input/output"):
+        q.publish_batch([b"a", b"b"], batch_dedup_id="job-1")
+    monkeypatch.undo()
+    assert failed
+
+
 def test_a_failed_record_rename_leaves_no_temporary_record_and_the_retry_publishes(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -69,19 +91,8 @@ def test_a_failed_record_rename_leaves_no_temporary_record_and_the_retry_publish
     the EIO, and the record's temporary file left behind)."""
     path = tmp_path / "q"
     q = vsqs.PlainQueue(path, durable=False)
-    real = _fs.rename_noreplace_at
-    failed: list[str] = []
-
-    def rename(src: str, dst: str, fd: int) -> None:
-        if ".new-" in src and not failed:  # the record's temporary name, not a body's
-            failed.append(src)
-            raise OSError(errno.EIO, "Input/output error", src)
-        real(src, dst, fd)
-
-    patch_fs(monkeypatch, "rename_noreplace_at", rename)
-    with pytest.raises(OSError, match="Input/output"):
-        q.publish_batch([b"a", b"b"], batch_dedup_id="job-1")
-    assert failed
+    # The record's temporary name, not a body's: the commit point's rename fails.
+    _publish_failing_one_rename(q, monkeypatch, lambda src: ".new-" in src)
     assert list((path / ".vsqs" / "dedup").iterdir()) == []
     assert [name.name for name in path.iterdir() if not name.name.startswith(".")] == []
     ids = q.publish_batch([b"a", b"b"], batch_dedup_id="job-1")
@@ -196,20 +207,28 @@ def test_the_batch_record_is_named_from_the_documented_digest(tmp_path: Path) ->
 def _crash_after_the_record(q: vsqs.PlainQueue, monkeypatch: pytest.MonkeyPatch) -> None:
     """Publish ``[a, b]`` under ``job-1`` with the first rename past the record failing
     (EIO), as a writer that died there: the record stays, with both ``.new`` files."""
-    real = _fs.rename_noreplace_at
-    failed: list[str] = []
-
-    def rename(src: str, dst: str, fd: int) -> None:
-        if src.endswith(".new") and not failed:
-            failed.append(src)
-            raise OSError(errno.EIO, "Input/output error", src)
-        real(src, dst, fd)
-
-    patch_fs(monkeypatch, "rename_noreplace_at", rename)
-    with pytest.raises(OSError, match="Input/output"):
-        q.publish_batch([b"a", b"b"], batch_dedup_id="job-1")
-    monkeypatch.undo()
+    _publish_failing_one_rename(q, monkeypatch, lambda src: src.endswith(".new"))
     assert len([n for n in os.listdir(q.path) if n.endswith(".new")]) == 2
+
+
+def _retry_after_a_crash(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, *, before: float, after: float
+) -> float:
+    """The writer of a batch dies past its record (the clock moved *before* seconds
+    first), *after* seconds pass, then a retry: check that it completes the batch, whole
+    and once; return how long it waited (manual monotonic seconds)."""
+    clock = ManualClock(START)
+    clock.advance(before)
+    q = vsqs.PlainQueue(tmp_path / "q", clock=clock, durable=False, dedup_window=3600)
+    _crash_after_the_record(q, monkeypatch)
+    clock.advance(after)
+    began = clock.monotonic()
+    ids = q.publish_batch([b"a", b"b"], batch_dedup_id="job-1")
+    waited = clock.monotonic() - began
+    got = [(m.id, m.body) for m in q.receive_batch(10)]
+    assert got == list(zip(ids, [b"a", b"b"], strict=True))
+    q.close()
+    return waited
 
 
 def test_a_retry_gives_a_writer_that_may_be_alive_its_time_then_completes(
@@ -220,16 +239,9 @@ def test_a_retry_gives_a_writer_that_may_be_alive_its_time_then_completes(
     forward itself, whatever the monotonic clock read when it began (mutant:
     ``await_chunk`` 10, ``+ since``, which took over at once from a clock already 40 s
     on)."""
-    clock = ManualClock(START)
-    clock.advance(40)  # a process that has run a while
-    q = vsqs.PlainQueue(tmp_path / "q", clock=clock, durable=False, dedup_window=3600)
-    _crash_after_the_record(q, monkeypatch)
-    began = clock.monotonic()
-    ids = q.publish_batch([b"a", b"b"], batch_dedup_id="job-1")
-    assert clock.monotonic() - began >= _dedup.IN_PROGRESS_LIMIT
-    got = [(m.id, m.body) for m in q.receive_batch(10)]
-    assert got == list(zip(ids, [b"a", b"b"], strict=True))
-    q.close()
+    assert _retry_after_a_crash(tmp_path, monkeypatch, before=40, after=0) >= (
+        _dedup.IN_PROGRESS_LIMIT
+    )
 
 
 def test_a_retry_takes_over_at_once_from_a_batch_writer_dead_by_the_records_time(
@@ -239,16 +251,10 @@ def test_a_retry_takes_over_at_once_from_a_batch_writer_dead_by_the_records_time
     files are still there: its writer is dead, and the retry completes the batch without
     waiting (mutants: ``await_chunk`` 4, ``stale = None``, and 9, ``and`` for ``or``,
     which both waited another ``IN_PROGRESS_LIMIT``)."""
-    clock = ManualClock(START)
-    q = vsqs.PlainQueue(tmp_path / "q", clock=clock, durable=False, dedup_window=3600)
-    _crash_after_the_record(q, monkeypatch)
-    clock.advance(_dedup.IN_PROGRESS_LIMIT + 1)
-    began = clock.monotonic()
-    ids = q.publish_batch([b"a", b"b"], batch_dedup_id="job-1")
-    assert clock.monotonic() == began
-    got = [(m.id, m.body) for m in q.receive_batch(10)]
-    assert got == list(zip(ids, [b"a", b"b"], strict=True))
-    q.close()
+    assert (
+        _retry_after_a_crash(tmp_path, monkeypatch, before=0, after=_dedup.IN_PROGRESS_LIMIT + 1)
+        == 0
+    )
 
 
 def test_a_durable_batch_record_is_flushed_before_and_after_its_rename(
