@@ -48,6 +48,12 @@ _AT_FDCWD: Final = -100
 _FS_ENCODING: Final = sys.getfilesystemencoding()
 _COPY_CHUNK: Final = 1 << 20
 
+_TRIES_IF_RACED: Final = 3
+"""How many times an exclusive create or a link is made while it fails with ``EPERM``
+and its name is free. A racer must make the name, and have it gone again, within each
+retry for the race to repeat: three tries are past any real race; a real ``EPERM`` fails
+every try the same way, and the last is raised."""
+
 
 def write_all(fd: int, data: bytes | memoryview) -> None:
     """Write every byte of *data*, looping on short writes (signals, pipes, full quotas)."""
@@ -110,10 +116,7 @@ def _link_then_unlink(src: str, dst: str, dir_fd: int | None) -> None:
     filesystem (is *src* still there, did our unlink remove it), not from an errno alone.
     """
     try:
-        os.link(src, dst, src_dir_fd=dir_fd, dst_dir_fd=dir_fd, follow_symlinks=False)
-    except PermissionError:
-        _raise_if_taken(dst, dir_fd)
-        raise
+        _link(src, dst, dir_fd)
     except FileNotFoundError:
         # RACE: another host took *dst* (claimed the message we just published) between
         # the server making our link and the client's lookup of the new name (sshfs and
@@ -136,7 +139,22 @@ def _link_then_unlink(src: str, dst: str, dir_fd: int | None) -> None:
 
 def link_noreplace(src: str, dst: str) -> None:
     """Give the inode at *src* a second name *dst*; :class:`FileExistsError` if *dst* exists."""
-    os.link(src, dst, follow_symlinks=False)
+    _link(src, dst, None)
+
+
+def _link(src: str, dst: str, dir_fd: int | None) -> None:
+    """``link(2)`` (relative to *dir_fd*, if given; never following *src*), atomic as it
+    is: it makes *dst* or nothing. sshfs's EPERM for a name another host raced for is
+    read as in :func:`create_at`: :class:`FileExistsError`, or one more try."""
+    tries = _TRIES_IF_RACED
+    while True:
+        try:
+            return os.link(src, dst, src_dir_fd=dir_fd, dst_dir_fd=dir_fd, follow_symlinks=False)
+        except PermissionError as exc:
+            tries -= 1
+            if not _raced(exc, dst, dir_fd, tries):
+                raise
+            # RACE: another host linked onto *dst* and it was claimed or removed since
 
 
 def unlink(path: str) -> bool:
@@ -239,30 +257,50 @@ def fchmod_dir_at(name: str, mode: int, dir_fd: int) -> None:
 
 def create_at(name: str, mode: int = 0o666, dir_fd: int | None = None) -> int:
     """Create *name* (in *dir_fd*, if given) exclusively; a write-only fd
-    (``FileExistsError`` if taken)."""
-    try:
-        return os.open(name, _CREATE_FLAGS, mode, dir_fd=dir_fd)
-    except BaseException as exc:
-        if isinstance(exc, PermissionError):
-            _raise_if_taken(name, dir_fd)
-        elif not isinstance(exc, OSError):
-            # Ctrl-C raised as the open returned: the file is ours (O_EXCL), its fd lost, so
-            # no caller could remove it. RACE: after an EINTR instead (no local filesystem)
-            # it may be another process's same-microsecond name: that publish fails loudly.
-            with contextlib.suppress(OSError):
-                os.unlink(name, dir_fd=dir_fd)
-        raise
+    (``FileExistsError`` if taken). Atomic (``O_EXCL``): of any number of processes on
+    any hosts creating one name, one gets the file, the others ``FileExistsError``; an
+    existing file is never opened. sshfs's EPERM for a raced name is read by
+    :func:`_raced`: ``FileExistsError`` if the name is there, else one more try (a
+    real EPERM is raised after :data:`_TRIES_IF_RACED` tries)."""
+    tries = _TRIES_IF_RACED
+    while True:
+        try:
+            return os.open(name, _CREATE_FLAGS, mode, dir_fd=dir_fd)
+        except BaseException as exc:
+            if isinstance(exc, PermissionError):
+                tries -= 1
+                if _raced(exc, name, dir_fd, tries):
+                    continue  # RACE: another host made the name and renamed it away
+            elif not isinstance(exc, OSError):
+                # Ctrl-C raised as the open returned: the file is ours (O_EXCL), its fd lost,
+                # so no caller could remove it. RACE: after an EINTR instead (no local
+                # filesystem) it may be another process's same-microsecond name: that
+                # publish fails loudly.
+                with contextlib.suppress(OSError):
+                    os.unlink(name, dir_fd=dir_fd)
+            raise
 
 
 create_exclusive: Final = create_at  # itself, not a call in front of it: every publish's
 """Create *path* and return a write-only fd; :class:`FileExistsError` if it exists."""
 
 
-def _raise_if_taken(name: str, dir_fd: int | None) -> None:
-    """RACE: on sshfs an exclusive create or a link that races another host's for the same
-    name fails with EPERM (SFTP's bare failure), not EEXIST: say what it is."""
+def _raced(exc: PermissionError, name: str, dir_fd: int | None, tries: int) -> bool:
+    """After an exclusive create or a link of *name* failed with *exc*, *tries* left:
+    raise :class:`FileExistsError` if the name is there now; ``True`` to try once more if
+    *exc* is ``EPERM`` on a free name and *tries* remain; ``False`` to raise *exc*.
+
+    RACE: another host made *name* between our client's lookup and the server's create
+    or link: sshfs (SFTP has no "exists" status; sftp-server answers EEXIST, ENOSPC and
+    most errnos with a bare failure, which sshfs reports as EPERM; a permission denied is
+    EACCES) says EPERM, not EEXIST. Its file may be gone again by the time we look: a
+    `.new` committed (renamed), a message claimed or deleted. Telling that from a real
+    EPERM takes one more try: the name free, it succeeds, and the file is ours (never an
+    existing one: O_EXCL, link(2)); a real EPERM fails again. No retry loops for ever.
+    """
     if exists_at(name, dir_fd):
         raise FileExistsError(errno.EEXIST, "made by another host meanwhile", name)
+    return exc.errno == errno.EPERM and tries > 0
 
 
 def open_lock_at(name: str, mode: int, dir_fd: int) -> int:
