@@ -263,6 +263,59 @@ def test_an_exclusive_create_cut_short_by_ctrl_c_leaves_nothing_and_eperm_says_t
         os.close(fd)
 
 
+@pytest.mark.parametrize("call", ["create", "link"])
+def test_an_eperm_on_a_free_name_is_tried_again_three_times_at_most(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, call: str
+) -> None:
+    """sshfs's EPERM for a name another host made and already renamed away: the create
+    or link is made again, and makes our own file; an EPERM that stays is raised after 3
+    tries in all; EACCES (a real denial, on sshfs too) at once (mutants:
+    ``_TRIES_IF_RACED``, ``_raced``'s errno and bound, ``_link``'s loop). The real race
+    on a real mount: ``tests/multihost/test_exclusive_create.py``."""
+    real_open, real_link = os.open, os.link
+    failures: list[int] = []  # errnos the next calls fail with, one each, before the real one
+    calls: list[str] = []
+
+    def refused(path: Any) -> None:
+        calls.append(str(path))
+        if failures:
+            code = failures.pop(0)
+            raise PermissionError(code, os.strerror(code), path)
+
+    def sftp_open(path: Any, flags: int, mode: int = 0o777, **kwargs: Any) -> int:
+        if flags & os.O_EXCL:
+            refused(path)
+        return real_open(path, flags, mode, **kwargs)
+
+    def sftp_link(src: Any, dst: Any, **kwargs: Any) -> None:
+        refused(dst)
+        real_link(src, dst, **kwargs)
+
+    (tmp_path / "src").write_bytes(b"ours")
+    target = str(tmp_path / "new")
+
+    def make() -> None:
+        if call == "create":
+            os.close(_fs.create_at(target, 0o600))
+        else:
+            _fs.link_noreplace(str(tmp_path / "src"), target)
+
+    monkeypatch.setattr(os, "open", sftp_open)
+    monkeypatch.setattr(os, "link", sftp_link)
+    for raced in (1, 2):
+        failures[:], calls[:] = [errno.EPERM] * raced, []
+        make()
+        assert (calls, failures) == ([target] * (raced + 1), [])
+        assert (tmp_path / "new").read_bytes() == (b"" if call == "create" else b"ours")
+        (tmp_path / "new").unlink()
+    for code, tries in ((errno.EPERM, 3), (errno.EACCES, 1)):
+        failures[:], calls[:] = [code] * 5, []
+        with pytest.raises(PermissionError) as caught:
+            make()
+        assert (caught.value.errno, calls) == (code, [target] * tries)
+        assert sorted(os.listdir(tmp_path)) == ["src"]
+
+
 def test_a_short_write_is_continued_to_the_last_byte(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
