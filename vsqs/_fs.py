@@ -48,11 +48,7 @@ _AT_FDCWD: Final = -100
 _FS_ENCODING: Final = sys.getfilesystemencoding()
 _COPY_CHUNK: Final = 1 << 20
 
-_TRIES_IF_RACED: Final = 3
-"""How many times an exclusive create or a link is made while it fails with ``EPERM``
-and its name is free. A racer must make the name, and have it gone again, within each
-retry for the race to repeat: three tries are past any real race; a real ``EPERM`` fails
-every try the same way, and the last is raised."""
+_TRIES: Final = 3  # of a create or a link failing with EPERM on a free name (see _raced)
 
 
 def write_all(fd: int, data: bytes | memoryview) -> None:
@@ -116,7 +112,7 @@ def _link_then_unlink(src: str, dst: str, dir_fd: int | None) -> None:
     filesystem (is *src* still there, did our unlink remove it), not from an errno alone.
     """
     try:
-        _link(src, dst, dir_fd)
+        link_noreplace(src, dst, dir_fd)
     except FileNotFoundError:
         # RACE: another host took *dst* (claimed the message we just published) between
         # the server making our link and the client's lookup of the new name (sshfs and
@@ -137,24 +133,16 @@ def _link_then_unlink(src: str, dst: str, dir_fd: int | None) -> None:
         raise FileNotFoundError(errno.ENOENT, "moved by another process meanwhile", src) from None
 
 
-def link_noreplace(src: str, dst: str) -> None:
-    """Give the inode at *src* a second name *dst*; :class:`FileExistsError` if *dst* exists."""
-    _link(src, dst, None)
-
-
-def _link(src: str, dst: str, dir_fd: int | None) -> None:
-    """``link(2)`` (relative to *dir_fd*, if given; never following *src*), atomic as it
-    is: it makes *dst* or nothing. sshfs's EPERM for a name another host raced for is
-    read as in :func:`create_at`: :class:`FileExistsError`, or one more try."""
-    tries = _TRIES_IF_RACED
-    while True:
-        try:
-            return os.link(src, dst, src_dir_fd=dir_fd, dst_dir_fd=dir_fd, follow_symlinks=False)
-        except PermissionError as exc:
-            tries -= 1
-            if not _raced(exc, dst, dir_fd, tries):
-                raise
-            # RACE: another host linked onto *dst* and it was claimed or removed since
+def link_noreplace(src: str, dst: str, dir_fd: int | None = None, _tries: int = _TRIES) -> None:
+    """Give the inode at *src* a second name *dst* (in *dir_fd*, if given), atomically:
+    :class:`FileExistsError` if *dst* exists; sshfs's EPERM is read by :func:`_raced`."""
+    try:
+        os.link(src, dst, src_dir_fd=dir_fd, dst_dir_fd=dir_fd, follow_symlinks=False)
+    except PermissionError as exc:
+        if not _raced(exc, dst, dir_fd, _tries - 1):
+            raise
+        # RACE: another host linked *dst* meanwhile; it was claimed or removed since
+        link_noreplace(src, dst, dir_fd, _tries - 1)
 
 
 def unlink(path: str) -> bool:
@@ -255,30 +243,22 @@ def fchmod_dir_at(name: str, mode: int, dir_fd: int) -> None:
         os.close(fd)
 
 
-def create_at(name: str, mode: int = 0o666, dir_fd: int | None = None) -> int:
-    """Create *name* (in *dir_fd*, if given) exclusively; a write-only fd
-    (``FileExistsError`` if taken). Atomic (``O_EXCL``): of any number of processes on
-    any hosts creating one name, one gets the file, the others ``FileExistsError``; an
-    existing file is never opened. sshfs's EPERM for a raced name is read by
-    :func:`_raced`: ``FileExistsError`` if the name is there, else one more try (a
-    real EPERM is raised after :data:`_TRIES_IF_RACED` tries)."""
-    tries = _TRIES_IF_RACED
-    while True:
-        try:
-            return os.open(name, _CREATE_FLAGS, mode, dir_fd=dir_fd)
-        except BaseException as exc:
-            if isinstance(exc, PermissionError):
-                tries -= 1
-                if _raced(exc, name, dir_fd, tries):
-                    continue  # RACE: another host made the name and renamed it away
-            elif not isinstance(exc, OSError):
-                # Ctrl-C raised as the open returned: the file is ours (O_EXCL), its fd lost,
-                # so no caller could remove it. RACE: after an EINTR instead (no local
-                # filesystem) it may be another process's same-microsecond name: that
-                # publish fails loudly.
-                with contextlib.suppress(OSError):
-                    os.unlink(name, dir_fd=dir_fd)
-            raise
+def create_at(name: str, mode: int = 0o666, dir_fd: int | None = None, _tries: int = _TRIES) -> int:
+    """Create *name* (in *dir_fd*, if given) atomically, on any hosts (``O_EXCL``): a
+    write-only fd; ``FileExistsError`` if taken (sshfs's EPERM: read by :func:`_raced`)."""
+    try:
+        return os.open(name, _CREATE_FLAGS, mode, dir_fd=dir_fd)
+    except BaseException as exc:
+        if isinstance(exc, PermissionError) and _raced(exc, name, dir_fd, _tries - 1):
+            # RACE: another host made *name* meanwhile; it was renamed or removed since
+            return create_at(name, mode, dir_fd, _tries - 1)
+        if not isinstance(exc, OSError):
+            # Ctrl-C raised as the open returned: the file is ours (O_EXCL), its fd lost, so
+            # no caller could remove it. RACE: after an EINTR instead (no local filesystem)
+            # it may be another process's same-microsecond name: that publish fails loudly.
+            with contextlib.suppress(OSError):
+                os.unlink(name, dir_fd=dir_fd)
+        raise
 
 
 create_exclusive: Final = create_at  # itself, not a call in front of it: every publish's
@@ -286,18 +266,12 @@ create_exclusive: Final = create_at  # itself, not a call in front of it: every 
 
 
 def _raced(exc: PermissionError, name: str, dir_fd: int | None, tries: int) -> bool:
-    """After an exclusive create or a link of *name* failed with *exc*, *tries* left:
-    raise :class:`FileExistsError` if the name is there now; ``True`` to try once more if
-    *exc* is ``EPERM`` on a free name and *tries* remain; ``False`` to raise *exc*.
-
-    RACE: another host made *name* between our client's lookup and the server's create
-    or link: sshfs (SFTP has no "exists" status; sftp-server answers EEXIST, ENOSPC and
-    most errnos with a bare failure, which sshfs reports as EPERM; a permission denied is
-    EACCES) says EPERM, not EEXIST. Its file may be gone again by the time we look: a
-    `.new` committed (renamed), a message claimed or deleted. Telling that from a real
-    EPERM takes one more try: the name free, it succeeds, and the file is ours (never an
-    existing one: O_EXCL, link(2)); a real EPERM fails again. No retry loops for ever.
-    """
+    """After a create or link of *name* failed with *exc*: :class:`FileExistsError` if
+    *name* is there; ``True`` (try again) for EPERM on a free name with *tries* left.
+    RACE: another host made *name* between our lookup and the server's call (sshfs: EPERM,
+    SFTP's bare failure, as for EEXIST, ENOSPC, EROFS; a denial is EACCES), and may have
+    renamed it away since (a `.new` committed, a message claimed): a retry then makes our
+    own file (O_EXCL and link never touch an existing one); a real EPERM fails again."""
     if exists_at(name, dir_fd):
         raise FileExistsError(errno.EEXIST, "made by another host meanwhile", name)
     return exc.errno == errno.EPERM and tries > 0
@@ -353,13 +327,13 @@ def rename_noreplace_at(src: str, dst: str, dir_fd: int) -> None:
     _rename_noreplace(src, dst, dir_fd)
 
 
-def exists_at(name: str, dir_fd: int | None) -> bool:
-    """Whether *name* exists in *dir_fd* (without following a final symlink)."""
+def exists_at(name: str, dir_fd: int | None = None) -> bool:
+    """Whether *name* exists (in *dir_fd*, if given; without following a final symlink)."""
     return os.access(name, os.F_OK, dir_fd=dir_fd, follow_symlinks=False)
 
 
-def mtime_at(name: str, dir_fd: int) -> float:
-    """The modification time of *name* in *dir_fd*; infinity if it is gone."""
+def mtime_at(name: str, dir_fd: int | None = None) -> float:
+    """The mtime (seconds) of *name* (in *dir_fd*, if given); infinity if it is gone."""
     try:
         return os.lstat(name, dir_fd=dir_fd).st_mtime
     except FileNotFoundError:
@@ -419,9 +393,7 @@ def open_regular(path: str) -> int:
     return fd
 
 
-def exists(path: str) -> bool:
-    """Whether *path* names anything (without following a final symlink)."""
-    return os.access(path, os.F_OK, follow_symlinks=False)
+exists: Final = exists_at  # by path: the same call
 
 
 def same_file(first: str, second: str) -> bool:
@@ -459,12 +431,7 @@ def make_dirs(path: str, mode: int = 0o777, *, durable: bool = False) -> None:
     flush_made(missing)
 
 
-def mtime(path: str) -> float:
-    """The modification time of *path* (seconds); infinity if it is gone."""
-    try:
-        return os.lstat(path).st_mtime
-    except FileNotFoundError:
-        return math.inf  # RACE: removed meanwhile; whoever asks treats it as brand new
+mtime: Final = mtime_at  # by path: the same call
 
 
 def is_plain_dir(path: str) -> bool:

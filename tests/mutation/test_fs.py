@@ -269,9 +269,9 @@ def test_an_eperm_on_a_free_name_is_tried_again_three_times_at_most(
 ) -> None:
     """sshfs's EPERM for a name another host made and already renamed away: the create
     or link is made again, and makes our own file; an EPERM that stays is raised after 3
-    tries in all; EACCES (a real denial, on sshfs too) at once (mutants:
-    ``_TRIES_IF_RACED``, ``_raced``'s errno and bound, ``_link``'s loop). The real race
-    on a real mount: ``tests/multihost/test_exclusive_create.py``."""
+    tries in all; EACCES (a real denial, on sshfs too) at once (mutants: ``_TRIES``,
+    ``_raced``'s errno and bound, the retries of ``create_at`` and ``link_noreplace``).
+    The real race on a real mount: ``tests/multihost/test_exclusive_create.py``."""
     real_open, real_link = os.open, os.link
     failures: list[int] = []  # errnos the next calls fail with, one each, before the real one
     calls: list[str] = []
