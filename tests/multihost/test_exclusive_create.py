@@ -185,8 +185,10 @@ def test_an_eperm_that_stays_is_raised_after_three_tries(
     is tried three times in all, then raised, never looped on; nothing is made."""
     owner, view, control = raced
     (owner / "ro").mkdir()
-    subprocess.run(["mount", "-t", "tmpfs", "-o", "ro,size=64k", "tmpfs", str(owner / "ro")],
-                   check=True, capture_output=True, timeout=60)  # fmt: skip
+    command = ["mount", "-t", "tmpfs", "-o", "ro,size=64k", "tmpfs", str(owner / "ro")]
+    mounted = subprocess.run(command, capture_output=True, timeout=60, check=False)
+    if mounted.returncode:
+        pytest.skip(f"cannot mount a read-only tmpfs here: {mounted.stderr.decode().strip()}")
     try:
         with pytest.raises(PermissionError) as refused:
             _fs.create_exclusive(str(view / "ro" / "7.new"))
