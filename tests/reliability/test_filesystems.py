@@ -104,7 +104,11 @@ def test_no_replace_rename_is_native(fs_qpath: Path) -> None:
     assert (fs_qpath / "b").read_bytes() == b"b"
     fallbacks: list[str] = []
     real = _fs.link_noreplace
-    _fs.link_noreplace = lambda src, dst: fallbacks.append(dst)
+
+    def fallback(src: str, dst: str, dir_fd: int | None = None, _tries: int = 0) -> None:
+        fallbacks.append(dst)
+
+    _fs.link_noreplace = fallback
     try:
         _fs.rename_noreplace(str(fs_qpath / "a"), str(fs_qpath / "c"))
     finally:
