@@ -199,6 +199,58 @@ def test_huge_or_negative_chunks_keep_the_memory_bounded(tmp_path: Path) -> None
         child.stderr.close()
 
 
+def test_endless_heads_keep_the_memory_bounded(tmp_path: Path) -> None:
+    """An endless header field, an endless target, endless header fields, and an
+    endless field after a complete long poll (pipelined while it waits) are refused
+    (431) after MAX_HEAD bytes, not kept until the head's deadline: the server's
+    memory stays bounded while 32 MiB of each streams."""
+    child, url = serve_command(tmp_path / "root", "--quiet")
+    try:
+        process = psutil.Process(child.pid)
+        sqs = client(url)
+        queue_url = sqs.create_queue(QueueName="q")["QueueUrl"]
+        poll = json.dumps({"QueueUrl": queue_url, "WaitTimeSeconds": 20}).encode()
+        list_queues = (
+            b"POST / HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/x-amz-json-1.0\r\n"
+            b"X-Amz-Target: AmazonSQS.ListQueues\r\nContent-Length: 2\r\n"
+        )
+        waiting = (
+            b"POST / HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/x-amz-json-1.0\r\n"
+            b"X-Amz-Target: AmazonSQS.ReceiveMessage\r\nContent-Length: %d\r\n\r\n%s"
+            % (len(poll), poll)
+        )
+        before = process.memory_info().rss
+        peak = [before]
+        streaming = threading.Event()
+
+        def sample() -> None:  # the peak, while the heads stream (freed after)
+            while not streaming.is_set():
+                peak.append(process.memory_info().rss)
+                time.sleep(0.01)
+
+        sampler = threading.Thread(target=sample)
+        sampler.start()
+        fields = b"".join(b"X-F%06d: v\r\n" % n for n in range(1 << 16))
+        for head, data in [
+            (list_queues + b"X-Endless: ", b"v" * (1 << 20)),
+            (b"GET /?", b"x" * (1 << 20)),
+            (list_queues, fields),
+            (waiting + list_queues + b"X-Endless: ", b"v" * (1 << 20)),
+        ]:
+            answer = _stream(url, head, data, 32 << 20)
+            assert answer == b"" or _status(answer) == 431, answer[:300]
+        streaming.set()
+        sampler.join()
+        grown = max(peak) - before
+        assert grown < 16 << 20, f"the server grew by {grown >> 20} MiB"
+        assert _status(raw(url, list_queues + b"\r\n{}")) == 200
+    finally:
+        child.terminate()
+        child.wait(10)
+        assert child.stderr is not None
+        child.stderr.close()
+
+
 # -- slow clients, bursts, long polls -------------------------------------------------------
 
 
