@@ -112,6 +112,14 @@ _OUTER = (
         (b"Transfer-Encoding: chunked\r\n", b"-1\r\n{}\r\n0\r\n\r\n"),
         (b"Transfer-Encoding: chunked\r\n", b"-2\r\n{}\r\n0\r\n\r\n"),
         (b"Transfer-Encoding: chunked\r\n", b" 2\r\n{}\r\n0\r\n\r\n"),
+        # What llhttp refuses unless a leniency is on (none is): spaces after a chunk
+        # size, a chunk's data not ended by CRLF, bare LFs, a coding alone, two lengths.
+        (b"Transfer-Encoding: chunked\r\n", b"2 \r\n{}\r\n0\r\n\r\n"),
+        (b"Transfer-Encoding: chunked\r\n", b"2\r\n{}XX0\r\n\r\n"),
+        (b"Transfer-Encoding: chunked\r\n", b"2\n{}\n0\n\n"),
+        (b"Transfer-Encoding: identity\r\n", b"{}"),
+        (b"Transfer-Encoding: gzip\r\n", b"{}"),
+        (b"Content-Length: 2\r\nContent-Length: 2\r\n", b"{}"),
     ],
 )
 def test_ambiguous_framing_is_refused_and_no_hidden_request_runs(
@@ -124,6 +132,45 @@ def test_ambiguous_framing_is_refused_and_no_hidden_request_runs(
     # The hidden request on its own is run (so the test would see it run).
     assert _status(raw(server.url, _HIDDEN)) == 200
     assert "smuggled0" in root
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        b"POST / HTTP/1.1\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n",
+        b"CONNECT / HTTP/1.1\r\n",  # llhttp: an upgrade whatever the fields
+    ],
+)
+def test_a_body_the_parser_would_skip_is_refused_and_runs_nothing(
+    server: Server, root: vsqs.QueueRoot, line: bytes
+) -> None:
+    """llhttp reads no body after an upgrade's head (a proxy in front reads it as the
+    body): the request is refused and the connection closed, so the body is never read
+    as the next request."""
+    head = line + _OUTER.split(b"\r\n", 1)[1] + b"Content-Length: %d\r\n\r\n" % len(_HIDDEN)
+    with socket.create_connection(_address(server), timeout=10) as sock:
+        sock.sendall(head)
+        answer = sock.recv(65536)  # the answer before the body is sent
+        assert _status(answer) == 400, answer
+        try:
+            sock.sendall(_HIDDEN)
+            while data := sock.recv(65536):
+                answer += data
+        except (BrokenPipeError, ConnectionResetError):
+            pass
+    assert _answers(answer) == 1, answer
+    assert "smuggled0" not in root
+
+
+def test_nothing_after_a_connection_close_request_runs(
+    server: Server, root: vsqs.QueueRoot
+) -> None:
+    """The one leniency on (uvicorn's): bytes after a ``Connection: close`` request are
+    dropped unread (RFC 9112 9.6), never run; the request itself is answered."""
+    close = _OUTER + b"Connection: close\r\nContent-Length: 2\r\n\r\n{}"
+    answer = raw(server.url, close + _HIDDEN)
+    assert _status(answer) == 200 and _answers(answer) == 1, answer
+    assert "smuggled0" not in root
 
 
 def _credentials(tmp_path: Path) -> Path:

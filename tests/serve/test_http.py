@@ -54,6 +54,10 @@ def _alive(server: Server) -> None:
         b"X-Bad-Value: a\x00b\r\n",
         b"X-Stray-CR: a\rb\r\n",
         b": no name\r\n",
+        # What llhttp refuses unless a leniency is on (none is).
+        b"X-Bare-LF: a\n",
+        b"X-Fold: a\r\n b\r\n",  # obs-fold
+        b"X-Del: a\x7fb\r\n",
     ],
 )
 def test_a_malformed_header_field_is_a_400_and_the_connection_closes(
@@ -63,6 +67,51 @@ def test_a_malformed_header_field_is_a_400_and_the_connection_closes(
     assert _status(answer) == 400, answer
     assert b"connection: close" in answer.lower()
     _alive(server)
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        b"POST / HTTP/1.2\r\n",
+        b"POST / HTTP/9.9\r\n",
+        b"post / HTTP/1.1\r\n",
+        b"POST /a\tb HTTP/1.1\r\n",
+        b"POST /\xff HTTP/1.1\r\n",
+        b" POST / HTTP/1.1\r\n",
+    ],
+)
+def test_a_malformed_request_line_is_a_400(server: Server, line: bytes) -> None:
+    answer = raw(server.url, line + _LIST.split(b"\r\n", 1)[1] + b"\r\n{}")
+    assert _status(answer) == 400, answer
+    assert b"connection: close" in answer.lower()
+    _alive(server)
+
+
+def test_values_are_compared_without_the_whitespace_that_ends_them(server: Server) -> None:
+    """llhttp keeps the spaces and tabs that end a field's value: the application
+    trims every value it reads, so a padded ``Host`` is still loopback and a padded
+    ``Origin`` or ``Sec-Fetch-Site`` still foreign."""
+    root = server.service.root
+    root.create("orders").publish(b"kept")
+    purge = b"Action=PurgeQueue&QueueUrl=/000000000000/orders"
+    form = (
+        b"POST / HTTP/1.1\r\nContent-Type: application/x-www-form-urlencoded \t\r\n"
+        b"Content-Length: %d \r\n" % len(purge)
+    )
+    for fields in [
+        b"Host: localhost \t\r\nOrigin: http://evil.example \t\r\n",
+        b"Host: localhost\r\nSec-Fetch-Site: cross-site\t\r\n",
+        b"Host: localhost\r\nOrigin: http://localhost:1 \r\n",
+    ]:
+        answer = raw(server.url, form + fields + b"\r\n" + purge)
+        assert _status(answer) == 403, answer
+        assert b"another origin" in answer
+        assert root.get("orders").counts().ready == 1
+    listed = raw(server.url, _LIST.replace(b"Host: localhost", b"Host: localhost:1 \t") + b"\r\n{}")
+    assert _status(listed) == 200, listed
+    answer = raw(server.url, form + b"Host: localhost \t\r\n\r\n" + purge)
+    assert _status(answer) == 200, answer
+    assert root.get("orders").counts().ready == 0
 
 
 def test_the_end_of_the_stream_among_the_fields_runs_nothing(server: Server) -> None:
