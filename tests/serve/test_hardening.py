@@ -5,11 +5,13 @@ connections, and long polls that must not starve other requests."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import selectors
 import socket
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote, urlsplit
@@ -120,6 +122,9 @@ _OUTER = (
         (b"Transfer-Encoding: identity\r\n", b"{}"),
         (b"Transfer-Encoding: gzip\r\n", b"{}"),
         (b"Content-Length: 2\r\nContent-Length: 2\r\n", b"{}"),
+        # A list ending in chunked, without a length: llhttp decodes it; refused.
+        (b"Transfer-Encoding: gzip, chunked\r\n", b"2\r\n{}\r\n0\r\n\r\n"),
+        (b"Transfer-Encoding: chunked\r\nTransfer-Encoding: chunked\r\n", b"2\r\n{}\r\n0\r\n\r\n"),
     ],
 )
 def test_ambiguous_framing_is_refused_and_no_hidden_request_runs(
@@ -180,6 +185,27 @@ def _credentials(tmp_path: Path) -> Path:
     return path
 
 
+@contextlib.contextmanager
+def _growth(process: psutil.Process) -> Iterator[list[int]]:
+    """The RSS of *process* sampled while the block runs (the peak, before it is freed):
+    the first sample is taken before the block."""
+    rss = [process.memory_info().rss]
+    done = threading.Event()
+
+    def sample() -> None:
+        while not done.is_set():
+            rss.append(process.memory_info().rss)
+            time.sleep(0.01)
+
+    sampler = threading.Thread(target=sample)
+    sampler.start()
+    try:
+        yield rss
+    finally:
+        done.set()
+        sampler.join()
+
+
 def _stream(url: str, head: bytes, chunk: bytes, total: int) -> bytes:
     """Send *head*, then *chunk* until *total* bytes or the server stops reading; what
     the server answered."""
@@ -214,29 +240,20 @@ def test_huge_or_negative_chunks_keep_the_memory_bounded(tmp_path: Path) -> None
         target = b"POST /000000000000/q HTTP/1.1\r\nHost: localhost\r\n"
         form = b"Content-Type: application/x-www-form-urlencoded\r\n"
         assert _status(raw(url, target + form + b"Content-Length: 2\r\n\r\nA=")) == 403
-        before = process.memory_info().rss
-        peak = [before]
-        streaming = threading.Event()
-
-        def sample() -> None:  # the peak, while the bodies stream (freed after)
-            while not streaming.is_set():
-                peak.append(process.memory_info().rss)
-                time.sleep(0.01)
-
-        sampler = threading.Thread(target=sample)
-        sampler.start()
         block = b"A" * (1 << 20)
-        for head, data in [
-            (target + form + b"Transfer-Encoding: chunked\r\n\r\n-1\r\n", block),
-            (target + form + b"Transfer-Encoding: chunked\r\n\r\nFFFFFFFFFFFF\r\n", block),
-            (target + form + b"Transfer-Encoding: chunked\r\n\r\n", b"100000\r\n%s\r\n" % block),
-            (target + form + b"Content-Length: 104857600\r\n\r\n", block),
-        ]:
-            answer = _stream(url, head, data, 64 << 20)
-            assert answer == b"" or _status(answer) in (400, 413), answer[:300]
-        streaming.set()
-        sampler.join()
-        grown = max(peak) - before
+        with _growth(process) as rss:
+            for head, data in [
+                (target + form + b"Transfer-Encoding: chunked\r\n\r\n-1\r\n", block),
+                (target + form + b"Transfer-Encoding: chunked\r\n\r\nFFFFFFFFFFFF\r\n", block),
+                (
+                    target + form + b"Transfer-Encoding: chunked\r\n\r\n",
+                    b"100000\r\n%s\r\n" % block,
+                ),
+                (target + form + b"Content-Length: 104857600\r\n\r\n", block),
+            ]:
+                answer = _stream(url, head, data, 64 << 20)
+                assert answer == b"" or _status(answer) in (400, 413), answer[:300]
+        grown = max(rss) - rss[0]
         assert grown < 40 << 20, f"the server grew by {grown >> 20} MiB"
         assert _status(raw(url, target + form + b"Content-Length: 2\r\n\r\nA=")) == 403
     finally:
@@ -266,29 +283,17 @@ def test_endless_heads_keep_the_memory_bounded(tmp_path: Path) -> None:
             b"X-Amz-Target: AmazonSQS.ReceiveMessage\r\nContent-Length: %d\r\n\r\n%s"
             % (len(poll), poll)
         )
-        before = process.memory_info().rss
-        peak = [before]
-        streaming = threading.Event()
-
-        def sample() -> None:  # the peak, while the heads stream (freed after)
-            while not streaming.is_set():
-                peak.append(process.memory_info().rss)
-                time.sleep(0.01)
-
-        sampler = threading.Thread(target=sample)
-        sampler.start()
         fields = b"".join(b"X-F%06d: v\r\n" % n for n in range(1 << 16))
-        for head, data in [
-            (list_queues + b"X-Endless: ", b"v" * (1 << 20)),
-            (b"GET /?", b"x" * (1 << 20)),
-            (list_queues, fields),
-            (waiting + list_queues + b"X-Endless: ", b"v" * (1 << 20)),
-        ]:
-            answer = _stream(url, head, data, 32 << 20)
-            assert answer == b"" or _status(answer) == 431, answer[:300]
-        streaming.set()
-        sampler.join()
-        grown = max(peak) - before
+        with _growth(process) as rss:
+            for head, data in [
+                (list_queues + b"X-Endless: ", b"v" * (1 << 20)),
+                (b"GET /?", b"x" * (1 << 20)),
+                (list_queues, fields),
+                (waiting + list_queues + b"X-Endless: ", b"v" * (1 << 20)),
+            ]:
+                answer = _stream(url, head, data, 32 << 20)
+                assert answer == b"" or _status(answer) == 431, answer[:300]
+        grown = max(rss) - rss[0]
         assert grown < 16 << 20, f"the server grew by {grown >> 20} MiB"
         assert _status(raw(url, list_queues + b"\r\n{}")) == 200
     finally:

@@ -365,8 +365,12 @@ else:  # pragma: no cover - Python 3.10
 
 def _framing(method: str, headers: Mapping[str, str]) -> SqsError | None:
     """Why a request's framing is refused before its body is read (``None``: it is not)."""
-    if "transfer-encoding" in headers and "content-length" in headers:
+    coding = headers.get("transfer-encoding")
+    if coding is not None and "content-length" in headers:
         return SqsError("MalformedRequest", "Content-Length and Transfer-Encoding both.")
+    if coding is not None and coding.lower() != "chunked":
+        # llhttp decodes a list that ends in chunked ("gzip, chunked", "chunked, chunked")
+        return SqsError("MalformedRequest", "A Transfer-Encoding other than chunked.")
     if "upgrade" in headers or method == "CONNECT":
         # llhttp reads no body after an upgrade's head: what the client sent as its
         # body would be read as the next request (this server upgrades to nothing).
