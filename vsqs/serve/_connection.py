@@ -81,9 +81,11 @@ class _Connection(asyncio.Protocol):
     fed to it while no body is arriving (its current request cycle, ``cycle``, is
     complete or there is none yet) count towards the next head, until a new cycle
     starts (uvicorn makes one when a head is complete); past :data:`MAX_HEAD` the
-    connection is answered ``431`` and closed, with at most ``MAX_HEAD`` bytes fed. A
-    body is the application's to bound (:data:`~vsqs.serve.MAX_BODY`), and uvicorn
-    stops reading while it holds 64 KiB of one unread.
+    connection is answered ``431`` and closed, with at most ``MAX_HEAD`` bytes of the
+    head fed. What follows the end of a head or a body in the same read is not counted
+    (a pipelined head), so a head may hold one read more before it is refused: bounded
+    all the same. A body is the application's to bound (:data:`~vsqs.serve.MAX_BODY`),
+    and uvicorn stops reading while it holds 64 KiB of one unread.
 
     The deadlines cost no timer a request: a phase records when it began, and one alarm
     a connection checks them when it rings, then sleeps until the next one is due, or
