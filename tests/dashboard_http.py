@@ -8,7 +8,7 @@ import contextlib
 import threading
 import urllib.error
 import urllib.request
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 
 from vsqs.dashboard import Dashboard
 from vsqs.serve import make_server
@@ -37,11 +37,17 @@ def request(
     data: bytes | None = None,
     headers: Mapping[str, str] | None = None,
 ) -> tuple[int, dict[str, str], bytes]:
-    """``(status, headers, body)`` of one request; an HTTP error status is returned too."""
+    """``(status, headers, body)`` of one request; an HTTP error status is returned too.
+    The headers' names are in lower case (HTTP's are case-blind: the server writes
+    them in lower case)."""
     # Only http:// URLs of the test's own server.
     req = urllib.request.Request(url, data=data, method=method, headers=dict(headers or {}))  # noqa: S310
     try:
         with urllib.request.urlopen(req, timeout=30) as response:  # noqa: S310
-            return response.status, dict(response.headers.items()), response.read()
+            return response.status, _lower(response.headers.items()), response.read()
     except urllib.error.HTTPError as error:
-        return error.code, dict(error.headers.items()), error.read()
+        return error.code, _lower(error.headers.items()), error.read()
+
+
+def _lower(headers: Iterable[tuple[str, str]]) -> dict[str, str]:
+    return {name.lower(): value for name, value in headers}

@@ -83,7 +83,7 @@ def test_overview_json_gives_the_numbers_of_stats(root: vsqs.QueueRoot) -> None:
         status, headers, body = request(url + "/ui/api/overview")
         details = {name: json.loads(request(url + f"/ui/api/queue/{name}")[2]) for name in expected}
     assert status == 200
-    assert headers["Content-Type"] == "application/json"
+    assert headers["content-type"] == "application/json"
     rows = {row["name"]: row for row in json.loads(body)["queues"]}
     assert set(rows) == {"orders", "orders.dlq", "empty"}
     for name, stats in expected.items():
@@ -118,9 +118,9 @@ def test_every_response_carries_the_security_headers(admin_url: tuple[str, Dashb
     ):  # fmt: skip
         status, headers, _ = request(url + path)
         assert status in (200, 404), path
-        assert headers["Content-Security-Policy"] == CSP, path
-        assert headers["X-Content-Type-Options"] == "nosniff", path
-        assert headers["X-Frame-Options"] == "DENY", path
+        assert headers["content-security-policy"] == CSP, path
+        assert headers["x-content-type-options"] == "nosniff", path
+        assert headers["x-frame-options"] == "DENY", path
     assert "'unsafe-inline'" not in CSP and "script-src 'self'" in CSP
     assert "default-src 'none'" in CSP
 
@@ -284,11 +284,11 @@ def test_the_overview_refresh_is_cached_and_conditional(admin_url: tuple[str, Da
     dashboard.sampler.sample_round()
     status, headers, first = request(url + "/ui/api/overview")
     assert status == 200
-    status, _, again = request(url + "/ui/api/overview", headers={"If-None-Match": headers["ETag"]})
+    status, _, again = request(url + "/ui/api/overview", headers={"If-None-Match": headers["etag"]})
     assert status == 304 and again == b""
     dashboard.root.create("r").publish(b"x")
     dashboard.sampler.sample_round()
-    status, _, fresh = request(url + "/ui/api/overview", headers={"If-None-Match": headers["ETag"]})
+    status, _, fresh = request(url + "/ui/api/overview", headers={"If-None-Match": headers["etag"]})
     assert status == 200 and fresh != first
     assert {row["name"] for row in json.loads(fresh)["queues"]} == {"q", "r"}
 
@@ -308,7 +308,7 @@ def test_paths_outside_the_dashboard_and_odd_names(admin_url: tuple[str, Dashboa
     assert request(url + "/ui/", method="PUT")[0] == 405
     status, headers, body = request(url + "/ui/queue/q", method="HEAD")
     assert status == 200 and body == b""
-    assert int(headers["Content-Length"]) == len(request(url + "/ui/queue/q")[2])
+    assert int(headers["content-length"]) == len(request(url + "/ui/queue/q")[2])
 
 
 def _basic(key: str, secret: str) -> dict[str, str]:
@@ -328,7 +328,7 @@ def test_credentials_sign_in_and_limit_what_a_key_sees(root: vsqs.QueueRoot) -> 
         serving(dashboard) as url,
     ):
         status, headers, _ = request(url + "/")
-        assert status == 401 and headers["WWW-Authenticate"].startswith("Basic")
+        assert status == 401 and headers["www-authenticate"].startswith("Basic")
         assert request(url + "/", headers=_basic("READER", "wrong"))[0] == 401
         assert request(url + "/", headers=_basic("NOBODY", "r-secret"))[0] == 401
         assert request(url + "/", headers={"Authorization": "Basic !!!"})[0] == 401
@@ -457,7 +457,7 @@ def test_vsqs_serve_shows_the_dashboard(root: vsqs.QueueRoot, admin: bool) -> No
         url = line.rpartition(" at ")[2].strip()
         assert url.startswith("http://127.0.0.1:"), line
         status, headers, page = request(url + "/")
-        assert status == 200 and headers["Content-Security-Policy"] == CSP
+        assert status == 200 and headers["content-security-policy"] == CSP
         assert b'<tr data-name="q">' in page
         _, _, page = request(url + "/ui/queue/q")
         assert (b"<form" in page) is admin

@@ -17,7 +17,7 @@ EXTRAS: Final = {
     "spark": frozenset({"pyspark", "pyarrow"}),
     "celery": frozenset({"kombu", "celery"}),
     "metrics": frozenset({"prometheus_client", "opentelemetry"}),
-    "serve": frozenset({"uvicorn", "h11"}),
+    "serve": frozenset({"uvicorn", "httptools"}),
 }
 """Each extra and the top-level modules it installs (pyproject's optional dependencies)."""
 

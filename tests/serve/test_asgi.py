@@ -80,7 +80,7 @@ def test_the_asgi_app_answers_like_the_server(tmp_path: Path) -> None:
 
 
 def test_the_log_escapes_control_characters(tmp_path: Path) -> None:
-    """Whatever an ASGI server lets through (uvicorn's h11 refuses them in a target),
+    """Whatever an ASGI server lets through (uvicorn's llhttp refuses them in a target),
     control characters reach the log escaped, tracebacks' line ends kept."""
     lines: list[str] = []
     app = asgi_app(tmp_path, log=lines.append)

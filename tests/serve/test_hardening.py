@@ -5,11 +5,13 @@ connections, and long polls that must not starve other requests."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import selectors
 import socket
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote, urlsplit
@@ -112,6 +114,17 @@ _OUTER = (
         (b"Transfer-Encoding: chunked\r\n", b"-1\r\n{}\r\n0\r\n\r\n"),
         (b"Transfer-Encoding: chunked\r\n", b"-2\r\n{}\r\n0\r\n\r\n"),
         (b"Transfer-Encoding: chunked\r\n", b" 2\r\n{}\r\n0\r\n\r\n"),
+        # What llhttp refuses unless a leniency is on (none is): spaces after a chunk
+        # size, a chunk's data not ended by CRLF, bare LFs, a coding alone, two lengths.
+        (b"Transfer-Encoding: chunked\r\n", b"2 \r\n{}\r\n0\r\n\r\n"),
+        (b"Transfer-Encoding: chunked\r\n", b"2\r\n{}XX0\r\n\r\n"),
+        (b"Transfer-Encoding: chunked\r\n", b"2\n{}\n0\n\n"),
+        (b"Transfer-Encoding: identity\r\n", b"{}"),
+        (b"Transfer-Encoding: gzip\r\n", b"{}"),
+        (b"Content-Length: 2\r\nContent-Length: 2\r\n", b"{}"),
+        # A list ending in chunked, without a length: llhttp decodes it; refused.
+        (b"Transfer-Encoding: gzip, chunked\r\n", b"2\r\n{}\r\n0\r\n\r\n"),
+        (b"Transfer-Encoding: chunked\r\nTransfer-Encoding: chunked\r\n", b"2\r\n{}\r\n0\r\n\r\n"),
     ],
 )
 def test_ambiguous_framing_is_refused_and_no_hidden_request_runs(
@@ -126,11 +139,71 @@ def test_ambiguous_framing_is_refused_and_no_hidden_request_runs(
     assert "smuggled0" in root
 
 
+@pytest.mark.parametrize(
+    "line",
+    [
+        b"POST / HTTP/1.1\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n",
+        b"CONNECT / HTTP/1.1\r\n",  # llhttp: an upgrade whatever the fields
+    ],
+)
+def test_a_body_the_parser_would_skip_is_refused_and_runs_nothing(
+    server: Server, root: vsqs.QueueRoot, line: bytes
+) -> None:
+    """llhttp reads no body after an upgrade's head (a proxy in front reads it as the
+    body): the request is refused and the connection closed, so the body is never read
+    as the next request."""
+    head = line + _OUTER.split(b"\r\n", 1)[1] + b"Content-Length: %d\r\n\r\n" % len(_HIDDEN)
+    with socket.create_connection(_address(server), timeout=10) as sock:
+        sock.sendall(head)
+        answer = sock.recv(65536)  # the answer before the body is sent
+        assert _status(answer) == 400, answer
+        try:
+            sock.sendall(_HIDDEN)
+            while data := sock.recv(65536):
+                answer += data
+        except (BrokenPipeError, ConnectionResetError):
+            pass
+    assert _answers(answer) == 1, answer
+    assert "smuggled0" not in root
+
+
+def test_nothing_after_a_connection_close_request_runs(
+    server: Server, root: vsqs.QueueRoot
+) -> None:
+    """The one leniency on (uvicorn's): bytes after a ``Connection: close`` request are
+    dropped unread (RFC 9112 9.6), never run; the request itself is answered."""
+    close = _OUTER + b"Connection: close\r\nContent-Length: 2\r\n\r\n{}"
+    answer = raw(server.url, close + _HIDDEN)
+    assert _status(answer) == 200 and _answers(answer) == 1, answer
+    assert "smuggled0" not in root
+
+
 def _credentials(tmp_path: Path) -> Path:
     path = tmp_path / "keys.json"
     keys = {"keys": [{"access_key": "AKIATEST", "secret_key": "secret"}]}
     path.write_text(json.dumps(keys), encoding="utf-8")
     return path
+
+
+@contextlib.contextmanager
+def _growth(process: psutil.Process) -> Iterator[list[int]]:
+    """The RSS of *process* sampled while the block runs (the peak, before it is freed):
+    the first sample is taken before the block."""
+    rss = [process.memory_info().rss]
+    done = threading.Event()
+
+    def sample() -> None:
+        while not done.is_set():
+            rss.append(process.memory_info().rss)
+            time.sleep(0.01)
+
+    sampler = threading.Thread(target=sample)
+    sampler.start()
+    try:
+        yield rss
+    finally:
+        done.set()
+        sampler.join()
 
 
 def _stream(url: str, head: bytes, chunk: bytes, total: int) -> bytes:
@@ -167,31 +240,62 @@ def test_huge_or_negative_chunks_keep_the_memory_bounded(tmp_path: Path) -> None
         target = b"POST /000000000000/q HTTP/1.1\r\nHost: localhost\r\n"
         form = b"Content-Type: application/x-www-form-urlencoded\r\n"
         assert _status(raw(url, target + form + b"Content-Length: 2\r\n\r\nA=")) == 403
-        before = process.memory_info().rss
-        peak = [before]
-        streaming = threading.Event()
-
-        def sample() -> None:  # the peak, while the bodies stream (freed after)
-            while not streaming.is_set():
-                peak.append(process.memory_info().rss)
-                time.sleep(0.01)
-
-        sampler = threading.Thread(target=sample)
-        sampler.start()
         block = b"A" * (1 << 20)
-        for head, data in [
-            (target + form + b"Transfer-Encoding: chunked\r\n\r\n-1\r\n", block),
-            (target + form + b"Transfer-Encoding: chunked\r\n\r\nFFFFFFFFFFFF\r\n", block),
-            (target + form + b"Transfer-Encoding: chunked\r\n\r\n", b"100000\r\n%s\r\n" % block),
-            (target + form + b"Content-Length: 104857600\r\n\r\n", block),
-        ]:
-            answer = _stream(url, head, data, 64 << 20)
-            assert answer == b"" or _status(answer) in (400, 413), answer[:300]
-        streaming.set()
-        sampler.join()
-        grown = max(peak) - before
+        with _growth(process) as rss:
+            for head, data in [
+                (target + form + b"Transfer-Encoding: chunked\r\n\r\n-1\r\n", block),
+                (target + form + b"Transfer-Encoding: chunked\r\n\r\nFFFFFFFFFFFF\r\n", block),
+                (
+                    target + form + b"Transfer-Encoding: chunked\r\n\r\n",
+                    b"100000\r\n%s\r\n" % block,
+                ),
+                (target + form + b"Content-Length: 104857600\r\n\r\n", block),
+            ]:
+                answer = _stream(url, head, data, 64 << 20)
+                assert answer == b"" or _status(answer) in (400, 413), answer[:300]
+        grown = max(rss) - rss[0]
         assert grown < 40 << 20, f"the server grew by {grown >> 20} MiB"
         assert _status(raw(url, target + form + b"Content-Length: 2\r\n\r\nA=")) == 403
+    finally:
+        child.terminate()
+        child.wait(10)
+        assert child.stderr is not None
+        child.stderr.close()
+
+
+def test_endless_heads_keep_the_memory_bounded(tmp_path: Path) -> None:
+    """An endless header field, an endless target, endless header fields, and an
+    endless field after a complete long poll (pipelined while it waits) are refused
+    (431) after MAX_HEAD bytes, not kept until the head's deadline: the server's
+    memory stays bounded while 32 MiB of each streams."""
+    child, url = serve_command(tmp_path / "root", "--quiet")
+    try:
+        process = psutil.Process(child.pid)
+        sqs = client(url)
+        queue_url = sqs.create_queue(QueueName="q")["QueueUrl"]
+        poll = json.dumps({"QueueUrl": queue_url, "WaitTimeSeconds": 20}).encode()
+        list_queues = (
+            b"POST / HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/x-amz-json-1.0\r\n"
+            b"X-Amz-Target: AmazonSQS.ListQueues\r\nContent-Length: 2\r\n"
+        )
+        waiting = (
+            b"POST / HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/x-amz-json-1.0\r\n"
+            b"X-Amz-Target: AmazonSQS.ReceiveMessage\r\nContent-Length: %d\r\n\r\n%s"
+            % (len(poll), poll)
+        )
+        fields = b"".join(b"X-F%06d: v\r\n" % n for n in range(1 << 16))
+        with _growth(process) as rss:
+            for head, data in [
+                (list_queues + b"X-Endless: ", b"v" * (1 << 20)),
+                (b"GET /?", b"x" * (1 << 20)),
+                (list_queues, fields),
+                (waiting + list_queues + b"X-Endless: ", b"v" * (1 << 20)),
+            ]:
+                answer = _stream(url, head, data, 32 << 20)
+                assert answer == b"" or _status(answer) == 431, answer[:300]
+        grown = max(rss) - rss[0]
+        assert grown < 16 << 20, f"the server grew by {grown >> 20} MiB"
+        assert _status(raw(url, list_queues + b"\r\n{}")) == 200
     finally:
         child.terminate()
         child.wait(10)

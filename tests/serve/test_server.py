@@ -228,7 +228,7 @@ def test_the_access_log_escapes_control_characters(
         b"GET /\x1b[2J\x1b]0;owned\x07\x7f\xc2\x9b?Action=ListQueues HTTP/1.1\r\n"
         b"Host: localhost\r\nConnection: close\r\n\r\n",
     )
-    assert answer.startswith(b"HTTP/1.1 400"), answer  # h11: a target is visible ASCII
+    assert answer.startswith(b"HTTP/1.1 400"), answer  # llhttp: a target is visible ASCII
     client(server.url).list_queues()
     err = capsys.readouterr().err
     assert "ListQueues" in err  # the log is on

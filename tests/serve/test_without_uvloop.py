@@ -2,8 +2,9 @@
 PyPy, an install without it).
 
 ``make test`` installs the ``serve`` extra, uvloop included, so every other server test
-runs on uvloop's loop (uvicorn's ``loop="auto"``). This runs the server's own tests and
-the hardening tests (deadlines, limits, framing) again, in a child pytest in which
+runs on uvloop's loop (uvicorn's ``loop="auto"``). This runs the server's own tests, the
+hardening tests (deadlines, limits, framing) and the HTTP layer's (the head's bound,
+which counts what the loop reads) again, in a child pytest in which
 ``import uvloop`` fails: a package of that name first on the path raises ImportError,
 and uvicorn falls back to asyncio's loop.
 """
@@ -17,7 +18,11 @@ from pathlib import Path
 from typing import Final
 
 REPO: Final = Path(__file__).resolve().parents[2]
-FILES: Final = ("tests/serve/test_server.py", "tests/serve/test_hardening.py")
+FILES: Final = (
+    "tests/serve/test_server.py",
+    "tests/serve/test_hardening.py",
+    "tests/serve/test_http.py",
+)
 
 
 def test_the_server_and_its_hardening_on_asyncios_event_loop(tmp_path: Path) -> None:

@@ -218,18 +218,15 @@ class ASGIApp:
     ) -> _Reply | None:
         headers: dict[str, str] = {}
         for raw_name, raw_value in scope.get("headers", []):
-            name, value = raw_name.decode("latin-1").lower(), raw_value.decode("latin-1")
+            # Trimmed: a parser may keep the whitespace that ends a value (llhttp does),
+            # which is no part of it (RFC 9110 5.5); every value read here is compared.
+            name = raw_name.decode("latin-1").lower()
+            value = raw_value.decode("latin-1").strip(" \t")
             headers[name] = f"{headers[name]},{value}" if name in headers else value
         json_protocol = "x-amz-target" in headers
-        if "transfer-encoding" in headers and "content-length" in headers:
-            error = SqsError("MalformedRequest", "Content-Length and Transfer-Encoding both.")
+        error = _framing(scope["method"], headers)
+        if error is not None:
             return _refusal(error, json_protocol)
-        length = headers.get("content-length", "0")
-        if not _DIGITS.fullmatch(length):  # "+17", "1_7", "2,2": int() would take some
-            error = SqsError("MalformedRequest", "Content-Length is not one length in digits.")
-            return _refusal(error, json_protocol)
-        if int(length) > MAX_BODY:
-            return _refusal(_too_large(), json_protocol)
         body = await self._body(receive, json_protocol, connection)
         if not isinstance(body, bytes):
             return body
@@ -327,8 +324,8 @@ class ASGIApp:
 
     @staticmethod
     async def _send(send: Send, reply: _Reply) -> None:
-        # Names as the answer spells them (h11 sends them so): some clients look them up
-        # case-sensitively (Content-Type), as the server before this one spelled them.
+        # uvicorn's httptools protocol writes the names in lower case; HTTP's names are
+        # case-blind, and so is every client tested (botocore, the JS SDK, browsers).
         headers = [(name.encode(), value.encode("latin-1")) for name, value in reply.headers]
         if not any(name.lower() == b"content-length" for name, _ in headers):
             headers.append((b"Content-Length", str(len(reply.body)).encode()))
@@ -364,6 +361,26 @@ else:  # pragma: no cover - Python 3.10
     import async_timeout  # type: ignore[import-not-found]
 
     _timeout = async_timeout.timeout
+
+
+def _framing(method: str, headers: Mapping[str, str]) -> SqsError | None:
+    """Why a request's framing is refused before its body is read (``None``: it is not)."""
+    coding = headers.get("transfer-encoding")
+    if coding is not None and "content-length" in headers:
+        return SqsError("MalformedRequest", "Content-Length and Transfer-Encoding both.")
+    if coding is not None and coding.lower() != "chunked":
+        # llhttp decodes a list that ends in chunked ("gzip, chunked", "chunked, chunked")
+        return SqsError("MalformedRequest", "A Transfer-Encoding other than chunked.")
+    if "upgrade" in headers or method == "CONNECT":
+        # llhttp reads no body after an upgrade's head: what the client sent as its
+        # body would be read as the next request (this server upgrades to nothing).
+        return SqsError("MalformedRequest", "Upgrade and CONNECT are not served.")
+    length = headers.get("content-length", "0")
+    if not _DIGITS.fullmatch(length):  # "+17", "1_7", "2,2": int() would take some
+        return SqsError("MalformedRequest", "Content-Length is not one length in digits.")
+    if int(length) > MAX_BODY:
+        return _too_large()
+    return None
 
 
 def _too_large() -> SqsError:

@@ -1,6 +1,7 @@
-"""One connection of ``vsqs serve``: uvicorn's h11 protocol, held and fed every event,
-plus the server's connection limit and the request deadlines (see
-:mod:`vsqs.serve._server`, which gives uvicorn this class as its ``http`` protocol)."""
+"""One connection of ``vsqs serve``: uvicorn's httptools protocol, held and fed every
+event, plus the server's connection limit, the bound on a request's head and the
+request deadlines (see :mod:`vsqs.serve._server`, which gives uvicorn this class as its
+``http`` protocol)."""
 
 from __future__ import annotations
 
@@ -14,7 +15,11 @@ from ._held import Held
 if TYPE_CHECKING:
     import uvicorn
 
-__all__ = ["Gate", "connection_class"]
+__all__ = ["MAX_HEAD", "Gate", "connection_class"]
+
+MAX_HEAD: Final = 64 << 10
+"""The largest request head (request line and header fields, together, in bytes); a
+longer one is answered ``431`` and the connection closed."""
 
 # An alarm may ring this early (timers' resolution: libuv's, under uvloop, is 1 ms); a
 # deadline this close counts as passed rather than setting the alarm again at once.
@@ -29,6 +34,12 @@ _BUSY: Final = (
     b"Retry-After: 1\r\nContent-Type: application/x-amz-json-1.0\r\n"
     b"x-amzn-query-error: ServiceUnavailable;Receiver\r\n"
     b"Content-Length: %d\r\n\r\n%s" % (len(_BUSY_BODY), _BUSY_BODY)
+)
+_LONG_BODY: Final = b"the request's head is longer than %d bytes\n" % MAX_HEAD
+_LONG: Final = (
+    b"HTTP/1.1 431 Request Header Fields Too Large\r\nServer: vsqs\r\nConnection: close\r\n"
+    b"Content-Type: text/plain; charset=utf-8\r\n"
+    b"Content-Length: %d\r\n\r\n%s" % (len(_LONG_BODY), _LONG_BODY)
 )
 _LATE_BODY: Final = b"the request's header fields did not arrive in time\n"
 _LATE: Final = (
@@ -45,7 +56,7 @@ class Gate:
     def __init__(self, limit: int, deadlines: Deadlines, protocol: type[Any]) -> None:
         self.limit = limit
         self.deadlines = deadlines
-        self.protocol = protocol  # uvicorn's H11Protocol
+        self.protocol = protocol  # uvicorn's HttpToolsProtocol
         self.open = 0
         # The longest a connection's alarm sleeps: no deadline is shorter, so a phase
         # that starts later never has a deadline before the alarm (see _Connection).
@@ -61,8 +72,20 @@ class _Phase(enum.Enum):
 
 
 class _Connection(asyncio.Protocol):
-    """One connection: uvicorn's h11 protocol, which it holds and forwards every event
-    to, plus the connection limit and the deadlines (see the module's docstring).
+    """One connection: uvicorn's httptools protocol, which it holds and forwards every
+    event to, plus the connection limit, the head's bound and the deadlines (see the
+    module's docstring).
+
+    The head's bound: uvicorn's httptools protocol keeps a request's URL and header
+    fields until they are complete, however long (llhttp sets no limit). So the bytes
+    fed to it while no body is arriving (its current request cycle, ``cycle``, is
+    complete or there is none yet) count towards the next head, until a new cycle
+    starts (uvicorn makes one when a head is complete); past :data:`MAX_HEAD` the
+    connection is answered ``431`` and closed, with at most ``MAX_HEAD`` bytes of the
+    head fed. What follows the end of a head or a body in the same read is not counted
+    (a pipelined head), so a head may hold one read more before it is refused: bounded
+    all the same. A body is the application's to bound (:data:`~vsqs.serve.MAX_BODY`),
+    and uvicorn stops reading while it holds 64 KiB of one unread.
 
     The deadlines cost no timer a request: a phase records when it began, and one alarm
     a connection checks them when it rings, then sleeps until the next one is due, or
@@ -93,6 +116,7 @@ class _Connection(asyncio.Protocol):
         self._body: tuple[float, Expiring] | None = None  # the body's deadline, its timeout
         self._received = False  # the application has read the request's body whole
         self._eof = False  # the client has half-closed: close once answered
+        self._head = 0  # bytes fed to the parser of the head it has not finished
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         transport = cast("asyncio.Transport", transport)  # uvloop's is not a subclass
@@ -112,7 +136,37 @@ class _Connection(asyncio.Protocol):
         if self._phase is _Phase.IDLE:  # the first bytes of a request
             self._phase = _Phase.HEAD
             self._since = self._loop.time()
-        self._inner.data_received(data)
+        self._feed(data)
+
+    def _feed(self, data: bytes | memoryview) -> None:
+        """Feed *data* to uvicorn's protocol, a head at most :data:`MAX_HEAD` bytes."""
+        inner = self._inner
+        while True:
+            cycle = inner.cycle  # uvicorn's current request (a new one for each head)
+            if cycle is not None and cycle.more_body:  # a body: not the head's to count
+                inner.data_received(data)
+                return
+            room = MAX_HEAD - self._head
+            if len(data) <= room:
+                inner.data_received(data)
+                self._head = 0 if inner.cycle is not cycle else self._head + len(data)
+                return
+            # Only as much as the head may still take, then the rest if it ended there.
+            inner.data_received(memoryview(data)[:room])
+            if inner.cycle is cycle:
+                self._too_long()
+                return
+            self._head = 0
+            data = memoryview(data)[room:]
+            if self._transport is None or self._transport.is_closing():
+                return
+
+    def _too_long(self) -> None:
+        """The head went past :data:`MAX_HEAD`: ``431``, and the connection closes."""
+        transport = self._transport
+        if transport is not None and not transport.is_closing():  # else a 400 is written
+            transport.write(_LONG)
+            transport.close()
 
     def eof_received(self) -> bool | None:
         """The client half-closed: answer the request it finished sending (``nc -N``

@@ -1,15 +1,20 @@
 """The HTTP server under ``vsqs serve``: the ASGI application (:mod:`vsqs.serve._asgi`)
-on uvicorn with h11, the ``serve`` extra.
+on uvicorn with httptools (llhttp), the ``serve`` extra.
 
-Why uvicorn with h11 (strict HTTP/1.1, maintained; neither parses a byte here): see
-docs/sqs-api.rst, with the comparison with httptools, hypercorn and granian.
+Why uvicorn with httptools (maintained, strict, fast; neither parses a byte here, and
+no leniency of llhttp's is on but the one uvicorn sets, which drops what follows a
+``Connection: close`` request unread): see docs/sqs-api.rst, with the comparison with
+h11, hypercorn and granian.
 
 What is added on top, through uvicorn's public configuration (its ``http`` protocol
-class, here one that holds uvicorn's own h11 protocol and forwards every event to it:
-:mod:`vsqs.serve._connection`):
+class, here one that holds uvicorn's own httptools protocol and forwards every event
+to it: :mod:`vsqs.serve._connection`):
 
 * **at most** ``max_connections`` **connections**: one more is answered ``503
   ServiceUnavailable`` with ``Retry-After: 1`` (SDKs retry) and closed at once;
+* **a bounded head**: uvicorn keeps a head's URL and fields until they are complete,
+  however long; past :data:`MAX_HEAD` (64 KiB) the connection
+  is answered ``431`` and closed;
 * **deadlines** (:class:`~vsqs.serve.Deadlines`): uvicorn has none on a request's head
   (its keep-alive timer restarts at every byte, so a client trickling one byte a
   minute held a connection for ever); each connection here keeps one from a request's
@@ -36,7 +41,7 @@ from typing import TYPE_CHECKING, Any, Final
 from .. import QueueRoot, VsqsError
 from .._extras import missing_extra
 from ._asgi import MAX_BODY, THREADS, ASGIApp, Deadlines, Pages, stderr_log
-from ._connection import Gate, connection_class
+from ._connection import MAX_HEAD, Gate, connection_class
 from ._credentials import Credentials, load_credentials
 from ._origin import BrowserPolicy
 from ._service import Service
@@ -49,6 +54,7 @@ __all__ = [
     "BACKLOG",
     "MAX_BODY",
     "MAX_CONNECTIONS",
+    "MAX_HEAD",
     "Pages",
     "Server",
     "UnsafeAddress",
@@ -59,8 +65,6 @@ MAX_CONNECTIONS: Final = 512
 """Connections served at once by default; more are answered ``503``."""
 BACKLOG: Final = 1024
 """Connections the kernel queues before they are accepted (a burst of clients)."""
-MAX_HEAD: Final = 64 << 10
-"""The largest request line and header fields, together (bytes); more is a ``400``."""
 _DRAIN: Final = 30
 
 
@@ -110,7 +114,9 @@ class Server:
     ) -> None:
         try:  # the extra, needed only to serve
             import uvicorn  # noqa: PLC0415
-            from uvicorn.protocols.http.h11_impl import H11Protocol  # noqa: PLC0415
+            from uvicorn.protocols.http.httptools_impl import (  # noqa: PLC0415
+                HttpToolsProtocol,
+            )
         except ModuleNotFoundError as exc:
             raise missing_extra(exc, "serve", "vsqs serve") from None
         self.service = service
@@ -143,7 +149,7 @@ class Server:
         self.host_port = self.url.partition("://")[2]
         """``host:port`` of :attr:`url`."""
 
-        gate = Gate(max_connections, self.deadlines, H11Protocol)
+        gate = Gate(max_connections, self.deadlines, HttpToolsProtocol)
         self._uvicorn = uvicorn.Server(
             uvicorn.Config(
                 self.app,
@@ -163,7 +169,6 @@ class Server:
                 # A backstop only: each connection keeps its own idle deadline.
                 timeout_keep_alive=int(self.deadlines.idle) + 1,
                 timeout_graceful_shutdown=_DRAIN,
-                h11_max_incomplete_event_size=MAX_HEAD,
             )
         )
         self._lock = threading.Lock()
