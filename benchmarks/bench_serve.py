@@ -400,8 +400,10 @@ def report(rounds: dict[str, list[dict[str, float]]], servers: list[str]) -> str
                     row.append("-")
         if against_base:
             after, before = medians.get("vsqs disk"), medians.get(BASE)
-            ratio = (before / after if _low_is_good(key) else after / before) if after and before else 0
-            row.append(f"{ratio:.2f}x" if ratio else "-")
+            if after and before:
+                row.append(f"{before / after if _low_is_good(key) else after / before:.2f}x")
+            else:
+                row.append("-")
         rows.append(row)
     if "sqslite" in servers and "vsqs disk" in servers:
         rows += _bound_rows(rounds, servers, len(headers))
