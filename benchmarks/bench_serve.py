@@ -372,7 +372,7 @@ def report(rounds: dict[str, list[dict[str, float]]], servers: list[str]) -> str
     """The reST table: a row per figure, a column per server; vsqs's ratios to sqslite."""
     # Every server's figures, each once, in the order they were first measured.
     keys = list(dict.fromkeys(k for s in servers for k in rounds[s][0]))
-    latency = [k for k in ("median ms", "p99 ms") if k in keys]
+    latency: list[str] = [k for k in ("median ms", "p99 ms") if k in keys]
     hidden = {*latency, LIBRARY} if "sqslite" in servers else set(latency)
     keys = [k for k in keys if k not in hidden] + latency
     vsqs_names = [n for n in servers if n.startswith("vsqs")]
