@@ -159,17 +159,18 @@ def join_threads(threads: list[threading.Thread]) -> None:
 
 
 def held_then_joined(
-    syncfs: Syncfs, first: Callable[[], Any], others: Sequence[Callable[[], Any]]
+    syncfs: Syncfs,
+    first: Callable[[], Any],
+    others: Sequence[Callable[[], Any]],
+    waiting: Callable[[], int] = waiting_on_shared_syncfs,
 ) -> list[object]:
     """Run *first* until its ``syncfs`` is held, then *others* until as many threads
-    (theirs, or a server's working for them) wait on the shared one; release; the
-    results, *first*'s first."""
+    (theirs, or a server's working for them) wait (by default on the shared ``syncfs``:
+    *waiting* counts them); release; the results, *first*'s first."""
     leader, led = run_threads([first])
     assert syncfs.held.wait(CHILD_TIMEOUT), "the first caller never reached syncfs"
     threads, results = run_threads(others)
-    wait_until(
-        lambda: waiting_on_shared_syncfs() >= len(others), "the others to wait on the shared syncfs"
-    )
+    wait_until(lambda: waiting() >= len(others), "the others to wait for the held syncfs")
     syncfs.release()
     join_threads(leader + threads)
     return led + results
