@@ -476,6 +476,11 @@ def main(argv: list[str] | None = None) -> None:
         help="only the send figures (and the library's rate beside vsqs disk)",
     )
     parser.add_argument(
+        "--disk",
+        default=ROOTS["vsqs disk"],
+        help="the directory on a disk under the 'vsqs disk' roots (default %(default)s)",
+    )
+    parser.add_argument(
         "--base",
         help=f"also serve '{BASE}': vsqs disk with the vsqs of this checkout (before/after)",
     )
@@ -491,6 +496,7 @@ def main(argv: list[str] | None = None) -> None:
     if unknown:
         parser.error(f"unknown servers {sorted(unknown)}; choose from {', '.join(SERVERS)}")
     args.clients = [int(c) for c in args.clients.split(",")]
+    ROOTS["vsqs disk"] = args.disk
     args.library_threads = [int(t) for t in args.library_threads.split(",")]
     if args.library_only:
         args.servers = []
