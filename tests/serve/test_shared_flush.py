@@ -1,14 +1,13 @@
-"""Concurrent ``SendMessageBatch`` requests to one queue share their flushes (issue 36:
-"concurrent batches share a flush"), through the queue's send lane
-(:mod:`vsqs.serve._lane`).
+"""Concurrent ``SendMessageBatch`` requests flush in parallel and share a ``syncfs``
+(issue 36: "concurrent batches share a flush").
 
 A real server in this process on a root on a disk filesystem (where ``syncfs`` is a
 barrier; on tmpfs the server runs a send on its event loop, see
 :mod:`vsqs.serve._inline`, so batches never overlap there), real boto3 clients in
-threads; libc's ``syncfs`` is wrapped as in ``tests/flushes.py``. The first batch's
-``syncfs`` is held: the other batches wait in the lane meanwhile, in threads of the
-server's pool, and are then published together, as one round, answered by one more
-``syncfs`` that started after they were written.
+threads; libc's ``syncfs`` is wrapped as in ``tests/flushes.py``. The
+first batch's ``syncfs`` is held: the other batches reach the shared flush while it
+runs, in threads of the server's pool, and are answered by one more ``syncfs`` that
+started after they asked; each batch is stored whole, in its order.
 """
 
 from __future__ import annotations
@@ -51,12 +50,12 @@ def test_concurrent_send_batches_share_one_syncfs(
         return sqs.send_message_batch(QueueUrl=url, Entries=entries)
 
     calls = [functools.partial(send, sqs, tag) for tag, sqs in enumerate(clients)]
-    answers = held_then_joined(syncfs, calls[0], calls[1:], server.service.lanes.waiting)
+    answers = held_then_joined(syncfs, calls[0], calls[1:])
     for answer in answers:
         assert isinstance(answer, dict), answers
         assert len(answer["Successful"]) == 10 and not answer.get("Failed"), answer
     assert events.uncovered() == []
-    assert len(events.syncfs) == 2  # the held one, then one round for the three others
+    assert len(events.syncfs) == 2  # the held one, then one for the three others
     queue = server.service.root.get("orders")
     assert queue.counts().ready == SENDERS * 10
     bodies = [m.body.decode() for m in queue.receive_batch(SENDERS * 10, timeout=0)]

@@ -12,7 +12,6 @@ from typing import Any, Final, Protocol
 
 from .. import AnyQueue, QueueRoot
 from ._credentials import Credential
-from ._lane import Lanes
 
 __all__ = ["AttemptCache", "Caller", "Context"]
 
@@ -60,7 +59,6 @@ class Context(Protocol):
     root: QueueRoot
     stopping: threading.Event
     attempts: AttemptCache
-    lanes: Lanes
 
     def url(self, caller: Caller, name: str) -> str: ...
     def arn(self, caller: Caller, name: str) -> str: ...

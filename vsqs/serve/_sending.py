@@ -21,10 +21,9 @@ import re
 from typing import TYPE_CHECKING, Any, Final
 
 from .. import AnyQueue, DurabilityError, InvalidAttributes, QueueClosed, QueueFull
-from . import _attributes, _inline, _queue_attrs
+from . import _attributes, _queue_attrs
 from ._attributes import DEDUP_KEY, TRACE_KEY, Attribute
 from ._errors import SqsError, invalid, missing
-from ._lane import Send
 
 if TYPE_CHECKING:
     from ._context import Caller, Context
@@ -242,18 +241,6 @@ def _publish_error(exc: Exception) -> SqsError:
     raise exc
 
 
-def _unflushed_error(exc: OSError) -> SqsError:
-    """A batch entry stored, visible, whose flush then failed (the server's fault)."""
-    return SqsError(
-        "InternalError",
-        f"The message was stored but could not be flushed: {exc.strerror or exc}. It may "
-        "be delivered, and may not survive a power loss; sent again, it may be delivered "
-        "twice.",
-        sender=False,
-        status=500,
-    )
-
-
 def _storage_error(exc: OSError) -> SqsError:
     """A batch entry the server could not store (its fault, not the sender's)."""
     return SqsError(
@@ -267,14 +254,8 @@ def _storage_error(exc: OSError) -> SqsError:
 def send_message(
     service: Context, caller: Caller, name: str, queue: AnyQueue, params: dict[str, Any]
 ) -> dict[str, Any]:
-    del caller, name
+    del service, caller, name
     outgoing = _Outgoing(queue, _queue_attrs.sqs_options(queue), params)
-    if _laned(queue):
-        try:
-            (message_id,) = _publish(service, queue, [outgoing])
-        except (QueueFull, QueueClosed, InvalidAttributes) as exc:
-            raise _publish_error(exc) from None
-        return outgoing.answer(message_id, queue)
     try:
         message_id = queue.publish(
             outgoing.data,
@@ -330,30 +311,7 @@ def failure(entry_id: str, error: SqsError) -> dict[str, Any]:
     }
 
 
-def _laned(queue: AnyQueue) -> bool:
-    """Whether sends to *queue* go through its send lane (:mod:`vsqs.serve._lane`): a
-    durable queue served from a pool thread (on a disk; on tmpfs sends run on the event
-    loop, see :mod:`vsqs.serve._inline`, and a write costs next to nothing)."""
-    return queue.durable and not _inline.running_on_loop()
-
-
-def _publish(service: Context, queue: AnyQueue, run: list[_Outgoing]) -> list[str]:
-    """Publish *run* (messages that share their options) as one ``publish_batch`` would:
-    in the queue's send lane, with other threads' sends, where :func:`_laned`."""
-    first = run[0]
-    options: dict[str, Any] = {"delay": first.delay, "attributes": first.stored or None}
-    if first.group is not None:
-        options["group"] = first.group
-    dedup_ids = [outgoing.dedup_id for outgoing in run] if queue.fifo else None
-    bodies = [outgoing.data for outgoing in run]
-    if _laned(queue):
-        send = Send(queue, bodies, dedup_ids=dedup_ids, **options)
-        return service.lanes.publish((queue.path, first.key), send)
-    return queue.publish_batch(bodies, dedup_ids=dedup_ids, timeout=0, **options)
-
-
 def _publish_run(
-    service: Context,
     queue: AnyQueue,
     run: list[tuple[str, _Outgoing]],
     successful: list[dict[str, Any]],
@@ -361,18 +319,25 @@ def _publish_run(
 ) -> None:
     """Publish *run* (entries that share their options) with one ``publish_batch``;
     answer each entry in *successful* or *failed*, whatever happens to the storage."""
+    first = run[0][1]
     try:
-        ids = _publish(service, queue, [outgoing for _, outgoing in run])
+        ids = queue.publish_batch(
+            [outgoing.data for _, outgoing in run],
+            delay=first.delay,
+            attributes=first.stored or None,
+            dedup_ids=[outgoing.dedup_id for _, outgoing in run] if queue.fifo else None,
+            timeout=0,
+            **({"group": first.group} if first.group is not None else {}),
+        )
     except (QueueFull, QueueClosed, InvalidAttributes) as exc:
         error = _publish_error(exc)
         failed.extend(failure(entry_id, error) for entry_id, _ in run)
     except DurabilityError as exc:
         # The first len(exc.ids) of the run are visible (they will be delivered, and may
-        # not survive a power loss): their flush failed, so none is answered as sent
-        # (an answer comes only after a flush); the rest were not published.
+        # not survive a power loss); the rest were not published: retried safely.
         visible = len(exc.ids)
-        error = _unflushed_error(exc)
-        failed.extend(failure(entry_id, error) for entry_id, _ in run[:visible])
+        for (entry_id, outgoing), message_id in zip(run, exc.ids, strict=False):
+            successful.append(outgoing.answer(message_id, queue, entry_id))
         error = _storage_error(exc)
         failed.extend(failure(entry_id, error) for entry_id, _ in run[visible:])
     except OSError as exc:
@@ -388,7 +353,7 @@ def _publish_run(
 def send_message_batch(
     service: Context, caller: Caller, name: str, queue: AnyQueue, params: dict[str, Any]
 ) -> dict[str, Any]:
-    del caller, name
+    del service, caller, name
     given = entries(params, "SendMessageBatchRequestEntry")
     options = _queue_attrs.sqs_options(queue)
     total = sum(len(str(e.get("MessageBody", "")).encode()) for e in given)
@@ -419,6 +384,6 @@ def send_message_batch(
         end = start + 1
         while end < len(checked) and checked[end][1].key == checked[start][1].key:
             end += 1
-        _publish_run(service, queue, checked[start:end], successful, failed)
+        _publish_run(queue, checked[start:end], successful, failed)
         start = end
     return {"Successful": successful, "Failed": failed}

@@ -31,7 +31,7 @@ from .. import (
     settings_stamp,
     validate_name,
 )
-from . import _inline, _lane, _messages, _moves, _queue_attrs, _sidecar
+from . import _inline, _messages, _moves, _queue_attrs, _sidecar
 from ._context import AttemptCache, Caller
 from ._errors import SqsError, invalid, missing, no_queue, unknown_attribute
 from ._wire import Request
@@ -72,7 +72,7 @@ class Service:
         self.stopping = stopping or threading.Event()
         self._handles: dict[str, tuple[AnyQueue, object, bool]] = {}  # (.., stamp, in memory)
         self._lock = threading.Lock()
-        self.attempts, self.lanes = AttemptCache(), _lane.Lanes()  # lanes: durable sends
+        self.attempts = AttemptCache()
         self._actions: dict[str, Callable[[Caller, dict[str, Any]], dict[str, Any]]] = {
             "CreateQueue": self.create_queue,
             "DeleteQueue": self.delete_queue,
