@@ -17,6 +17,7 @@ from __future__ import annotations
 import errno
 import functools
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -169,10 +170,13 @@ def test_a_failure_answered_per_entry(
     assert len(_stored(server, "orders")) == 10 * (len(answers) - len(failed))
 
 
-def test_shutdown_with_sends_in_flight(start: Start, disk: Path) -> None:
-    """Clients keep sending batches while the server shuts down: each send in flight is
-    answered; every message stored was answered as sent, and every one answered is
-    stored; the server's pool threads all end."""
+def test_shutdown_with_sends_in_flight(
+    start: Start, disk: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Clients keep sending batches while the server shuts down, and the sends in flight
+    then wait on a held flush (longer than uvicorn's tenth of a second before it drains):
+    each is answered once the flush ends; every message stored was answered as sent, and
+    every one answered is stored; the server's pool threads all end."""
     server = start(vsqs.QueueRoot(disk))
     url = client(server.url).create_queue(QueueName="orders")["QueueUrl"]
     answered: list[str] = []
@@ -201,14 +205,22 @@ def test_shutdown_with_sends_in_flight(start: Start, disk: Path) -> None:
         thread.start()
     started.wait(CHILD_TIMEOUT)
     wait_until(lambda: len(answered) >= 200, "the clients to send")
-    server.shutdown()
+    syncfs = Syncfs(monkeypatch, Events(), hold=True)
+    assert syncfs.held.wait(CHILD_TIMEOUT), "no send reached its flush"
+    stopper = threading.Thread(target=server.shutdown)
+    stopper.start()
+    wait_until(server.service.stopping.is_set, "the shutdown to begin")
+    time.sleep(0.5)  # past uvicorn's grace of 0.1 s: a shutdown that does not drain is done
+    syncfs.release()
+    stopper.join(CHILD_TIMEOUT)
+    assert not stopper.is_alive()
     for thread in threads:
         thread.join(CHILD_TIMEOUT)
         assert not thread.is_alive(), "a send was never answered"
     assert len(errors) == CLIENTS  # each client stopped on a refused or closed connection
-    stored = sorted(body.decode() for body in _stored(server, "orders").values())
-    assert stored == sorted(answered)
-    wait_until(
+    wait_until(  # the last publishes done, if any outlived their answers
         lambda: not [t for t in threading.enumerate() if t.name.startswith("vsqs-serve")],
         "the server's pool threads to end",
     )
+    stored = sorted(body.decode() for body in _stored(server, "orders").values())
+    assert stored == sorted(answered)
