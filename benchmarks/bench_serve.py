@@ -43,7 +43,11 @@ Usage::
 
     python -m benchmarks.bench_serve [--seconds 2] [--rounds 3] [--clients 1,4]
         [--depth 25000] [--servers sqslite,moto,vsqs shm,vsqs disk] [--client-python PY]
-        [--library-threads 1,2,4] [--library-only]
+        [--library-threads 1,2,4] [--library-only] [--sends-only] [--base CHECKOUT]
+
+``--sends-only`` measures the send figures alone; ``--base CHECKOUT`` adds a server,
+``vsqs disk base``, that is ``vsqs disk`` run with the ``vsqs`` of another checkout:
+before and after a change, side by side in the same rounds.
 """
 
 from __future__ import annotations
@@ -69,6 +73,8 @@ from benchmarks.report import table
 
 REPO: Final = Path(__file__).resolve().parents[1]
 SERVERS: Final = ("sqslite", "moto", "vsqs shm", "vsqs disk")
+BASE: Final = "vsqs disk base"
+"""``vsqs disk`` served by another checkout's ``vsqs`` (``--base``): before and after."""
 ROOTS: Final = {"vsqs shm": "/dev/shm", "vsqs disk": "/var/tmp"}
 SQSLITE: Final = REPO / "benchmarks" / "sqslite" / "node_modules" / "sqslite" / "bin" / "cli.js"
 QUERY_PYTHON: Final = REPO / ".venv-query" / "bin" / "python"
@@ -121,10 +127,12 @@ def cpu_seconds(pids: list[int]) -> float:
 
 
 @contextlib.contextmanager
-def server(name: str) -> Iterator[tuple[str, int]]:
-    """Start server *name* in a process of its own; yield its endpoint URL and pid."""
+def server(name: str, base: str | None = None) -> Iterator[tuple[str, int]]:
+    """Start server *name* in a process of its own; yield its endpoint URL and pid.
+    ``vsqs disk base`` is ``vsqs disk`` with the ``vsqs`` of checkout *base*."""
     port = _free_port()
     root = None
+    env = dict(os.environ)
     if name == "sqslite":
         if not SQSLITE.exists():
             raise RuntimeError("sqslite is not installed: sh benchmarks/setup-sqslite.sh")
@@ -132,11 +140,13 @@ def server(name: str) -> Iterator[tuple[str, int]]:
     elif name == "moto":
         args = [sys.executable, "-m", "benchmarks.bench_serve", "--serve-moto", str(port)]
     else:
-        root = tempfile.mkdtemp(prefix="vsqs-bench-serve-", dir=ROOTS[name])
+        root = tempfile.mkdtemp(prefix="vsqs-bench-serve-", dir=ROOTS[name.removesuffix(" base")])
         args = [sys.executable, "-m", "vsqs", "serve", root, "--port", str(port), "--quiet"]
+        if name == BASE:
+            env["PYTHONPATH"] = str(base)
     # The servers' own lines (moto logs every request) go to a file, shown on failure.
     with tempfile.TemporaryFile() as log:
-        process = subprocess.Popen(args, stdout=log, stderr=log, cwd=REPO)
+        process = subprocess.Popen(args, stdout=log, stderr=log, cwd=REPO, env=env)
         try:
             _wait_listening(process, port)
             yield f"http://127.0.0.1:{port}", process.pid
@@ -285,7 +295,7 @@ def measure_server(
     """One round's figures of server *name*: {"send C", "receive C", "depth",
     "median ms", "p99 ms"}."""
     figures: dict[str, float] = {}
-    with server(name) as (endpoint, pid):
+    with server(name, args.base) as (endpoint, pid):
         base = {"endpoint": endpoint, "seconds": args.seconds}
         if name == "vsqs disk":
             # The library beside the server, on the same filesystem in the same state.
@@ -300,7 +310,11 @@ def measure_server(
             server_cpu, clients_cpu = cpu_seconds([pid]) - cpu[0], cpu_seconds(clients) - cpu[1]
             figures[f"send {count}: server CPU µs a batch"] = server_cpu / batches * 1e6
             figures[f"send {count}: clients' CPU µs a batch"] = clients_cpu / batches * 1e6
+            if args.sends_only:
+                continue
             figures[f"receive {count}"] = pool.rate(count, {**base, "url": url, "phase": "receive"})
+        if args.sends_only:
+            return figures
         phases = []  # (figure, fifo, messages)
         if name != "moto" and args.depth:
             phases.append(("depth", False, args.depth))
@@ -324,12 +338,13 @@ def measure_server(
 def measure(args: argparse.Namespace) -> dict[str, list[dict[str, float]]]:
     """{server: [one dict of figures a round]}; the library's durable rate as the
     server "library"."""
-    rounds: dict[str, list[dict[str, float]]] = {name: [] for name in [*args.servers, "library"]}
+    library = [] if args.sends_only else ["library"]
+    rounds: dict[str, list[dict[str, float]]] = {name: [] for name in [*args.servers, *library]}
     pool = Clients(max(*args.clients, LATENCY_PROCESSES, 4) if args.servers else 0,
                    args.client_python)  # fmt: skip
     try:
         for round_ in range(args.rounds):
-            for name in [*args.servers, "library"]:
+            for name in [*args.servers, *library]:
                 if name == "library":
                     figures = measure_library(args.seconds, args.library_threads)
                 else:
@@ -357,11 +372,16 @@ def report(rounds: dict[str, list[dict[str, float]]], servers: list[str]) -> str
     """The reST table: a row per figure, a column per server; vsqs's ratios to sqslite."""
     # Every server's figures, each once, in the order they were first measured.
     keys = list(dict.fromkeys(k for s in servers for k in rounds[s][0]))
-    keys = [k for k in keys if k not in ("median ms", "p99 ms", LIBRARY)] + ["median ms", "p99 ms"]
+    latency: list[str] = [k for k in ("median ms", "p99 ms") if k in keys]
+    hidden = {*latency, LIBRARY} if "sqslite" in servers else set(latency)
+    keys = [k for k in keys if k not in hidden] + latency
     vsqs_names = [n for n in servers if n.startswith("vsqs")]
     headers = ["figure", *servers]
     if "sqslite" in servers:
         headers += [f"{n} / sqslite" for n in vsqs_names]
+    against_base = BASE in servers and "vsqs disk" in servers
+    if against_base:
+        headers.append(f"vsqs disk / {BASE}")
     rows = []
     for key in keys:
         row = [key]
@@ -378,6 +398,12 @@ def report(rounds: dict[str, list[dict[str, float]]], servers: list[str]) -> str
                     row.append(f"{1 / ratio if _low_is_good(key) else ratio:.2f}x")
                 else:
                     row.append("-")
+        if against_base:
+            after, before = medians.get("vsqs disk"), medians.get(BASE)
+            if after and before:
+                row.append(f"{before / after if _low_is_good(key) else after / before:.2f}x")
+            else:
+                row.append("-")
         rows.append(row)
     if "sqslite" in servers and "vsqs disk" in servers:
         rows += _bound_rows(rounds, servers, len(headers))
@@ -444,16 +470,33 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument(
         "--library-only", action="store_true", help="only the library's durable rates, no server"
     )
+    parser.add_argument(
+        "--sends-only",
+        action="store_true",
+        help="only the send figures (and the library's rate beside vsqs disk)",
+    )
+    parser.add_argument(
+        "--disk",
+        default=ROOTS["vsqs disk"],
+        help="the directory on a disk under the 'vsqs disk' roots (default %(default)s)",
+    )
+    parser.add_argument(
+        "--base",
+        help=f"also serve '{BASE}': vsqs disk with the vsqs of this checkout (before/after)",
+    )
     parser.add_argument("--serve-moto", type=int, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.serve_moto:
         moto_main(args.serve_moto)
         return
     args.servers = [s.strip() for s in args.servers.split(",") if s.strip()]
-    unknown = set(args.servers) - set(SERVERS)
+    if args.base:
+        args.servers.append(BASE)
+    unknown = set(args.servers) - {*SERVERS, BASE}
     if unknown:
         parser.error(f"unknown servers {sorted(unknown)}; choose from {', '.join(SERVERS)}")
     args.clients = [int(c) for c in args.clients.split(",")]
+    ROOTS["vsqs disk"] = args.disk
     args.library_threads = [int(t) for t in args.library_threads.split(",")]
     if args.library_only:
         args.servers = []
@@ -467,7 +510,8 @@ def main(argv: list[str] | None = None) -> None:
     if args.servers:
         print(report(rounds, args.servers))
         print()
-    print(report_library(rounds["library"], args.library_threads))
+    if not args.sends_only:
+        print(report_library(rounds["library"], args.library_threads))
 
 
 if __name__ == "__main__":

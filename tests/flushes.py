@@ -159,16 +159,20 @@ def join_threads(threads: list[threading.Thread]) -> None:
 
 
 def held_then_joined(
-    syncfs: Syncfs, first: Callable[[], Any], others: Sequence[Callable[[], Any]]
+    syncfs: Syncfs,
+    first: Callable[[], Any],
+    others: Sequence[Callable[[], Any]],
+    waiting: int | None = None,
 ) -> list[object]:
     """Run *first* until its ``syncfs`` is held, then *others* until as many threads
-    (theirs, or a server's working for them) wait on the shared one; release; the
-    results, *first*'s first."""
+    (theirs, or a server's working for them; or *waiting*, if fewer reach it) wait on
+    the shared one; release; the results, *first*'s first."""
     leader, led = run_threads([first])
     assert syncfs.held.wait(CHILD_TIMEOUT), "the first caller never reached syncfs"
     threads, results = run_threads(others)
+    joining = len(others) if waiting is None else waiting
     wait_until(
-        lambda: waiting_on_shared_syncfs() >= len(others), "the others to wait on the shared syncfs"
+        lambda: waiting_on_shared_syncfs() >= joining, "the others to wait on the shared syncfs"
     )
     syncfs.release()
     join_threads(leader + threads)

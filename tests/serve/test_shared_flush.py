@@ -7,7 +7,7 @@ barrier; on tmpfs the server runs a send on its event loop, see
 threads; libc's ``syncfs`` is wrapped as in ``tests/flushes.py``. The
 first batch's ``syncfs`` is held: the other batches reach the shared flush while it
 runs, in threads of the server's pool, and are answered by one more ``syncfs`` that
-started after they asked.
+started after they asked; each batch is stored whole, in its order.
 """
 
 from __future__ import annotations
@@ -56,4 +56,8 @@ def test_concurrent_send_batches_share_one_syncfs(
         assert len(answer["Successful"]) == 10 and not answer.get("Failed"), answer
     assert events.uncovered() == []
     assert len(events.syncfs) == 2  # the held one, then one for the three others
-    assert server.service.root.get("orders").counts().ready == SENDERS * 10
+    queue = server.service.root.get("orders")
+    assert queue.counts().ready == SENDERS * 10
+    bodies = [m.body.decode() for m in queue.receive_batch(SENDERS * 10, timeout=0)]
+    for tag in range(SENDERS):  # each batch whole and in its order
+        assert [b for b in bodies if b.startswith(f"{tag}-")] == [f"{tag}-{n}" for n in range(10)]
