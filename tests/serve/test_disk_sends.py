@@ -6,7 +6,8 @@ boto3 clients in threads. What each test guards:
 
 * concurrent clients' sends are all answered, each message is stored exactly once,
   under the ``MessageId`` its answer gave, and each client's messages keep its order;
-* a failed flush or a full disk is answered per entry, for every entry it covered,
+* a failed flush or a full disk is answered per entry, for every entry it covered
+  (also a batch already visible whose last flush failed: it is not durable),
   never as a success and never as a 500;
 * a shutdown with sends in flight answers each of them, and every message stored was
   answered as sent; no thread of the server's pool is left.
@@ -168,6 +169,36 @@ def test_a_failure_answered_per_entry(
         if other not in failed:
             assert isinstance(other, dict) and len(other["Successful"]) == 10, other
     assert len(_stored(server, "orders")) == 10 * (len(answers) - len(failed))
+
+
+def test_a_batch_visible_but_unflushed_is_never_answered_as_sent(
+    start: Start, disk: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The directory flush after a batch's messages became visible fails (EIO): the
+    messages are there (they may be delivered) but not durable, so no entry is answered
+    ``Successful``; each is ``Failed``, the server's fault, saying it may be delivered and
+    that sending it again may deliver it twice."""
+    server = start(vsqs.QueueRoot(disk))
+    sqs = client(server.url)
+    url = sqs.create_queue(QueueName="orders")["QueueUrl"]
+    failures: list[str] = []
+
+    def fsync_dir(path: str) -> None:
+        failures.append(path)
+        raise OSError(errno.EIO, "Input/output error", path)
+
+    patch_fs(monkeypatch, "fsync_dir", fsync_dir)
+    answer = sqs.send_message_batch(QueueUrl=url, Entries=_entries(7))
+    assert failures, "the batch never flushed its directory: the test is moot"
+    assert not answer.get("Successful"), answer
+    assert sorted(f["Id"] for f in answer["Failed"]) == sorted(f"m{n}" for n in range(10))
+    for entry in answer["Failed"]:
+        assert entry["SenderFault"] is False and entry["Code"] == "InternalError", entry
+        assert "may be delivered" in entry["Message"], entry
+        assert "twice" in entry["Message"], entry
+    assert sorted(_stored(server, "orders").values()) == sorted(
+        f"7-{n}".encode() for n in range(10)
+    )
 
 
 def test_shutdown_with_sends_in_flight(

@@ -251,6 +251,17 @@ def _storage_error(exc: OSError) -> SqsError:
     )
 
 
+def _unflushed_error(exc: OSError) -> SqsError:
+    """A batch entry stored and visible whose flush failed (the server's fault)."""
+    return SqsError(
+        "InternalError",
+        f"The message was stored and may be delivered, but the flush that makes it durable "
+        f"failed: {exc.strerror or exc}. Sending it again may deliver it twice.",
+        sender=False,
+        status=500,
+    )
+
+
 def send_message(
     service: Context, caller: Caller, name: str, queue: AnyQueue, params: dict[str, Any]
 ) -> dict[str, Any]:
@@ -333,11 +344,14 @@ def _publish_run(
         error = _publish_error(exc)
         failed.extend(failure(entry_id, error) for entry_id, _ in run)
     except DurabilityError as exc:
-        # The first len(exc.ids) of the run are visible (they will be delivered, and may
-        # not survive a power loss); the rest were not published: retried safely.
+        # The first len(exc.ids) of the run are visible but unflushed: they may be
+        # delivered, and may not survive a power loss. "Successful" would promise what the
+        # flush did not give; an SQS error already means "may have been stored", so they
+        # are answered Failed, saying so (a FIFO queue's retry is deduplicated). The rest
+        # were not published: retried safely.
         visible = len(exc.ids)
-        for (entry_id, outgoing), message_id in zip(run, exc.ids, strict=False):
-            successful.append(outgoing.answer(message_id, queue, entry_id))
+        unflushed = _unflushed_error(exc)
+        failed.extend(failure(entry_id, unflushed) for entry_id, _ in run[:visible])
         error = _storage_error(exc)
         failed.extend(failure(entry_id, error) for entry_id, _ in run[visible:])
     except OSError as exc:
