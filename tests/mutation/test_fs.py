@@ -219,8 +219,8 @@ def test_an_exclusive_create_cut_short_by_ctrl_c_leaves_nothing_and_eperm_says_t
     (its descriptor is lost to the caller), or nothing if none was made; an existing
     name is ``FileExistsError`` and never removed; sshfs's EPERM on a taken name is
     ``FileExistsError``, on a free one stays ``PermissionError``; the file gets the
-    mode asked for (mutants: the cleanup, the EPERM branch and the mode of
-    ``create_at``)."""
+    mode asked for, 0o666 less the umask if none is (mutants: the cleanup, the EPERM
+    branch and the mode of ``create_at``; ``create_at`` 1: its default mode 0o667)."""
     real_open = os.open
     fail: list[BaseException] = []
     made = [True]
@@ -258,19 +258,25 @@ def test_an_exclusive_create_cut_short_by_ctrl_c_leaves_nothing_and_eperm_says_t
             os.close(_fs.create_at(name, 0o640, dir_fd))
             assert stat.S_IMODE((tmp_path / "new").stat().st_mode) == 0o640
             (tmp_path / "new").unlink()
+            os.close(_fs.create_at(name, dir_fd=dir_fd))  # 0o666 by default, less the umask
+            assert stat.S_IMODE((tmp_path / "new").stat().st_mode) == 0o644
+            (tmp_path / "new").unlink()
     finally:
         os.umask(old)
         os.close(fd)
 
 
+@pytest.mark.parametrize("at", [False, True], ids=["by_path", "in_dir_fd"])
 @pytest.mark.parametrize("call", ["create", "link"])
 def test_an_eperm_on_a_free_name_is_tried_again_three_times_at_most(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, call: str
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, call: str, at: bool
 ) -> None:
     """sshfs's EPERM for a name another host made and already renamed away: the create
-    or link is made again, and makes our own file; an EPERM that stays is raised after 3
-    tries in all; EACCES (a real denial, on sshfs too) at once (mutants: ``_TRIES``,
-    ``_raced``'s errno and bound, the retries of ``create_at`` and ``link_noreplace``).
+    or link is made again, in the same directory (by path or in the directory
+    descriptor), and makes our own file; an EPERM that stays is raised after 3 tries in
+    all; EACCES (a real denial, on sshfs too) at once (mutants: ``_TRIES``, ``_raced``'s
+    errno and bound, the retries of ``create_at`` and ``link_noreplace``, ``create_at``
+    23: a retry without the descriptor, which makes the file in the working directory).
     The real race on a real mount: ``tests/multihost/test_exclusive_create.py``."""
     real_open, real_link = os.open, os.link
     failures: list[int] = []  # errnos the next calls fail with, one each, before the real one
@@ -291,29 +297,40 @@ def test_an_eperm_on_a_free_name_is_tried_again_three_times_at_most(
         refused(dst)
         real_link(src, dst, **kwargs)
 
-    (tmp_path / "src").write_bytes(b"ours")
-    target = str(tmp_path / "new")
+    queue, cwd = tmp_path / "queue", tmp_path / "cwd"
+    queue.mkdir()
+    cwd.mkdir()
+    (queue / "src").write_bytes(b"ours")
+    monkeypatch.chdir(cwd)  # where a retry that lost the descriptor would make its file
+    dir_fd = os.open(queue, os.O_RDONLY | os.O_DIRECTORY) if at else None
+    where = "" if at else f"{queue}/"
+    target = f"{where}new"
 
     def make() -> None:
         if call == "create":
-            os.close(_fs.create_at(target, 0o600))
+            os.close(_fs.create_at(target, 0o600, dir_fd))
         else:
-            _fs.link_noreplace(str(tmp_path / "src"), target)
+            _fs.link_noreplace(f"{where}src", target, dir_fd)
 
     monkeypatch.setattr(os, "open", sftp_open)
     monkeypatch.setattr(os, "link", sftp_link)
-    for raced in (1, 2):
-        failures[:], calls[:] = [errno.EPERM] * raced, []
-        make()
-        assert (calls, failures) == ([target] * (raced + 1), [])
-        assert (tmp_path / "new").read_bytes() == (b"" if call == "create" else b"ours")
-        (tmp_path / "new").unlink()
-    for code, tries in ((errno.EPERM, 3), (errno.EACCES, 1)):
-        failures[:], calls[:] = [code] * 5, []
-        with pytest.raises(PermissionError) as caught:
+    try:
+        for raced in (1, 2):
+            failures[:], calls[:] = [errno.EPERM] * raced, []
             make()
-        assert (caught.value.errno, calls) == (code, [target] * tries)
-        assert sorted(os.listdir(tmp_path)) == ["src"]
+            assert (calls, failures) == ([target] * (raced + 1), [])
+            assert os.listdir(cwd) == []
+            assert (queue / "new").read_bytes() == (b"" if call == "create" else b"ours")
+            (queue / "new").unlink()
+        for code, tries in ((errno.EPERM, 3), (errno.EACCES, 1)):
+            failures[:], calls[:] = [code] * 5, []
+            with pytest.raises(PermissionError) as caught:
+                make()
+            assert (caught.value.errno, calls) == (code, [target] * tries)
+            assert sorted(os.listdir(queue)) == ["src"]
+    finally:
+        if dir_fd is not None:
+            os.close(dir_fd)
 
 
 def test_a_short_write_is_continued_to_the_last_byte(
