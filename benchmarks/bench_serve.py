@@ -34,7 +34,12 @@ Per server, on fresh standard queues:
 * ``bound``: what one synchronous client can get from any durable server on that disk,
   each round ``1 / (1 / sqslite's send 1 + 1 / library)``: a batch costs at least the
   client's round trip to a server that does nothing durable (sqslite, in memory) plus
-  the disk's flush, one after the other, since one client waits for each answer.
+  the disk's flush, one after the other, since one client waits for each answer;
+* ``library C threads``: the same library rate from C threads at once, measured just
+  before ``vsqs disk``'s ``send C`` (C > 1), and ``vsqs disk`` ``send C`` against the
+  lesser of sqslite's ``send C`` and it: what C concurrent durable clients can get at
+  most is what an in-memory server gives them or what the disk gives C writers, the
+  slower of the two.
 
 Each figure is the median (and the least, or for latencies the greatest) of *rounds*
 rounds; within a round the servers take turns.
@@ -84,6 +89,11 @@ LATENCY_THREADS: Final = 16
 BODY: Final = b"x" * 100
 LIBRARY: Final = "library durable publish_batch (1 thread, same disk, just before)"
 BOUND: Final = "bound for 1 durable client: 1 / (1 / sqslite send 1 + 1 / library)"
+
+
+def library_key(count: int) -> str:
+    """The figure of the library's durable rate from *count* threads beside ``vsqs disk``."""
+    return f"library durable publish_batch ({count} threads, same disk, just before send {count})"
 
 
 def moto_main(port: int) -> None:
@@ -301,6 +311,8 @@ def measure_server(
             # The library beside the server, on the same filesystem in the same state.
             figures[LIBRARY] = library_rate(args.seconds, 1, ROOTS[name])
         for count in args.clients:
+            if name == "vsqs disk" and count > 1:
+                figures[library_key(count)] = library_rate(args.seconds, count, ROOTS[name])
             url = _queue(endpoint, python)
             clients = [p.pid for p in pool.processes[:count]]
             cpu = cpu_seconds([pid]), cpu_seconds(clients)
@@ -373,7 +385,8 @@ def report(rounds: dict[str, list[dict[str, float]]], servers: list[str]) -> str
     # Every server's figures, each once, in the order they were first measured.
     keys = list(dict.fromkeys(k for s in servers for k in rounds[s][0]))
     latency: list[str] = [k for k in ("median ms", "p99 ms") if k in keys]
-    hidden = {*latency, LIBRARY} if "sqslite" in servers else set(latency)
+    libraries = {LIBRARY, *(k for k in keys if k.startswith("library durable"))}
+    hidden = {*latency, *libraries} if "sqslite" in servers else set(latency)
     keys = [k for k in keys if k not in hidden] + latency
     vsqs_names = [n for n in servers if n.startswith("vsqs")]
     headers = ["figure", *servers]
@@ -429,6 +442,27 @@ def _bound_rows(
     row = ["vsqs disk send 1 / bound (median, least)"] + [""] * (width - 1)
     row[column] = f"{statistics.median(ratio):.2f}x ({min(ratio):.2f}x)"
     rows.append(row)
+    sends = [k for k in rounds["vsqs disk"][0] if k.startswith("send ") and ":" not in k]
+    counts = sorted(int(k.split()[1]) for k in sends)
+    for count in counts:
+        key = library_key(count)
+        if count == 1 or key not in rounds["vsqs disk"][0]:
+            continue
+        pairs = zip(rounds["vsqs disk"], rounds["sqslite"], strict=True)
+        limit = [min(peer[f"send {count}"], disk[key]) for disk, peer in pairs]
+        ratios = [
+            disk[f"send {count}"] / low
+            for disk, low in zip(rounds["vsqs disk"], limit, strict=True)
+        ]
+        row = [key] + [""] * (width - 1)
+        row[column] = _cell([disk[key] for disk in rounds["vsqs disk"]])
+        rows.append(row)
+        label = (
+            f"vsqs disk send {count} / lesser of sqslite send {count} and library (median, least)"
+        )
+        row = [label] + [""] * (width - 1)
+        row[column] = f"{statistics.median(ratios):.2f}x ({min(ratios):.2f}x)"
+        rows.append(row)
     return rows
 
 
