@@ -121,9 +121,11 @@ class Watched(Protocol):
     starts on one (its header fields have arrived), while it reads the body (under a
     timeout the connection expires when the body's deadline passes), when its body has
     arrived whole, when its answer starts (the connection may then write the answer's
-    pieces together) and when it has been answered."""
+    pieces together) and when it has been answered. Asked whether the body is in
+    already (then reading it cannot wait, and needs no deadline)."""
 
     def started(self) -> None: ...
+    def arrived(self) -> bool: ...
     def reading(self, limit: Expiring | None) -> None: ...
     def received(self) -> None: ...
     def answering(self) -> None: ...
@@ -278,24 +280,17 @@ class ASGIApp:
         """The whole body; a refusal (too large, too slow); ``None``: the client left.
         The body's deadline is the connection's to keep where there is one (no timer a
         request), else this timeout's."""
-        chunks: list[bytes] = []
-        size = 0
+        if connection is not None and connection.arrived():
+            # The body came with the head (the usual case): reading it cannot wait, so no
+            # deadline is set up (asyncio's timeout asks for the running loop, which costs
+            # a system call on Python 3.11); the request's deadline still bounds it all.
+            return await _read(receive, json_protocol)
         try:
             async with _timeout(self.deadlines.body if connection is None else None) as limit:
                 if connection is not None:
                     connection.reading(limit)
                 try:
-                    while True:
-                        message = await receive()
-                        if message["type"] == "http.disconnect":
-                            return None
-                        chunk = message.get("body", b"")
-                        size += len(chunk)
-                        if size > MAX_BODY:
-                            return _refusal(_too_large(), json_protocol)
-                        chunks.append(chunk)
-                        if not message.get("more_body"):
-                            return b"".join(chunks)
+                    return await _read(receive, json_protocol)
                 finally:
                     if connection is not None:
                         connection.reading(None)  # before the timeout is left
@@ -361,6 +356,23 @@ else:  # pragma: no cover - Python 3.10
     import async_timeout  # type: ignore[import-not-found]
 
     _timeout = async_timeout.timeout
+
+
+async def _read(receive: Receive, json_protocol: bool) -> bytes | _Reply | None:
+    """The body to its end, refused past :data:`MAX_BODY` (``None``: the client left)."""
+    chunks: list[bytes] = []
+    size = 0
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            return None
+        chunk = message.get("body", b"")
+        size += len(chunk)
+        if size > MAX_BODY:
+            return _refusal(_too_large(), json_protocol)
+        chunks.append(chunk)
+        if not message.get("more_body"):
+            return b"".join(chunks)  # one chunk: itself, not a copy
 
 
 def _framing(method: str, headers: Mapping[str, str]) -> SqsError | None:

@@ -211,6 +211,13 @@ class _Connection(asyncio.Protocol):
         self._phase = _Phase.APP
         self._received = False
 
+    def arrived(self) -> bool:
+        """Whether the running request's body is in whole (its end parsed). uvicorn's
+        current cycle is that request's, or a later one's (a pipelined head follows a
+        whole body): either way, a cycle whose body is complete says this one is."""
+        cycle = self._inner.cycle
+        return cycle is not None and not cycle.more_body
+
     def reading(self, limit: Expiring | None) -> None:
         """The application reads the body under *limit*, expired by this connection
         when the body's deadline passes (``None``: the reading is over)."""

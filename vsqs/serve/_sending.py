@@ -100,7 +100,11 @@ class _Outgoing:
     key: tuple[object, ...]
     """Entries with equal keys may share one publish_batch."""
 
-    def __init__(self, queue: AnyQueue, options: dict[str, str], params: dict[str, Any]) -> None:
+    def __init__(
+        self, fifo: bool, limit: int, options: dict[str, str], params: dict[str, Any]
+    ) -> None:
+        """*fifo*: the queue's kind; *limit*: its ``MaximumMessageSize`` (both asked once
+        a request, not once an entry)."""
         body = params.get("MessageBody")
         if body is None or body == "":
             raise missing("MessageBody")
@@ -109,8 +113,6 @@ class _Outgoing:
         _attributes.check_body(body)
         self.body = body
         self.data = body.encode()
-        limit = int(options["MaximumMessageSize"])
-        fifo = queue.fifo
         if not fifo and params.keys() <= _PLAIN:
             # A body alone on a standard queue (the common case): nothing else to check,
             # the outcome of the checks below without their steps.
@@ -184,18 +186,19 @@ class _Outgoing:
             tuple(sorted(stored.items())) if stored else (),
         )
 
-    def answer(
-        self, message_id: str, queue: AnyQueue, entry_id: str | None = None
-    ) -> dict[str, Any]:
+    def answer(self, message_id: str, fifo: bool, entry_id: str | None = None) -> dict[str, Any]:
         """The result of this message's send (a batch's entry: with its ``Id`` first)."""
-        result: dict[str, Any] = {} if entry_id is None else {"Id": entry_id}
-        result["MessageId"] = uuid_of(message_id)
-        result["MD5OfMessageBody"] = _attributes.md5_of_data(self.data)
+        digest = _attributes.md5_of_data(self.data)
+        result: dict[str, Any] = (
+            {"MessageId": uuid_of(message_id), "MD5OfMessageBody": digest}
+            if entry_id is None
+            else {"Id": entry_id, "MessageId": uuid_of(message_id), "MD5OfMessageBody": digest}
+        )
         if self.attributes:
             result["MD5OfMessageAttributes"] = _attributes.md5_of_attributes(self.attributes)
         if self.system:
             result["MD5OfMessageSystemAttributes"] = _attributes.md5_of_attributes(self.system)
-        if queue.fifo:
+        if fifo:
             result["SequenceNumber"] = sequence_number(message_id)
         return result
 
@@ -266,7 +269,9 @@ def send_message(
     service: Context, caller: Caller, name: str, queue: AnyQueue, params: dict[str, Any]
 ) -> dict[str, Any]:
     del service, caller, name
-    outgoing = _Outgoing(queue, _queue_attrs.sqs_options(queue), params)
+    options = _queue_attrs.sqs_options(queue)
+    fifo = queue.fifo
+    outgoing = _Outgoing(fifo, int(options["MaximumMessageSize"]), options, params)
     try:
         message_id = queue.publish(
             outgoing.data,
@@ -278,7 +283,7 @@ def send_message(
         )
     except (QueueFull, QueueClosed, InvalidAttributes) as exc:
         raise _publish_error(exc) from None
-    return outgoing.answer(message_id, queue)
+    return outgoing.answer(message_id, fifo)
 
 
 def entries(params: dict[str, Any], kind: str) -> list[dict[str, Any]]:
@@ -331,12 +336,13 @@ def _publish_run(
     """Publish *run* (entries that share their options) with one ``publish_batch``;
     answer each entry in *successful* or *failed*, whatever happens to the storage."""
     first = run[0][1]
+    fifo = queue.fifo
     try:
         ids = queue.publish_batch(
             [outgoing.data for _, outgoing in run],
             delay=first.delay,
             attributes=first.stored or None,
-            dedup_ids=[outgoing.dedup_id for _, outgoing in run] if queue.fifo else None,
+            dedup_ids=[outgoing.dedup_id for _, outgoing in run] if fifo else None,
             timeout=0,
             **({"group": first.group} if first.group is not None else {}),
         )
@@ -361,7 +367,7 @@ def _publish_run(
         failed.extend(failure(entry_id, error) for entry_id, _ in run)
     else:
         for (entry_id, outgoing), message_id in zip(run, ids, strict=True):
-            successful.append(outgoing.answer(message_id, queue, entry_id))
+            successful.append(outgoing.answer(message_id, fifo, entry_id))
 
 
 def send_message_batch(
@@ -377,7 +383,8 @@ def send_message_batch(
             f"Batch requests cannot be longer than {_BATCH_LIMIT} bytes. You have sent "
             f"{total} bytes.",
         )
-    if queue.fifo:
+    fifo = queue.fifo
+    if fifo:
         # SQS refuses the whole batch, not the entry, for these two.
         if any(e.get("MessageGroupId") is None for e in given):
             raise SqsError("InvalidParameterValue", _NO_GROUP)
@@ -387,9 +394,10 @@ def send_message_batch(
             raise SqsError("InvalidParameterValue", _NO_DEDUP)
     checked: list[tuple[str, _Outgoing]] = []
     failed: list[dict[str, Any]] = []
+    limit = int(options["MaximumMessageSize"])
     for entry in given:
         try:
-            checked.append((entry["Id"], _Outgoing(queue, options, entry)))
+            checked.append((entry["Id"], _Outgoing(fifo, limit, options, entry)))
         except SqsError as exc:
             failed.append(failure(entry["Id"], exc))
     successful: list[dict[str, Any]] = []

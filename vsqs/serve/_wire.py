@@ -18,6 +18,7 @@ botocore's service model), so each action is written once. Pure functions, no I/
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 from collections.abc import Mapping
@@ -112,21 +113,26 @@ class Request:
 
 
 def _tree(pairs: list[tuple[str, str]]) -> dict[str, Any]:
-    """``A.1.B=v`` pairs as nested dicts ``{"A": {"1": {"B": "v"}}}``."""
+    """``A.1.B=v`` pairs as nested dicts ``{"A": {"1": {"B": "v"}}}``, the query
+    protocol's own fields (:data:`_SKIP`, ``X-Amz-*``) left out."""
     root: dict[str, Any] = {}
     for key, value in pairs:
         if "." not in key:  # a plain parameter (QueueUrl, MessageBody...): no nesting
+            if key in _SKIP or key.startswith("X-Amz-"):
+                continue
             if key in root:
                 raise SqsError("MalformedQueryString", f"parameter {key!r} is given twice")
             root[key] = value
             continue
+        if key.startswith("X-Amz-"):
+            continue
         node = root
-        *path, last = _DOT.split(key, _MAX_DEPTH)  # a parameter's name, not a message's
-        if len(path) >= _MAX_DEPTH:
-            raise SqsError("MalformedQueryString", f"parameter {key[:80]!r} is nested too deep")
+        path, last = _name_parts(key)
         for part in path:
-            child = node.setdefault(part, {})
-            if not isinstance(child, dict):
+            child = node.get(part)
+            if child is None:  # not setdefault: it would make a dict each time
+                child = node[part] = {}
+            elif not isinstance(child, dict):
                 raise SqsError("MalformedQueryString", f"parameter {key!r} is given twice")
             node = child
         if last in node:
@@ -135,9 +141,37 @@ def _tree(pairs: list[tuple[str, str]]) -> dict[str, Any]:
     return root
 
 
+_PARTS: Final[dict[str, tuple[tuple[str, ...], str]]] = {}
+_MAX_PARTS: Final = 4096  # a client's names repeat (Entry.1.Id...); more are split each time
+_MAX_KEPT_NAME: Final = 128  # SQS's longest is 60-odd; a longer one is split, never kept
+
+
+def _name_parts(key: str) -> tuple[tuple[str, ...], str]:
+    """A dotted parameter name's parts (at most :data:`_MAX_DEPTH` before the last) and
+    its last part, split once per name: one client's names repeat from request to
+    request (``SendMessageBatchRequestEntry.1.Id``...), so the parts are kept for them."""
+    parts = _PARTS.get(key)
+    if parts is None:
+        *path, last = _DOT.split(key, _MAX_DEPTH)  # a parameter's name, not a message's
+        if len(path) >= _MAX_DEPTH:
+            raise SqsError("MalformedQueryString", f"parameter {key[:80]!r} is nested too deep")
+        parts = (tuple(path), last)
+        if len(_PARTS) < _MAX_PARTS and len(key) <= _MAX_KEPT_NAME:
+            # RACE: a pool thread may store the same name's parts at once: equal tuples.
+            _PARTS[key] = parts
+    return parts
+
+
+_IN_ORDER: Final = [str(index) for index in range(1, 11)]  # a batch's entries
+
+
 def _indexed(node: object, name: str) -> list[Any]:
     """The items of a query list ``{"1": a, "2": b}``, in index order."""
-    if not isinstance(node, dict) or not all(_INDEX.fullmatch(k) for k in node):
+    if not isinstance(node, dict):
+        raise SqsError("MalformedQueryString", f"{name} must be numbered {name}.1, {name}.2...")
+    if list(node) == _IN_ORDER[: len(node)]:  # as clients number them: 1, 2, 3... in order
+        return list(node.values())
+    if not all(_INDEX.fullmatch(k) for k in node):
         raise SqsError("MalformedQueryString", f"{name} must be numbered {name}.1, {name}.2...")
     return [node[k] for k in sorted(node, key=int)]
 
@@ -200,9 +234,21 @@ def _form(text: str) -> list[tuple[str, str]]:
         if not equals:
             raise ValueError(f"bad query field: {field[:80]!r}")
         pairs.append(
-            (unquote(name) if "%" in name else name, unquote(value) if "%" in value else value)
+            (_unquote(name) if "%" in name else name, _unquote(value) if "%" in value else value)
         )
     return pairs
+
+
+@functools.lru_cache(maxsize=1024)
+def _unquote_short(text: str) -> str:
+    return unquote(text)
+
+
+def _unquote(text: str) -> str:
+    """``unquote(text)``; a short text's answer is kept: the quoted fields of a client's
+    requests repeat (its ``QueueUrl``), and ``unquote`` costs more than the rest of a
+    field's parsing."""
+    return _unquote_short(text) if len(text) <= _MAX_KEPT_NAME * 2 else unquote(text)
 
 
 def parse(method: str, headers: Mapping[str, str], query: str, body: bytes) -> Request:
@@ -241,8 +287,7 @@ def parse(method: str, headers: Mapping[str, str], query: str, body: bytes) -> R
         raise SqsError("MissingAction", "The request must contain the parameter Action.")
     if action not in ACTIONS:
         raise SqsError("InvalidAction", f"The action {action[:80]} is not valid for this endpoint.")
-    kept = [(k, v) for k, v in pairs if k not in _SKIP and not k.startswith("X-Amz-")]
-    return Request(action, _from_query(_tree(kept)), json=False)
+    return Request(action, _from_query(_tree(pairs)), json=False)
 
 
 def _text(value: object) -> str:
@@ -271,8 +316,9 @@ def _xml(name: str, value: object, out: list[str], action: str) -> None:
     elif isinstance(value, dict):
         out.append(f"<{name}>")
         for key, inner in value.items():
-            if type(inner) is str:  # most are (ids, digests): the last branch, inline
-                out.append(f"<{key}>{_text(inner)}</{key}>")
+            if type(inner) is str:  # most are (ids, digests): the last branch and _text, inline
+                text = escape(inner, _XML_ESCAPES) if _TO_ESCAPE.search(inner) else inner
+                out.append(f"<{key}>{text}</{key}>")
             else:
                 _xml(key, inner, out, action)
         out.append(f"</{name}>")

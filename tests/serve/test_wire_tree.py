@@ -1,0 +1,51 @@
+"""The query protocol's parameter names (:func:`vsqs.serve._wire.parse`): split once
+and kept for the next request, within a bound, and read the same whichever order
+their numbers come in."""
+
+from __future__ import annotations
+
+from vsqs.serve._wire import _MAX_KEPT_NAME, _MAX_PARTS, _PARTS, parse
+
+
+def _form(*fields: str) -> bytes:
+    return "&".join(("Action=SendMessageBatch", "QueueUrl=q", *fields)).encode()
+
+
+def test_the_kept_name_parts_stay_within_their_bound() -> None:
+    """A client sending ever new names (or very long ones) cannot grow the server's
+    memory: at most ``_MAX_PARTS`` names are kept, none longer than ``_MAX_KEPT_NAME``,
+    and the names past the bound are still read."""
+    long_name = "SendMessageBatchRequestEntry.1." + "x" * (_MAX_KEPT_NAME + 1)
+    parse("POST", {}, "", _form(f"{long_name}=v"))
+    assert long_name not in _PARTS
+    for start in range(0, _MAX_PARTS + 1000, 500):
+        fields = [f"Tag.{n}.Key=k{n}&Tag.{n}.Value=v" for n in range(start + 1, start + 501)]
+        params = parse("POST", {}, "", _form(*fields)).params
+        assert len(params["Tags"]) == 500
+    assert len(_PARTS) <= _MAX_PARTS
+    assert max(map(len, _PARTS)) <= _MAX_KEPT_NAME
+
+
+def test_entries_read_the_same_in_order_out_of_order_and_with_gaps() -> None:
+    in_order = _form(
+        "SendMessageBatchRequestEntry.1.Id=a",
+        "SendMessageBatchRequestEntry.1.MessageBody=first",
+        "SendMessageBatchRequestEntry.2.Id=b",
+        "SendMessageBatchRequestEntry.2.MessageBody=second",
+    )
+    reversed_ = _form(
+        "SendMessageBatchRequestEntry.2.Id=b",
+        "SendMessageBatchRequestEntry.2.MessageBody=second",
+        "SendMessageBatchRequestEntry.1.Id=a",
+        "SendMessageBatchRequestEntry.1.MessageBody=first",
+    )
+    expected = [{"Id": "a", "MessageBody": "first"}, {"Id": "b", "MessageBody": "second"}]
+    assert parse("POST", {}, "", in_order).params["Entries"] == expected
+    assert parse("POST", {}, "", reversed_).params["Entries"] == expected
+    gaps = _form(
+        "SendMessageBatchRequestEntry.7.Id=b",
+        "SendMessageBatchRequestEntry.7.MessageBody=second",
+        "SendMessageBatchRequestEntry.3.Id=a",
+        "SendMessageBatchRequestEntry.3.MessageBody=first",
+    )
+    assert parse("POST", {}, "", gaps).params["Entries"] == expected
