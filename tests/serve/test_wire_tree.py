@@ -4,7 +4,7 @@ their numbers come in."""
 
 from __future__ import annotations
 
-from vsqs.serve._wire import _MAX_KEPT_NAME, _MAX_PARTS, _PARTS, parse
+from vsqs.serve._wire import _MAX_KEPT_NAME, _MAX_PARTS, _PARTS, _unquote_short, parse
 
 
 def _form(*fields: str) -> bytes:
@@ -49,3 +49,21 @@ def test_entries_read_the_same_in_order_out_of_order_and_with_gaps() -> None:
         "SendMessageBatchRequestEntry.3.MessageBody=first",
     )
     assert parse("POST", {}, "", gaps).params["Entries"] == expected
+
+
+def test_a_message_body_is_never_kept_only_names_and_queue_urls() -> None:
+    """Quoted names and a client's ``QueueUrl`` are unquoted once and kept (they repeat);
+    a message's text is unquoted each time and never kept by the server."""
+    _unquote_short.cache_clear()
+    url = "http%3A%2F%2Flocalhost%3A9324%2F000000000000%2Forders"
+    body = "MessageBody=secret%20pay%20alice"
+    params = parse("POST", {}, "", f"Action=SendMessage&QueueUrl={url}&{body}".encode()).params
+    assert params["MessageBody"] == "secret pay alice"
+    assert params["QueueUrl"] == "http://localhost:9324/000000000000/orders"
+    assert _unquote_short.cache_info().currsize == 1  # the URL alone
+    attribute = (
+        "MessageAttribute.1.Name=note&MessageAttribute.1.Value.DataType=String"
+        "&MessageAttribute.1.Value.StringValue=secret%21"
+    )
+    parse("POST", {}, "", f"Action=SendMessage&QueueUrl=q&MessageBody=b&{attribute}".encode())
+    assert _unquote_short.cache_info().currsize == 1

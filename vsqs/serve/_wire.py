@@ -233,9 +233,11 @@ def _form(text: str) -> list[tuple[str, str]]:
         name, equals, value = field.partition("=")
         if not equals:
             raise ValueError(f"bad query field: {field[:80]!r}")
-        pairs.append(
-            (_unquote(name) if "%" in name else name, _unquote(value) if "%" in value else value)
-        )
+        if "%" in name:
+            name = _unquote(name)
+        if "%" in value:  # only a queue's URL is kept, never a message's text
+            value = _unquote(value) if name == "QueueUrl" else unquote(value)
+        pairs.append((name, value))
     return pairs
 
 
@@ -245,9 +247,10 @@ def _unquote_short(text: str) -> str:
 
 
 def _unquote(text: str) -> str:
-    """``unquote(text)``; a short text's answer is kept: the quoted fields of a client's
-    requests repeat (its ``QueueUrl``), and ``unquote`` costs more than the rest of a
-    field's parsing."""
+    """``unquote(text)``; a short text's answer is kept: field names and a client's
+    ``QueueUrl`` repeat from request to request, and ``unquote`` costs more than the rest
+    of a field's parsing. Never called for other values (a message's body, which the
+    server must not keep after answering)."""
     return _unquote_short(text) if len(text) <= _MAX_KEPT_NAME * 2 else unquote(text)
 
 
