@@ -27,7 +27,7 @@ import threading
 import time
 import weakref
 from collections import deque
-from typing import TYPE_CHECKING, Final
+from typing import TYPE_CHECKING, Any, Final
 
 from ._layout import STATS
 from ._meta import report_once
@@ -259,11 +259,23 @@ def _flush_at_child_exit() -> None:
     """Flush when a multiprocessing child exits: fork and forkserver children end with
     ``os._exit``, which skips ``atexit``, but they do run multiprocessing's finalizers."""
     global _exit_hook_pid  # noqa: PLW0603 - one registration per process
-    util = sys.modules.get("multiprocessing.util")
-    if util is None or _exit_hook_pid == os.getpid():
-        return
+    finalize = _multiprocessing_util("Finalize")
+    if finalize is None or _exit_hook_pid == os.getpid():
+        return  # not imported (no child to flush in), or not yet whole: the next one registers
     _exit_hook_pid = os.getpid()
-    util.Finalize(None, _flush_all, exitpriority=0)
+    finalize(None, _flush_all, exitpriority=0)
+
+
+def _multiprocessing_util(name: str) -> Any:
+    """``multiprocessing.util.<name>`` if this process imported that module; ``None`` if
+    it did not (never imported here: a process without children need not pay for it).
+
+    A module is in ``sys.modules`` from the start of its import, its names defined as
+    its code runs: ``None`` too while another thread is still importing it.
+    """
+    # RACE: another thread imports multiprocessing (a library's first use of it) while a
+    # queue is opened here, or this process forks: the half-made module lacks *name*.
+    return getattr(sys.modules.get("multiprocessing.util"), name, None)
 
 
 def _after_fork_in_child() -> None:
@@ -271,11 +283,11 @@ def _after_fork_in_child() -> None:
     _FLUSHER.after_fork_in_child()
     for counters in list(_live):
         counters.after_fork()
-    util = sys.modules.get("multiprocessing.util")
-    if util is not None:
+    register_after_fork = _multiprocessing_util("register_after_fork")
+    if register_after_fork is not None:
         # A multiprocessing child clears its finalizers after this hook, then runs its
         # after-fork callbacks: register the exit flush from there.
-        util.register_after_fork(_flush_all, lambda _: _flush_at_child_exit())
+        register_after_fork(_flush_all, lambda _: _flush_at_child_exit())
 
 
 if hasattr(os, "register_at_fork"):  # POSIX
