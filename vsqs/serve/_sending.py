@@ -188,12 +188,9 @@ class _Outgoing:
 
     def answer(self, message_id: str, fifo: bool, entry_id: str | None = None) -> dict[str, Any]:
         """The result of this message's send (a batch's entry: with its ``Id`` first)."""
-        digest = _attributes.md5_of_data(self.data)
-        result: dict[str, Any] = (
-            {"MessageId": uuid_of(message_id), "MD5OfMessageBody": digest}
-            if entry_id is None
-            else {"Id": entry_id, "MessageId": uuid_of(message_id), "MD5OfMessageBody": digest}
-        )
+        result: dict[str, Any] = {} if entry_id is None else {"Id": entry_id}
+        result["MessageId"] = uuid_of(message_id)
+        result["MD5OfMessageBody"] = _attributes.md5_of_data(self.data)
         if self.attributes:
             result["MD5OfMessageAttributes"] = _attributes.md5_of_attributes(self.attributes)
         if self.system:
