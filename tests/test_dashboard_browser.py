@@ -157,9 +157,20 @@ def _act(browser: webdriver.Chrome, action: str, fill: dict[str, str] | None = N
     for field, value in (fill or {}).items():
         form.find_element(By.NAME, field).send_keys(value)
     form.find_element(By.CSS_SELECTOR, f"button.{action}").click()
-    _wait(browser, 10).until(lambda b: b.find_element(By.TAG_NAME, "h1").text.startswith("Confirm"))
+    _wait(browser, 10).until(lambda b: _text(b, "h1").startswith("Confirm"))
     browser.find_element(By.CSS_SELECTOR, f"button.{action}").click()
-    return str(_wait(browser, 10).until(lambda b: b.find_element(By.ID, "result").text))
+    return str(_wait(browser, 10).until(lambda b: _text(b, "#result")))
+
+
+def _text(browser: webdriver.Chrome, selector: str) -> str:
+    """The rendered text of the element *selector* ("" if there is none yet), read in one
+    script: an element found by one call and read by the next may belong to a page the
+    browser replaced meanwhile (Chrome then says "Node ... does not belong to the
+    document", not that it is stale)."""
+    text = browser.execute_script(
+        "const e = document.querySelector(arguments[0]); return e ? e.innerText : '';", selector
+    )
+    return str(text)
 
 
 def test_admin_purge_and_redrive(browser: webdriver.Chrome, tmp_path: Path) -> None:
