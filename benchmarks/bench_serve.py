@@ -36,10 +36,14 @@ Per server, on fresh standard queues:
   client's round trip to a server that does nothing durable (sqslite, in memory) plus
   the disk's flush, one after the other, since one client waits for each answer;
 * ``library C threads``: the same library rate from C threads at once, measured just
-  before ``vsqs disk``'s ``send C`` (C > 1), and ``vsqs disk`` ``send C`` against the
-  lesser of sqslite's ``send C`` and it: what C concurrent durable clients can get at
-  most is what an in-memory server gives them or what the disk gives C writers, the
-  slower of the two.
+  before ``vsqs disk``'s ``send C`` (C > 1); the **bound of C durable clients**, the
+  same sum as for one: each of the C clients waits for each answer, so its batch costs
+  at least its round trip to a server that stores nothing durably while C clients use
+  it (sqslite's ``send C``) plus the flush of the disk while C writers share it (the
+  library's C-thread rate), ``1 / (1 / sqslite's send C + 1 / library C threads)``;
+  and ``vsqs disk`` ``send C`` against that bound and against the lesser of the two
+  rates (what C clients could get only if each client's round trip overlapped its own
+  flush, which a client that waits for its answer cannot do).
 
 Each figure is the median (and the least, or for latencies the greatest) of *rounds*
 rounds; within a round the servers take turns.
@@ -423,46 +427,51 @@ def report(rounds: dict[str, list[dict[str, float]]], servers: list[str]) -> str
     return table(headers, rows)
 
 
+def bound_key(count: int) -> str:
+    """The figure of the closed-loop bound of *count* durable clients (C > 1)."""
+    return (
+        f"bound for {count} durable clients: 1 / (1 / sqslite send {count} "
+        f"+ 1 / library {count} threads)"
+    )
+
+
 def _bound_rows(
     rounds: dict[str, list[dict[str, float]]], servers: list[str], width: int
 ) -> list[list[str]]:
-    """The library's rate beside ``vsqs disk``, the bound of one durable client made of
-    it and sqslite's ``send 1`` (each round's own figures), and the server against it."""
+    """Below the figures, in ``vsqs disk``'s column, for each client count C that has
+    the library's rate beside it: that rate, the bound of C durable clients made of it
+    and sqslite's ``send C`` (each round's own figures), ``send C`` against the bound
+    and, for C > 1, against the lesser of the two rates."""
     column = servers.index("vsqs disk") + 1
-    library, bound, ratio = [], [], []
-    for disk, peer in zip(rounds["vsqs disk"], rounds["sqslite"], strict=True):
-        library.append(disk[LIBRARY])
-        bound.append(1 / (1 / peer["send 1"] + 1 / disk[LIBRARY]))
-        ratio.append(disk["send 1"] / bound[-1])
-    rows = []
-    for label, values in ((LIBRARY, library), (BOUND, bound)):
+    disks, peers = rounds["vsqs disk"], rounds["sqslite"]
+
+    def add(label: str, cell: str) -> None:
         row = [label] + [""] * (width - 1)
-        row[column] = _cell(values)
+        row[column] = cell
         rows.append(row)
-    row = ["vsqs disk send 1 / bound (median, least)"] + [""] * (width - 1)
-    row[column] = f"{statistics.median(ratio):.2f}x ({min(ratio):.2f}x)"
-    rows.append(row)
-    sends = [k for k in rounds["vsqs disk"][0] if k.startswith("send ") and ":" not in k]
-    counts = sorted(int(k.split()[1]) for k in sends)
+
+    def ratio(values: list[float]) -> str:
+        return f"{statistics.median(values):.2f}x ({min(values):.2f}x)"
+
+    rows: list[list[str]] = []
+    counts = sorted(int(k.split()[1]) for k in disks[0] if k.startswith("send ") and ":" not in k)
     for count in counts:
-        key = library_key(count)
-        if count == 1 or key not in rounds["vsqs disk"][0]:
+        send = f"send {count}"
+        key = LIBRARY if count == 1 else library_key(count)
+        if key not in disks[0] or send not in peers[0]:
             continue
-        pairs = zip(rounds["vsqs disk"], rounds["sqslite"], strict=True)
-        limit = [min(peer[f"send {count}"], disk[key]) for disk, peer in pairs]
-        ratios = [
-            disk[f"send {count}"] / low
-            for disk, low in zip(rounds["vsqs disk"], limit, strict=True)
-        ]
-        row = [key] + [""] * (width - 1)
-        row[column] = _cell([disk[key] for disk in rounds["vsqs disk"]])
-        rows.append(row)
-        label = (
-            f"vsqs disk send {count} / lesser of sqslite send {count} and library (median, least)"
-        )
-        row = [label] + [""] * (width - 1)
-        row[column] = f"{statistics.median(ratios):.2f}x ({min(ratios):.2f}x)"
-        rows.append(row)
+        pairs = list(zip(disks, peers, strict=True))
+        # Each client waits for each answer: its batch's round trip and the disk's flush
+        # add up, whatever the number of clients (both rates are of C at once).
+        bound = [1 / (1 / peer[send] + 1 / disk[key]) for disk, peer in pairs]
+        add(key, _cell([disk[key] for disk in disks]))
+        add(BOUND if count == 1 else bound_key(count), _cell(bound))
+        add(f"vsqs disk {send} / bound (median, least)",
+            ratio([disk[send] / b for (disk, _), b in zip(pairs, bound, strict=True)]))  # fmt: skip
+        if count > 1:
+            lesser = [disk[send] / min(peer[send], disk[key]) for disk, peer in pairs]
+            add(f"vsqs disk {send} / lesser of sqslite {send} and library (median, least)",
+                ratio(lesser))  # fmt: skip
     return rows
 
 

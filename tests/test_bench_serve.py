@@ -8,7 +8,7 @@ both tables.
 
 from __future__ import annotations
 
-from benchmarks.bench_serve import BOUND, LIBRARY, library_key, report
+from benchmarks.bench_serve import BOUND, LIBRARY, bound_key, library_key, report
 
 from .fixtures_core import run_benchmark
 
@@ -75,10 +75,11 @@ def test_the_bound_of_one_durable_client_is_each_rounds_round_trip_plus_flush() 
     assert "0.60x (0.50x)" in ratio  # 2000/2000, 1000/2000, 1500/2500
 
 
-def test_concurrent_durable_clients_are_measured_against_the_lesser_limit() -> None:
-    """C concurrent durable clients get at most the slower of an in-memory server and
-    the disk's rate for C writers: ``vsqs disk`` send C against that lesser figure,
-    round by round (the library's C-thread rate shown beside it)."""
+def test_concurrent_durable_clients_are_measured_against_their_bound_and_the_lesser_limit() -> None:
+    """C durable clients, each waiting for its answers, get at most 1 / (1/a + 1/b) of
+    sqslite's send C and the library's C-thread rate, and could get the lesser of the
+    two only if round trips overlapped flushes: ``vsqs disk`` send C against both,
+    round by round (the library's C-thread rate and the bound shown beside them)."""
     four = library_key(4)
     rounds: dict[str, list[dict[str, float]]] = {
         "sqslite": [{"send 1": 5000.0, "send 4": 9000.0}, {"send 1": 5000.0, "send 4": 3000.0}],
@@ -90,6 +91,22 @@ def test_concurrent_durable_clients_are_measured_against_the_lesser_limit() -> N
     lines = report(rounds, ["sqslite", "vsqs disk"]).splitlines()
     cells = {line.split("  ")[0]: line for line in lines[3:-1]}
     assert "5,000 (4,000)" in cells[four]
+    assert "2,385 (2,000)" in cells[bound_key(4)]  # 1/(1/9000+1/4000), 1/(1/3000+1/6000)
+    assert "1.22x (1.08x)" in cells["vsqs disk send 4 / bound (median, least)"]  # 3000/2769, 1.35x
     ratio = cells["vsqs disk send 4 / lesser of sqslite send 4 and library (median, least)"]
     assert "0.82x (0.75x)" in ratio  # 3000/min(9000, 4000), 2700/min(3000, 6000)
     assert sum(line.startswith(four) for line in lines) == 1  # below the figures, once
+
+
+def test_bounds_need_no_single_client() -> None:
+    """A run without ``send 1`` (``--clients 4,8``) reports the bounds of the counts it has."""
+    rounds: dict[str, list[dict[str, float]]] = {
+        "sqslite": [{"send 8": 8000.0}],
+        "vsqs disk": [{library_key(8): 8000.0, "send 8": 2000.0}],
+    }
+    cells = {
+        line.split("  ")[0]: line for line in report(rounds, ["sqslite", "vsqs disk"]).splitlines()
+    }
+    assert "4,000 (4,000)" in cells[bound_key(8)]
+    assert "0.50x (0.50x)" in cells["vsqs disk send 8 / bound (median, least)"]
+    assert BOUND not in cells
