@@ -31,6 +31,7 @@ import contextvars
 from typing import Final
 
 from .. import _userfiles
+from .._userfiles import MEMORY_FILESYSTEMS
 
 __all__ = [
     "ACTIONS",
@@ -48,8 +49,6 @@ ACTIONS: Final = frozenset({
     "ChangeMessageVisibility", "ChangeMessageVisibilityBatch",
 })  # fmt: skip
 """The actions that may run on the event loop (on a memory filesystem)."""
-MEMORY_FILESYSTEMS: Final = frozenset({"tmpfs", "ramfs"})
-"""Filesystems whose calls never wait for a device: the only ones used from the loop."""
 
 _ON_LOOP: contextvars.ContextVar[bool] = contextvars.ContextVar("vsqs_serve_loop", default=False)
 _memory: dict[int, bool] = {}  # by device: on a memory filesystem
