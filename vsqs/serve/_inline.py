@@ -11,9 +11,7 @@ network or another process:
 * only on a queue whose handle this server already holds (opening one reads and may
   lock its settings) and whose directory is on a memory filesystem (``tmpfs``,
   ``ramfs``: :data:`MEMORY_FILESYSTEMS`, decided once per device), where every such
-  call, a durable write's flush included, is answered from memory (a durable send may
-  join a ``syncfs`` a pool thread has started, group commit: one of tmpfs writes
-  nothing back and returns at once);
+  call is answered from memory (a durable write makes no flush there at all);
 * everything else (a receive, which may move a message to a dead-letter queue on
   another filesystem or wait for a FIFO claim lock; the queue-level actions, which
   take locks) runs in the pool, as does a request the rule cannot clear before it
