@@ -291,3 +291,24 @@ def _flushes_apart(first: str, second: str, monkeypatch: pytest.MonkeyPatch) -> 
     finally:
         syncfs.release()
         join_threads(held)
+
+
+def test_on_tmpfs_no_flush_opens_anything(fast_tmp_path: Path) -> None:
+    """On tmpfs every flush returns at once, before any system call: given what would
+    make each fail on a disk (a file for a directory, a name that does not exist, a
+    closed descriptor), none raises (mutants: any of them reaching its ``open``,
+    ``fsync`` or ``syncfs`` there). ``tests/reliability/test_memory_flushes.py``
+    counts the system calls themselves, with strace."""
+    directory = str(fast_tmp_path)
+    if _host.filesystem_type(directory) != "tmpfs":
+        pytest.skip(f"{directory} is not on tmpfs")
+    planted = fast_tmp_path / "not-a-directory"
+    planted.write_bytes(b"x")
+    closed = os.open(directory, os.O_RDONLY)
+    os.close(closed)
+    _flush.fsync_dir(str(planted))
+    assert _flush.sync_filesystem(str(planted)) is True
+    _flush.sync_files(directory, ["absent"])
+    _flush.sync_files(directory, ["absent", "gone"])
+    _flush.fsync(closed, directory)
+    _flush.flush_made([str(planted / "below")])
