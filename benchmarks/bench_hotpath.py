@@ -8,7 +8,9 @@ for ``partitions=2``, ``durable=False``, ``visibility_timeout=60``:
 
 * ``publish``: N publishes of 100 bytes, one at a time;
 * ``receive+delete``: ``receive(timeout=0)`` then ``delete`` until that backlog is empty;
-* ``receive_batch(10)+delete_batch``: the same backlog again, ten at a time.
+* ``receive_batch(10)+delete_batch``: the same backlog again, ten at a time;
+* with ``--durable`` the queues are durable, and ``publish_batch(10)`` (N messages in
+  batches of ten) is timed too: what a durable publish costs in Python and system calls.
 
 Each figure is this thread's CPU time (``time.thread_time``: user and system) divided by
 N, with the garbage collector off during the timed loops (a collection lands on whichever
@@ -21,11 +23,13 @@ run right next to it).
 Usage::
 
     python -m benchmarks.bench_hotpath --before /tmp/before [--dir /dev/shm] [--rounds 10]
+        [--durable]
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
 import gc
 import importlib
 import os
@@ -63,17 +67,22 @@ def _timed(loop: Callable[[], int], count: int) -> float:
 
 
 def _one(
-    package: ModuleType, where: str, label: str, count: int, **options: int
+    package: ModuleType, where: str, label: str, count: int, *, durable: bool, **options: int
 ) -> dict[str, float]:
     path = os.path.join(where, f"hotpath-{os.getpid()}-{label}")
     shutil.rmtree(path, ignore_errors=True)
-    queue = package.Queue(path, durable=False, visibility_timeout=60.0, **options)
+    queue = package.Queue(path, durable=durable, visibility_timeout=60.0, **options)
     on_disk = not where.startswith("/dev/shm")
 
     def publish() -> int:
         for _ in range(count):
             queue.publish(BODY)
         return count
+
+    def publish_batch() -> int:
+        for _ in range(count // 10):
+            queue.publish_batch([BODY] * 10)
+        return count // 10 * 10
 
     def receive() -> int:
         done = 0
@@ -89,16 +98,15 @@ def _one(
         return done
 
     out = {}
-    for name, loop in (
-        ("publish", publish),
-        ("receive+delete", receive),
-        ("fill", publish),
-        ("receive_batch(10)+delete_batch", batches),
-    ):
+    loops = [("publish", publish), ("receive+delete", receive), ("fill", publish)]
+    loops.append(("receive_batch(10)+delete_batch", batches))
+    if durable:
+        loops += [("publish_batch(10)", publish_batch), ("receive+delete", receive)]
+    for name, loop in loops:
         if on_disk:
             os.sync()  # the previous loop's dirty pages are not this one's cost
-        cost = _timed(loop, count)
-        if name != "fill":
+        cost = _timed(loop, count // 10 * 10 if name == "publish_batch(10)" else count)
+        if name != "fill" and f"{label} {name}" not in out:
             out[f"{label} {name}"] = cost
     queue.close()
     shutil.rmtree(path, ignore_errors=True)
@@ -111,6 +119,7 @@ def main() -> None:
     parser.add_argument("--dir", default="/dev/shm", help="where the queues go")
     parser.add_argument("--rounds", type=int, default=10)
     parser.add_argument("--messages", type=int, default=20_000)
+    parser.add_argument("--durable", action="store_true", help="durable queues, and batches")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="vsqs-hotpath-") as links:
         packages = _load(args.before.resolve(), Path(links))  # imported: links can go
@@ -119,13 +128,15 @@ def main() -> None:
     gc.disable()
     for number in range(args.rounds):
         for side in SIDES if number % 2 == 0 else SIDES[::-1]:
-            figures = _one(packages[side], args.dir, "plain", args.messages)
-            figures |= _one(packages[side], args.dir, "2 partitions", args.messages, partitions=2)
+            one = functools.partial(_one, packages[side], args.dir, durable=args.durable)
+            figures = one("plain", args.messages)
+            figures |= one("2 partitions", args.messages, partitions=2)
             results[side].append(figures)
             gc.collect()
     gc.enable()
     print(
-        f"{args.rounds} rounds of {args.messages:,} messages in {args.dir}, "
+        f"{args.rounds} rounds of {args.messages:,} messages in {args.dir}"
+        f"{', durable' if args.durable else ''}, "
         f"{time.strftime('%Y-%m-%d %H:%M', time.gmtime())} UTC, "
         f"load average {load:.2f} at the start, {os.getloadavg()[0]:.2f} at the end\n"
     )

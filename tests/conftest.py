@@ -171,6 +171,30 @@ def names(path: Path) -> list[str]:
 
 
 @pytest.fixture
+def disk_tmp_path(tmp_path: Path) -> Iterator[Path]:
+    """A temporary directory on a filesystem that vsqs flushes (not tmpfs nor ramfs, where
+    it makes no flush system call): *tmp_path*, else one in ``/var/tmp``; skipped, saying
+    why, where neither is. For tests that watch or fail real flushes. Told by the
+    filesystem's type, not by vsqs's own decision, which some of those tests break."""
+    from vsqs import _host
+
+    def on_disk(path: str) -> bool:
+        return _host.filesystem_type(path) not in {"tmpfs", "ramfs", ""}
+
+    if on_disk(str(tmp_path)):
+        yield tmp_path
+        return
+    if on_disk("/var/tmp") and os.access("/var/tmp", os.W_OK):
+        where = Path(tempfile.mkdtemp(prefix="vsqs-test-", dir="/var/tmp"))
+        try:
+            yield where
+        finally:
+            shutil.rmtree(where, ignore_errors=True)
+        return
+    pytest.skip("no disk directory: the temporary directory and /var/tmp are in memory")
+
+
+@pytest.fixture
 def fast_tmp_path(tmp_path: Path) -> Iterator[Path]:
     """A temporary directory on tmpfs (``/dev/shm``) where there is one, else *tmp_path*:
     for tests that flush often and must not wait on whatever else dirtied the disk (a

@@ -135,10 +135,10 @@ def test_a_failed_record_flush_leaves_nothing_visible_nor_recorded(
     message is visible: nothing is left that `clean` or a retry would publish."""
     real = _fs.fsync
 
-    def fail_on_directories(fd: int) -> None:
+    def fail_on_directories(fd: int, directory: str) -> None:
         if os.path.isdir(f"/proc/self/fd/{fd}"):
             raise OSError(errno.EIO, os.strerror(errno.EIO))
-        real(fd)
+        real(fd, directory)
 
     patch_fs(monkeypatch, "fsync", fail_on_directories)
     with pytest.raises(OSError, match="Input/output error") as info:

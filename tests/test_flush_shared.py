@@ -1,6 +1,7 @@
 """Concurrent flushes of one filesystem share a ``syncfs`` (group commit, issue 36).
 
-Real threads on a real filesystem where ``syncfs`` is a barrier (tmpfs). The C library's
+Real threads on a real filesystem where ``syncfs`` is a barrier (a disk: on tmpfs vsqs
+makes no flush at all, so there is nothing to share). The C library's
 ``syncfs`` is replaced by a wrapper that calls the real one and records when each call
 started and ended (and can hold the first call, or fail one, as a disk that cannot
 write back would: ``tests/flushes.py``); the sharing logic under test is the real one.
@@ -38,8 +39,8 @@ THREADS = 4
 
 
 @pytest.fixture
-def barrier_dir(fast_tmp_path: Path) -> str:
-    directory = str(fast_tmp_path)
+def barrier_dir(disk_tmp_path: Path) -> str:
+    directory = str(disk_tmp_path)
     if not _flush.syncfs_is_barrier(directory):
         pytest.skip(f"syncfs is no barrier on {directory} (Linux before 5.8?)")
     return directory

@@ -11,6 +11,13 @@ the kill-point tests reach them as ``_fs.fsync``, ``_fs.sync_files``...). Guaran
   (group commit, :class:`_SharedSyncfs`): a caller is answered only by a ``syncfs``
   that started after it asked, so after its writes; a failure is raised in every caller
   that ``syncfs`` answered.
+* On a memory filesystem (:data:`vsqs._mountinfo.MEMORY_FILESYSTEMS`: tmpfs, ramfs;
+  decided once per directory from its filesystem type, as :func:`syncfs_is_barrier` is)
+  no flush makes a system call: every function here returns at once. Nothing there ever
+  reaches stable storage (the kernel's fsync is a no-op and ``syncfs`` writes nothing
+  back; a power loss or a reboot empties it whatever is flushed), so no guarantee is
+  given up. Everywhere else (disks, FUSE, network filesystems, an unknown type) every
+  flush is made.
 * A failed flush raises and is never retried: after a failure a second flush may succeed
   without the data (PostgreSQL's "fsyncgate"). :func:`flushing_published` turns the
   failure of a flush made after messages became visible into a
@@ -39,6 +46,7 @@ __all__ = [
     "fsync",
     "fsync_dir",
     "fsync_keeps_new_names",
+    "in_memory",
     "missing_dirs",
     "sync_files",
     "sync_filesystem",
@@ -66,13 +74,36 @@ _KERNEL_SYNCFS_REPORTS_ERRORS: Final = _kernel_at_least(5, 8)
 _FSYNC_THREADS: Final = 8
 
 
-def fsync(fd: int) -> None:
-    """Flush a file's data and metadata to stable storage."""
-    os.fsync(fd)
+_memory: dict[str, bool] = {}  # by directory: whether it is on a memory filesystem
+
+
+def in_memory(directory: str) -> bool:
+    """Whether *directory* is on a memory filesystem, where no flush reaches anything
+    (see the module docstring); decided once per directory from its filesystem's type,
+    ``False`` where that cannot be told. A directory is taken to stay on its filesystem
+    while this process runs, as :func:`syncfs_is_barrier` takes it."""
+    found = _memory.get(directory)
+    if found is None:
+        found = _mountinfo.in_memory(_host.filesystem_type(directory))
+        if len(_memory) >= 1024:  # pragma: no cover - a process that opened that many queues
+            _memory.clear()
+        # RACE: another thread may decide the same directory at once: same answer.
+        _memory[directory] = found
+    return found
+
+
+def fsync(fd: int, directory: str) -> None:
+    """Flush a file's data and metadata to stable storage: *fd*, a file in *directory*
+    or that directory itself (its filesystem decides; nothing on a memory filesystem)."""
+    if not in_memory(directory):
+        os.fsync(fd)
 
 
 def fsync_dir(path: str) -> None:
-    """Make the latest renames and unlinks in directory *path* durable."""
+    """Make the latest renames and unlinks in directory *path* durable (nothing on a
+    memory filesystem: not even an ``open``)."""
+    if in_memory(path):
+        return
     fd = os.open(path, os.O_RDONLY | _O_DIRECTORY | _O_CLOEXEC)
     try:
         os.fsync(fd)
@@ -84,12 +115,15 @@ def sync_filesystem(path: str) -> bool:
     """Flush every dirty file and directory of the filesystem holding *path* in one call
     (Linux ``syncfs``); ``False``, doing nothing, where that is not a proven barrier (the
     caller fsyncs each file and directory instead): FUSE, network filesystems, anything
-    but those of :data:`vsqs._mountinfo.SYNCFS_FILESYSTEMS`. A failure raises and is never
-    retried: after a failed flush a second one may succeed without the data.
+    but those of :data:`vsqs._mountinfo.SYNCFS_FILESYSTEMS`; ``True``, doing nothing, on a
+    memory filesystem (nothing there to flush). A failure raises and is never retried:
+    after a failed flush a second one may succeed without the data.
 
     Thread-safe, and shared: threads of this process that call it at once for the same
     filesystem share one ``syncfs`` (:class:`_SharedSyncfs`); each returns only after a
     ``syncfs`` that started after its call began, and each raises if that one failed."""
+    if in_memory(path):
+        return True
     syncfs = _libc.syncfs()
     if syncfs is None or not syncfs_is_barrier(path):
         return False
@@ -215,27 +249,29 @@ def sync_files(directory: str, names: list[str]) -> None:
     """Flush the files *names* of *directory* (their data; not the directory entries):
     one ``syncfs`` where that is a barrier (:func:`sync_filesystem`) and there are several,
     else an ``fsync`` each, several at once (those are not shared with other threads:
-    each flushes its own files). Every flush is waited for; the first failure is raised
-    (a flush is never retried)."""
+    each flushes its own files); nothing on a memory filesystem. Every flush is waited
+    for; the first failure is raised (a flush is never retried)."""
+    if in_memory(directory):
+        return
     if len(names) > 1 and sync_filesystem(directory):
         return
     paths = [f"{directory}/{name}" for name in names]
     if len(paths) <= 1:
         for path in paths:
-            _fsync_path(path)
+            _fsync_path(path, directory)
         return
     from concurrent.futures import wait  # noqa: PLC0415 -- 4 ms of logging and threads at import
 
-    futures = [_fsync_pool().submit(_fsync_path, path) for path in paths]
+    futures = [_fsync_pool().submit(_fsync_path, path, directory) for path in paths]
     wait(futures)
     for future in futures:
         future.result()  # the first failure, in the order of *names*
 
 
-def _fsync_path(path: str) -> None:
+def _fsync_path(path: str, directory: str) -> None:
     fd = os.open(path, _READ_FLAGS)  # never through a symlink, never blocking on a FIFO
     try:
-        fsync(fd)
+        fsync(fd, directory)
     finally:
         os.close(fd)
 
@@ -292,6 +328,7 @@ def missing_dirs(path: str) -> list[str]:
 def flush_made(missing: list[str]) -> None:
     """Flush the parent of each directory made, top down: POSIX makes a new name durable
     only by flushing its directory, and a message flushed inside a directory whose own
-    name is lost is lost with it."""
+    name is lost is lost with it (nothing on a memory filesystem, as each
+    :func:`fsync_dir`)."""
     for made in reversed(missing):
         fsync_dir(os.path.dirname(made))

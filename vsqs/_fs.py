@@ -29,7 +29,7 @@ from . import _host, _libc
 
 # The flushes live in _flush; callers (and the kill-point tests) reach them here.
 from ._flush import *  # noqa: F403
-from ._flush import flush_made, missing_dirs
+from ._flush import flush_made, in_memory, missing_dirs
 
 _O_NOFOLLOW: Final = getattr(os, "O_NOFOLLOW", 0)
 _O_CLOEXEC: Final = getattr(os, "O_CLOEXEC", 0)
@@ -221,14 +221,14 @@ def open_dir(name: str, dir_fd: int | None = None) -> int:
     return os.open(name, _DIR_FLAGS, dir_fd=dir_fd)
 
 
-def make_dir_at(name: str, mode: int, dir_fd: int, *, durable: bool = False) -> bool:
+def make_dir_at(name: str, mode: int, dir_fd: int, *, flush_in: str | None = None) -> bool:
     """Create the directory *name* in *dir_fd*; ``False`` if the name exists already.
-    *durable*: flush *dir_fd* after, so that the new directory's name survives."""
+    *flush_in* (the path of *dir_fd*): flush it after, so that the name survives (not in memory)."""
     try:
         os.mkdir(name, mode, dir_fd=dir_fd)
     except FileExistsError:
         return False
-    if durable:
+    if flush_in is not None and not in_memory(flush_in):
         os.fsync(dir_fd)
     return True
 

@@ -118,6 +118,10 @@ class Layout:
         ``access`` that reads nothing); reading and creating it go through descriptors."""
         return f"{self.root}/{CLOSED}"
 
+    def dir_path(self, sub: str) -> str:
+        """The path of ``.vsqs/<sub>`` (``.vsqs`` itself for :data:`ROOT`)."""
+        return f"{self.root}/{sub}" if sub else self.root
+
     def sub_of(self, path: str) -> str | None:
         """The *sub* argument that names *path*, if it is ``.vsqs`` or a directory below
         it (``"spark/streams"`` for ``<queue>/.vsqs/spark/streams``); ``None`` if elsewhere."""
@@ -221,7 +225,9 @@ class Layout:
             except FileNotFoundError:
                 if not create:
                     return None
-                made = _fs.make_dir_at(name, self.dir_mode, parent, durable=self.durable)
+                above = self.dir_path(sub.rpartition("/")[0]) if sub else self.path
+                flush = above if self.durable else None
+                made = _fs.make_dir_at(name, self.dir_mode, parent, flush_in=flush)
                 if made and self.file_mode is not None:
                     _fs.fchmod_dir_at(name, self.dir_mode, parent)
             except OSError as exc:
@@ -284,7 +290,7 @@ class Layout:
         """Whether anything is at ``.vsqs/<sub>`` (a hint: one ``access``, no exception):
         anything there (a planted link or file too) says yes, and every read and write
         still goes through the descriptors, treating a non-directory as absent."""
-        return _fs.exists(f"{self.root}/{sub}" if sub else self.root)
+        return _fs.exists(self.dir_path(sub))
 
     def read(self, sub: str, name: str, limit: int | None = None) -> bytes | None:
         """The content of a regular file; ``None`` if it (or its directory) is absent.
@@ -313,7 +319,8 @@ class Layout:
         assert fd is not None
         try:
             file_fd = _fs.create_at(name, self.create_mode, fd)
-            _fill(file_fd, data, self.file_mode, durable=durable, cleanup=(name, fd))
+            flush = self.dir_path(sub) if durable else None
+            _fill(file_fd, data, self.file_mode, flush_in=flush, cleanup=(name, fd))
         except FileExistsError:
             return False
         except OSError as exc:
@@ -326,7 +333,8 @@ class Layout:
         fd = self._open(sub, create=True)
         assert fd is not None
         try:
-            write_at(fd, name, data, self.create_mode, self.file_mode, durable=durable)
+            flush_in = self.dir_path(sub) if durable else None
+            write_at(fd, name, data, self.create_mode, self.file_mode, flush_in=flush_in)
         except OSError as exc:
             if isinstance(exc.filename, str):
                 self._name_in(exc, sub, exc.filename)  # the temporary file's, or *name*'s
@@ -401,7 +409,7 @@ class Layout:
         """Make the latest changes to ``.vsqs/<sub>``'s entries durable."""
         fd = self._open(sub, create=False)
         if fd is not None:
-            _fs.fsync(fd)
+            _fs.fsync(fd, self.dir_path(sub))
 
     def now_us(self) -> int:
         """The filesystem's clock (µs), read from a file created now in ``.vsqs``."""
@@ -411,13 +419,13 @@ class Layout:
 
 
 def write_at(
-    fd: int, name: str, data: bytes, mode: int, file_mode: int | None, *, durable: bool
+    fd: int, name: str, data: bytes, mode: int, file_mode: int | None, *, flush_in: str | None
 ) -> None:
-    """Replace *name* in the directory *fd* atomically: a ``.tmp-<name>-...`` file made
-    there (*mode*, *file_mode* forced; flushed if *durable*) renamed over it (a link there
-    replaced, not followed). Readers see old or new; a failure leaves *name* as it was."""
+    """Replace *name* in the directory *fd* (path: *flush_in*, flushed if given) atomically:
+    a ``.tmp-<name>-...`` file made there (*mode*, *file_mode* forced) renamed over it (a
+    link there replaced, not followed). Readers see old or new; on failure *name* is kept."""
     tmp = f"{TMP}{name}-{os.getpid()}-{os.urandom(4).hex()}"
-    _fill(_fs.create_at(tmp, mode, fd), data, file_mode, durable=durable, cleanup=(tmp, fd))
+    _fill(_fs.create_at(tmp, mode, fd), data, file_mode, flush_in=flush_in, cleanup=(tmp, fd))
     try:
         _fs.replace_at(tmp, name, fd)
     except BaseException:
@@ -426,15 +434,15 @@ def write_at(
 
 
 def _fill(
-    fd: int, data: bytes, file_mode: int | None, *, durable: bool, cleanup: tuple[str, int]
+    fd: int, data: bytes, file_mode: int | None, *, flush_in: str | None, cleanup: tuple[str, int]
 ) -> None:
-    """Write *data* to a freshly created *fd* and close it; unlink it on failure."""
+    """Write *data* to a fresh *fd* (flushed in *flush_in*) and close it; unlink on failure."""
     try:
         if file_mode is not None:
             _fs.fchmod(fd, file_mode)  # whatever the process umask
         _fs.write_all(fd, memoryview(data))
-        if durable:
-            _fs.fsync(fd)
+        if flush_in is not None:
+            _fs.fsync(fd, flush_in)
     except BaseException:
         _fs.close(fd)
         _fs.unlink_at(*cleanup)

@@ -1,11 +1,12 @@
 """Which filesystem holds a path, read from ``/proc/self/mountinfo``; what that implies.
 
-Four questions depend on it: whether ``wait="auto"`` can rely on inotify (not where
+Five questions depend on it: whether ``wait="auto"`` can rely on inotify (not where
 other hosts write, see :data:`NETWORK_FILESYSTEMS`), whether inode numbers name a file
 for every host (not on FUSE, where the daemon may number files itself: sshfs numbers
 each name apart, and each mount differently), and whether one ``syncfs`` makes a batch
 of files durable, or an ``fsync`` a new file's name (only where :data:`SYNCFS_FILESYSTEMS`
-and :data:`NAMES_KEPT_BY_FSYNC` say so). Pure: :mod:`vsqs._host` reads the file and
+and :data:`NAMES_KEPT_BY_FSYNC` say so), and whether a flush has anything to reach at all
+(not on :data:`MEMORY_FILESYSTEMS`). Pure: :mod:`vsqs._host` reads the file and
 asks (``_host.filesystem_type``, ``_host.stable_inode``).
 """
 
@@ -39,6 +40,13 @@ SYNCFS_FILESYSTEMS: Final = frozenset({"ext2", "ext3", "ext4", "xfs", "btrfs", "
 NAMES_KEPT_BY_FSYNC: Final = frozenset({"ext3", "ext4", "xfs", "btrfs", "tmpfs", "ramfs"})
 
 
+# Filesystems held in memory alone: no storage behind them, so nothing of theirs survives a
+# power loss or a reboot whatever is flushed, and their fsync and syncfs write nothing (the
+# kernel's fsync there is `noop_fsync`). vsqs makes no flush system call on them. Only
+# these two: zram or a loop device on tmpfs are block devices (ext4...), flushed as disks.
+MEMORY_FILESYSTEMS: Final = frozenset({"tmpfs", "ramfs"})
+
+
 # Filesystems whose kernel driver renames without replacing (``renameat2`` with
 # ``RENAME_NOREPLACE``: ext4 and tmpfs since Linux 3.15, XFS 4.0, btrfs 3.17, f2fs 4.0):
 # vsqs never falls back to a link then an unlink there, so no removal of a name can be
@@ -55,6 +63,12 @@ def renames_without_replacing(fstype: str) -> bool:
 def fsync_keeps_names(fstype: str) -> bool:
     """Whether fsync of a new file keeps its name on a filesystem of this type (above)."""
     return fstype in NAMES_KEPT_BY_FSYNC
+
+
+def in_memory(fstype: str) -> bool:
+    """Whether a filesystem of this type is held in memory alone (above): a flush there
+    reaches nothing. An unknown type (``""``) is not."""
+    return fstype in MEMORY_FILESYSTEMS
 
 
 def syncfs_flushes(fstype: str) -> bool:

@@ -789,7 +789,7 @@ class Queue:
                     _fs.fchmod(fd, file_mode)
                 size = _write_body(fd, body)
                 if sync:
-                    _fs.fsync(fd)
+                    _fs.fsync(fd, self.path)
             except BaseException:
                 _fs.close(fd)
                 self._discard(new, dir_fd)  # never leave a partial body behind
@@ -1766,7 +1766,7 @@ class Queue:
             self._meta.remove(id_of(held_name))
             if dest.durable:
                 with _fs.flushing_published([target]):  # moved: a failed flush says so
-                    _fs.fsync(into)
+                    _fs.fsync(into, dest.path)
                     _fs.fsync_dir(self.path)
             return target
 
@@ -1880,7 +1880,7 @@ class Queue:
             # a lease): the other copy is whoever took it. Ours is visible already.
             report_once(self.path, "a moved message was taken back during its move", target)
         if dest.durable:
-            _fs.fsync(into)
+            _fs.fsync(into, dest.path)
             _fs.fsync_dir(self.path)
         return target
 

@@ -194,11 +194,11 @@ class Storage:
         fd = self._dir(create=True)
         assert fd is not None
         try:
-            write_at(fd, name, data, 0o666, None, durable=durable)
+            write_at(fd, name, data, 0o666, None, flush_in=self.path if durable else None)
         except OSError as exc:
             raise self._unsafe(exc, f"{self.path}/{name}") from None
         if durable:
-            _fs.fsync(fd)
+            _fs.fsync(fd, self.path)
 
     def remove(self, name: str) -> bool:
         """Remove the file *name* (a planted link itself, never its target); ``False``

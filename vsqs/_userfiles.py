@@ -22,6 +22,11 @@ from typing import BinaryIO
 
 from . import _mountinfo
 
+# The core's one definition of a memory filesystem (where vsqs makes no flush), for `vsqs
+# serve`, which runs requests on its event loop only there (integrations never import
+# _mountinfo itself).
+from ._mountinfo import MEMORY_FILESYSTEMS as MEMORY_FILESYSTEMS  # noqa: PLC0414 - a re-export
+
 
 def status(path: str) -> os.stat_result:
     """The status of *path*, following a symlink."""

@@ -271,9 +271,9 @@ def test_a_durable_batch_record_is_flushed_before_and_after_its_rename(
     real_fsync, real_rename = _fs.fsync, _fs.rename_noreplace_at
     calls: list[str] = []
 
-    def fsync(fd: int) -> None:
+    def fsync(fd: int, directory: str) -> None:
         calls.append("fsync:" + os.readlink(f"/proc/self/fd/{fd}"))
-        real_fsync(fd)
+        real_fsync(fd, directory)
 
     def rename(src: str, dst: str, fd: int) -> None:
         calls.append(f"rename:{os.readlink(f'/proc/self/fd/{fd}')}/{src}")

@@ -7,7 +7,6 @@ import ctypes
 import errno
 import os
 import signal
-import tempfile
 import threading
 from pathlib import Path
 from typing import NamedTuple
@@ -18,6 +17,7 @@ from vsqs import _flush, _host, _libc, _mountinfo
 
 from ..fixtures_core import CHILD_TIMEOUT, patch_fs
 from ..flushes import Events, Syncfs, join_threads, run_threads
+from ..reliability._mounts import mounted, why_not_mountable
 
 
 class _Uname(NamedTuple):
@@ -69,9 +69,9 @@ def test_eight_fsyncs_run_at_once_where_there_is_no_barrier(
     everyone = threading.Barrier(8, timeout=20)
     real_fsync = _flush.fsync
 
-    def fsync(fd: int) -> None:
+    def fsync(fd: int, directory: str) -> None:
         everyone.wait()
-        real_fsync(fd)
+        real_fsync(fd, directory)
 
     patch_fs(monkeypatch, "fsync", fsync)
     _flush.sync_files(str(tmp_path), _files(tmp_path, 8))
@@ -136,7 +136,7 @@ def _trace_flushes(monkeypatch: pytest.MonkeyPatch, *, barrier: bool) -> list[st
         calls.append("sync_filesystem")
         return barrier
 
-    def fsync(fd: int) -> None:
+    def fsync(fd: int, directory: str) -> None:
         calls.append("fsync")
         if not barrier:
             two.wait()
@@ -176,30 +176,27 @@ def test_without_a_barrier_two_bodies_are_fsynced_at_once(
     [(errno.EIO, errno.EIO), (errno.ENOSPC, errno.ENOSPC), (0, errno.EIO)],
 )
 def test_a_failed_syncfs_raises_the_kernels_error_naming_the_directory(
-    monkeypatch: pytest.MonkeyPatch, kernels: int, raised: int
+    monkeypatch: pytest.MonkeyPatch, disk_tmp_path: Path, kernels: int, raised: int
 ) -> None:
     """A ``syncfs`` that fails raises :class:`OSError` with the kernel's errno, its
     message and the directory (mutants of that error); a failure without an errno is
     EIO, never a success (``_SharedSyncfs.flush`` 23: ``and`` for ``or`` there, which
     turned ENOSPC into EIO and a failure without errno into success). libc's ``syncfs``
     is replaced by one that fails, as a disk that cannot write back would make it."""
-    directory = tempfile.mkdtemp(dir="/dev/shm")
-    try:
-        if not _flush.syncfs_is_barrier(directory):
-            pytest.skip("syncfs is no barrier here (Linux before 5.8)")
+    directory = str(disk_tmp_path)  # a disk: on tmpfs no syncfs is made at all
+    if not _flush.syncfs_is_barrier(directory):
+        pytest.skip("syncfs is no barrier here (Linux before 5.8)")
 
-        def failing_syncfs(fd: int) -> int:
-            ctypes.set_errno(kernels)
-            return -1
+    def failing_syncfs(fd: int) -> int:
+        ctypes.set_errno(kernels)
+        return -1
 
-        monkeypatch.setattr(_libc, "syncfs", lambda: failing_syncfs)
-        with pytest.raises(OSError, match=os.strerror(raised)) as info:
-            _flush.sync_filesystem(directory)
-        assert info.value.errno == raised
-        assert info.value.strerror == os.strerror(raised)
-        assert info.value.filename == directory
-    finally:
-        os.rmdir(directory)
+    monkeypatch.setattr(_libc, "syncfs", lambda: failing_syncfs)
+    with pytest.raises(OSError, match=os.strerror(raised)) as info:
+        _flush.sync_filesystem(directory)
+    assert info.value.errno == raised
+    assert info.value.strerror == os.strerror(raised)
+    assert info.value.filename == directory
 
 
 @pytest.mark.parametrize(
@@ -245,43 +242,73 @@ def test_an_fsync_keeps_a_new_name_only_where_the_filesystem_commits_it(
 
 
 @pytest.mark.parametrize("flush", ["fsync_dir", "sync_filesystem"])
-def test_a_file_given_for_a_directory_is_refused(fast_tmp_path: Path, flush: str) -> None:
+def test_a_file_given_for_a_directory_is_refused(disk_tmp_path: Path, flush: str) -> None:
     """The flushes of a directory open it as one (``O_DIRECTORY``): a regular file in
     its place raises ``NotADirectoryError`` rather than be flushed as though it were the
     directory whose renames had to be made durable (mutants: ``&`` for either ``|`` of
     the open flags, which drop ``O_DIRECTORY``: ``fsync_dir`` 6 and 7,
-    ``sync_filesystem`` 12 and 13)."""
-    planted = fast_tmp_path / "not-a-directory"
+    ``sync_filesystem`` 12 and 13). On a disk: on tmpfs neither opens anything."""
+    planted = disk_tmp_path / "not-a-directory"
     planted.write_bytes(b"x")
-    if flush == "sync_filesystem" and not _flush.syncfs_is_barrier(str(fast_tmp_path)):
+    if flush == "sync_filesystem" and not _flush.syncfs_is_barrier(str(disk_tmp_path)):
         pytest.skip("syncfs is no barrier here (Linux before 5.8)")
     with pytest.raises(NotADirectoryError):
         getattr(_flush, flush)(str(planted))
     assert planted.read_bytes() == b"x"
 
 
+@pytest.mark.root
 def test_each_filesystem_shares_only_its_own_syncfs(
-    tmp_path: Path, fast_tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    disk_tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A ``syncfs`` of one filesystem never answers, nor delays, a caller flushing
-    another: while a ``syncfs`` of tmpfs is held, a caller flushing the disk is answered
-    at once by a ``syncfs`` of the disk (mutant: one shared ``syncfs`` for every
-    filesystem, ``sync_filesystem`` 19, where the disk's caller waits for tmpfs's and may
-    then be answered by a ``syncfs`` of tmpfs)."""
-    disk, memory = str(tmp_path), str(fast_tmp_path)
-    devices = [os.stat(memory).st_dev, os.stat(disk).st_dev]
-    if devices[0] == devices[1]:
-        pytest.skip("no tmpfs apart from the temporary directory's filesystem")
-    if not (_flush.syncfs_is_barrier(disk) and _flush.syncfs_is_barrier(memory)):
+    another: while a ``syncfs`` of one disk is held, a caller flushing another disk is
+    answered at once by a ``syncfs`` of that one (mutant: one shared ``syncfs`` for every
+    filesystem, ``sync_filesystem`` 19, where the second caller waits for the first's
+    and may then be answered by a ``syncfs`` of the first disk). The second disk is a
+    loop-mounted ext4 (tmpfs would do, but vsqs makes no flush there)."""
+    reason = why_not_mountable("ext4")
+    if reason is not None:
+        pytest.skip(f"cannot mount a second disk: {reason}")
+    with mounted("ext4", disk_tmp_path) as mountpoint:
+        _flushes_apart(str(mountpoint), str(disk_tmp_path), monkeypatch)
+
+
+def _flushes_apart(first: str, second: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Hold a ``syncfs`` of *first*'s filesystem; one of *second*'s is made meanwhile."""
+    devices = [os.stat(first).st_dev, os.stat(second).st_dev]
+    assert devices[0] != devices[1]
+    if not (_flush.syncfs_is_barrier(first) and _flush.syncfs_is_barrier(second)):
         pytest.skip("syncfs is no barrier on both filesystems here")
     syncfs = Syncfs(monkeypatch, Events(), hold=True)
-    held, _ = run_threads([lambda: _flush.sync_filesystem(memory)])
+    held, _ = run_threads([lambda: _flush.sync_filesystem(first)])
     try:
         assert syncfs.held.wait(CHILD_TIMEOUT), "the first caller never reached syncfs"
-        other, results = run_threads([lambda: _flush.sync_filesystem(disk)])
-        join_threads(other)  # the tmpfs syncfs still held
+        other, results = run_threads([lambda: _flush.sync_filesystem(second)])
+        join_threads(other)  # the first syncfs still held
         assert results == [True]
         assert syncfs.devices == devices
     finally:
         syncfs.release()
         join_threads(held)
+
+
+def test_on_tmpfs_no_flush_opens_anything(fast_tmp_path: Path) -> None:
+    """On tmpfs every flush returns at once, before any system call: given what would
+    make each fail on a disk (a file for a directory, a name that does not exist, a
+    closed descriptor), none raises (mutants: any of them reaching its ``open``,
+    ``fsync`` or ``syncfs`` there). ``tests/reliability/test_memory_flushes.py``
+    counts the system calls themselves, with strace."""
+    directory = str(fast_tmp_path)
+    if _host.filesystem_type(directory) != "tmpfs":
+        pytest.skip(f"{directory} is not on tmpfs")
+    planted = fast_tmp_path / "not-a-directory"
+    planted.write_bytes(b"x")
+    closed = os.open(directory, os.O_RDONLY)
+    os.close(closed)
+    _flush.fsync_dir(str(planted))
+    assert _flush.sync_filesystem(str(planted)) is True
+    _flush.sync_files(directory, ["absent"])
+    _flush.sync_files(directory, ["absent", "gone"])
+    _flush.fsync(closed, directory)
+    _flush.flush_made([str(planted / "below")])

@@ -76,9 +76,9 @@ def test_a_copy_into_a_durable_queue_is_flushed_before_it_is_committed(
     flushed: list[str] = []  # each fsynced file, as its path was then
     real_fsync = _fs.fsync
 
-    def fsync(fd: int) -> None:
+    def fsync(fd: int, directory: str) -> None:
         flushed.append(os.readlink(f"/proc/self/fd/{fd}"))
-        real_fsync(fd)
+        real_fsync(fd, directory)
 
     patch_fs(monkeypatch, "fsync", fsync)
     clock.advance(2)

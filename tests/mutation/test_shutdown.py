@@ -23,12 +23,12 @@ from ..fixtures_core import patch_fs
 def _trace_syncs(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     """``fsync:<file>`` and ``fsync_dir:<directory>`` for every flush from now on."""
     calls: list[str] = []
-    real_fsync: Callable[[int], None] = _fs.fsync
+    real_fsync: Callable[[int, str], None] = _fs.fsync
     real_fsync_dir: Callable[[str], None] = _fs.fsync_dir
 
-    def fsync(fd: int) -> None:
+    def fsync(fd: int, directory: str) -> None:
         calls.append("fsync:" + os.readlink(f"/proc/self/fd/{fd}"))
-        real_fsync(fd)
+        real_fsync(fd, directory)
 
     def fsync_dir(path: str, *args: Any) -> None:
         calls.append(f"fsync_dir:{path}")

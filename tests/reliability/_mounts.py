@@ -1,4 +1,4 @@
-"""Mounting real filesystems for the tests: tmpfs, and loop-mounted ext4, xfs and btrfs.
+"""Mounting real filesystems for the tests: tmpfs, ramfs, and loop-mounted ext4, xfs and btrfs.
 
 Everything here needs root; :func:`why_not_mountable` says in words why a test cannot run
 otherwise, so the skip reason is visible in the test report.
@@ -32,7 +32,7 @@ def why_not_mountable(fstype: str) -> str | None:  # noqa: PLR0911 (one return p
     """``None`` if *fstype* can be mounted here, else the reason it cannot."""
     if not is_root():
         return f"mounting {fstype} needs root (running as uid {os.geteuid()})"
-    if fstype == "tmpfs":
+    if fstype in ("tmpfs", "ramfs"):
         return None
     tool = MKFS[fstype][0]
     if shutil.which(tool) is None:
@@ -63,8 +63,9 @@ def unmount(mountpoint: Path) -> None:
 def mounted(fstype: str, where: Path, *, size_kb: int | None = None) -> Iterator[Path]:
     """Mount a fresh *fstype* at ``where/mnt`` for the duration of the block.
 
-    tmpfs is mounted directly (``size_kb`` bounds it); the others are made on a sparse
-    image file in *where* and loop-mounted. Unmounts and removes the image on exit.
+    tmpfs is mounted directly (``size_kb`` bounds it), as ramfs (unbounded); the others
+    are made on a sparse image file in *where* and loop-mounted. Unmounts and removes the
+    image on exit.
     """
     mountpoint = where / f"mnt-{fstype}"
     mountpoint.mkdir(parents=True)
@@ -72,6 +73,8 @@ def mounted(fstype: str, where: Path, *, size_kb: int | None = None) -> Iterator
     if fstype == "tmpfs":
         _run("mount", "-t", "tmpfs", "-o", f"size={size_kb or 65536}k,mode=0755", "tmpfs",
              str(mountpoint))  # fmt: skip
+    elif fstype == "ramfs":
+        _run("mount", "-t", "ramfs", "-o", "mode=0755", "ramfs", str(mountpoint))
     else:
         with open(image, "wb") as handle:
             handle.truncate(IMAGE_MB[fstype] << 20)

@@ -1,6 +1,7 @@
 #!/bin/sh
-# Install the Debian tools the reliability suite mounts filesystems with, and fuse3 for
-# the power-loss filesystem of tests/powerloss (make test runs
+# Install the Debian tools the reliability suite mounts filesystems with, fuse3 for
+# the power-loss filesystem of tests/powerloss, and strace, which counts the flush system
+# calls of tests/reliability/test_memory_flushes.py (make test runs
 # this before pytest). Idempotent and quiet: it does nothing when the tools are present,
 # and nothing when not root (the filesystem tests then report why they cannot mount).
 set -eu
@@ -12,6 +13,7 @@ command -v mkfs.ext4 >/dev/null 2>&1 || missing="$missing e2fsprogs"
 command -v losetup >/dev/null 2>&1 || missing="$missing mount"
 # The power-loss filesystem of tests/powerloss (FUSE, through mfusepy) needs libfuse3.
 command -v fusermount3 >/dev/null 2>&1 || missing="$missing fuse3"
+command -v strace >/dev/null 2>&1 || missing="$missing strace"
 
 [ -z "$missing" ] && exit 0
 if [ "$(id -u)" != 0 ]; then

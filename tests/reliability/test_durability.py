@@ -136,9 +136,9 @@ def test_without_a_barrier_a_batch_fsyncs_every_body_at_once(
     events: list[tuple[str, str]] = []
     real_fsync, real_rename = _fs.fsync, _fs.rename_noreplace
 
-    def fsync(fd: int) -> None:
+    def fsync(fd: int, directory: str) -> None:
         events.append(("fsync", threading.current_thread().name))
-        real_fsync(fd)
+        real_fsync(fd, directory)
 
     def rename(src: str, dst: str, dir_fd: int = -100) -> None:
         events.append(("rename", ""))

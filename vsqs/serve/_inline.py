@@ -11,9 +11,7 @@ network or another process:
 * only on a queue whose handle this server already holds (opening one reads and may
   lock its settings) and whose directory is on a memory filesystem (``tmpfs``,
   ``ramfs``: :data:`MEMORY_FILESYSTEMS`, decided once per device), where every such
-  call, a durable write's flush included, is answered from memory (a durable send may
-  join a ``syncfs`` a pool thread has started, group commit: one of tmpfs writes
-  nothing back and returns at once);
+  call is answered from memory (a durable write makes no flush there at all);
 * everything else (a receive, which may move a message to a dead-letter queue on
   another filesystem or wait for a FIFO claim lock; the queue-level actions, which
   take locks) runs in the pool, as does a request the rule cannot clear before it
@@ -31,6 +29,7 @@ import contextvars
 from typing import Final
 
 from .. import _userfiles
+from .._userfiles import MEMORY_FILESYSTEMS
 
 __all__ = [
     "ACTIONS",
@@ -48,8 +47,6 @@ ACTIONS: Final = frozenset({
     "ChangeMessageVisibility", "ChangeMessageVisibilityBatch",
 })  # fmt: skip
 """The actions that may run on the event loop (on a memory filesystem)."""
-MEMORY_FILESYSTEMS: Final = frozenset({"tmpfs", "ramfs"})
-"""Filesystems whose calls never wait for a device: the only ones used from the loop."""
 
 _ON_LOOP: contextvars.ContextVar[bool] = contextvars.ContextVar("vsqs_serve_loop", default=False)
 _memory: dict[int, bool] = {}  # by device: on a memory filesystem
