@@ -219,10 +219,10 @@ class ASGIApp:
         self, scope: Scope, receive: Receive, connection: Watched | None
     ) -> _Reply | None:
         headers: dict[str, str] = {}
-        for raw_name, raw_value in scope.get("headers", []):
+        for raw_name, raw_value in scope.get("headers", ()):
+            name = _NAMES.get(raw_name) or _name(raw_name)
             # Trimmed: a parser may keep the whitespace that ends a value (llhttp does),
             # which is no part of it (RFC 9110 5.5); every value read here is compared.
-            name = raw_name.decode("latin-1").lower()
             value = raw_value.decode("latin-1").strip(" \t")
             headers[name] = f"{headers[name]},{value}" if name in headers else value
         json_protocol = "x-amz-target" in headers
@@ -373,6 +373,21 @@ async def _read(receive: Receive, json_protocol: bool) -> bytes | _Reply | None:
         chunks.append(chunk)
         if not message.get("more_body"):
             return b"".join(chunks)  # one chunk: itself, not a copy
+
+
+_NAMES: Final[dict[bytes, str]] = {}
+_MAX_NAMES: Final = 256  # a client's header names repeat; more are decoded each time
+_MAX_KEPT_NAME: Final = 64  # the longest a client sends is 20-odd
+
+
+def _name(raw: bytes) -> str:
+    """A header's name as the application reads it (text, lower case); the names a
+    server's clients send repeat from request to request, so the first few hundred
+    short ones are kept (a client sending ever new names costs only the decoding)."""
+    name = raw.decode("latin-1").lower()
+    if len(_NAMES) < _MAX_NAMES and len(raw) <= _MAX_KEPT_NAME:
+        _NAMES[raw] = name  # RACE: another loop's thread may store the same name: equal
+    return name
 
 
 def _framing(method: str, headers: Mapping[str, str]) -> SqsError | None:

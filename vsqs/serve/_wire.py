@@ -196,7 +196,7 @@ def _from_query(node: dict[str, Any]) -> dict[str, Any]:
         elif kind == "entries":
             if not all(isinstance(item, dict) for item in items):
                 raise SqsError("MalformedQueryString", f"{name}.N must have fields")
-            params[target] = [_from_query(item) for item in items]
+            params[target] = [_entry(item) for item in items]
         else:
             mapping: dict[str, Any] = {}
             for item in items:
@@ -208,6 +208,18 @@ def _from_query(node: dict[str, Any]) -> dict[str, Any]:
                 mapping[item[key_name]] = _from_query(inner) if isinstance(inner, dict) else inner
             params[target] = mapping
     return params
+
+
+_NOT_PLAIN: Final = frozenset(_QUERY_FIELDS) | _INTEGERS
+
+
+def _entry(node: dict[str, Any]) -> dict[str, Any]:
+    """A batch entry's tree as parameters: itself when it holds texts alone, none of
+    them a list, a map or a number (``Id``, ``MessageBody``, ``ReceiptHandle``: what
+    :func:`_from_query` would copy as they are); else :func:`_from_query`'s."""
+    if node.keys().isdisjoint(_NOT_PLAIN) and dict not in map(type, node.values()):
+        return node  # a fresh tree of this request's: nobody else holds it
+    return _from_query(node)
 
 
 def _integer(name: str, value: str) -> int:
