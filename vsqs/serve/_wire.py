@@ -311,17 +311,41 @@ def _text(value: object) -> str:
     return escape(text, _XML_ESCAPES) if _TO_ESCAPE.search(text) else text
 
 
+_ROWS: Final[dict[tuple[object, ...], str]] = {}
+_MAX_ROWS: Final = 256  # shapes kept: a batch's answers, 1 to 10 entries of a few kinds
+
+
+def _rows(item: str, rows: list[Any]) -> str | None:
+    """The XML of a list of dicts of texts alone (a batch's answers: ``Id``,
+    ``MessageId``, ``MD5OfMessageBody``), as :func:`_xml` writes it, from one ``%``
+    template per shape (the item's name and each dict's keys, kept) and one search for
+    what to escape in all the texts; ``None`` for any other list, or a shape not kept."""
+    try:
+        values = [text for row in rows for text in row.values()]
+        joined = "".join(values)  # raises unless every value is a text
+    except (AttributeError, TypeError):
+        return None  # not dicts, or a value that is not a text: _xml's to render
+    shape = (item, *map(tuple, rows))
+    template = _ROWS.get(shape)
+    if template is None:
+        if len(_ROWS) >= _MAX_ROWS or "%" in item or "%" in "".join(map("".join, shape[1:])):
+            return None
+        opening, closing = f"<{item}>", f"</{item}>"
+        template = _ROWS[shape] = "".join(
+            opening + "".join(f"<{key}>%s</{key}>" for key in row) + closing for row in rows
+        )  # RACE: a pool thread may make the same shape's at once: equal templates
+    if _TO_ESCAPE.search(joined) is not None:
+        values = [escape(text, _XML_ESCAPES) for text in values]
+    return template % tuple(values)
+
+
 def _xml(name: str, value: object, out: list[str], action: str) -> None:
     if value is None:
         return
     if isinstance(value, bool):
         out.append(f"<{name}>{'true' if value else 'false'}</{name}>")
     elif isinstance(value, list):
-        item = _XML_ITEMS.get(name)
-        if item is None and name == "Successful":
-            item = f"{action}ResultEntry"
-        for element in value:
-            _xml(item or name, element, out, action)
+        _xml_list(name, value, out, action)
     elif isinstance(value, dict) and name in _XML_MAPS:
         item, key_name, value_name = _XML_MAPS[name]
         for key, inner in value.items():
@@ -339,6 +363,19 @@ def _xml(name: str, value: object, out: list[str], action: str) -> None:
         out.append(f"</{name}>")
     else:
         out.append(f"<{name}>{_text(value)}</{name}>")
+
+
+def _xml_list(name: str, value: list[Any], out: list[str], action: str) -> None:
+    item = _XML_ITEMS.get(name)
+    if item is None and name == "Successful":
+        item = f"{action}ResultEntry"
+    item = item or name
+    text = _rows(item, value)
+    if text is not None:
+        out.append(text)
+        return
+    for element in value:
+        _xml(item, element, out, action)
 
 
 # One encoder, not one a request; a result is made of fresh dicts and lists, never a
