@@ -10,7 +10,8 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from vsqs.serve._wire import _MAX_ROWS, _ROWS, _xml
+from vsqs.serve._shapes import _ROWS, MAX_SHAPES
+from vsqs.serve._wire import _xml
 
 KEYS = st.sampled_from(["Id", "MessageId", "MD5OfMessageBody", "Code", "Message", "a%s", "b"])
 TEXTS = st.text(alphabet=st.sampled_from("ab1-&<>\"'\r\n%s{}"), max_size=6)
@@ -44,7 +45,7 @@ def test_a_list_reads_as_its_elements_written_one_by_one(rows: list[Any], name: 
 def test_the_kept_templates_stay_within_their_bound() -> None:
     """Answers of ever new shapes (other keys, other sizes) cannot grow what the server
     keeps, and are still written right past the bound."""
-    for n in range(_MAX_ROWS + 50):
+    for n in range(MAX_SHAPES + 50):
         rows = [{"Id": "1", f"K{n}": "<v>"}] * (1 + n % 3)
         assert _written("Successful", rows) == _each_alone("SendMessageBatchResultEntry", rows)
-    assert len(_ROWS) <= _MAX_ROWS
+    assert len(_ROWS) <= MAX_SHAPES

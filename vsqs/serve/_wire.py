@@ -27,6 +27,7 @@ from urllib.parse import unquote
 from xml.sax.saxutils import escape
 
 from ._errors import JSON_TYPES, SqsError, invalid
+from ._shapes import TO_ESCAPE, XML_ESCAPES, Plans, rows
 
 __all__ = ["ACTIONS", "Request", "error_body", "parse", "render"]
 
@@ -92,8 +93,6 @@ _XML_MAPS: Final = {
     "MessageAttributes": ("MessageAttribute", "Name", "Value"),
     "Tags": ("Tag", "Key", "Value"),
 }
-_XML_ESCAPES: Final = {'"': "&quot;", "\r": "&#xD;"}
-_TO_ESCAPE: Final = re.compile(r'[&<>"\r]')  # what escape(text, _XML_ESCAPES) changes
 # What the query protocol says instead, where it says something else (as SQS does).
 _QUERY_MESSAGES: Final = {
     "QueueDoesNotExist": "The specified queue does not exist for this wsdl version.",
@@ -222,6 +221,13 @@ def _entry(node: dict[str, Any]) -> dict[str, Any]:
     return _from_query(node)
 
 
+_PLANS: Final = Plans(
+    _SKIP,
+    _NOT_PLAIN,
+    {name: target for name, (target, kind, _, _) in _QUERY_FIELDS.items() if kind == "entries"},
+)
+
+
 def _integer(name: str, value: str) -> int:
     try:
         return int(value, 10)
@@ -302,41 +308,16 @@ def parse(method: str, headers: Mapping[str, str], query: str, body: bytes) -> R
         raise SqsError("MissingAction", "The request must contain the parameter Action.")
     if action not in ACTIONS:
         raise SqsError("InvalidAction", f"The action {action[:80]} is not valid for this endpoint.")
-    return Request(action, _from_query(_tree(pairs)), json=False)
+    params = _PLANS.params(pairs)
+    if params is None:  # a shape without a plan: field by field
+        params = _from_query(_tree(pairs))
+    return Request(action, params, json=False)
 
 
 def _text(value: object) -> str:
     """*value* as XML character data (most are ids and digests: nothing to escape)."""
     text = str(value)
-    return escape(text, _XML_ESCAPES) if _TO_ESCAPE.search(text) else text
-
-
-_ROWS: Final[dict[tuple[object, ...], str]] = {}
-_MAX_ROWS: Final = 256  # shapes kept: a batch's answers, 1 to 10 entries of a few kinds
-
-
-def _rows(item: str, rows: list[Any]) -> str | None:
-    """The XML of a list of dicts of texts alone (a batch's answers: ``Id``,
-    ``MessageId``, ``MD5OfMessageBody``), as :func:`_xml` writes it, from one ``%``
-    template per shape (the item's name and each dict's keys, kept) and one search for
-    what to escape in all the texts; ``None`` for any other list, or a shape not kept."""
-    try:
-        values = [text for row in rows for text in row.values()]
-        joined = "".join(values)  # raises unless every value is a text
-    except (AttributeError, TypeError):
-        return None  # not dicts, or a value that is not a text: _xml's to render
-    shape = (item, *map(tuple, rows))
-    template = _ROWS.get(shape)
-    if template is None:
-        if len(_ROWS) >= _MAX_ROWS or "%" in item or "%" in "".join(map("".join, shape[1:])):
-            return None
-        opening, closing = f"<{item}>", f"</{item}>"
-        template = _ROWS[shape] = "".join(
-            opening + "".join(f"<{key}>%s</{key}>" for key in row) + closing for row in rows
-        )  # RACE: a pool thread may make the same shape's at once: equal templates
-    if _TO_ESCAPE.search(joined) is not None:
-        values = [escape(text, _XML_ESCAPES) for text in values]
-    return template % tuple(values)
+    return escape(text, XML_ESCAPES) if TO_ESCAPE.search(text) else text
 
 
 def _xml(name: str, value: object, out: list[str], action: str) -> None:
@@ -356,7 +337,7 @@ def _xml(name: str, value: object, out: list[str], action: str) -> None:
         out.append(f"<{name}>")
         for key, inner in value.items():
             if type(inner) is str:  # most are (ids, digests): the last branch and _text, inline
-                text = escape(inner, _XML_ESCAPES) if _TO_ESCAPE.search(inner) else inner
+                text = escape(inner, XML_ESCAPES) if TO_ESCAPE.search(inner) else inner
                 out.append(f"<{key}>{text}</{key}>")
             else:
                 _xml(key, inner, out, action)
@@ -370,7 +351,7 @@ def _xml_list(name: str, value: list[Any], out: list[str], action: str) -> None:
     if item is None and name == "Successful":
         item = f"{action}ResultEntry"
     item = item or name
-    text = _rows(item, value)
+    text = rows(item, value)
     if text is not None:
         out.append(text)
         return
@@ -419,7 +400,7 @@ def error_body(
     text = (
         f'<?xml version="1.0"?><ErrorResponse xmlns="{_NAMESPACE}"><Error>'
         f"<Type>{fault}</Type><Code>{escape(error.query_code)}</Code>"
-        f"<Message>{escape(message, _XML_ESCAPES)}</Message><Detail/></Error>"
+        f"<Message>{escape(message, XML_ESCAPES)}</Message><Detail/></Error>"
         f"<RequestId>{request_id}</RequestId></ErrorResponse>"
     )
     return XML_TYPE, text.encode(), headers
