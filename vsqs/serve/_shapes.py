@@ -35,6 +35,7 @@ MAX_SHAPES: Final = 256
 MAX_FIELDS: Final = 64  # a batch of 10 entries of 2 or 3 fields, and the request's own
 MAX_NAME: Final = 128  # SQS's longest field name is 60-odd characters
 _INDEX: Final = re.compile(r"[1-9][0-9]{0,5}")
+_DOT: Final = re.compile(r"\.")
 
 # A field's place in the parameters: None (a field of the protocol's own, left out),
 # (None, key) (a parameter), (i, key) (a field of entry i), (-2 - i, key) (the first
@@ -131,7 +132,7 @@ class Plans:
     def _entry_field(self, name: str) -> tuple[str, int, str] | None:
         """``(entries' field, index from 0, key)`` of a batch entry's text field
         (``SendMessageBatchRequestEntry.3.Id``); ``None`` for any other dotted name."""
-        parts = name.split(".")
+        parts = _DOT.split(name, 3)  # a parameter's name, never a message's
         if (
             len(parts) != 3
             or parts[0] not in self._entries
