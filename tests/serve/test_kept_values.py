@@ -5,8 +5,10 @@ bound, and read the same as when they are not kept."""
 from __future__ import annotations
 
 from vsqs.serve import BrowserPolicy, Server, SqsError
-from vsqs.serve._asgi import _MAX_KEPT_NAME, _MAX_NAMES, _NAMES
 from vsqs.serve._origin import _hostname, _kept_hostname
+from vsqs.serve._shapes import HEADER_NAMES as _NAMES
+from vsqs.serve._shapes import MAX_HEADER_NAME as _MAX_KEPT_NAME
+from vsqs.serve._shapes import MAX_SHAPES as _MAX_NAMES
 
 from .http import raw
 

@@ -41,6 +41,7 @@ from ._errors import SqsError
 from ._longpoll import Parked, Poll, Waiting
 from ._origin import BrowserPolicy
 from ._service import Service
+from ._shapes import HEADER_NAMES, header_name
 
 __all__ = [
     "CONNECTION",
@@ -220,7 +221,7 @@ class ASGIApp:
     ) -> _Reply | None:
         headers: dict[str, str] = {}
         for raw_name, raw_value in scope.get("headers", ()):
-            name = _NAMES.get(raw_name) or _name(raw_name)
+            name = HEADER_NAMES.get(raw_name) or header_name(raw_name)
             # Trimmed: a parser may keep the whitespace that ends a value (llhttp does),
             # which is no part of it (RFC 9110 5.5); every value read here is compared.
             value = raw_value.decode("latin-1").strip(" \t")
@@ -373,21 +374,6 @@ async def _read(receive: Receive, json_protocol: bool) -> bytes | _Reply | None:
         chunks.append(chunk)
         if not message.get("more_body"):
             return b"".join(chunks)  # one chunk: itself, not a copy
-
-
-_NAMES: Final[dict[bytes, str]] = {}
-_MAX_NAMES: Final = 256  # a client's header names repeat; more are decoded each time
-_MAX_KEPT_NAME: Final = 64  # the longest a client sends is 20-odd
-
-
-def _name(raw: bytes) -> str:
-    """A header's name as the application reads it (text, lower case); the names a
-    server's clients send repeat from request to request, so the first few hundred
-    short ones are kept (a client sending ever new names costs only the decoding)."""
-    name = raw.decode("latin-1").lower()
-    if len(_NAMES) < _MAX_NAMES and len(raw) <= _MAX_KEPT_NAME:
-        _NAMES[raw] = name  # RACE: another loop's thread may store the same name: equal
-    return name
 
 
 def _framing(method: str, headers: Mapping[str, str]) -> SqsError | None:

@@ -8,6 +8,7 @@ keys, entry after entry.
   shapes only: fields of texts, and one list of batch entries whose fields are texts.
   Anything else (a number, a map, a nested list, a name given twice, entries not
   numbered 1, 2, 3...) has no plan and is read field by field, as before.
+* :func:`header_name`: a header's name as text in lower case, decoded once.
 * :func:`rows`: the XML of a list of dicts of texts (a batch's answers) from one ``%``
   template per shape (the item's name and each dict's keys), with one search for what
   to escape in all of its texts.
@@ -26,7 +27,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any, Final
 from xml.sax.saxutils import escape
 
-__all__ = ["TO_ESCAPE", "XML_ESCAPES", "Plans", "rows"]
+__all__ = ["HEADER_NAMES", "TO_ESCAPE", "XML_ESCAPES", "Plans", "header_name", "rows"]
 
 XML_ESCAPES: Final = {'"': "&quot;", "\r": "&#xD;"}
 TO_ESCAPE: Final = re.compile(r'[&<>"\r]')
@@ -168,3 +169,18 @@ def rows(item: str, elements: list[Any]) -> str | None:
     if TO_ESCAPE.search(joined) is not None:
         values = [escape(text, XML_ESCAPES) for text in values]
     return template % tuple(values)
+
+
+HEADER_NAMES: Final[dict[bytes, str]] = {}
+"""Header names as received -> as the application reads them (see :func:`header_name`)."""
+MAX_HEADER_NAME: Final = 64  # the longest a client sends is 20-odd bytes
+
+
+def header_name(raw: bytes) -> str:
+    """A header's name as the application reads it (text, lower case); kept in
+    :data:`HEADER_NAMES` (the first 256 short ones: a server's clients send the same
+    names request after request; ``HEADER_NAMES.get(raw)`` first)."""
+    name = raw.decode("latin-1").lower()
+    if len(HEADER_NAMES) < MAX_SHAPES and len(raw) <= MAX_HEADER_NAME:
+        HEADER_NAMES[raw] = name  # RACE: another thread may store the same name: equal
+    return name
