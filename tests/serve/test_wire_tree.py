@@ -67,3 +67,38 @@ def test_a_message_body_is_never_kept_only_names_and_queue_urls() -> None:
     )
     parse("POST", {}, "", f"Action=SendMessage&QueueUrl=q&MessageBody=b&{attribute}".encode())
     assert _unquote_short.cache_info().currsize == 1
+
+
+def test_batch_entries_of_texts_alone_read_as_entries_with_more_do() -> None:
+    """An entry of texts alone is taken as it is; one with a number, a list or a map of
+    its own is read as every other part of the tree (a number is an int, a map a dict)."""
+    params = parse(
+        "POST",
+        {},
+        "",
+        _form(
+            "SendMessageBatchRequestEntry.1.Id=plain",
+            "SendMessageBatchRequestEntry.1.MessageBody=hello",
+            "SendMessageBatchRequestEntry.2.Id=late",
+            "SendMessageBatchRequestEntry.2.MessageBody=later",
+            "SendMessageBatchRequestEntry.2.DelaySeconds=5",
+            "SendMessageBatchRequestEntry.3.Id=tagged",
+            "SendMessageBatchRequestEntry.3.MessageBody=with",
+            "SendMessageBatchRequestEntry.3.MessageAttribute.1.Name=color",
+            "SendMessageBatchRequestEntry.3.MessageAttribute.1.Value.DataType=String",
+            "SendMessageBatchRequestEntry.3.MessageAttribute.1.Value.StringValue=red",
+            "SendMessageBatchRequestEntry.4.Id=odd",
+            "SendMessageBatchRequestEntry.4.MessageBody=x",
+            "SendMessageBatchRequestEntry.4.Custom.DelaySeconds=7",
+        ),
+    ).params
+    assert params["Entries"] == [
+        {"Id": "plain", "MessageBody": "hello"},
+        {"Id": "late", "MessageBody": "later", "DelaySeconds": 5},
+        {
+            "Id": "tagged",
+            "MessageBody": "with",
+            "MessageAttributes": {"color": {"DataType": "String", "StringValue": "red"}},
+        },
+        {"Id": "odd", "MessageBody": "x", "Custom": {"DelaySeconds": 7}},
+    ]

@@ -41,6 +41,7 @@ from ._errors import SqsError
 from ._longpoll import Parked, Poll, Waiting
 from ._origin import BrowserPolicy
 from ._service import Service
+from ._shapes import HEADER_NAMES, header_name
 
 __all__ = [
     "CONNECTION",
@@ -219,10 +220,10 @@ class ASGIApp:
         self, scope: Scope, receive: Receive, connection: Watched | None
     ) -> _Reply | None:
         headers: dict[str, str] = {}
-        for raw_name, raw_value in scope.get("headers", []):
+        for raw_name, raw_value in scope.get("headers", ()):
+            name = HEADER_NAMES.get(raw_name) or header_name(raw_name)
             # Trimmed: a parser may keep the whitespace that ends a value (llhttp does),
             # which is no part of it (RFC 9110 5.5); every value read here is compared.
-            name = raw_name.decode("latin-1").lower()
             value = raw_value.decode("latin-1").strip(" \t")
             headers[name] = f"{headers[name]},{value}" if name in headers else value
         json_protocol = "x-amz-target" in headers

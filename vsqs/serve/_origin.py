@@ -50,9 +50,23 @@ _PREFLIGHT_AGE: Final = "600"
 
 
 def _hostname(value: str) -> str | None:
-    """The name part of a ``Host`` value, lower case (``[::1]`` keeps its brackets)."""
+    """The name part of a ``Host`` value, lower case (``[::1]`` keeps its brackets).
+
+    Asked twice a request, with the few values a server's clients send: the answer for
+    a value no longer than a host and port can be is kept (256 values at most, so a
+    client sending ever new ones costs the server no memory)."""
+    if len(value) <= _LONGEST_HOST:
+        return _kept_hostname(value)
+    return _parse_hostname(value)
+
+
+def _parse_hostname(value: str) -> str | None:
     match = _HOST.fullmatch(value.strip().lower())
     return None if match is None else match.group("name")
+
+
+_LONGEST_HOST: Final = 270  # a bracketed address or a name of 253, a port, some blanks
+_kept_hostname: Final = functools.lru_cache(maxsize=256)(_parse_hostname)
 
 
 @functools.lru_cache(maxsize=256)  # asked on every request, with a few names

@@ -27,6 +27,7 @@ from urllib.parse import unquote
 from xml.sax.saxutils import escape
 
 from ._errors import JSON_TYPES, SqsError, invalid
+from ._shapes import TO_ESCAPE, XML_ESCAPES, Plans, rows
 
 __all__ = ["ACTIONS", "Request", "error_body", "parse", "render"]
 
@@ -92,8 +93,6 @@ _XML_MAPS: Final = {
     "MessageAttributes": ("MessageAttribute", "Name", "Value"),
     "Tags": ("Tag", "Key", "Value"),
 }
-_XML_ESCAPES: Final = {'"': "&quot;", "\r": "&#xD;"}
-_TO_ESCAPE: Final = re.compile(r'[&<>"\r]')  # what escape(text, _XML_ESCAPES) changes
 # What the query protocol says instead, where it says something else (as SQS does).
 _QUERY_MESSAGES: Final = {
     "QueueDoesNotExist": "The specified queue does not exist for this wsdl version.",
@@ -196,7 +195,7 @@ def _from_query(node: dict[str, Any]) -> dict[str, Any]:
         elif kind == "entries":
             if not all(isinstance(item, dict) for item in items):
                 raise SqsError("MalformedQueryString", f"{name}.N must have fields")
-            params[target] = [_from_query(item) for item in items]
+            params[target] = [_entry(item) for item in items]
         else:
             mapping: dict[str, Any] = {}
             for item in items:
@@ -208,6 +207,25 @@ def _from_query(node: dict[str, Any]) -> dict[str, Any]:
                 mapping[item[key_name]] = _from_query(inner) if isinstance(inner, dict) else inner
             params[target] = mapping
     return params
+
+
+_NOT_PLAIN: Final = frozenset(_QUERY_FIELDS) | _INTEGERS
+
+
+def _entry(node: dict[str, Any]) -> dict[str, Any]:
+    """A batch entry's tree as parameters: itself when it holds texts alone, none of
+    them a list, a map or a number (``Id``, ``MessageBody``, ``ReceiptHandle``: what
+    :func:`_from_query` would copy as they are); else :func:`_from_query`'s."""
+    if node.keys().isdisjoint(_NOT_PLAIN) and dict not in map(type, node.values()):
+        return node  # a fresh tree of this request's: nobody else holds it
+    return _from_query(node)
+
+
+_PLANS: Final = Plans(
+    _SKIP,
+    _NOT_PLAIN,
+    {name: target for name, (target, kind, _, _) in _QUERY_FIELDS.items() if kind == "entries"},
+)
 
 
 def _integer(name: str, value: str) -> int:
@@ -290,13 +308,16 @@ def parse(method: str, headers: Mapping[str, str], query: str, body: bytes) -> R
         raise SqsError("MissingAction", "The request must contain the parameter Action.")
     if action not in ACTIONS:
         raise SqsError("InvalidAction", f"The action {action[:80]} is not valid for this endpoint.")
-    return Request(action, _from_query(_tree(pairs)), json=False)
+    params = _PLANS.params(pairs)
+    if params is None:  # a shape without a plan: field by field
+        params = _from_query(_tree(pairs))
+    return Request(action, params, json=False)
 
 
 def _text(value: object) -> str:
     """*value* as XML character data (most are ids and digests: nothing to escape)."""
     text = str(value)
-    return escape(text, _XML_ESCAPES) if _TO_ESCAPE.search(text) else text
+    return escape(text, XML_ESCAPES) if TO_ESCAPE.search(text) else text
 
 
 def _xml(name: str, value: object, out: list[str], action: str) -> None:
@@ -305,11 +326,7 @@ def _xml(name: str, value: object, out: list[str], action: str) -> None:
     if isinstance(value, bool):
         out.append(f"<{name}>{'true' if value else 'false'}</{name}>")
     elif isinstance(value, list):
-        item = _XML_ITEMS.get(name)
-        if item is None and name == "Successful":
-            item = f"{action}ResultEntry"
-        for element in value:
-            _xml(item or name, element, out, action)
+        _xml_list(name, value, out, action)
     elif isinstance(value, dict) and name in _XML_MAPS:
         item, key_name, value_name = _XML_MAPS[name]
         for key, inner in value.items():
@@ -320,13 +337,26 @@ def _xml(name: str, value: object, out: list[str], action: str) -> None:
         out.append(f"<{name}>")
         for key, inner in value.items():
             if type(inner) is str:  # most are (ids, digests): the last branch and _text, inline
-                text = escape(inner, _XML_ESCAPES) if _TO_ESCAPE.search(inner) else inner
+                text = escape(inner, XML_ESCAPES) if TO_ESCAPE.search(inner) else inner
                 out.append(f"<{key}>{text}</{key}>")
             else:
                 _xml(key, inner, out, action)
         out.append(f"</{name}>")
     else:
         out.append(f"<{name}>{_text(value)}</{name}>")
+
+
+def _xml_list(name: str, value: list[Any], out: list[str], action: str) -> None:
+    item = _XML_ITEMS.get(name)
+    if item is None and name == "Successful":
+        item = f"{action}ResultEntry"
+    item = item or name
+    text = rows(item, value)
+    if text is not None:
+        out.append(text)
+        return
+    for element in value:
+        _xml(item, element, out, action)
 
 
 # One encoder, not one a request; a result is made of fresh dicts and lists, never a
@@ -370,7 +400,7 @@ def error_body(
     text = (
         f'<?xml version="1.0"?><ErrorResponse xmlns="{_NAMESPACE}"><Error>'
         f"<Type>{fault}</Type><Code>{escape(error.query_code)}</Code>"
-        f"<Message>{escape(message, _XML_ESCAPES)}</Message><Detail/></Error>"
+        f"<Message>{escape(message, XML_ESCAPES)}</Message><Detail/></Error>"
         f"<RequestId>{request_id}</RequestId></ErrorResponse>"
     )
     return XML_TYPE, text.encode(), headers
