@@ -199,3 +199,28 @@ def test_retention_applies_to_every_step(fast_tmp_path: Path) -> None:
     clock.advance(11)
     assert queue.receive(timeout=0) is None
     assert queue.size() == 0
+
+
+def test_a_message_passed_over_for_its_held_group_is_offered_again(
+    fast_tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``a:1`` is passed over while this handle holds ``a:0``; once ``a:0`` is deleted,
+    the next receive gives ``a:1`` (the oldest admissible), from the same listing."""
+    queue = vsqs.Queue(
+        fast_tmp_path / "q", fifo=True, partitions=1, durable=False, refresh_interval=60
+    )
+    queue.publish_batch([b"a:0", b"a:1"], group="a")
+    queue.publish_batch([f"b:{n}".encode() for n in range(20)], group="b")
+    listings = _count_listings(monkeypatch)
+    held = queue.receive(timeout=0)
+    assert held is not None
+    assert held.body == b"a:0"
+    other = queue.receive(timeout=0)
+    assert other is not None
+    assert other.body == b"b:0"  # a:1 passed over: a is in flight
+    assert queue.delete(other)
+    assert queue.delete(held)
+    again = queue.receive(timeout=0)
+    assert again is not None
+    assert again.body == b"a:1"
+    assert len(listings) == 1
