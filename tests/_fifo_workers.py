@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import os
+import random
 import signal
 import time
 from pathlib import Path
@@ -134,7 +135,7 @@ def serve_groups(path: str, report: str, inflight: str, start: str) -> None:
                 except FileExistsError:
                     violation = True
             seen.append([group, int(index), violation, time.monotonic()])
-        time.sleep(0.002)  # a window in which a second delivery of a group would show
+        time.sleep(random.uniform(0, 0.01))  # a window in which a second delivery shows
         for group in groups:
             # RACE: a wrongly delivered group's marker may be removed by its other holder.
             with contextlib.suppress(FileNotFoundError):
