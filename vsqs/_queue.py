@@ -2101,7 +2101,9 @@ class Queue:
         but may be out of date: another consumer may have taken that message since (a
         receive then finds the next), and an ended lease of another consumer shows only
         in the next listing. The listing made when the view is used up returns ended
-        leases, as a receive's does.
+        leases, as a receive's does (``fifo=True``: only if the claim lock is free at
+        once; otherwise a plain listing answers). ``fifo=True``: a message passed over
+        because its group is in flight is still known, as it is still ready.
         """
         if known:
             code = self._consumer.peek()
@@ -2109,8 +2111,9 @@ class Queue:
                 if self.config.fifo:
                     # A fifo listing is loaded only under the claim lock, with its held
                     # names, or a claim step could pair this view with older ones.
-                    if not self._claim_lock.acquire(CLAIM_WAIT):
-                        # RACE: another consumer's claim step: answer from a listing.
+                    if not self._claim_lock.acquire(0):
+                        # RACE: another consumer's claim step: answer from a listing
+                        # (ended leases then return in the next claim step's).
                         ready = _scan.scan(self.path).ready
                         return (ready[0] >> 1) if ready else None
                     try:
