@@ -14,25 +14,11 @@ from pathlib import Path
 import pytest
 
 import vsqs
-from vsqs import _scan
 from vsqs.testing import ManualClock
 
 from . import _fifo_workers as workers
-from .fixtures_core import children, wait_until
+from .fixtures_core import children, count_listings, wait_until
 from .procs import load
-
-
-def _count_listings(monkeypatch: pytest.MonkeyPatch) -> list[str]:
-    """Record each directory listing made from now on (the paths listed)."""
-    calls: list[str] = []
-    scan = _scan.scan
-
-    def counted(path: str) -> _scan.Listing:
-        calls.append(path)
-        return scan(path)
-
-    monkeypatch.setattr(_scan, "scan", counted)
-    return calls
 
 
 def test_own_delete_reopens_the_group_without_a_listing(
@@ -44,7 +30,7 @@ def test_own_delete_reopens_the_group_without_a_listing(
         fast_tmp_path / "q", fifo=True, partitions=1, durable=False, refresh_interval=60
     )
     queue.publish_batch([f"m{n}".encode() for n in range(30)], group="g")
-    listings = _count_listings(monkeypatch)
+    listings = count_listings(monkeypatch)
     bodies = []
     for _ in range(30):
         message = queue.receive(timeout=0)
@@ -211,7 +197,7 @@ def test_a_message_passed_over_for_its_held_group_is_offered_again(
     )
     queue.publish_batch([b"a:0", b"a:1"], group="a")
     queue.publish_batch([f"b:{n}".encode() for n in range(20)], group="b")
-    listings = _count_listings(monkeypatch)
+    listings = count_listings(monkeypatch)
     held = queue.receive(timeout=0)
     assert held is not None
     assert held.body == b"a:0"
