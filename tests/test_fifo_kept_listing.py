@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 import vsqs
+from vsqs._groups import Held
 from vsqs.testing import ManualClock
 
 from . import _fifo_workers as workers
@@ -210,3 +211,21 @@ def test_a_message_passed_over_for_its_held_group_is_offered_again(
     assert again is not None
     assert again.body == b"a:1"
     assert len(listings) == 1
+
+
+def test_held_names_stay_right_through_many_claims_and_deletes() -> None:
+    """A :class:`~vsqs._groups.Held` that drops deleted names lazily (and compacts now
+    and then) still says exactly which names are held and when the first one ends."""
+    held = Held()
+    held.load([(10**12, "other.lease")], set())  # another consumer's long lease
+    for n in range(5000):
+        end = 10_000 - n  # each claim ends before the last: it is the one due first
+        held.add(f"{n}.claim", end)
+        assert not held.due(end - 1)
+        assert held.due(end), n
+        if n:
+            held.discard(f"{n - 1}.claim")
+    assert sorted(held.snapshot()[0]) == [(5001, "4999.claim"), (10**12, "other.lease")]
+    held.discard("4999.claim")
+    assert not held.due(10**12 - 1)
+    assert held.due(10**12)

@@ -46,6 +46,7 @@ from ._meta import MetaStore, split_group
 UNGROUPED: Final = ""
 """The key of messages without a group (a group's name is never empty)."""
 _EVERYTHING: Final = -1  # a barrier below every code: the whole group is held
+_HEAP_SLACK: Final = 1024  # deleted names a Held keeps beyond twice the live ones
 _REMEMBERED: Final = 1 << 16  # ids whose group a handle remembers before starting afresh
 
 
@@ -144,8 +145,15 @@ class Held:
     def add(self, name: str, end: int) -> None:
         """This handle just claimed *name* (its lease ends at *end*)."""
         with self._lock:
-            self._ends[name] = end
-            heapq.heappush(self._heap, (end, name))
+            ends, heap = self._ends, self._heap
+            ends[name] = end
+            if len(heap) > 2 * len(ends) + _HEAP_SLACK:
+                # Deleted names stay in the heap until they reach its head (behind a
+                # longer lease of another consumer, that can be a while): keep the live.
+                heap[:] = [(end, name) for name, end in ends.items()]
+                heapq.heapify(heap)
+            else:
+                heapq.heappush(heap, (end, name))
 
     def discard(self, name: str) -> None:
         """This handle deleted the file *name*: its group is no longer held by it."""
