@@ -2257,6 +2257,7 @@ class Queue:
                 continue
             if done is not None:
                 moved += 1
+        self._consumer.invalidate()  # what this handle listed has moved
         return moved
 
     def _sibling(self, path: str) -> Queue:
