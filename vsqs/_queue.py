@@ -1321,7 +1321,7 @@ class Queue:
                     lost = True  # RACE: a peer requeued or deleted it at once
                 else:
                     got.append(message)
-            consumer.put_back(skipped)
+            consumer.put_front(skipped)
             kept = not lost
         finally:
             if not kept:
