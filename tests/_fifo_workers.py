@@ -1,4 +1,5 @@
-"""Children of the ``fifo=True`` tests (tests/test_fifo_groups.py, tests/serve/test_fifo.py).
+"""Children of the ``fifo=True`` tests (tests/test_fifo_groups.py, tests/serve/test_fifo.py,
+tests/test_fifo_kept_listing.py).
 
 Top-level functions, so that the ``spawn`` start method can import them. A child reports
 what it holds through a small JSON file (see :func:`tests.procs.dump`); the stalled ones
