@@ -1,4 +1,5 @@
-"""Children of the ``fifo=True`` tests (tests/test_fifo_groups.py, tests/serve/test_fifo.py).
+"""Children of the ``fifo=True`` tests (tests/test_fifo_groups.py, tests/serve/test_fifo.py,
+tests/test_fifo_kept_listing.py).
 
 Top-level functions, so that the ``spawn`` start method can import them. A child reports
 what it holds through a small JSON file (see :func:`tests.procs.dump`); the stalled ones
@@ -7,8 +8,10 @@ then stop themselves (SIGSTOP) and are killed by the test's ``children()`` conte
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import os
+import random
 import signal
 import time
 from pathlib import Path
@@ -84,3 +87,60 @@ def publish_delayed(path: str, groups: list[str], stop: str) -> None:
         queue.publish(b"ungrouped:late", delay=1)
         n += 1
         time.sleep(0.002)
+
+
+def hold_then_act(path: str, report: str, groups: list[str], act: str, go: str) -> None:
+    """Receive the first message of each of *groups* (``visibility_timeout=1.5``) and
+    report ``[[body, receipt]...]``; once *go* exists, *act* on them: ``"delete"`` the
+    first, or ``"extend"`` it to 30 s (the others are left to expire); then report
+    ``<report>.done``."""
+    queue = vsqs.Queue(path)
+    held = []
+    for _ in groups:
+        message = queue.receive(visibility_timeout=1.5, timeout=5)
+        assert message is not None
+        held.append(message)
+    dump(report, [[m.body.decode(), m.receipt] for m in held])
+    wait_until(Path(go).exists, "the go signal")
+    if act == "delete":
+        assert queue.delete(held[0])
+    else:
+        queue.change_visibility(held[0], 30)
+    dump(f"{report}.done", True)
+
+
+def serve_groups(path: str, report: str, inflight: str, start: str) -> None:
+    """Once *start* exists, receive batches of 10 until the queue stays empty for 0.5 s;
+    for each group of a batch, create ``<inflight>/<group>`` exclusively (an existing
+    one means another consumer has that group in flight: a broken promise), hold it a
+    moment, remove it, then delete the batch. Report ``[[group, index, violation]...]``
+    in delivery order (bodies are ``<group>:<index>``)."""
+    queue = vsqs.Queue(path)
+    wait_until(Path(start).exists, "the start signal")
+    seen: list[list[object]] = []
+    idle_since = time.monotonic()
+    while time.monotonic() - idle_since < 0.5:
+        batch = queue.receive_batch(10, visibility_timeout=60, timeout=0)
+        if not batch:
+            time.sleep(0.001)
+            continue
+        idle_since = time.monotonic()
+        groups: list[str] = []
+        for message in batch:
+            group, _, index = message.body.decode().partition(":")
+            violation = False
+            if group not in groups:
+                groups.append(group)
+                try:
+                    os.close(os.open(f"{inflight}/{group}", os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+                except FileExistsError:
+                    violation = True
+            seen.append([group, int(index), violation, time.monotonic()])
+        time.sleep(random.uniform(0, 0.01))  # a window in which a second delivery shows
+        for group in groups:
+            # RACE: a wrongly delivered group's marker may be removed by its other holder.
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(f"{inflight}/{group}")
+        for message in batch:
+            assert queue.delete(message)
+    dump(report, seen)

@@ -112,6 +112,22 @@ def children(method: str = "spawn") -> Iterator[Children]:
         kids.kill_all()
 
 
+def count_listings(monkeypatch: Any) -> list[str]:
+    """Record every directory listing (``vsqs._scan.scan``, observed, not replaced) made
+    from now on: the list of the paths listed, which grows as they are listed."""
+    from vsqs import _scan
+
+    listings: list[str] = []
+    real_scan = _scan.scan
+
+    def counted(path: str) -> _scan.Listing:
+        listings.append(path)
+        return real_scan(path)
+
+    monkeypatch.setattr(_scan, "scan", counted)
+    return listings
+
+
 def patch_fs(monkeypatch: Any, name: str, value: Callable[..., Any]) -> None:
     """Stand *value* in for ``vsqs._fs.<name>``, and for the same function in
     ``vsqs._flush`` when it is one of the flushes ``_fs`` re-exports (so that calls made

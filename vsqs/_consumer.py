@@ -118,6 +118,12 @@ class Consumer:
             for code in codes:
                 heapq.heappush(self._returned, code)
 
+    def put_front(self, codes: list[int]) -> None:
+        """Offer again, first, the candidates just taken and passed over (*codes*, in the
+        order taken: older than every one left in the view)."""
+        with self._lock:
+            self._codes.extendleft(reversed(codes))
+
     def miss(self) -> None:
         """Someone else took the candidate: count it; the next take is the next one."""
         with self._lock:

@@ -75,8 +75,8 @@ MAX_PARTITIONS: Final = 1024
 
 FIFO_PARTITIONS: Final = 8
 """The partitions of a ``fifo=True`` queue created without a count: a ``fifo`` claim
-lists its partition, so many short partitions keep it cheap (groups that share one
-never wait for each other: see :mod:`vsqs._groups`)."""
+lists its partition when its last listing is stale or used up, so short partitions keep
+it cheap (groups that share one never wait for each other: see :mod:`vsqs._groups`)."""
 
 
 def partition_count(value: object, name: str = "partitions") -> int:

@@ -57,7 +57,7 @@ from ._errors import (
     QueueFull,
     UnsafeEntry,
 )
-from ._groups import CLAIM_RETRY, CLAIM_WAIT, Groups
+from ._groups import CLAIM_RETRY, CLAIM_WAIT, Gate, Groups, Held
 from ._host import stable_inode
 from ._ids import (
     HOLD_TAG,
@@ -330,6 +330,7 @@ class Queue:
         # hosts that share flock, and this handle's threads (held for the step only).
         self._claim_lock = FileLock.in_queue(self.layout, FIFO_LOCK, self.clock)
         self._groups = Groups(self._meta)
+        self._held = Held()  # fifo=True: the held names of the last listing, and ours
         self._claim_missed = False  # the last fifo claim found the claim lock held
 
     def _adopt(self, shape: dict[str, object]) -> None:
@@ -1250,13 +1251,20 @@ class Queue:
 
         Under the directory's claim lock (across processes and hosts that share
         ``flock``, and this handle's threads), held for this step only, never for a
-        lease: list afresh (expired leases come back first, with their old ids), then
-        claim in id order every ready message whose group has nothing held (see
+        lease: claim in id order every ready message whose group has nothing held (see
         :mod:`vsqs._groups`: a group with a live lease waits for it to be deleted or to
         end; a delayed message holds back only its group's later messages). So a group
         is delivered in order, its next message only once the earlier one is done with,
         and unrelated groups never wait for each other; a batch may hold several
         messages of one group, in order.
+
+        What it claims from is the handle's last listing, kept between steps with this
+        handle's own claims and deletes applied (O(batch) a step at any depth). It lists
+        afresh (expired leases come back first, with their old ids) when that listing
+        is stale or was invalidated (another transition of this handle, a lost claim),
+        when a held or delayed name in it has reached its end, when it has nothing left
+        to offer, and on every step with retention: :mod:`vsqs._groups` says why a
+        stale listing never delivers out of order.
 
         The lock is waited for at most :data:`CLAIM_WAIT` seconds (its holder may be
         stopped): then nothing is claimed, and a blocked receive looks again within
@@ -1268,38 +1276,65 @@ class Queue:
             self._claim_missed = True
             return []
         self._claim_missed = False
+        consumer, held = self._consumer, self._held
+        kept = False  # whether the listing may serve the next step (not after a raise)
         try:
             now_us = self.clock.time_us()
-            groups = self._groups
-            gate = groups.gate(self._relist(now_us))
-            consumer = self._consumer
-            suffix = "." + format_time(now_us + vt_us, self.precision)
+            listed = (
+                self.retention is not None
+                or consumer.stale(self.clock.monotonic())
+                or held.due(now_us)
+            )
+            gate = self._fifo_gate(now_us, relist=listed)
+            expiry = now_us + vt_us
+            suffix = "." + format_time(expiry, self.precision)
             got: list[Message] = []
-            relisted = False
+            skipped: list[int] = []  # its group held: offered again by the next step
+            relisted = lost = False
             while len(got) < limit:
                 code = consumer.take()
                 if code is None:
-                    # Held back as listed while the listing ran: a second one confirms them.
-                    if relisted or not consumer.deferred():
+                    # Nothing left to offer: list, and once more when the listing held
+                    # messages back as listed while it ran (the second one confirms them).
+                    if listed and (relisted or not consumer.deferred()):
                         break
-                    gate = groups.gate(self._relist(now_us))
-                    relisted = True
+                    relisted = listed
+                    gate = self._fifo_gate(now_us, relist=True)
+                    skipped = []  # the listing offers them again
+                    listed = True
                     continue
                 message_id = decode_ready(code)
                 group = gate.admits(code, message_id)
                 if group is None:
-                    continue  # its group has a message held (or delayed) before it
-                if not self._claim_one(message_id, message_id + suffix):
-                    # RACE: a peer that ignores the lock (vsqs 0.3, a purge) took it.
-                    gate.close(group)
+                    skipped.append(code)  # its group has a message held before it
                     continue
-                message = self._open_claimed(message_id, message_id + suffix, code, now_us + vt_us)
-                if message is not None:
+                if not self._claim_one(message_id, message_id + suffix):
+                    # RACE: another consumer (process, host, a vsqs 0.3 peer that ignores
+                    # the lock, a purge) took it since our listing: its group may be held
+                    # now, which only a new listing shows.
+                    gate.close(group)
+                    lost = True
+                    continue
+                held.add(message_id + suffix, expiry)
+                message = self._open_claimed(message_id, message_id + suffix, code, expiry)
+                if message is None:
+                    lost = True  # RACE: a peer requeued or deleted it at once
+                else:
                     got.append(message)
-            consumer.invalidate()  # the next look lists again, under the lock
-            return got
+            consumer.put_front(skipped)
+            kept = not lost
         finally:
+            if not kept:
+                consumer.invalidate()  # the next step lists again, under the lock
             lock.release()
+        return got
+
+    def _fifo_gate(self, now_us: int, *, relist: bool) -> Gate:
+        """``fifo=True``, under the claim lock: the gate of the kept listing (listed
+        afresh first if *relist*), with this handle's claims and deletes since."""
+        if relist:
+            self._relist(now_us)
+        return self._groups.gate(*self._held.snapshot())
 
     def _claim_one(self, message_id: str, receipt: str) -> bool:
         """The *claim* arrow: ``<id>`` to ``<id>.<expiry>`` (*receipt*), one no-replace
@@ -1369,6 +1404,8 @@ class Queue:
         # made after the listing (and after our own requeues) covers every listed message.
         self._meta.refresh()
         consumer.load(codes, waiting, started_us, clock.monotonic(), clock.monotonic() - started)
+        if self.config.fifo:  # only ever under the claim lock (see _claim_in_flight_one)
+            self._held.load(waiting, self._meta.delayed_ids() if waiting else set())
         return waiting
 
     # -- leases: extend, release, delete ------------------------------------------------
@@ -1403,6 +1440,7 @@ class Queue:
             # and it is forgotten now: its lease ends here, deleted or found gone.
             if not self._unlink_message(message.receipt):
                 return False
+            self._held.discard(message.receipt)  # fifo=True: its group may go on
             self._counters.add_consumed(len(message.body))
             return True
         receipt = consumer.current(self._receipt_of(message))
@@ -1413,6 +1451,7 @@ class Queue:
                 return False
         if not self._unlink_message(receipt):
             return False
+        self._held.discard(receipt)  # fifo=True: its group may go on
         consumer.ended(id_of(receipt), receipt)
         self._counters.add_consumed(size)
         return True
@@ -1496,6 +1535,8 @@ class Queue:
         target, expiry = moved
         if target != receipt:
             self._consumer.extended(message_id, receipt, target, expiry)
+        if self.config.fifo:
+            self._consumer.invalidate()  # the held names changed: list before claiming
         return replace(message, receipt=target, expires_at=expiry / 1e6)
 
     def _extend_lease(self, name: str, expiry_us: int, *, tag: str = "") -> tuple[str, int] | None:
@@ -2060,12 +2101,27 @@ class Queue:
         but may be out of date: another consumer may have taken that message since (a
         receive then finds the next), and an ended lease of another consumer shows only
         in the next listing. The listing made when the view is used up returns ended
-        leases, as a receive's does.
+        leases, as a receive's does (``fifo=True``: only if the claim lock is free at
+        once; otherwise a plain listing answers). ``fifo=True``: a message passed over
+        because its group is in flight is still known, as it is still ready.
         """
         if known:
             code = self._consumer.peek()
             if code is None:
-                self._relist(self.clock.time_us())
+                if self.config.fifo:
+                    # A fifo listing is loaded only under the claim lock, with its held
+                    # names, or a claim step could pair this view with older ones.
+                    if not self._claim_lock.acquire(0):
+                        # RACE: another consumer's claim step: answer from a listing
+                        # (ended leases then return in the next claim step's).
+                        ready = _scan.scan(self.path).ready
+                        return (ready[0] >> 1) if ready else None
+                    try:
+                        self._relist(self.clock.time_us())
+                    finally:
+                        self._claim_lock.release()
+                else:
+                    self._relist(self.clock.time_us())
                 code = self._consumer.peek()
             return None if code is None else code >> 1
         ready = _scan.scan(self.path).ready
@@ -2201,6 +2257,7 @@ class Queue:
                 continue
             if done is not None:
                 moved += 1
+        self._consumer.invalidate()  # what this handle listed has moved
         return moved
 
     def _sibling(self, path: str) -> Queue:

@@ -15,12 +15,12 @@ from typing import Any
 import pytest
 
 import vsqs
-from vsqs import _fs, _scan
+from vsqs import _fs
 from vsqs._capacity import VERIFY_INTERVAL
 from vsqs._scan import NEW_GRACE_US
 from vsqs.testing import ManualClock
 
-from ..fixtures_core import patch_fs
+from ..fixtures_core import count_listings, patch_fs
 
 COUNTER = "capacity.count"
 
@@ -53,18 +53,6 @@ def test_a_new_file_exactly_the_grace_old_is_debris_for_the_capacity(tmp_path: P
     assert queue.counts().ready == 1
 
 
-def _count_listings(monkeypatch: pytest.MonkeyPatch) -> list[str]:
-    listings: list[str] = []
-    real_scan = _scan.scan
-
-    def counted(path: str) -> _scan.Listing:
-        listings.append(path)
-        return real_scan(path)
-
-    monkeypatch.setattr(_scan, "scan", counted)
-    return listings
-
-
 def test_a_bounded_publish_under_the_bound_needs_no_listing(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -74,7 +62,7 @@ def test_a_bounded_publish_under_the_bound_needs_no_listing(
     the capacity exactly)."""
     queue = _bounded(tmp_path, 4)
     queue.publish(b"first", timeout=0)  # no counter yet: one listing, then the bound is 1
-    listings = _count_listings(monkeypatch)
+    listings = count_listings(monkeypatch)
     for n in range(3):
         queue.publish(b"%d" % n, timeout=0)  # the last one fills the queue: 3 + 1 == 4
     assert listings == []
@@ -88,7 +76,7 @@ def test_the_counter_is_trusted_for_verify_interval_then_checked(
     that long included, and lists the queue again after (mutant: ``>=`` there)."""
     queue = _bounded(tmp_path, 10)
     queue.publish(b"first", timeout=0)
-    listings = _count_listings(monkeypatch)
+    listings = count_listings(monkeypatch)
     queue.clock.advance(VERIFY_INTERVAL)  # type: ignore[attr-defined]
     queue.publish(b"at the interval", timeout=0)
     assert listings == []
