@@ -14,7 +14,7 @@ the median. ``before`` and ``after`` are two checkouts of vsqs (``--before`` and
 is checked), so the figures compare code, on the same machine, seconds apart. Run it
 with::
 
-    python -m benchmarks.bench_fifo_depth --before /work/wt/base [--rounds 3] [--dir /dev/shm]
+    python -m benchmarks.bench_fifo_depth --before BEFORE [--rounds 3] [--dir /dev/shm]
 """
 
 from __future__ import annotations
