@@ -2107,25 +2107,32 @@ class Queue:
         """
         if known:
             code = self._consumer.peek()
-            if code is None:
-                if self.config.fifo:
-                    # A fifo listing is loaded only under the claim lock, with its held
-                    # names, or a claim step could pair this view with older ones.
-                    if not self._claim_lock.acquire(0):
-                        # RACE: another consumer's claim step: answer from a listing
-                        # (ended leases then return in the next claim step's).
-                        ready = _scan.scan(self.path).ready
-                        return (ready[0] >> 1) if ready else None
-                    try:
-                        self._relist(self.clock.time_us())
-                    finally:
-                        self._claim_lock.release()
-                else:
-                    self._relist(self.clock.time_us())
+            if code is None and self._relist_unless_claiming():
                 code = self._consumer.peek()
-            return None if code is None else code >> 1
+            elif code is None:
+                # RACE: another consumer's claim step holds the fifo claim lock: a plain
+                # listing answers (ended leases then return in the next claim step's).
+                known = False
+            if known:
+                return None if code is None else code >> 1
         ready = _scan.scan(self.path).ready
         return (ready[0] >> 1) if ready else None
+
+    def _relist_unless_claiming(self) -> bool:
+        """List the directory into the view now (:meth:`_relist`); ``fifo=True`` only
+        under the claim lock, taken without waiting, since a fifo listing is loaded with
+        its held names or a claim step could pair this view with older ones: ``False``,
+        listing nothing, while another consumer holds it."""
+        if not self.config.fifo:
+            self._relist(self.clock.time_us())
+            return True
+        if not self._claim_lock.acquire(0):
+            return False
+        try:
+            self._relist(self.clock.time_us())
+        finally:
+            self._claim_lock.release()
+        return True
 
     def requeue_expired(self) -> int:
         """Return every expired lease to the queue now (consumers also do it as they go)."""
